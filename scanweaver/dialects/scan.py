@@ -1,0 +1,597 @@
+"""The `scan` dialect: affine recurrences and associative scans on memrefs.
+
+Three computational ops, all in destination-passing style on memrefs:
+
+* `scan.affine`  — first-order affine recurrence `h_t = a_t * h_{t-1} + b_t` along one
+  axis of N-d memrefs; every other dimension is an independent channel.
+* `scan.scan`    — generic inclusive associative scan of k operands with a combine
+  region (tuple state, like Triton's `tt.scan`).
+* `scan.recurrence` — the fused form produced by raising loops: a `coeffs` region
+  computes `(a, b)` per step and state element (the producer), an `emit` region reads
+  the freshly updated state each step (the consumer). Lowerings fuse both into the scan,
+  so no array of a, b or h is ever materialised unless the user's program stores it.
+
+`scan.yield` terminates the regions.  Exact semantics (the golden reference) live in
+`scanweaver/interp/scan_impls.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, Region, SSAValue
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import Parser, UnresolvedOperand
+from xdsl.printer import Printer
+from xdsl.traits import IsTerminator, RecursiveMemoryEffect
+from xdsl.utils.exceptions import VerifyException
+
+# ---------------------------------------------------------------------------
+# Element-type rules
+# ---------------------------------------------------------------------------
+
+#: State types a recurrence can carry: float math or wrap-around integer math.
+STATE_TYPES = (Float32Type, Float64Type)
+LOW_PRECISION_INPUTS = (Float16Type, BFloat16Type)
+
+
+def is_supported_state_type(t: Attribute) -> bool:
+    if isinstance(t, STATE_TYPES):
+        return True
+    return isinstance(t, IntegerType) and t.width.data in (32, 64)
+
+
+def check_input_state_types(op_name: str, in_t: Attribute, state_t: Attribute) -> None:
+    """Inputs share the state type, except f16/bf16 inputs which accumulate in f32."""
+    if not is_supported_state_type(state_t):
+        raise VerifyException(
+            f"'{op_name}': state element type {state_t} is not supported "
+            "(expected f32, f64, i32 or i64)"
+        )
+    if in_t == state_t:
+        return
+    if isinstance(in_t, LOW_PRECISION_INPUTS) and isinstance(state_t, Float32Type):
+        return
+    raise VerifyException(
+        f"'{op_name}': input element type {in_t} does not match state element type "
+        f"{state_t} (only f16/bf16 inputs may widen to an f32 state)"
+    )
+
+
+def _memref(op_name: str, what: str, value: SSAValue) -> MemRefType:
+    if not isinstance(value.type, MemRefType):
+        raise VerifyException(f"'{op_name}': {what} must be a memref, got {value.type}")
+    return value.type
+
+
+def _check_same_shape(op_name: str, what: str, t: MemRefType, ref: MemRefType) -> None:
+    shape, ref_shape = t.get_shape(), ref.get_shape()
+    if len(shape) != len(ref_shape) or any(
+        x != y and x != DYNAMIC_INDEX and y != DYNAMIC_INDEX for x, y in zip(shape, ref_shape)
+    ):
+        raise VerifyException(
+            f"'{op_name}': {what} has shape {_shape_str(shape)}, expected "
+            f"{_shape_str(ref_shape)}"
+        )
+
+
+def _shape_str(shape: Sequence[int]) -> str:
+    return "(" + "x".join("?" if d == DYNAMIC_INDEX else str(d) for d in shape) + ")"
+
+
+def _check_axis(op_name: str, axis: int, rank: int) -> None:
+    if rank < 1:
+        raise VerifyException(f"'{op_name}': operands must have rank >= 1")
+    if not 0 <= axis < rank:
+        raise VerifyException(
+            f"'{op_name}': axis {axis} is out of range for rank-{rank} operands "
+            f"(expected 0 <= axis < {rank})"
+        )
+
+
+def _without_axis(shape: Sequence[int], axis: int) -> tuple[int, ...]:
+    return tuple(d for i, d in enumerate(shape) if i != axis)
+
+
+def _parse_axis_and_flags(parser: Parser) -> tuple[IntegerAttr, UnitAttr | None]:
+    parser.parse_keyword("axis")
+    axis = IntegerAttr(parser.parse_integer(allow_negative=False), i64)
+    reverse = UnitAttr() if parser.parse_optional_keyword("reverse") else None
+    return axis, reverse
+
+
+def _print_axis_and_flags(printer: Printer, axis: int, reverse: bool) -> None:
+    printer.print_string(f" axis {axis}")
+    if reverse:
+        printer.print_string(" reverse")
+
+
+# ---------------------------------------------------------------------------
+# scan.yield
+# ---------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Terminator of `scan.scan` and `scan.recurrence` regions."""
+
+    name = "scan.yield"
+    arguments = var_operand_def()
+    assembly_format = "attr-dict ($arguments^ `:` type($arguments))?"
+    traits = traits_def(IsTerminator())
+
+    def __init__(self, *operands: SSAValue):
+        super().__init__(operands=[operands])
+
+
+# ---------------------------------------------------------------------------
+# scan.affine
+# ---------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class AffineOp(IRDLOperation):
+    """`h_t = a_t * h_{t-1} + b_t` along `axis`; other dimensions are channels.
+
+    `init` (optional, shape of h without `axis`) is `h_{-1}`; zero when absent.
+    `final` (optional, same shape as init) receives the last state.
+    With `reverse`, time runs from the end of the axis to its start.
+
+        scan.affine %a, %b init %h0 into %h final %hT axis 1 reverse
+            : memref<4x128xf32>, memref<4x128xf32>, memref<4xf32>
+            -> memref<4x128xf32>, memref<4xf32>
+    """
+
+    name = "scan.affine"
+
+    a = operand_def(MemRefType)
+    b = operand_def(MemRefType)
+    init = opt_operand_def(MemRefType)
+    h = operand_def(MemRefType)
+    final = opt_operand_def(MemRefType)
+
+    axis = prop_def(IntegerAttr)
+    reverse = opt_prop_def(UnitAttr)
+
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+
+    def __init__(
+        self,
+        a: SSAValue,
+        b: SSAValue,
+        h: SSAValue,
+        axis: int,
+        *,
+        init: SSAValue | None = None,
+        final: SSAValue | None = None,
+        reverse: bool = False,
+    ):
+        super().__init__(
+            operands=[a, b, [init] if init else [], h, [final] if final else []],
+            properties={
+                "axis": IntegerAttr(axis, i64),
+                **({"reverse": UnitAttr()} if reverse else {}),
+            },
+        )
+
+    @property
+    def axis_value(self) -> int:
+        return self.axis.value.data
+
+    @property
+    def is_reverse(self) -> bool:
+        return self.reverse is not None
+
+    def verify_(self) -> None:
+        n = self.name
+        a_t = _memref(n, "operand 'a'", self.a)
+        b_t = _memref(n, "operand 'b'", self.b)
+        h_t = _memref(n, "operand 'h'", self.h)
+        _check_axis(n, self.axis_value, h_t.get_num_dims())
+        _check_same_shape(n, "operand 'a'", a_t, h_t)
+        _check_same_shape(n, "operand 'b'", b_t, h_t)
+        if a_t.element_type != b_t.element_type:
+            raise VerifyException(
+                f"'{n}': operands 'a' ({a_t.element_type}) and 'b' "
+                f"({b_t.element_type}) must have the same element type"
+            )
+        check_input_state_types(n, a_t.element_type, h_t.element_type)
+        channel_shape = _without_axis(h_t.get_shape(), self.axis_value)
+        for what, v in (("init", self.init), ("final", self.final)):
+            if v is None:
+                continue
+            t = _memref(n, f"operand '{what}'", v)
+            if t.element_type != h_t.element_type:
+                raise VerifyException(
+                    f"'{n}': operand '{what}' has element type {t.element_type}, "
+                    f"expected the state type {h_t.element_type}"
+                )
+            _check_same_shape(
+                n,
+                f"operand '{what}' (h without axis {self.axis_value})",
+                t,
+                MemRefType(h_t.element_type, channel_shape),
+            )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.a)
+        printer.print_string(", ")
+        printer.print_operand(self.b)
+        if self.init is not None:
+            printer.print_string(" init ")
+            printer.print_operand(self.init)
+        printer.print_string(" into ")
+        printer.print_operand(self.h)
+        if self.final is not None:
+            printer.print_string(" final ")
+            printer.print_operand(self.final)
+        _print_axis_and_flags(printer, self.axis_value, self.is_reverse)
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        ins = [self.a.type, self.b.type] + ([self.init.type] if self.init else [])
+        printer.print_list(ins, printer.print_attribute)
+        printer.print_string(" -> ")
+        outs = [self.h.type] + ([self.final.type] if self.final else [])
+        printer.print_list(outs, printer.print_attribute)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> AffineOp:
+        a = parser.parse_unresolved_operand()
+        parser.parse_punctuation(",")
+        b = parser.parse_unresolved_operand()
+        init = (
+            parser.parse_unresolved_operand()
+            if parser.parse_optional_keyword("init")
+            else None
+        )
+        parser.parse_keyword("into")
+        h = parser.parse_unresolved_operand()
+        final = (
+            parser.parse_unresolved_operand()
+            if parser.parse_optional_keyword("final")
+            else None
+        )
+        axis, reverse = _parse_axis_and_flags(parser)
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        ins = _parse_types(parser, 3 if init else 2, "inputs of scan.affine")
+        parser.parse_punctuation("->")
+        outs = _parse_types(parser, 2 if final else 1, "outputs of scan.affine")
+        a_v, b_v = parser.resolve_operand(a, ins[0]), parser.resolve_operand(b, ins[1])
+        init_v = parser.resolve_operand(init, ins[2]) if init else None
+        h_v = parser.resolve_operand(h, outs[0])
+        final_v = parser.resolve_operand(final, outs[1]) if final else None
+        op = cls(
+            a_v,
+            b_v,
+            h_v,
+            axis.value.data,
+            init=init_v,
+            final=final_v,
+            reverse=reverse is not None,
+        )
+        op.attributes.update(attrs)
+        return op
+
+
+def _parse_types(parser: Parser, count: int, what: str) -> list[Attribute]:
+    pos = parser.pos
+    types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+    if len(types) != count:
+        parser.raise_error(
+            f"expected {count} types for the {what}, got {len(types)}", pos, parser.pos
+        )
+    return types
+
+
+# ---------------------------------------------------------------------------
+# scan.scan
+# ---------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ScanOp(IRDLOperation):
+    """Inclusive associative scan of k operands along `axis`.
+
+    out[0] = in[0]; out[t] = combine(out[t-1], in[t]).  With `reverse` the axis is
+    walked from its end: out[L-1] = in[L-1]; out[t] = combine(out[t+1], in[t]).
+    The combine region takes 2k scalars (accumulator values first, then the new
+    element's values) and yields k scalars.  Combine must be associative for parallel
+    lowerings to agree with this sequential definition.
+
+        scan.scan ins(%a, %b : memref<8x64xf32>, memref<8x64xf32>)
+                  outs(%pa, %pb : memref<8x64xf32>, memref<8x64xf32>) axis 1 {
+        ^bb0(%a1: f32, %b1: f32, %a2: f32, %b2: f32):
+          ...
+          scan.yield %ra, %rb : f32, f32
+        }
+    """
+
+    name = "scan.scan"
+
+    inputs = var_operand_def(MemRefType)
+    outputs = var_operand_def(MemRefType)
+    axis = prop_def(IntegerAttr)
+    reverse = opt_prop_def(UnitAttr)
+    combine = region_def("single_block")
+
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(
+        self,
+        inputs: Sequence[SSAValue],
+        outputs: Sequence[SSAValue],
+        axis: int,
+        combine: Region,
+        *,
+        reverse: bool = False,
+    ):
+        super().__init__(
+            operands=[inputs, outputs],
+            properties={
+                "axis": IntegerAttr(axis, i64),
+                **({"reverse": UnitAttr()} if reverse else {}),
+            },
+            regions=[combine],
+        )
+
+    @property
+    def axis_value(self) -> int:
+        return self.axis.value.data
+
+    @property
+    def is_reverse(self) -> bool:
+        return self.reverse is not None
+
+    def verify_(self) -> None:
+        n = self.name
+        k = len(self.inputs)
+        if k == 0:
+            raise VerifyException(f"'{n}': expected at least one input")
+        if len(self.outputs) != k:
+            raise VerifyException(
+                f"'{n}': expected as many outputs as inputs ({k}), got "
+                f"{len(self.outputs)}"
+            )
+        ref = _memref(n, "input #0", self.inputs[0])
+        _check_axis(n, self.axis_value, ref.get_num_dims())
+        el_types = []
+        for i, (x, y) in enumerate(zip(self.inputs, self.outputs)):
+            xt = _memref(n, f"input #{i}", x)
+            yt = _memref(n, f"output #{i}", y)
+            _check_same_shape(n, f"input #{i}", xt, ref)
+            _check_same_shape(n, f"output #{i}", yt, ref)
+            if xt.element_type != yt.element_type:
+                raise VerifyException(
+                    f"'{n}': output #{i} has element type {yt.element_type}, "
+                    f"expected {xt.element_type} like input #{i}"
+                )
+            el_types.append(xt.element_type)
+        block = self.combine.block
+        arg_types = [a.type for a in block.args]
+        if arg_types != el_types + el_types:
+            raise VerifyException(
+                f"'{n}': combine region must take {2 * k} arguments of types "
+                f"({', '.join(map(str, el_types + el_types))}), got "
+                f"({', '.join(map(str, arg_types))})"
+            )
+        last = block.last_op
+        if not isinstance(last, YieldOp):
+            raise VerifyException(f"'{n}': combine region must end with scan.yield")
+        yielded = [v.type for v in last.arguments]
+        if yielded != el_types:
+            raise VerifyException(
+                f"'{n}': combine region must yield {k} values of types "
+                f"({', '.join(map(str, el_types))}), got "
+                f"({', '.join(map(str, yielded))})"
+            )
+
+    def print(self, printer: Printer) -> None:
+        for kw, vals in (("ins", self.inputs), ("outs", self.outputs)):
+            printer.print_string(f" {kw}(")
+            printer.print_list(vals, printer.print_operand)
+            printer.print_string(" : ")
+            printer.print_list([v.type for v in vals], printer.print_attribute)
+            printer.print_string(")")
+        _print_axis_and_flags(printer, self.axis_value, self.is_reverse)
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        printer.print_region(self.combine)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ScanOp:
+        ins = _parse_operand_group(parser, "ins")
+        outs = _parse_operand_group(parser, "outs")
+        axis, reverse = _parse_axis_and_flags(parser)
+        attrs = _parse_keyword_attrs(parser)
+        region = parser.parse_region()
+        op = cls(ins, outs, axis.value.data, region, reverse=reverse is not None)
+        op.attributes.update(attrs)
+        return op
+
+
+def _parse_keyword_attrs(parser: Parser) -> dict[str, Attribute]:
+    # `attributes {...}`: a bare `{` would be ambiguous with the region that follows.
+    attrs = parser.parse_optional_attr_dict_with_keyword()
+    return dict(attrs.data) if attrs else {}
+
+
+def _parse_operand_group(parser: Parser, keyword: str) -> list[SSAValue]:
+    """Parse `keyword(%x, %y : T1, T2)`."""
+    parser.parse_keyword(keyword)
+    parser.parse_punctuation("(")
+    names: list[UnresolvedOperand] = parser.parse_comma_separated_list(
+        parser.Delimiter.NONE, parser.parse_unresolved_operand
+    )
+    parser.parse_punctuation(":")
+    types = _parse_types(parser, len(names), f"'{keyword}' operands")
+    parser.parse_punctuation(")")
+    return [parser.resolve_operand(n, t) for n, t in zip(names, types)]
+
+
+# ---------------------------------------------------------------------------
+# scan.recurrence
+# ---------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class RecurrenceOp(IRDLOperation):
+    """A loop-shaped affine recurrence with its producer and consumer attached.
+
+    `state` is a memref (rank 0 for one scalar state, rank r for r-d channels) holding
+    the initial state on entry and the final state on exit.  Sequential meaning:
+
+        for i in range(lb, ub, step):
+            for k in indices(state):
+                a, b = coeffs(i, *k)
+                state[k] = a * state[k] + b
+            emit(i, state)
+
+    `coeffs` must not read `state`; `emit` may read `state` but must not write it.
+    Both may read any other memref; `emit` may write memrefs other than `state`.
+
+        scan.recurrence %i = %lb to %ub step %c1 state(%h : memref<16xf32>)
+        coeffs {
+        ^bb0(%i: index, %n: index):
+          ...
+          scan.yield %a, %b : f32, f32
+        } emit {
+        ^bb0(%i: index, %s: memref<16xf32>):
+          ...
+          scan.yield
+        }
+    """
+
+    name = "scan.recurrence"
+
+    lb = operand_def(IndexType)
+    ub = operand_def(IndexType)
+    step = operand_def(IndexType)
+    state = operand_def(MemRefType)
+    coeffs = region_def("single_block")
+    emit = region_def("single_block")
+
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(
+        self,
+        lb: SSAValue,
+        ub: SSAValue,
+        step: SSAValue,
+        state: SSAValue,
+        coeffs: Region,
+        emit: Region,
+    ):
+        super().__init__(operands=[lb, ub, step, state], regions=[coeffs, emit])
+
+    @property
+    def state_type(self) -> MemRefType:
+        assert isinstance(self.state.type, MemRefType)
+        return self.state.type
+
+    def verify_(self) -> None:
+        n = self.name
+        st = _memref(n, "operand 'state'", self.state)
+        el = st.element_type
+        if not is_supported_state_type(el):
+            raise VerifyException(
+                f"'{n}': state element type {el} is not supported "
+                "(expected f32, f64, i32 or i64)"
+            )
+        rank = st.get_num_dims()
+        cargs = [a.type for a in self.coeffs.block.args]
+        if cargs != [IndexType()] * (1 + rank):
+            raise VerifyException(
+                f"'{n}': coeffs region must take {1 + rank} index arguments (the step "
+                f"index, then one per state dimension), got "
+                f"({', '.join(map(str, cargs))})"
+            )
+        last = self.coeffs.block.last_op
+        if not isinstance(last, YieldOp) or [v.type for v in last.arguments] != [
+            el,
+            el,
+        ]:
+            raise VerifyException(
+                f"'{n}': coeffs region must end with 'scan.yield %a, %b : {el}, {el}'"
+            )
+        eargs = [a.type for a in self.emit.block.args]
+        if eargs != [IndexType(), st]:
+            raise VerifyException(
+                f"'{n}': emit region must take (index, {st}) arguments, got "
+                f"({', '.join(map(str, eargs))})"
+            )
+        last = self.emit.block.last_op
+        if not isinstance(last, YieldOp) or last.arguments:
+            raise VerifyException(
+                f"'{n}': emit region must end with a 'scan.yield' without values"
+            )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.lb)
+        printer.print_string(" to ")
+        printer.print_operand(self.ub)
+        printer.print_string(" step ")
+        printer.print_operand(self.step)
+        printer.print_string(" state(")
+        printer.print_operand(self.state)
+        printer.print_string(" : ")
+        printer.print_attribute(self.state.type)
+        printer.print_string(")")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" coeffs ")
+        printer.print_region(self.coeffs)
+        printer.print_string(" emit ")
+        printer.print_region(self.emit)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> RecurrenceOp:
+        idx = IndexType()
+        lb = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
+        parser.parse_keyword("to")
+        ub = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
+        parser.parse_keyword("step")
+        step = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
+        parser.parse_keyword("state")
+        parser.parse_punctuation("(")
+        name = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        state = parser.resolve_operand(name, parser.parse_type())
+        parser.parse_punctuation(")")
+        attrs = _parse_keyword_attrs(parser)
+        parser.parse_keyword("coeffs")
+        coeffs = parser.parse_region()
+        parser.parse_keyword("emit")
+        emit = parser.parse_region()
+        op = cls(lb, ub, step, state, coeffs, emit)
+        op.attributes.update(attrs)
+        return op
+
+
+Scan = Dialect("scan", [AffineOp, ScanOp, RecurrenceOp, YieldOp], [])

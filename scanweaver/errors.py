@@ -1,0 +1,21 @@
+"""One exception family for every user-facing failure.
+
+Command-line tools catch `ScanWeaverError` and print its message as one line;
+anything else escaping is a bug in ScanWeaver, not in the user's input.
+"""
+
+
+class ScanWeaverError(Exception):
+    """A problem with the user's input or environment, described in one sentence."""
+
+
+class ToolNotFoundError(ScanWeaverError):
+    """An external binary (mlir-opt, ptxas, ...) is not installed."""
+
+
+class ToolFailedError(ScanWeaverError):
+    """An external tool ran and reported an error."""
+
+
+class BackendUnavailableError(ScanWeaverError):
+    """The requested backend (e.g. CUDA) cannot run on this machine."""

@@ -1,0 +1,224 @@
+"""Interpreter implementations for upstream ops that ScanWeaver's IR uses.
+
+Two kinds: ops xDSL 0.74 has no implementation for (math functions, several arith
+conversions, memref.alloca/dim/copy), and float arithmetic re-implemented to round
+to the result type after every op (xDSL computes in binary64 and rounds only on
+store; compiled code rounds every f32 op, and the oracle must match it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from xdsl.dialects import arith, memref
+from xdsl.dialects import math as mathd
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType
+from xdsl.interpreter import (
+    Interpreter,
+    InterpreterFunctions,
+    PythonValues,
+    impl,
+    register_impls,
+)
+from xdsl.interpreters.builtin import xtype_for_el_type
+from xdsl.interpreters.shaped_array import ShapedArray
+from xdsl.interpreters.utils.ptr import TypedPtr
+from xdsl.ir import Operation
+
+from scanweaver.interp.numerics import round_to
+
+
+def _result(op: Operation, value: Any) -> PythonValues:
+    return (round_to(op.results[0].type, value),)
+
+
+def _safe(f):
+    """Math functions with IEEE results where Python raises (exp overflow, log(0))."""
+
+    def g(x: float) -> float:
+        try:
+            return f(x)
+        except OverflowError:
+            return math.inf
+        except ValueError:
+            if x == 0 and f in (math.log, math.log2, math.log10):
+                return -math.inf
+            if x == -1 and f is math.log1p:
+                return -math.inf
+            return math.nan
+
+    return g
+
+
+_UNARY_MATH = {
+    mathd.ExpOp: _safe(math.exp),
+    mathd.Exp2Op: _safe(lambda x: 2.0**x),
+    mathd.ExpM1Op: _safe(math.expm1),
+    mathd.LogOp: _safe(math.log),
+    mathd.Log1pOp: _safe(math.log1p),
+    mathd.Log2Op: _safe(math.log2),
+    mathd.Log10Op: _safe(math.log10),
+    mathd.SqrtOp: _safe(math.sqrt),
+    mathd.RsqrtOp: _safe(lambda x: 1.0 / math.sqrt(x) if x != 0 else math.inf),
+    mathd.TanhOp: math.tanh,
+    mathd.SinOp: _safe(math.sin),
+    mathd.CosOp: _safe(math.cos),
+    mathd.AbsFOp: abs,
+    mathd.FloorOp: _safe(lambda x: float(math.floor(x))),
+    mathd.CeilOp: _safe(lambda x: float(math.ceil(x))),
+    mathd.ErfOp: math.erf,
+}
+
+
+def _maxnum(x: float, y: float) -> float:
+    if math.isnan(x):
+        return y
+    if math.isnan(y):
+        return x
+    return max(x, y)
+
+
+def _minnum(x: float, y: float) -> float:
+    if math.isnan(x):
+        return y
+    if math.isnan(y):
+        return x
+    return min(x, y)
+
+
+def _divf(x: float, y: float) -> float:
+    if y == 0:
+        if x == 0 or math.isnan(x):
+            return math.nan
+        return math.copysign(math.inf, x) * math.copysign(1.0, y)
+    return x / y
+
+
+class UpstreamFunctions(InterpreterFunctions):
+    # -- float arithmetic, rounded to the result type -------------------------------
+    @impl(arith.AddfOp)
+    def run_addf(self, interpreter: Interpreter, op: arith.AddfOp, args: PythonValues):
+        return _result(op, args[0] + args[1])
+
+    @impl(arith.SubfOp)
+    def run_subf(self, interpreter: Interpreter, op: arith.SubfOp, args: PythonValues):
+        return _result(op, args[0] - args[1])
+
+    @impl(arith.MulfOp)
+    def run_mulf(self, interpreter: Interpreter, op: arith.MulfOp, args: PythonValues):
+        return _result(op, args[0] * args[1])
+
+    @impl(arith.DivfOp)
+    def run_divf(self, interpreter: Interpreter, op: arith.DivfOp, args: PythonValues):
+        return _result(op, _divf(args[0], args[1]))
+
+    @impl(arith.NegfOp)
+    def run_negf(self, interpreter: Interpreter, op: arith.NegfOp, args: PythonValues):
+        return (-args[0],)
+
+    @impl(arith.MaxnumfOp)
+    def run_maxnumf(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return (_maxnum(args[0], args[1]),)
+
+    @impl(arith.MinnumfOp)
+    def run_minnumf(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return (_minnum(args[0], args[1]),)
+
+    @impl(mathd.FmaOp)
+    def run_fma(self, interpreter: Interpreter, op: mathd.FmaOp, args: PythonValues):
+        a, b, c = args
+        return _result(op, math.fma(a, b, c) if hasattr(math, "fma") else a * b + c)
+
+    # -- conversions ---------------------------------------------------------------
+    @impl(arith.ExtFOp)
+    def run_extf(self, interpreter: Interpreter, op: arith.ExtFOp, args: PythonValues):
+        return (args[0],)
+
+    @impl(arith.TruncFOp)
+    def run_truncf(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, args[0])
+
+    @impl(arith.SIToFPOp)
+    def run_sitofp(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, float(args[0]))
+
+    @impl(arith.FPToSIOp)
+    def run_fptosi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, int(args[0]))
+
+    @impl(arith.ExtSIOp)
+    def run_extsi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, args[0])
+
+    @impl(arith.TruncIOp)
+    def run_trunci(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, args[0])
+
+    @impl(arith.DivUIOp)
+    def run_divui(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        t = op.results[0].type
+        width = t.width.data if isinstance(t, IntegerType) else 64
+        mask = (1 << width) - 1
+        return _result(op, (args[0] & mask) // (args[1] & mask))
+
+    @impl(arith.RemUIOp)
+    def run_remui(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        t = op.results[0].type
+        width = t.width.data if isinstance(t, IntegerType) else 64
+        mask = (1 << width) - 1
+        return _result(op, (args[0] & mask) % (args[1] & mask))
+
+    @impl(arith.MaxSIOp)
+    def run_maxsi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return (max(args[0], args[1]),)
+
+    @impl(arith.MinSIOp)
+    def run_minsi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return (min(args[0], args[1]),)
+
+    # -- memref -------------------------------------------------------------------
+    @impl(memref.AllocaOp)
+    def run_alloca(
+        self, interpreter: Interpreter, op: memref.AllocaOp, args: PythonValues
+    ):
+        t = op.memref.type
+        shape = list(t.get_shape())
+        dyn = iter(args)
+        shape = [next(dyn) if d == DYNAMIC_INDEX else d for d in shape]
+        xtype = xtype_for_el_type(t.get_element_type(), interpreter.index_bitwidth)
+        size = math.prod(shape)
+        return (ShapedArray(TypedPtr[Any].zeros(size, xtype=xtype), shape),)
+
+    @impl(memref.DimOp)
+    def run_dim(self, interpreter: Interpreter, op: memref.DimOp, args: PythonValues):
+        array, index = args
+        return (array.shape[index],)
+
+    @impl(memref.CopyOp)
+    def run_copy(self, interpreter: Interpreter, op: memref.CopyOp, args: PythonValues):
+        src, dst = args
+        for idx in src.indices():
+            dst.store(idx, src.load(idx))
+        return ()
+
+    @impl(memref.CastOp)
+    def run_cast(self, interpreter: Interpreter, op: memref.CastOp, args: PythonValues):
+        return (args[0],)
+
+
+def _unary_math_impl(op_type, fn):
+    def run(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, fn(args[0]))
+
+    return impl(op_type)(run)
+
+
+# One method per unary math op, generated from the table above; then register all.
+for _op_type, _fn in _UNARY_MATH.items():
+    setattr(
+        UpstreamFunctions,
+        f"run_{_op_type.name.replace('.', '_')}",
+        _unary_math_impl(_op_type, _fn),
+    )
+UpstreamFunctions = register_impls(UpstreamFunctions)

@@ -1,0 +1,50 @@
+"""Parsing and printing IR with every dialect ScanWeaver understands loaded."""
+
+from __future__ import annotations
+
+from functools import cache
+from io import StringIO
+
+from xdsl.context import Context
+from xdsl.dialects import get_all_dialects
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
+
+from scanweaver.errors import ScanWeaverError
+
+
+@cache
+def _dialect_loaders():
+    loaders = dict(get_all_dialects())
+    from scanweaver.dialects.scan import Scan
+
+    loaders["scan"] = lambda: Scan
+    return loaders
+
+
+def make_context() -> Context:
+    ctx = Context()
+    for name, loader in _dialect_loaders().items():
+        ctx.register_dialect(name, loader)
+    return ctx
+
+
+def parse_ir(text: str, source: str = "<input>") -> ModuleOp:
+    """Parse and verify MLIR text; any problem is one ScanWeaverError naming its location."""
+    try:
+        module = Parser(make_context(), text, source).parse_module()
+        module.verify()
+    except ParseError as e:
+        raise ScanWeaverError(f"cannot parse {source}: {e}") from None
+    except (VerifyException, DiagnosticException) as e:
+        raise ScanWeaverError(f"invalid IR in {source}: {e}") from None
+    return module
+
+
+def print_ir(op: Operation) -> str:
+    out = StringIO()
+    Printer(stream=out).print_op(op)
+    return out.getvalue() + "\n"

@@ -1,0 +1,60 @@
+"""`scanweaver-lower`: the whole compiler as one xdsl-opt pass.
+
+    xdsl-opt -p 'scanweaver-lower{target=gpu}' FILE    # loops/scan IR -> GPU-ready IR
+    xdsl-opt -p 'scanweaver-lower{target=cpu}' FILE    # ... -> CPU-ready IR
+    xdsl-opt -p 'scanweaver-lower{target=loops}' FILE  # ... -> sequential scf loops
+
+Every target first raises affine recurrences found in loops into the scan dialect,
+then lowers the scan ops for the target, then cleans up (canonicalize, cse).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.transforms.canonicalize import CanonicalizePass
+from xdsl.transforms.common_subexpression_elimination import (
+    CommonSubexpressionElimination,
+)
+
+from scanweaver.errors import ScanWeaverError
+
+TARGETS = ("gpu", "cpu", "loops")
+
+
+def stages_for(target: str) -> list[ModulePass]:
+    """The passes `scanweaver-lower{target=...}` runs, in order."""
+    from scanweaver.rewrites.raise_affine import RaiseRecurrences
+    from scanweaver.rewrites.scan_to_loops import ScanToLoops
+
+    if target not in TARGETS:
+        raise ScanWeaverError(
+            f"scanweaver-lower: unknown target '{target}' (expected one of "
+            f"{', '.join(TARGETS)})"
+        )
+    lowering: list[ModulePass]
+    if target == "gpu":
+        from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+
+        lowering = [ScanToGpu()]
+    elif target == "cpu":
+        from scanweaver.rewrites.scan_to_cpu import ScanToCpu
+
+        lowering = [ScanToCpu()]
+    else:
+        lowering = [ScanToLoops()]
+    return [RaiseRecurrences(), *lowering, CanonicalizePass(), CommonSubexpressionElimination()]
+
+
+@dataclass(frozen=True)
+class ScanweaverLower(ModulePass):
+    name = "scanweaver-lower"
+
+    target: str = "gpu"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for stage in stages_for(self.target):
+            stage.apply(ctx, op)

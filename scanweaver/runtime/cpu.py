@@ -1,0 +1,479 @@
+"""In-process CPU JIT for LLVM IR produced by `mlir-translate --mlir-to-llvmir`.
+
+numba's llvmlite is built on LLVM 22, like the MLIR wheels, so it parses that IR
+directly: no llc, no C compiler, no temporary files.
+
+Calling convention (MLIR's `llvm.emit_c_interface`): we call `_mlir_ciface_NAME`.
+  - a memref argument is passed as a pointer to its descriptor
+    `{ptr allocated, ptr aligned, i64 offset, i64 sizes[R], i64 strides[R]}`
+    (offset and strides count elements, not bytes);
+  - a scalar argument is passed by value (f32, f64, i1/i8/i16/i32/i64, index = i64);
+  - no result: void; one scalar result: returned by value;
+  - several results: the ciface takes a pointer to a struct of the results as
+    its *first* argument and returns void.
+Memref results are not supported (nobody would own the buffer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import glob
+import importlib.metadata
+import os
+import platform
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from scanweaver.errors import BackendUnavailableError, ScanWeaverError, ToolFailedError
+
+# ------------------------------------------------------------------ argument types
+
+# MLIR element type -> numpy dtype of the buffer. i1 is stored as one byte in memory.
+# bf16 has no numpy dtype: pass its raw bits as uint16.
+_NUMPY_DTYPES: dict[str, np.dtype] = {
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(np.uint16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+    "i1": np.dtype(np.bool_),
+    "i8": np.dtype(np.int8),
+    "i16": np.dtype(np.int16),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+    "index": np.dtype(np.int64),  # index is i64 on the 64-bit hosts we target
+}
+
+# Scalars passed by value. i1 comes back in a byte whose upper bits LLVM does not
+# define, so results are read as uint8 and masked (see _result_value).
+_SCALAR_CTYPES: dict[str, Any] = {
+    "f32": ctypes.c_float,
+    "f64": ctypes.c_double,
+    "i1": ctypes.c_uint8,
+    "i8": ctypes.c_int8,
+    "i16": ctypes.c_int16,
+    "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64,
+    "index": ctypes.c_int64,
+}
+
+
+@dataclass(frozen=True)
+class Scalar:
+    dtype: str  # "f32", "f64", "i1", "i8", "i16", "i32", "i64", "index"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _SCALAR_CTYPES:
+            raise ScanWeaverError(f"unsupported scalar type {self.dtype!r}: use one of {sorted(_SCALAR_CTYPES)}")
+
+    def __str__(self) -> str:
+        return self.dtype
+
+
+@dataclass(frozen=True)
+class MemRef:
+    """A memref argument type.
+
+    shape: one entry per dimension, None for `?` (an int rank means all dynamic).
+    strides: None for MLIR's identity layout, whose innermost stride is a static 1,
+      whose offset is 0 and whose other strides are static where the trailing sizes
+      are; otherwise one entry per dimension, None for `?` (i.e. `strided<[...]>`).
+    offset: static offset in elements, or None for `offset: ?`.
+    """
+
+    dtype: str
+    shape: tuple[int | None, ...] | int
+    strides: tuple[int | None, ...] | None = None
+    offset: int | None = 0
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _NUMPY_DTYPES:
+            raise ScanWeaverError(f"unsupported memref element type {self.dtype!r}: use one of {sorted(_NUMPY_DTYPES)}")
+        if isinstance(self.shape, int):
+            object.__setattr__(self, "shape", (None,) * self.shape)
+        else:
+            object.__setattr__(self, "shape", tuple(self.shape))
+        if self.strides is not None:
+            object.__setattr__(self, "strides", tuple(self.strides))
+            if len(self.strides) != len(self.shape):
+                raise ScanWeaverError(f"memref type has {len(self.shape)} sizes but {len(self.strides)} strides")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def static_strides(self) -> tuple[int | None, ...]:
+        """Strides the compiled code assumes; None where it reads the descriptor."""
+        if self.strides is not None:
+            return self.strides
+        strides: list[int | None] = []
+        running: int | None = 1
+        for size in reversed(self.shape):
+            strides.append(running)
+            running = None if running is None or size is None else running * size
+        return tuple(reversed(strides))
+
+    def __str__(self) -> str:
+        dims = "".join(f"{'?' if s is None else s}x" for s in self.shape)
+        layout = ""
+        if self.strides is not None:
+            strides = ", ".join("?" if s is None else str(s) for s in self.strides)
+            offset = "?" if self.offset is None else self.offset
+            layout = f", strided<[{strides}], offset: {offset}>"
+        return f"memref<{dims}{self.dtype}{layout}>"
+
+
+ArgType = Scalar | MemRef
+
+_MEMREF_RE = re.compile(
+    r"memref<((?:(?:\?|\d+)x)*)(\w+)(?:,\s*strided<\[([^\]]*)\](?:,\s*offset:\s*(\?|\d+))?>)?\s*>"
+)
+
+
+def parse_type(text: str) -> ArgType:
+    """`"f32"` -> Scalar, `"memref<?x4xf32, strided<[?, 1], offset: ?>>"` -> MemRef."""
+    text = text.strip()
+    if not text.startswith("memref"):
+        return Scalar(text)
+    match = _MEMREF_RE.fullmatch(text)
+    if match is None:
+        raise ScanWeaverError(f"unsupported memref type {text!r}: only identity and strided<> layouts")
+    dims, element, strides, offset = match.groups()
+    shape = tuple(None if d == "?" else int(d) for d in dims.split("x")[:-1])
+    if strides is None:
+        return MemRef(element, shape)
+    stride_list = tuple(None if s.strip() == "?" else int(s) for s in strides.split(",") if s.strip())
+    static_offset = 0 if offset is None else (None if offset == "?" else int(offset))
+    return MemRef(element, shape, stride_list, static_offset)
+
+
+def _as_type(spec: ArgType | str) -> ArgType:
+    return parse_type(spec) if isinstance(spec, str) else spec
+
+
+@functools.cache
+def memref_descriptor(rank: int) -> type[ctypes.Structure]:
+    """ctypes twin of MLIR's rank-R memref descriptor (rank 0 has no size/stride arrays)."""
+    fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64)]
+    if rank:
+        fields += [("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+    return type(f"MemRefDescriptor{rank}", (ctypes.Structure,), {"_fields_": fields})
+
+
+def _descriptor(array: Any, spec: MemRef, what: str) -> ctypes.Structure:
+    """Zero-copy descriptor over a numpy array, after checking it matches `spec`."""
+    if not isinstance(array, np.ndarray):
+        raise ScanWeaverError(f"{what} expects a numpy array for {spec}, got {type(array).__name__}")
+    expected = _NUMPY_DTYPES[spec.dtype]
+    if array.dtype != expected:
+        raise ScanWeaverError(f"{what} expects dtype {expected} for {spec}, got {array.dtype}")
+    if array.ndim != spec.rank:
+        raise ScanWeaverError(f"{what} expects a {spec.rank}-D array for {spec}, got shape {array.shape}")
+    for dim, (want, got) in enumerate(zip(spec.shape, array.shape)):
+        if want is not None and want != got:
+            raise ScanWeaverError(f"{what} expects size {want} in dimension {dim} for {spec}, got shape {array.shape}")
+    itemsize = array.itemsize
+    if any(s % itemsize for s in array.strides):
+        raise ScanWeaverError(
+            f"{what} has byte strides {array.strides} that are not multiples of the item size {itemsize}: "
+            "pass np.ascontiguousarray(...)"
+        )
+    strides = tuple(s // itemsize for s in array.strides)
+    if any(s < 0 for s in strides):
+        # MLIR's lowering multiplies index by stride with `nuw`: negative strides are UB.
+        raise ScanWeaverError(f"{what} has negative strides {strides}: pass np.ascontiguousarray(...)")
+    for dim, (want, got) in enumerate(zip(spec.static_strides(), strides)):
+        # A size-1 dimension never uses its stride, whatever numpy says.
+        if want is not None and want != got and array.shape[dim] > 1:
+            raise ScanWeaverError(
+                f"{what} has element strides {strides} but {spec} assumes stride {want} in dimension {dim}: "
+                "pass np.ascontiguousarray(...) or declare the argument with strided<[?, ...], offset: ?>"
+            )
+    if array.ctypes.data % itemsize:
+        raise ScanWeaverError(f"{what} is not aligned to its item size {itemsize}")
+    offset = spec.offset or 0
+    base = array.ctypes.data - offset * itemsize  # so that aligned + offset = first element
+    desc = memref_descriptor(spec.rank)()
+    desc.allocated = base
+    desc.aligned = base
+    desc.offset = offset
+    if spec.rank:
+        desc.sizes[:] = list(array.shape)
+        desc.strides[:] = list(strides)
+    return desc
+
+
+def _scalar_arg(value: Any, spec: Scalar, what: str) -> Any:
+    if spec.dtype in ("f32", "f64"):
+        return float(value)
+    if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+        raise ScanWeaverError(f"{what} expects an integer ({spec.dtype}), got {value!r}")
+    number = int(value)
+    bits = {"i1": 1, "i8": 8, "i16": 16, "i32": 32}.get(spec.dtype, 64)
+    low, high = (0, 1) if bits == 1 else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if not low <= number <= high:
+        raise ScanWeaverError(f"{what} value {number} does not fit in {spec.dtype}")
+    return number
+
+
+def _result_value(value: Any, spec: Scalar) -> Any:
+    return bool(value & 1) if spec.dtype == "i1" else value
+
+
+# ------------------------------------------------------------------ native libraries
+
+
+@functools.cache
+def _init_llvm() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    # MCJIT resolves external symbols in the process; libm is normally there via
+    # Python itself, but make sure expf/log1pf/tanhf/erff resolve everywhere.
+    libm = ctypes.util.find_library("m")
+    if libm:
+        llvm.load_library_permanently(libm)
+
+
+def _libomp_candidates() -> Iterator[str]:
+    # Explicit override first, then the PyPI wheel cmeel-libomp (LLVM 21 libomp),
+    # then system installs (Debian libomp5 / libomp-dev, LLVM's own packages).
+    if os.environ.get("SCANWEAVER_LIBOMP"):
+        yield os.environ["SCANWEAVER_LIBOMP"]
+    try:
+        yield str(importlib.metadata.distribution("cmeel-libomp").locate_file("cmeel.prefix/lib/libomp.so"))
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    found = ctypes.util.find_library("omp")
+    if found:
+        yield found
+    yield from sorted(glob.glob("/usr/lib/llvm-*/lib/libomp.so*"), reverse=True)
+    yield from sorted(glob.glob("/usr/lib/*-linux-gnu/libomp.so*"), reverse=True)
+
+
+@functools.cache
+def load_openmp_runtime() -> str:
+    """Load LLVM's libomp into the process (for code lowered with openmp=True); returns its path."""
+    for candidate in _libomp_candidates():
+        try:
+            llvm.load_library_permanently(candidate)  # dlopen: bare sonames are searched
+        except RuntimeError:
+            continue
+        return candidate
+    raise BackendUnavailableError(
+        "LLVM's OpenMP runtime (libomp) not found: pip install cmeel-libomp==21.1.8, "
+        "or apt-get install libomp5, or set SCANWEAVER_LIBOMP to the path of libomp.so"
+    )
+
+
+# ------------------------------------------------------------------ denormals
+
+# x86: MXCSR bit 15 = flush-to-zero, bit 6 = denormals-are-zero.
+# AArch64: FPCR bit 24 = FZ.
+_DENORMAL_HELPERS = {
+    "x86_64": (
+        0x8040,
+        """
+declare void @llvm.x86.sse.stmxcsr(ptr)
+declare void @llvm.x86.sse.ldmxcsr(ptr)
+define i64 @sw_get_fp_control() {
+  %p = alloca i32
+  call void @llvm.x86.sse.stmxcsr(ptr %p)
+  %v = load i32, ptr %p
+  %w = zext i32 %v to i64
+  ret i64 %w
+}
+define void @sw_set_fp_control(i64 %w) {
+  %p = alloca i32
+  %v = trunc i64 %w to i32
+  store i32 %v, ptr %p
+  call void @llvm.x86.sse.ldmxcsr(ptr %p)
+  ret void
+}
+""",
+    ),
+    "aarch64": (
+        1 << 24,
+        """
+declare i64 @llvm.aarch64.get.fpcr()
+declare void @llvm.aarch64.set.fpcr(i64)
+define i64 @sw_get_fp_control() {
+  %v = call i64 @llvm.aarch64.get.fpcr()
+  ret i64 %v
+}
+define void @sw_set_fp_control(i64 %v) {
+  call void @llvm.aarch64.set.fpcr(i64 %v)
+  ret void
+}
+""",
+    ),
+}
+
+
+@functools.cache
+def _fp_control() -> tuple[int, Callable[[], int], Callable[[int], None], Any]:
+    machine = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+    if machine not in _DENORMAL_HELPERS:
+        raise BackendUnavailableError(f"flushing denormals is not implemented for {machine}")
+    bits, ir = _DENORMAL_HELPERS[machine]
+    program = CpuProgram(ir)
+    get = ctypes.CFUNCTYPE(ctypes.c_int64)(program.address("sw_get_fp_control"))
+    put = ctypes.CFUNCTYPE(None, ctypes.c_int64)(program.address("sw_set_fp_control"))
+    return bits, get, put, program  # program kept alive with the functions
+
+
+def set_flush_denormals(enable: bool = True) -> bool:
+    """Flush denormal floats to zero on the *calling thread*; returns the previous setting.
+
+    Chunked scans multiply many decay factors and run 10x slower on denormals.
+    OpenMP worker threads keep their own setting (they inherit it when created).
+    """
+    bits, get, put, _ = _fp_control()
+    state = get()
+    put(state | bits if enable else state & ~bits)
+    return bool(state & bits)
+
+
+@contextlib.contextmanager
+def flush_denormals() -> Iterator[None]:
+    """Flush denormals to zero inside the `with` block, then restore the old setting."""
+    bits, get, put, _ = _fp_control()
+    state = get()
+    put(state | bits)
+    try:
+        yield
+    finally:
+        put(state)
+
+
+# ------------------------------------------------------------------ the program
+
+
+def host_target_machine(opt_level: int = 3) -> llvm.TargetMachine:
+    """Target machine for this CPU with all its features (AVX2/AVX-512 where present)."""
+    _init_llvm()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=opt_level,
+        codemodel="jitdefault",
+    )
+
+
+class CpuProgram:
+    """A JIT-compiled LLVM IR module; functions stay valid while this object lives."""
+
+    def __init__(self, llvm_ir: str, opt_level: int = 3, openmp: bool | None = None):
+        _init_llvm()
+        if openmp or (openmp is None and "@__kmpc_" in llvm_ir):
+            self.openmp_runtime: str | None = load_openmp_runtime()
+        else:
+            self.openmp_runtime = None
+        self.target_machine = host_target_machine(opt_level)
+        try:
+            module = llvm.parse_assembly(llvm_ir)
+            module.verify()
+        except RuntimeError as error:
+            first = str(error).strip().splitlines()[:6]
+            raise ToolFailedError("llvmlite rejected the LLVM IR:\n" + "\n".join(first)) from None
+        module.triple = self.target_machine.triple
+        module.data_layout = str(self.target_machine.target_data)
+        if opt_level > 0:
+            tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+            tuning.loop_vectorization = True
+            tuning.slp_vectorization = True
+            builder = llvm.create_pass_builder(self.target_machine, tuning)
+            builder.getModulePassManager().run(module, builder)
+        self.engine = llvm.create_mcjit_compiler(module, self.target_machine)
+        self.engine.finalize_object()
+        self.engine.run_static_constructors()
+        self._module = module  # owned by the engine; kept for optimized_ir()
+
+    def optimized_ir(self) -> str:
+        """LLVM IR after the O3 pipeline (to check vectorisation, fusion, ...)."""
+        return str(self._module)
+
+    def address(self, symbol: str) -> int:
+        address = self.engine.get_function_address(symbol)
+        if not address:
+            raise ScanWeaverError(f"symbol {symbol!r} is not defined in this program")
+        return address
+
+    def get(
+        self,
+        name: str,
+        args: Sequence[ArgType | str],
+        results: Sequence[Scalar | str] = (),
+        ftz: bool = False,
+    ) -> Callable[..., Any]:
+        """Python callable for func.func @name through `_mlir_ciface_name`.
+
+        args/results: types as `MemRef`/`Scalar` or MLIR type strings
+        ("memref<?x?xf32>", "f32", ...). The callable takes numpy arrays (zero copy,
+        any non-negative strides that the declared layout allows) and Python scalars;
+        returns None, one value, or a tuple of values. ftz=True flushes denormals to
+        zero during each call (see `flush_denormals`).
+        """
+        arg_types = [_as_type(a) for a in args]
+        result_types = [_as_type(r) for r in results]
+        for result in result_types:
+            if not isinstance(result, Scalar):
+                raise ScanWeaverError(f"{name}: memref results are not supported ({result}); pass an output argument")
+        ciface = "_mlir_ciface_" + name
+        address = self.engine.get_function_address(ciface)
+        if not address:
+            hint = (
+                "it has no C interface: mark it with llvm.emit_c_interface (scanweaver.toolchain.mlir.emit_c_interface)"
+                if self.engine.get_function_address(name)
+                else "no such function"
+            )
+            raise ScanWeaverError(f"cannot call {name!r}: {hint}")
+
+        c_args: list[Any] = []
+        result_struct = None
+        if len(result_types) > 1:
+            result_struct = type(
+                f"{name}_results",
+                (ctypes.Structure,),
+                {"_fields_": [(f"r{i}", _SCALAR_CTYPES[r.dtype]) for i, r in enumerate(result_types)]},
+            )
+            c_args.append(ctypes.POINTER(result_struct))
+        for arg in arg_types:
+            c_args.append(
+                ctypes.POINTER(memref_descriptor(arg.rank)) if isinstance(arg, MemRef) else _SCALAR_CTYPES[arg.dtype]
+            )
+        restype = _SCALAR_CTYPES[result_types[0].dtype] if len(result_types) == 1 else None
+        cfunc = ctypes.CFUNCTYPE(restype, *c_args)(address)
+
+        def call(*values: Any) -> Any:
+            if len(values) != len(arg_types):
+                raise ScanWeaverError(f"{name} takes {len(arg_types)} arguments, got {len(values)}")
+            converted: list[Any] = []
+            for index, (spec, value) in enumerate(zip(arg_types, values)):
+                what = f"argument {index} of {name}"
+                if isinstance(spec, MemRef):
+                    # The descriptor holds a raw pointer: `values` keeps the arrays alive.
+                    converted.append(ctypes.byref(_descriptor(value, spec, what)))
+                else:
+                    converted.append(_scalar_arg(value, spec, what))
+            out = result_struct() if result_struct is not None else None
+            if out is not None:
+                converted.insert(0, ctypes.byref(out))
+            with flush_denormals() if ftz else contextlib.nullcontext():
+                raw = cfunc(*converted)
+            if out is not None:
+                return tuple(_result_value(getattr(out, f"r{i}"), r) for i, r in enumerate(result_types))
+            if result_types:
+                return _result_value(raw, result_types[0])
+            return None
+
+        call.__name__ = name
+        call.__doc__ = f"{name}({', '.join(map(str, arg_types))}) -> ({', '.join(map(str, result_types))})"
+        call.program = self  # type: ignore[attr-defined]  # keeps the engine alive with the callable
+        return call

@@ -1,0 +1,259 @@
+"""Run upstream MLIR tools (and ptxas) as subprocesses and turn their output into artifacts.
+
+Text goes in on stdin and comes out on stdout; any failure becomes one
+`ToolFailedError` naming the tool and quoting the first lines of its stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
+
+from scanweaver.errors import ToolFailedError, ToolNotFoundError
+from scanweaver.toolchain.tools import find_tool
+
+_STDERR_LINES = 6
+
+# Sequential CPU lowering to the LLVM dialect. Order matters:
+#  - vector-to-scf first: multi-dimensional transfer ops become scf loops + memref ops.
+#  - math-to-llvm turns most math ops into LLVM intrinsics (which the JIT lowers to
+#    libm calls: expf, tanhf, ...). `approximate-log1p=false` keeps math.log1p
+#    exact: by default it becomes log(1 + x), which loses everything for |x| < 1e-7.
+#  - math-to-libm then catches what has no intrinsic: log1p -> log1pf, erf -> erff,
+#    erfc, cbrt, atan2. Vectors are unrolled into scalar calls with vector.extract,
+#    hence it precedes vector-to-llvm. Caveat: math-to-llvm still lowers math.expm1
+#    as exp(x) - 1 (inexact near 0); there is no switch for that.
+#  - vector-to-llvm emits memref.dim (bounds of transfer ops): before the memref passes.
+#  - expand-strided-metadata emits affine.apply, so lower-affine must follow it.
+#  - memref lowering runs before scf-to-cf: DESIGN.md section 3, needed for OpenMP.
+#  - reconcile-unrealized-casts last.
+_CPU_HEAD = [
+    "--convert-vector-to-scf",
+    "--convert-math-to-llvm=approximate-log1p=false",
+    "--convert-math-to-libm",
+    "--convert-vector-to-llvm",
+    "--expand-strided-metadata",
+    "--lower-affine",
+    "--finalize-memref-to-llvm",
+]
+_CPU_TAIL = [
+    "--convert-scf-to-cf",
+    "--convert-arith-to-llvm",
+    "--convert-index-to-llvm",
+    "--convert-cf-to-llvm",
+    "--convert-func-to-llvm",
+    "--reconcile-unrealized-casts",
+]
+CPU_LOWERING_FLAGS: list[str] = _CPU_HEAD + _CPU_TAIL
+
+# OpenMP: scf.parallel -> omp.parallel + omp.wsloop (first, while scf is intact), then
+# the same passes plus convert-openmp-to-llvm for the omp regions once scf is gone.
+CPU_OPENMP_LOWERING_FLAGS: list[str] = (
+    ["--convert-scf-to-openmp"] + _CPU_HEAD + ["--convert-scf-to-cf", "--convert-openmp-to-llvm"] + _CPU_TAIL[1:]
+)
+
+
+def _first_lines(stderr: str) -> str:
+    # Skip LLVM's crash stack dump; keep the diagnostic itself.
+    lines = [ln.rstrip() for ln in stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not re.match(r"\s*#\d+ 0x|Stack dump|PLEASE submit", ln)]
+    return "\n".join(lines[:_STDERR_LINES]) or "(no error output)"
+
+
+def run_tool(
+    name: str,
+    args: list[str],
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run `name args` with `stdin`, return stdout; raise ToolFailedError on failure."""
+    tool = find_tool(name)
+    done = subprocess.run(
+        [str(tool), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode != 0:
+        how = f"exit code {done.returncode}" if done.returncode > 0 else f"crashed (signal {-done.returncode})"
+        error = ToolFailedError(f"{name} failed ({how}):\n{_first_lines(done.stderr)}")
+        error.stderr = done.stderr  # full text, for debugging
+        raise error
+    return done.stdout
+
+
+def mlir_opt(text: str, args: list[str]) -> str:
+    """mlir-opt with `args` over MLIR `text`; returns the printed result."""
+    return run_tool("mlir-opt", list(args), stdin=text)
+
+
+def mlir_translate_to_llvmir(text: str) -> str:
+    """LLVM-dialect MLIR -> textual LLVM IR."""
+    return run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=text)
+
+
+def lower_to_llvm_ir(mlir_text: str, openmp: bool = False) -> str:
+    """Lower a module of func/scf/memref/arith/math/vector ops to LLVM IR text.
+
+    Functions that should be callable from the CPU runtime must carry
+    `llvm.emit_c_interface` (see `emit_c_interface`). With `openmp=True`,
+    scf.parallel loops become OpenMP regions that need libomp at run time.
+    """
+    flags = CPU_OPENMP_LOWERING_FLAGS if openmp else CPU_LOWERING_FLAGS
+    return mlir_translate_to_llvmir(mlir_opt(mlir_text, flags))
+
+
+def emit_c_interface(module: ModuleOp) -> ModuleOp:
+    """Mark every public, defined func.func with `llvm.emit_c_interface` (in place).
+
+    MLIR then also emits `_mlir_ciface_NAME`, which takes memrefs as pointers to
+    descriptors: the calling convention the CPU runtime uses.
+    """
+    for op in module.walk():
+        if not isinstance(op, func.FuncOp) or op.is_declaration:
+            continue
+        if op.sym_visibility is not None and op.sym_visibility.data != "public":
+            continue
+        op.attributes["llvm.emit_c_interface"] = UnitAttr()
+    return module
+
+
+# ---------------------------------------------------------------------------- GPU
+
+# Lowest PTX ISA each chip accepts. The pipeline's default (+ptx60) makes LLVM abort
+# for sm_80 ("Minimum required PTX version is 7.0") and sm_90 (7.8); sm_90a needs 8.0.
+# We use +ptx80 (CUDA 12.0) for everything up to Hopper: accepted for sm_80 and sm_90
+# by mlir-opt and by ptxas 13.0, and loadable by any CUDA 12 driver.
+_MIN_PTX = {"sm_100": "+ptx86", "sm_100a": "+ptx86", "sm_120": "+ptx87", "sm_120a": "+ptx87"}
+
+
+def default_ptx_features(chip: str) -> str:
+    return _MIN_PTX.get(chip, "+ptx80")
+
+
+def GPU_PIPELINE(chip: str = "sm_90", features: str | None = None, fmt: str = "isa", opt_level: int = 3) -> str:
+    """The mlir-opt argument that lowers a gpu.container_module to gpu.binary ops.
+
+    fmt: "isa" (PTX text, no CUDA needed: libdevice is embedded in this MLIR build)
+    or "bin" (cubin; mlir-opt runs ptxas from PATH or /usr/local/cuda).
+    Returned as one argv element: no shell quotes around the option list.
+    """
+    features = features or default_ptx_features(chip)
+    return (
+        f"--gpu-lower-to-nvvm-pipeline=cubin-chip={chip} cubin-features={features} "
+        f"cubin-format={fmt} opt-level={opt_level}"
+    )
+
+
+_BINARY = re.compile(r"gpu\.binary\s+@([\w$.-]+)")
+_OBJECT_PAYLOAD = re.compile(r'\b(assembly|bin|fatbin|offload)\s*=\s*"((?:[^"\\]|\\.)*)"', re.S)
+_CHIP = re.compile(r'chip\s*=\s*"([\w]+)"')
+_ESCAPE = re.compile(rb'\\(\\|"|n|t|[0-9A-Fa-f]{2})')
+_SIMPLE_ESCAPES = {b"\\": b"\\", b'"': b'"', b"n": b"\n", b"t": b"\t"}
+
+
+def unescape_mlir_string(body: str) -> bytes:
+    """Decode the inside of an MLIR string literal: `\\0A` -> newline, `\\22` -> quote, ..."""
+
+    def one(match: re.Match[bytes]) -> bytes:
+        code = match.group(1)
+        return _SIMPLE_ESCAPES.get(code) or bytes([int(code, 16)])
+
+    # MLIR escapes every non-printable byte, so the literal body is pure ASCII.
+    return _ESCAPE.sub(one, body.encode("ascii"))
+
+
+def extract_gpu_binaries(mlir_text: str) -> dict[str, bytes | str]:
+    """Payload of each `gpu.binary` op: PTX text (assembly) as str, cubin/fatbin as bytes.
+
+    Keyed by the binary's symbol name (the gpu.module's name). A binary with several
+    objects (several targets) yields keys `NAME/CHIP`.
+    """
+    starts = list(_BINARY.finditer(mlir_text))
+    result: dict[str, bytes | str] = {}
+    for index, start in enumerate(starts):
+        end = starts[index + 1].start() if index + 1 < len(starts) else len(mlir_text)
+        span = mlir_text[start.end() : end]
+        payloads = list(_OBJECT_PAYLOAD.finditer(span))
+        previous = 0
+        for payload in payloads:
+            chip = _CHIP.search(span, previous, payload.start())
+            previous = payload.end()
+            key = start.group(1)
+            if len(payloads) > 1:
+                key = f"{key}/{chip.group(1) if chip else len(result)}"
+            data = unescape_mlir_string(payload.group(2))
+            result[key] = data.decode() if payload.group(1) == "assembly" else data
+    return result
+
+
+def gpu_to_ptx(mlir_text: str, chip: str = "sm_90", features: str | None = None) -> dict[str, str]:
+    """gpu.module name -> PTX text. Needs no CUDA installation."""
+    lowered = mlir_opt(mlir_text, [GPU_PIPELINE(chip, features, "isa")])
+    return {name: ptx for name, ptx in extract_gpu_binaries(lowered).items() if isinstance(ptx, str)}
+
+
+def _env_with_ptxas() -> dict[str, str]:
+    # mlir-opt looks for ptxas on PATH (and its build-time CUDA path): make sure the
+    # one we found is first on PATH.
+    ptxas_dir = str(find_tool("ptxas").parent)
+    env = dict(os.environ)
+    env["PATH"] = ptxas_dir + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def gpu_to_cubin(mlir_text: str, chip: str = "sm_90", features: str | None = None) -> dict[str, bytes]:
+    """gpu.module name -> cubin (ELF) bytes. Needs ptxas (ToolNotFoundError otherwise)."""
+    env = _env_with_ptxas()  # raises ToolNotFoundError first if ptxas is missing
+    lowered = run_tool("mlir-opt", [GPU_PIPELINE(chip, features, "bin")], stdin=mlir_text, env=env)
+    return {name: blob for name, blob in extract_gpu_binaries(lowered).items() if isinstance(blob, bytes)}
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTXAS_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_PTXAS_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_PTXAS_USED = re.compile(r"Used (\d+) registers")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def ptxas_info(ptx: str, arch: str = "sm_90") -> dict[str, dict[str, int]]:
+    """Resource usage per kernel from `ptxas -v`: registers, spills, shared and stack bytes."""
+    with tempfile.TemporaryDirectory(prefix="scanweaver-ptxas-") as tmp:
+        source = Path(tmp) / "kernel.ptx"
+        source.write_text(ptx)
+        # ptxas -v reports on stdout in CUDA 13 (stderr in older ones): read both.
+        done = subprocess.run(
+            [str(find_tool("ptxas")), f"-arch={arch}", "-v", str(source), "-o", str(Path(tmp) / "kernel.cubin")],
+            capture_output=True,
+            text=True,
+        )
+    if done.returncode != 0:
+        raise ToolFailedError(f"ptxas failed (exit code {done.returncode}):\n{_first_lines(done.stderr + done.stdout)}")
+    info: dict[str, dict[str, int]] = {}
+    current: dict[str, int] | None = None
+    for line in (done.stdout + "\n" + done.stderr).splitlines():
+        if entry := _PTXAS_ENTRY.search(line):
+            current = info.setdefault(
+                entry.group(1),
+                {"registers": 0, "spill_stores": 0, "spill_loads": 0, "shared_bytes": 0, "stack_bytes": 0},
+            )
+        elif props := _PTXAS_PROPERTIES.search(line):
+            current = info.get(props.group(1))  # None for non-kernel device functions
+        elif current is None:
+            continue
+        elif frame := _PTXAS_FRAME.search(line):
+            current["stack_bytes"], current["spill_stores"], current["spill_loads"] = map(int, frame.groups())
+        elif used := _PTXAS_USED.search(line):
+            current["registers"] = int(used.group(1))
+            if smem := _PTXAS_SMEM.search(line):
+                current["shared_bytes"] = int(smem.group(1))
+    return info
