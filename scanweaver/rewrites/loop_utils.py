@@ -40,7 +40,7 @@ def dim_sizes(b: Builder, ref: SSAValue) -> list[SSAValue]:
     sizes = []
     for i, d in enumerate(t.get_shape()):
         if d == DYNAMIC_INDEX:
-            sizes.append(b.insert(memref.DimOp.from_source_and_index(ref, const_index(b, i))).result)
+            sizes.append(b.insert(memref.DimOp(ref, const_index(b, i))).result)
         else:
             sizes.append(const_index(b, d))
     return sizes

@@ -1,0 +1,85 @@
+"""Test helpers: IR text for single scan ops, and float64 numpy references."""
+
+from __future__ import annotations
+
+import numpy as np
+
+MLIR_TYPE = {
+    np.dtype(np.float32): "f32",
+    np.dtype(np.float64): "f64",
+    np.dtype(np.float16): "f16",
+    np.dtype(np.int32): "i32",
+    np.dtype(np.int64): "i64",
+}
+
+
+def memref(shape, el: str) -> str:
+    return "memref<" + "".join(f"{d}x" for d in shape) + el + ">"
+
+
+def affine_func(shape, axis, in_el, state_el, *, init=False, final=False, reverse=False):
+    """`func.func @f(a, b, [init], h, [final])` holding one scan.affine."""
+    ch = [d for i, d in enumerate(shape) if i != axis]
+    tin, th, tc = memref(shape, in_el), memref(shape, state_el), memref(ch, state_el)
+    args = [f"%a: {tin}", f"%b: {tin}"]
+    ins, outs = [tin, tin], [th]
+    op = "scan.affine %a, %b"
+    if init:
+        args.append(f"%h0: {tc}")
+        ins.append(tc)
+        op += " init %h0"
+    args.append(f"%h: {th}")
+    op += " into %h"
+    if final:
+        args.append(f"%hT: {tc}")
+        outs.append(tc)
+        op += " final %hT"
+    op += f" axis {axis}" + (" reverse" if reverse else "")
+    return (
+        f"func.func @f({', '.join(args)}) {{\n"
+        f"  {op} : {', '.join(ins)} -> {', '.join(outs)}\n"
+        "  func.return\n}\n"
+    )
+
+
+def affine_reference(a, b, axis, h0=None, reverse=False, wrap_dtype=None):
+    """h_t = a_t h_{t-1} + b_t along `axis` in float64 (or exact Python ints)."""
+    a = np.moveaxis(a, axis, -1)
+    b = np.moveaxis(b, axis, -1)
+    exact = wrap_dtype is not None
+    dtype = object if exact else np.float64
+    h = np.zeros(a.shape, dtype=dtype)
+    state = (
+        np.zeros(a.shape[:-1], dtype=dtype)
+        if h0 is None
+        else np.asarray(h0).astype(dtype)
+    )
+    steps = range(a.shape[-1] - 1, -1, -1) if reverse else range(a.shape[-1])
+    for t in steps:
+        state = a[..., t].astype(dtype) * state + b[..., t].astype(dtype)
+        if exact:
+            state = _wrap(state, wrap_dtype)
+        h[..., t] = state
+    if exact:
+        return np.moveaxis(h.astype(wrap_dtype), -1, axis), state.astype(wrap_dtype)
+    return np.moveaxis(h, -1, axis), state
+
+
+def _wrap(x, dtype):
+    bits = np.dtype(dtype).itemsize * 8
+    f = np.vectorize(lambda v: ((int(v) + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1)), otypes=[object])
+    return f(x)
+
+
+def random_inputs(rng, shape, dtype):
+    """Decay-like `a` in (0.5, 1) and `b` in (-1, 1): stable, no overflow."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "i":
+        info = np.iinfo(dtype)
+        return (
+            rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True),
+            rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True),
+        )
+    a = rng.uniform(0.5, 1.0, size=shape).astype(dtype)
+    b = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+    return a, b
