@@ -15,7 +15,7 @@ from pathlib import Path
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 
-from scanweaver.errors import ToolFailedError, ToolNotFoundError
+from scanweaver.errors import ToolFailedError
 from scanweaver.toolchain.tools import find_tool
 
 _STDERR_LINES = 6
@@ -127,10 +127,10 @@ def emit_c_interface(module: ModuleOp) -> ModuleOp:
 
 # ---------------------------------------------------------------------------- GPU
 
-# Lowest PTX ISA each chip accepts. The pipeline's default (+ptx60) makes LLVM abort
-# for sm_80 ("Minimum required PTX version is 7.0") and sm_90 (7.8); sm_90a needs 8.0.
-# We use +ptx80 (CUDA 12.0) for everything up to Hopper: accepted for sm_80 and sm_90
-# by mlir-opt and by ptxas 13.0, and loadable by any CUDA 12 driver.
+# PTX ISA per chip. The pipeline's default (+ptx60) makes LLVM abort for sm_80
+# ("Minimum required PTX version is 7.0") and sm_90 (7.8); sm_90a needs 8.0, sm_100 8.6,
+# sm_120 8.7 (all checked with this LLVM 22). We use +ptx80 (CUDA 12.0) up to Hopper:
+# accepted for sm_80 and sm_90 by mlir-opt and by ptxas 13.0, loadable by CUDA 12 drivers.
 _MIN_PTX = {"sm_100": "+ptx86", "sm_100a": "+ptx86", "sm_120": "+ptx87", "sm_120a": "+ptx87"}
 
 
@@ -230,7 +230,7 @@ def ptxas_info(ptx: str, arch: str = "sm_90") -> dict[str, dict[str, int]]:
     with tempfile.TemporaryDirectory(prefix="scanweaver-ptxas-") as tmp:
         source = Path(tmp) / "kernel.ptx"
         source.write_text(ptx)
-        # ptxas -v reports on stdout in CUDA 13 (stderr in older ones): read both.
+        # ptxas -v reports on stderr (CUDA 13); read stdout too, in case a version moves it.
         done = subprocess.run(
             [str(find_tool("ptxas")), f"-arch={arch}", "-v", str(source), "-o", str(Path(tmp) / "kernel.cubin")],
             capture_output=True,
@@ -238,9 +238,14 @@ def ptxas_info(ptx: str, arch: str = "sm_90") -> dict[str, dict[str, int]]:
         )
     if done.returncode != 0:
         raise ToolFailedError(f"ptxas failed (exit code {done.returncode}):\n{_first_lines(done.stderr + done.stdout)}")
+    return parse_ptxas_verbose(done.stdout + "\n" + done.stderr)
+
+
+def parse_ptxas_verbose(output: str) -> dict[str, dict[str, int]]:
+    """Per-kernel resources from `ptxas -v` text; non-kernel device functions are skipped."""
     info: dict[str, dict[str, int]] = {}
     current: dict[str, int] | None = None
-    for line in (done.stdout + "\n" + done.stderr).splitlines():
+    for line in output.splitlines():
         if entry := _PTXAS_ENTRY.search(line):
             current = info.setdefault(
                 entry.group(1),
