@@ -1,0 +1,305 @@
+"""ScanWeaver's Python API: `linear_scan`, `selective_scan` and `compile`.
+
+Inputs are validated here, once, with messages that name the argument; the backends
+below receive well-formed arrays.  `backend="auto"` runs on the GPU when one is usable
+and the inputs allow it, else on the CPU; `backend="cuda"` without a GPU is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from scanweaver.errors import BackendUnavailableError, ScanWeaverError
+
+_FLOAT_TYPES = (np.float16, np.float32, np.float64)
+_SCAN_TYPES = (*_FLOAT_TYPES, np.int32, np.int64)
+BACKENDS = ("auto", "cpu", "cuda")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _is_cuda_array(x: Any) -> bool:
+    return hasattr(x, "__cuda_array_interface__")
+
+
+def _cuda_usable() -> bool:
+    from scanweaver.runtime.cuda import cuda_available
+
+    return cuda_available()
+
+
+def _pick_backend(backend: str, arrays: list[Any]) -> str:
+    if backend not in BACKENDS:
+        raise ScanWeaverError(
+            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
+        )
+    on_device = any(_is_cuda_array(x) for x in arrays if x is not None)
+    if backend == "cpu":
+        if on_device:
+            raise ScanWeaverError(
+                "backend='cpu' was asked for, but the inputs are GPU arrays; copy them "
+                "to the host or use backend='cuda'"
+            )
+        return "cpu"
+    if backend == "cuda" or on_device:
+        if not _cuda_usable():
+            from scanweaver.runtime.cuda import why_no_cuda
+
+            raise BackendUnavailableError(f"backend='cuda' is not available: {why_no_cuda()}")
+        return "cuda"
+    return "cuda" if _cuda_usable() else "cpu"
+
+
+def _host_array(name: str, x: Any, allowed=_SCAN_TYPES) -> np.ndarray:
+    if x is None:
+        raise ScanWeaverError(f"argument '{name}' is required")
+    try:
+        arr = np.asarray(x)
+    except Exception as e:  # noqa: BLE001 - any conversion failure is the user's input
+        raise ScanWeaverError(f"argument '{name}' is not an array: {e}") from None
+    if arr.dtype not in [np.dtype(t) for t in allowed]:
+        names = ", ".join(np.dtype(t).name for t in allowed)
+        raise ScanWeaverError(f"argument '{name}' has dtype {arr.dtype}; expected one of {names}")
+    return arr
+
+
+def _check_shape(name: str, arr: Any, shape: tuple[int, ...], meaning: str) -> None:
+    if tuple(arr.shape) != tuple(shape):
+        raise ScanWeaverError(
+            f"argument '{name}' has shape {tuple(arr.shape)}; expected {tuple(shape)} ({meaning})"
+        )
+
+
+# ------------------------------------------------------------------------- linear_scan
+
+
+def linear_scan(
+    a: Any,
+    b: Any,
+    h0: Any = None,
+    axis: int = -1,
+    reverse: bool = False,
+    backend: str = "auto",
+    return_final_state: bool = False,
+):
+    """Per-channel affine recurrence ``h[t] = a[t] * h[t-1] + b[t]`` along ``axis``.
+
+    a, b: arrays of the same shape and dtype (float16, float32, float64, int32, int64);
+      every dimension other than ``axis`` is an independent channel.
+    h0: optional initial state, shape of ``a`` without ``axis`` (zero when absent).
+    reverse: walk the axis from its end (``h[t] = a[t] * h[t+1] + b[t]``).
+    Returns h (same shape; float16 inputs accumulate and return float32; integers wrap
+    around like C), and with ``return_final_state=True`` also the last state.
+    NaN and Inf propagate exactly as in the sequential loop.
+    """
+    chosen = _pick_backend(backend, [a, b, h0])
+    if chosen == "cuda":
+        from scanweaver.runtime.cuda_scan import linear_scan_cuda
+
+        return linear_scan_cuda(a, b, h0, axis, reverse, return_final_state)
+    a_arr, b_arr = _host_array("a", a), _host_array("b", b)
+    if a_arr.dtype != b_arr.dtype:
+        raise ScanWeaverError(
+            f"arguments 'a' ({a_arr.dtype}) and 'b' ({b_arr.dtype}) must have the same dtype"
+        )
+    _check_shape("b", b_arr, a_arr.shape, "the shape of 'a'")
+    if a_arr.ndim == 0:
+        raise ScanWeaverError("arguments 'a' and 'b' must have at least one dimension")
+    if not -a_arr.ndim <= axis < a_arr.ndim:
+        raise ScanWeaverError(
+            f"axis {axis} is out of range for {a_arr.ndim}-dimensional inputs"
+        )
+    axis %= a_arr.ndim
+    state_dtype = np.float32 if a_arr.dtype == np.float16 else a_arr.dtype
+    channel_shape = a_arr.shape[:axis] + a_arr.shape[axis + 1 :]
+    h0_2d = None
+    if h0 is not None:
+        h0_arr = _host_array("h0", h0)
+        _check_shape("h0", h0_arr, channel_shape, f"'a' without axis {axis}")
+        h0_2d = np.ascontiguousarray(h0_arr, dtype=state_dtype).reshape(-1)
+
+    # The kernels scan the last axis of C-contiguous (channels, L) arrays.
+    def to_2d(x: np.ndarray) -> np.ndarray:
+        moved = np.moveaxis(x, axis, -1).astype(state_dtype, copy=False)
+        return np.ascontiguousarray(moved).reshape(-1, x.shape[axis])
+
+    from scanweaver.runtime.cpu_scan import affine_scan_cpu
+
+    length = a_arr.shape[axis]
+    h_2d, final = affine_scan_cpu(
+        to_2d(a_arr), to_2d(b_arr), h0_2d, reverse=reverse, return_final=True
+    )
+    moved_shape = channel_shape + (length,)
+    h = np.moveaxis(h_2d.reshape(moved_shape), -1, axis)
+    if return_final_state:
+        return h, final.reshape(channel_shape)
+    return h
+
+
+# ---------------------------------------------------------------------- selective_scan
+
+
+def _check_selective_inputs(u, delta, A, B, C, D, z, delta_bias, h0):
+    u = _host_array("u", u, _FLOAT_TYPES)
+    if u.ndim != 3:
+        raise ScanWeaverError(f"argument 'u' must have shape (batch, D, L), got {u.shape}")
+    batch, dim, length = u.shape
+    delta = _host_array("delta", delta, _FLOAT_TYPES)
+    _check_shape("delta", delta, u.shape, "(batch, D, L) like 'u'")
+    A = _host_array("A", A, _FLOAT_TYPES)
+    if A.ndim != 2 or A.shape[0] != dim:
+        raise ScanWeaverError(f"argument 'A' must have shape (D, N) = ({dim}, N), got {A.shape}")
+    n = A.shape[1]
+    shapes = {
+        "constant": (dim, n),
+        "shared": (batch, n, length),
+    }
+    forms = {}
+    for name, x in (("B", B), ("C", C)):
+        x = _host_array(name, x, _FLOAT_TYPES)
+        if x.ndim == 4:
+            if x.shape[0] != batch or x.shape[2:] != (n, length) or dim % x.shape[1]:
+                raise ScanWeaverError(
+                    f"argument '{name}' (grouped) must have shape (batch, G, N, L) = "
+                    f"({batch}, G, {n}, {length}) with G dividing D={dim}, got {x.shape}"
+                )
+        elif tuple(x.shape) not in shapes.values():
+            raise ScanWeaverError(
+                f"argument '{name}' must have shape (D, N) = {shapes['constant']}, "
+                f"(batch, N, L) = {shapes['shared']} or (batch, G, N, L), got {x.shape}"
+            )
+        forms[name] = x
+    extras = {}
+    for name, x, shape, meaning in (
+        ("D", D, (dim,), "(D,)"),
+        ("z", z, u.shape, "(batch, D, L) like 'u'"),
+        ("delta_bias", delta_bias, (dim,), "(D,)"),
+        ("initial_state", h0, (batch, dim, n), "(batch, D, N)"),
+    ):
+        if x is None:
+            extras[name] = None
+            continue
+        x = _host_array(name, x, _FLOAT_TYPES)
+        _check_shape(name, x, shape, meaning)
+        extras[name] = x
+    return u, delta, A, forms["B"], forms["C"], extras
+
+
+def selective_scan(
+    u: Any,
+    delta: Any,
+    A: Any,
+    B: Any,
+    C: Any,
+    D: Any = None,
+    z: Any = None,
+    delta_bias: Any = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    initial_state: Any = None,
+    backend: str = "auto",
+):
+    """Mamba's selective scan forward, with the meaning of ``selective_scan_fn``.
+
+    u, delta, z: (batch, D, L); A: (D, N); B, C: (D, N) constant, (batch, N, L) shared,
+    or (batch, G, N, L) grouped (channel d uses group d // (D/G)); D, delta_bias: (D,).
+    ``initial_state`` (batch, D, N) is an extension: the state before t = 0.
+    All internal math is float32 (float64 inputs: float64); the output has u's dtype.
+    Returns out, or (out, last_state) with ``return_last_state=True``.
+    """
+    chosen = _pick_backend(backend, [u, delta, A, B, C, D, z, delta_bias, initial_state])
+    if chosen == "cuda":
+        from scanweaver.runtime.cuda_scan import selective_scan_cuda
+
+        return selective_scan_cuda(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
+        )
+    u_, delta_, A_, B_, C_, ex = _check_selective_inputs(
+        u, delta, A, B, C, D, z, delta_bias, initial_state
+    )
+    from scanweaver.runtime.cpu_scan import selective_scan_cpu
+
+    return selective_scan_cpu(
+        u_,
+        delta_,
+        A_,
+        B_,
+        C_,
+        D=ex["D"],
+        z=ex["z"],
+        delta_bias=ex["delta_bias"],
+        delta_softplus=delta_softplus,
+        return_last_state=return_last_state,
+        h0=ex["initial_state"],
+    )
+
+
+# ----------------------------------------------------------------------------- compile
+
+
+class Program:
+    """A compiled module: call its functions by name with numpy arrays.
+
+    Memref arguments are numpy arrays written in place; scalar results are returned.
+    ``program.stages`` lists (stage name, IR text) after each pass;
+    ``program.stage_ir(name)`` returns one of them.
+    """
+
+    def __init__(self, functions: dict[str, Callable[..., Any]], stages, artifact: str):
+        self._functions = functions
+        self.stages = [(s.name, s.ir) for s in stages]
+        self.artifact = artifact
+
+    @property
+    def function_names(self) -> list[str]:
+        return sorted(self._functions)
+
+    def stage_ir(self, name: str) -> str:
+        for stage, ir in self.stages:
+            if stage == name:
+                return ir
+        raise ScanWeaverError(
+            f"no stage named '{name}' (stages: {', '.join(s for s, _ in self.stages)})"
+        )
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise ScanWeaverError(
+                f"no function '@{name}' in the program (have: {', '.join(self.function_names)})"
+            ) from None
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+
+def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - public API name
+    """Compile user IR (loops or scan ops) through raise → lower → build.
+
+    target="cpu": LLVM JIT on this machine; target="cuda": PTX kernels launched with
+    numba's CUDA driver (needs a GPU).
+    """
+    from scanweaver import compiler
+    from scanweaver.runtime.cpu import CpuProgram
+
+    compiler.check_target(target)
+    if target == "cuda":
+        from scanweaver.runtime.cuda_program import compile_cuda_program
+
+        return compile_cuda_program(mlir_text)
+    lowered = compiler.lower(mlir_text, "cpu")
+    llvm_ir, _ = compiler.cpu_llvm_ir(lowered.module)
+    jit = CpuProgram(llvm_ir)
+    functions = {}
+    for name, fn in compiler.public_functions(lowered.module).items():
+        args = [str(t) for t in fn.function_type.inputs.data]
+        results = [str(t) for t in fn.function_type.outputs.data]
+        functions[name] = jit.get(name, args, results)
+    return Program(functions, lowered.stages, llvm_ir)

@@ -1,0 +1,93 @@
+"""The compile driver: IR text in, artifacts out, each stage visible.
+
+Data flows one way: parse → xDSL passes (`scanweaver-lower` stages) → MLIR text →
+upstream toolchain (mlir-opt/mlir-translate, or the NVVM pipeline) → artifact
+(LLVM IR for the JIT, PTX/cubin for CUDA).  Toolchain outputs go through the on-disk
+cache, so a second process does not run mlir-opt again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from scanweaver.errors import ScanWeaverError
+from scanweaver.ir import make_context, parse_ir, print_ir
+from scanweaver.rewrites.pipeline import stages_for
+from scanweaver.toolchain import cache
+from scanweaver.toolchain.mlir import emit_c_interface, lower_to_llvm_ir
+
+#: Pipeline target of each artifact kind.
+TARGET_FOR_KIND = {"llvm": "cpu", "mlir": "cpu", "ptx": "gpu", "cubin": "gpu"}
+
+
+@dataclass
+class Stage:
+    name: str
+    ir: str
+
+
+@dataclass
+class Lowered:
+    """The module after the xDSL passes, and the IR after each of them."""
+
+    module: ModuleOp
+    stages: list[Stage] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.stages[-1].ir
+
+
+def lower(
+    text: str,
+    target: str,
+    source: str = "<input>",
+    progress: Callable[[str], None] | None = None,
+    keep_stages: bool = True,
+) -> Lowered:
+    """Run `scanweaver-lower{target=...}` stage by stage, recording each stage's IR."""
+    module = parse_ir(text, source)
+    result = Lowered(module, [Stage("input", text)] if keep_stages else [])
+    ctx = make_context()
+    for stage in stages_for(target):
+        if progress:
+            progress(stage.name)
+        stage.apply(ctx, module)
+        if keep_stages:
+            result.stages.append(Stage(stage.name, print_ir(module)))
+    try:
+        module.verify()
+    except Exception as e:  # a bug in a pass, not in the user's input
+        raise RuntimeError(f"ScanWeaver produced invalid IR: {e}") from e
+    if not keep_stages:
+        result.stages.append(Stage("final", print_ir(module)))
+    return result
+
+
+def cpu_llvm_ir(module: ModuleOp) -> tuple[str, bool]:
+    """LLVM IR for a CPU-lowered module (cached); returns (llvm_ir, cache_hit)."""
+    emit_c_interface(module)
+    text = print_ir(module)
+    key = cache.cache_key("llvm-ir", text)
+    payload, hit = cache.cached(key, lambda: lower_to_llvm_ir(text).encode())
+    return payload.decode(), hit
+
+
+def public_functions(module: ModuleOp) -> dict[str, func.FuncOp]:
+    return {
+        op.sym_name.data: op
+        for op in module.ops
+        if isinstance(op, func.FuncOp)
+        and not op.is_declaration
+        and (op.sym_visibility is None or op.sym_visibility.data == "public")
+    }
+
+
+def check_target(target: str) -> str:
+    if target not in ("cpu", "cuda"):
+        raise ScanWeaverError(f"unknown target '{target}' (expected 'cpu' or 'cuda')")
+    return target
