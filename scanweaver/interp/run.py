@@ -24,7 +24,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
 )
-from xdsl.interpreter import Interpreter
+from xdsl.interpreter import Interpreter, InterpreterFunctions
 from xdsl.interpreters import register_implementations
 from xdsl.interpreters.builtin import xtype_for_el_type
 from xdsl.interpreters.shaped_array import ShapedArray
@@ -120,9 +120,15 @@ def _from_shaped(shaped: ShapedArray[Any], dtype: np.dtype) -> np.ndarray:
 
 
 def run_function(
-    module: ModuleOp | str, name: str, *args: Any
+    module: ModuleOp | str,
+    name: str,
+    *args: Any,
+    extra_impls: Sequence[InterpreterFunctions] = (),
 ) -> tuple[Any, ...]:
-    """Interpret `func.func @name` on `args`; memref arguments are updated in place."""
+    """Interpret `func.func @name` on `args`; memref arguments are updated in place.
+
+    `extra_impls` adds op implementations (e.g. the GPU simulator's gpu.launch_func).
+    """
     if isinstance(module, str):
         module = parse_module(module)
     fn = next(
@@ -148,7 +154,10 @@ def run_function(
             values.append(shaped)
         else:
             values.append(arg.item() if isinstance(arg, np.generic) else arg)
-    results = make_interpreter(module).call_op(name, tuple(values))
+    interpreter = make_interpreter(module)
+    for impls in extra_impls:
+        interpreter.register_implementations(impls)
+    results = interpreter.call_op(name, tuple(values))
     for array, shaped, dtype in written:
         array[...] = _from_shaped(shaped, dtype)
     return tuple(

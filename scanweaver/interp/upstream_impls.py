@@ -178,17 +178,13 @@ class UpstreamFunctions(InterpreterFunctions):
         return (min(args[0], args[1]),)
 
     # -- memref -------------------------------------------------------------------
+    @impl(memref.AllocOp)
+    def run_alloc(self, interpreter: Interpreter, op: memref.AllocOp, args: PythonValues):
+        return _allocate(interpreter, op, args)  # xDSL's own ignores dynamic sizes
+
     @impl(memref.AllocaOp)
-    def run_alloca(
-        self, interpreter: Interpreter, op: memref.AllocaOp, args: PythonValues
-    ):
-        t = op.memref.type
-        shape = list(t.get_shape())
-        dyn = iter(args)
-        shape = [next(dyn) if d == DYNAMIC_INDEX else d for d in shape]
-        xtype = xtype_for_el_type(t.get_element_type(), interpreter.index_bitwidth)
-        size = math.prod(shape)
-        return (ShapedArray(TypedPtr[Any].zeros(size, xtype=xtype), shape),)
+    def run_alloca(self, interpreter: Interpreter, op: memref.AllocaOp, args: PythonValues):
+        return _allocate(interpreter, op, args)
 
     @impl(memref.DimOp)
     def run_dim(self, interpreter: Interpreter, op: memref.DimOp, args: PythonValues):
@@ -205,6 +201,15 @@ class UpstreamFunctions(InterpreterFunctions):
     @impl(memref.CastOp)
     def run_cast(self, interpreter: Interpreter, op: memref.CastOp, args: PythonValues):
         return (args[0],)
+
+
+def _allocate(interpreter: Interpreter, op, args: PythonValues) -> PythonValues:
+    """A zero-filled buffer for memref.alloc/alloca, dynamic sizes taken from `args`."""
+    t = op.memref.type
+    dyn = iter(args)
+    shape = [next(dyn) if d == DYNAMIC_INDEX else d for d in t.get_shape()]
+    xtype = xtype_for_el_type(t.get_element_type(), interpreter.index_bitwidth)
+    return (ShapedArray(TypedPtr[Any].zeros(math.prod(shape), xtype=xtype), shape),)
 
 
 def _unary_math_impl(op_type, fn):

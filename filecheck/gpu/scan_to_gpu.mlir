@@ -1,0 +1,78 @@
+// RUN: xdsl-opt %s -p 'scan-to-gpu{block-size=4 items-per-thread=2}' | filecheck %s
+// One Blelloch kernel per scan.affine: registers -> up-sweep -> seed root with the
+// carry -> down-sweep on b -> replay; chained tiles carry the state in scf.for.
+
+func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: memref<4xf32>, %h: memref<4x?xf32>, %hT: memref<4xf32>) {
+  scan.affine %a, %b init %h0 into %h final %hT axis 1 reverse : memref<4x?xf32>, memref<4x?xf32>, memref<4xf32> -> memref<4x?xf32>, memref<4xf32>
+  func.return
+}
+
+// CHECK:       builtin.module attributes {gpu.container_module} {
+// CHECK-LABEL:   func.func @reverse_init_final
+// CHECK-DAG:       %[[C4:.*]] = arith.constant 4 : index
+// CHECK-DAG:       %[[C1:.*]] = arith.constant 1 : index
+// CHECK:           "gpu.launch_func"(%[[C4]], %[[C1]], %[[C1]], %[[C4]], %[[C1]], %[[C1]], %a, %b, %h0, %h, %hT) <{kernel = @scanweaver_kernels::@scan_affine_0
+// CHECK-NOT:       scan.affine
+// CHECK:         "gpu.module"() <{sym_name = "scanweaver_kernels"}> ({
+// CHECK-DAG:       "memref.global"() <{sym_name = "scan_affine_0_sA", type = memref<4xf32, 3 : i64>, initial_value
+// CHECK-DAG:       "memref.global"() <{sym_name = "scan_affine_0_sB", type = memref<4xf32, 3 : i64>, initial_value
+// CHECK-DAG:       "memref.global"() <{sym_name = "scan_affine_0_sC", type = memref<1xf32, 3 : i64>, initial_value
+// CHECK:           "gpu.func"() <{function_type = (memref<4x?xf32>, memref<4x?xf32>, memref<4xf32>, memref<4x?xf32>, memref<4xf32>) -> (), kernel}> ({
+// CHECK-NEXT:      ^{{.*}}(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %init: memref<4xf32>, %h: memref<4x?xf32>, %final: memref<4xf32>):
+// CHECK-NEXT:        %[[TID:.*]] = "gpu.thread_id"() <{dimension = #gpu<dim x>}> : () -> index
+// CHECK-NEXT:        %[[BID:.*]] = "gpu.block_id"() <{dimension = #gpu<dim x>}> : () -> index
+// CHECK:             %[[LEN:.*]] = memref.dim %h, %{{.*}} : memref<4x?xf32>
+// CHECK:             %[[SA:.*]] = memref.get_global @scan_affine_0_sA : memref<4xf32, 3 : i64>
+// CHECK-NEXT:        %[[SB:.*]] = memref.get_global @scan_affine_0_sB : memref<4xf32, 3 : i64>
+// CHECK-NEXT:        %[[SC:.*]] = memref.get_global @scan_affine_0_sC : memref<1xf32, 3 : i64>
+// CHECK-NEXT:        %[[H0:.*]] = memref.load %init[%[[BID]]] : memref<4xf32>
+// CHECK:             %[[LAST:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[CARRY:.*]] = %[[H0]]) -> (f32) {
+//                      registers: guarded loads, identity (1, 0) past the end, reversed index
+// CHECK:               %[[IN0:.*]] = arith.cmpi ult, %[[T0:.*]], %[[LEN]] : index
+// CHECK-NEXT:          %[[A0:.*]], %[[B0:.*]] = scf.if %[[IN0]] -> (f32, f32) {
+// CHECK-NEXT:            %[[P0:.*]] = arith.subi %{{.*}}, %[[T0]] : index
+// CHECK-NEXT:            %{{.*}} = memref.load %a[%[[BID]], %[[P0]]] : memref<4x?xf32>
+// CHECK-NEXT:            %{{.*}} = memref.load %b[%[[BID]], %[[P0]]] : memref<4x?xf32>
+// CHECK:               } else {
+// CHECK-NEXT:            scf.yield %{{.*}}, %{{.*}} : f32, f32
+// CHECK:               %[[A1:.*]], %[[B1:.*]] = scf.if
+//                      thread aggregate (a0, b0) . (a1, b1)
+// CHECK:               %[[AGA:.*]] = arith.mulf %[[A0]], %[[A1]] : f32
+// CHECK-NEXT:          %[[M:.*]] = arith.mulf %[[A1]], %[[B0]] : f32
+// CHECK-NEXT:          %[[AGB:.*]] = arith.addf %[[M]], %[[B1]] : f32
+// CHECK-NEXT:          memref.store %[[AGA]], %[[SA]][%[[TID]]] : memref<4xf32, 3 : i64>
+// CHECK-NEXT:          memref.store %[[AGB]], %[[SB]][%[[TID]]] : memref<4xf32, 3 : i64>
+//                      up-sweep: 2 levels
+// CHECK-NEXT:          "gpu.barrier"() : () -> ()
+// CHECK:               scf.if
+// CHECK:               "gpu.barrier"() : () -> ()
+// CHECK:               scf.if
+//                      thread 0 seeds the root with the carry
+// CHECK:               scf.if %{{.*}} {
+// CHECK-NEXT:            memref.store %[[CARRY]], %[[SB]][%{{.*}}] : memref<4xf32, 3 : i64>
+// CHECK-NEXT:          }
+//                      down-sweep: 2 levels on b only
+// CHECK-NEXT:          "gpu.barrier"() : () -> ()
+// CHECK:               scf.if
+// CHECK-NOT:             memref.store %{{.*}}, %[[SA]]
+// CHECK:               "gpu.barrier"() : () -> ()
+// CHECK:               scf.if
+// CHECK-NOT:             memref.store %{{.*}}, %[[SA]]
+// CHECK:               "gpu.barrier"() : () -> ()
+//                      replay from the exclusive prefix, guarded stores
+// CHECK-NEXT:          %[[PRE:.*]] = memref.load %[[SB]][%[[TID]]] : memref<4xf32, 3 : i64>
+// CHECK-NEXT:          %[[X0:.*]] = arith.mulf %[[A0]], %[[PRE]] : f32
+// CHECK-NEXT:          %[[H_0:.*]] = arith.addf %[[X0]], %[[B0]] : f32
+// CHECK-NEXT:          scf.if %[[IN0]] {
+// CHECK:                 memref.store %[[H_0]], %h[%[[BID]], %{{.*}}] : memref<4x?xf32>
+// CHECK:               %[[X1:.*]] = arith.mulf %[[A1]], %[[H_0]] : f32
+// CHECK-NEXT:          %[[H_1:.*]] = arith.addf %[[X1]], %[[B1]] : f32
+//                      the last thread publishes the carry
+// CHECK:               memref.store %[[H_1]], %[[SC]][%{{.*}}] : memref<1xf32, 3 : i64>
+// CHECK:               "gpu.barrier"() : () -> ()
+// CHECK-NEXT:          %[[NEXT:.*]] = memref.load %[[SC]][%{{.*}}] : memref<1xf32, 3 : i64>
+// CHECK-NEXT:          scf.yield %[[NEXT]] : f32
+// CHECK:             scf.if %{{.*}} {
+// CHECK-NEXT:          memref.store %[[LAST]], %final[%[[BID]]] : memref<4xf32>
+// CHECK:             "gpu.return"() : () -> ()
+// CHECK:           }) {sym_name = "scan_affine_0", gpu.kernel, scanweaver.launch = {kernel_name = "scan_affine_0", module_name = "scanweaver_kernels", func_name = "reverse_init_final", grid = [4 : i64, 1 : i64, 1 : i64], block = [4 : i64, 1 : i64, 1 : i64], shared_bytes = 36 : i64

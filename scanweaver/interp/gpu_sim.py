@@ -1,0 +1,286 @@
+"""A thread-block simulator for `gpu.func` kernels, on the CPU.
+
+`simulate_launch(module, "fname", *arrays)` runs a host `func.func` like
+`run_function` does; every `gpu.launch_func` it meets runs the kernel here:
+
+* blocks of the grid run one after the other (x fastest, then y, z); inside a block
+  every thread is a Python generator over the kernel body that stops at each
+  `gpu.barrier`. The block scheduler advances all threads to their next barrier, then
+  releases them together.
+* `gpu.thread_id / block_id / block_dim / grid_dim / global_id` give each thread its
+  own values; `memref.get_global` of a global in address space 3 (shared memory)
+  returns one buffer per block, shared by its threads and filled with garbage (NaN for
+  floats, 0x5A5A... for integers) as uninitialised shared memory is; every other
+  memref (kernel arguments, global memory) is shared by all blocks.
+* Errors (`GpuSimError`): barrier divergence (some threads of a block finished or wait
+  at another barrier op while others wait), and, with `race_check=True` (default),
+  shared-memory data races: two threads of a block touching the same shared element
+  between two barriers where at least one of them writes.
+* Inside a thread the executor walks `scf.for`, `scf.if`, `scf.yield`, `gpu.return`
+  itself and runs every other op (arith, math, memref, ...) with the implementations
+  registered in ScanWeaver's interpreter (`make_interpreter`), so f32 rounding and
+  integer wrap-around are those of the oracle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Generator
+from typing import Any
+
+from xdsl.dialects import gpu, memref, scf
+from xdsl.dialects.builtin import (
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+)
+from xdsl.interpreter import (
+    Interpreter,
+    InterpreterFunctions,
+    PythonValues,
+    impl,
+    register_impls,
+)
+from xdsl.interpreters.builtin import xtype_for_el_type
+from xdsl.interpreters.shaped_array import ShapedArray
+from xdsl.interpreters.utils.ptr import TypedPtr
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.traits import SymbolTable
+
+from scanweaver.errors import ScanWeaverError
+from scanweaver.interp.run import run_function
+
+
+class GpuSimError(ScanWeaverError):
+    """The simulated kernel did something that is an error on a real GPU."""
+
+
+def _is_shared(t: MemRefType) -> bool:
+    space = t.memory_space
+    return isinstance(space, IntegerAttr) and space.value.data == 3
+
+
+_DIMS = {"x": 0, "y": 1, "z": 2}
+
+
+class _Block:
+    """State shared by the threads of one block."""
+
+    def __init__(self, block_id: tuple[int, int, int], block_dim, grid_dim, race_check: bool):
+        self.block_id = block_id
+        self.block_dim = block_dim
+        self.grid_dim = grid_dim
+        self.shared: dict[str, ShapedArray[Any]] = {}
+        self.shared_ids: set[int] = set()
+        self.race_check = race_check
+        # epoch bookkeeping for race detection: (buffer id, flat index) -> tid / tids
+        self.writes: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.reads: dict[tuple[int, tuple[int, ...]], set[int]] = {}
+
+    def shared_buffer(self, interp: Interpreter, glob: memref.GlobalOp) -> ShapedArray[Any]:
+        name = glob.sym_name.data
+        if name not in self.shared:
+            t = glob.type
+            shape = list(t.get_shape())
+            el = t.get_element_type()
+            xtype = xtype_for_el_type(el, interp.index_bitwidth)
+            size = math.prod(shape)
+            garbage = 0x5A5A5A5A if isinstance(el, IntegerType) else math.nan
+            buf = ShapedArray(TypedPtr[Any].new([garbage] * size, xtype=xtype), shape)
+            self.shared[name] = buf
+            self.shared_ids.add(id(buf))
+        return self.shared[name]
+
+    def new_epoch(self) -> None:
+        self.writes.clear()
+        self.reads.clear()
+
+    def check_access(self, buf: ShapedArray[Any], idx: tuple[int, ...], tid: int, write: bool, op: Operation) -> None:
+        key = (id(buf), idx)
+        writer = self.writes.get(key)
+        if writer is not None and writer != tid:
+            raise GpuSimError(
+                f"shared-memory race in block {self.block_id}: thread {tid} "
+                f"{'writes' if write else 'reads'} element {list(idx)} that thread {writer} "
+                f"wrote since the last barrier ({op.name})"
+            )
+        if write:
+            readers = self.reads.get(key)
+            if readers and readers - {tid}:
+                other = min(readers - {tid})
+                raise GpuSimError(
+                    f"shared-memory race in block {self.block_id}: thread {tid} writes "
+                    f"element {list(idx)} that thread {other} read since the last barrier"
+                )
+            self.writes[key] = tid
+        else:
+            self.reads.setdefault(key, set()).add(tid)
+
+
+class _Thread:
+    def __init__(self, interp: Interpreter, blk: _Block, tid: tuple[int, int, int]):
+        self.interp = interp
+        self.blk = blk
+        self.tid = tid
+        bd = blk.block_dim
+        self.linear = tid[0] + bd[0] * (tid[1] + bd[1] * tid[2])
+        self.env: dict[SSAValue, Any] = {}
+
+    def run(self, kernel: gpu.FuncOp, args: PythonValues) -> Generator[Operation, None, None]:
+        body = kernel.body.blocks.first
+        assert body is not None
+        yield from self.exec_block(body, args)
+
+    def exec_block(self, block: Block, args: PythonValues) -> Generator[Operation, None, tuple[Any, ...]]:
+        env = self.env
+        for a, v in zip(block.args, args):
+            env[a] = v
+        for op in block.ops:
+            kind = type(op)
+            if kind is scf.ForOp:
+                lb, ub, step, *iters = (env[v] for v in op.operands)
+                body = op.body.block
+                for iv in range(lb, ub, step):
+                    iters = list((yield from self.exec_block(body, (iv, *iters))))
+                for r, v in zip(op.results, iters):
+                    env[r] = v
+            elif kind is scf.IfOp:
+                region = op.true_region if env[op.cond] else op.false_region
+                vals: tuple[Any, ...] = ()
+                if region.blocks:
+                    vals = yield from self.exec_block(region.block, ())
+                for r, v in zip(op.results, vals):
+                    env[r] = v
+            elif kind is scf.YieldOp or kind is gpu.ReturnOp:
+                return tuple(env[v] for v in op.operands)
+            elif kind is gpu.BarrierOp:
+                yield op
+            elif kind is memref.LoadOp or kind is memref.StoreOp:
+                inputs = [env[v] for v in op.operands]
+                if self.blk.race_check:
+                    is_store = kind is memref.StoreOp
+                    buf = inputs[1] if is_store else inputs[0]
+                    if id(buf) in self.blk.shared_ids:
+                        idx = tuple(inputs[2:] if is_store else inputs[1:])
+                        self.blk.check_access(buf, idx, self.linear, is_store, op)
+                self._bounds_check(op, inputs, kind is memref.StoreOp)
+                results = self.interp.run_op(op, tuple(inputs))
+                for r, v in zip(op.results, results):
+                    env[r] = v
+            elif kind is memref.GetGlobalOp and _is_shared(op.memref.type):
+                glob = SymbolTable.lookup_symbol(op, op.name_)
+                assert isinstance(glob, memref.GlobalOp)
+                env[op.results[0]] = self.blk.shared_buffer(self.interp, glob)
+            elif kind is gpu.ThreadIdOp:
+                env[op.results[0]] = self.tid[_DIMS[op.dimension.data.value]]
+            elif kind is gpu.BlockIdOp:
+                env[op.results[0]] = self.blk.block_id[_DIMS[op.dimension.data.value]]
+            elif kind is gpu.BlockDimOp:
+                env[op.results[0]] = self.blk.block_dim[_DIMS[op.dimension.data.value]]
+            elif kind is gpu.GridDimOp:
+                env[op.results[0]] = self.blk.grid_dim[_DIMS[op.dimension.data.value]]
+            elif kind is gpu.GlobalIdOp:
+                d = _DIMS[op.dimension.data.value]
+                env[op.results[0]] = self.blk.block_id[d] * self.blk.block_dim[d] + self.tid[d]
+            elif op.regions:
+                raise GpuSimError(f"gpu simulator: unsupported op with regions '{op.name}' in a kernel")
+            else:
+                results = self.interp.run_op(op, tuple(env[v] for v in op.operands))
+                for r, v in zip(op.results, results):
+                    env[r] = v
+        return ()
+
+    def _bounds_check(self, op: Operation, inputs: list[Any], is_store: bool) -> None:
+        buf = inputs[1] if is_store else inputs[0]
+        idx = inputs[2:] if is_store else inputs[1:]
+        if any(not 0 <= i < n for i, n in zip(idx, buf.shape)):
+            raise GpuSimError(
+                f"out-of-bounds {op.name} at {list(idx)} of a {list(buf.shape)} memref "
+                f"(block {self.blk.block_id}, thread {self.tid})"
+            )
+
+
+def run_kernel(
+    interp: Interpreter,
+    kernel: gpu.FuncOp,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: PythonValues,
+    race_check: bool = True,
+) -> None:
+    """Execute `kernel` over the whole grid; `args` are interpreter values (ShapedArrays)."""
+    if any(g < 1 for g in grid) or any(b < 1 for b in block):
+        raise GpuSimError(f"invalid launch configuration grid={grid} block={block}")
+    for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
+        blk = _Block((bx, by, bz), block, grid, race_check)
+        threads = []
+        for tz, ty, tx in itertools.product(range(block[2]), range(block[1]), range(block[0])):
+            th = _Thread(interp, blk, (tx, ty, tz))
+            threads.append((th, th.run(kernel, args)))
+        live = threads
+        while live:
+            waiting: list[tuple[_Thread, Generator[Operation, None, None], Operation]] = []
+            finished: list[_Thread] = []
+            for th, gen in live:
+                try:
+                    waiting.append((th, gen, next(gen)))
+                except StopIteration:
+                    finished.append(th)
+            if waiting and finished:
+                raise GpuSimError(
+                    f"barrier divergence in block {blk.block_id}: thread {finished[0].tid} "
+                    f"returned while thread {waiting[0][0].tid} waits at a gpu.barrier"
+                )
+            barriers = {id(b) for _, _, b in waiting}
+            if len(barriers) > 1:
+                first = waiting[0]
+                other = next(w for w in waiting if w[2] is not first[2])
+                raise GpuSimError(
+                    f"barrier divergence in block {blk.block_id}: threads {first[0].tid} "
+                    f"and {other[0].tid} wait at different gpu.barrier ops"
+                )
+            blk.new_epoch()
+            live = [(th, gen) for th, gen, _ in waiting]
+
+
+def _lookup_kernel(module: ModuleOp, ref) -> gpu.FuncOp:
+    mod_name = ref.root_reference.data
+    kname = ref.nested_references.data[0].data if ref.nested_references.data else None
+    for op in module.walk():
+        if isinstance(op, gpu.ModuleOp) and op.sym_name.data == mod_name:
+            for k in op.body.block.ops:
+                if isinstance(k, gpu.FuncOp) and k.sym_name.data == kname:
+                    return k
+    raise GpuSimError(f"gpu simulator: kernel {ref} not found")
+
+
+@register_impls
+class GpuLaunchFunctions(InterpreterFunctions):
+    """Host-side `gpu.launch_func`, running the kernel in the block simulator."""
+
+    race_check: bool = True
+
+    @impl(gpu.LaunchFuncOp)
+    def run_launch_func(self, interpreter: Interpreter, op: gpu.LaunchFuncOp, args: PythonValues):
+        vals = dict(zip(op.operands, args))
+        if op.asyncDependencies or op.asyncToken is not None:
+            raise GpuSimError("gpu simulator: async launches are not supported")
+        grid = (vals[op.gridSizeX], vals[op.gridSizeY], vals[op.gridSizeZ])
+        block = (vals[op.blockSizeX], vals[op.blockSizeY], vals[op.blockSizeZ])
+        kernel = _lookup_kernel(interpreter.module, op.kernel)
+        kargs = tuple(vals[v] for v in op.kernelOperands)
+        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check)
+        return ()
+
+
+def simulate_launch(module: ModuleOp | str, name: str, *args: Any, race_check: bool = True) -> tuple[Any, ...]:
+    """Run host `func.func @name` on numpy arrays (updated in place), kernels simulated."""
+    if isinstance(module, str):
+        from scanweaver.ir import parse_ir
+
+        module = parse_ir(module)
+    launcher = GpuLaunchFunctions()
+    launcher.race_check = race_check
+    return run_function(module, name, *args, extra_impls=[launcher])

@@ -1,0 +1,426 @@
+"""`scan-to-gpu`: affine recurrences as work-efficient Blelloch scans in GPU kernels.
+
+Every `scan.affine` becomes a `gpu.func` kernel in the `gpu.module @scanweaver_kernels`
+plus a `gpu.launch_func` in its place; the top module gets `gpu.container_module`.
+
+Options (`xdsl-opt -p 'scan-to-gpu{block-size=128 items-per-thread=4}'`):
+  block_size        threads per block (power of two, 1..1024; default 128)
+  items_per_thread  consecutive elements each thread owns per tile (default 4)
+
+Kernel design
+-------------
+* Grid: one block per channel (all dimensions except the scan axis, linearised
+  row-major, delinearised with divui/remui in the kernel) on blockIdx.x, which allows
+  2^31 - 1 channels (blockIdx.y would stop at 65535).
+* Tile: T = block_size * items_per_thread consecutive time steps. Thread `tid` owns
+  steps [tid * ipt, (tid + 1) * ipt) of the tile. It loads its (a, b) pairs into
+  registers (f16/bf16 widened with extf; steps past the end become the identity
+  pair (1, 0)) and folds them sequentially into one aggregate pair.
+* The per-thread aggregates go to shared memory (`memref.global` in address space 3)
+  and an exclusive Blelloch scan runs over them: the up-sweep (log2(block_size)
+  levels, each after a `gpu.barrier`) builds subtree aggregates in place; thread 0
+  then puts the running state into the root slot as the pair (1, carry), and the
+  down-sweep (log2(block_size) levels) pushes prefixes down. Only the b components
+  are needed on the way down: a node's new b is `a_left * b_parent + b_left`, where
+  `a_left` is still the untouched up-sweep aggregate of the left subtree, so the
+  down-sweep neither reads nor writes prefix a's (half the shared traffic). After
+  it, slot `tid` holds the state just before the thread's first step, with the
+  carry already applied.
+* Each thread then replays its registers sequentially, `h = a * h + b`, storing each
+  in-range h. Identity padding keeps h unchanged past the end, so the last thread's
+  final h is the tile's last state: it writes it to a one-slot shared buffer, a
+  barrier later every thread reads it as the next tile's carry.
+* Long sequences: chained chunks. The block of a channel loops over all tiles of
+  its sequence, carrying the running state in a register (`scf.for` iter_args).
+  Chosen over reduce-then-scan (a second kernel and a global scratch array of tile
+  aggregates) because it is one kernel, deterministic, needs no extra global memory
+  nor inter-block synchronisation, and reads the input exactly once; parallelism comes
+  from the channels (batch * D is in the thousands for Mamba-like workloads). Its cost
+  is latency for few, very long channels (one SM per channel); any length works, 2^20
+  and beyond (index arithmetic is 64-bit).
+* `init` seeds the carry (0 without it); `final` is written by thread 0 after the
+  last tile (= init when the length is 0). `reverse` maps time step t to position
+  L - 1 - t. Float math is f32/f64 (unfused mul then add); i32/i64 use muli/addi,
+  which wrap exactly like the reference, so integer results are bit for bit.
+* Launch: grid (channels, 1, 1), block (block_size, 1, 1), static shared memory
+  (2 * block_size + 1) * sizeof(state). A `scanweaver.launch` attribute on the kernel
+  (see `launch.py`) describes it for runtimes.
+
+Not handled yet (left untouched by this pass): `scan.recurrence` and generic
+`scan.scan` combines. Planned design for the fused recurrence (the Mamba selective
+scan): the raised form sits inside the channel loops (`scf.for` over batch and D)
+with an `alloca` state of N elements; those loops map to blockIdx, the `coeffs`
+region is cloned per (item, n) so (a, b) come from registers, each thread carries
+N pairs per item (N <= 16..64 and items_per_thread small keep them in registers),
+the shared arrays become block_size x N and each up/down-sweep node does N
+independent combines, and the `emit` region is cloned per item over a private
+N-element state (fully unrolled by LLVM), so the reduction over N stays in the
+thread: no shared-memory reduction or atomics. Mapping (channel, n) to blocks was
+rejected: emit needs all N states of a step together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func, gpu, memref
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FunctionType,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    SymbolRefAttr,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from scanweaver.dialects import scan
+from scanweaver.errors import ScanWeaverError
+from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
+from scanweaver.rewrites.launch import KernelLaunch
+
+KERNEL_MODULE = "scanweaver_kernels"
+SHARED_SPACE = IntegerAttr(3, i64)
+
+
+def type_name(t: Attribute) -> str:
+    if isinstance(t, Float32Type):
+        return "f32"
+    if isinstance(t, Float64Type):
+        return "f64"
+    if isinstance(t, Float16Type):
+        return "f16"
+    if isinstance(t, BFloat16Type):
+        return "bf16"
+    if isinstance(t, IntegerType):
+        return f"i{t.width.data}"
+    if isinstance(t, IndexType):
+        return "index"
+    return str(t)
+
+
+def byte_size(t: Attribute) -> int:
+    if isinstance(t, (Float64Type,)):
+        return 8
+    if isinstance(t, (Float16Type, BFloat16Type)):
+        return 2
+    if isinstance(t, IntegerType):
+        return max(1, t.width.data // 8)
+    return 4
+
+
+def _thread_id(e: Emitter) -> SSAValue:
+    return e.val(gpu.ThreadIdOp(gpu.DimensionAttr(gpu.DimensionEnum.X)))
+
+
+def _block_id(e: Emitter) -> SSAValue:
+    return e.val(gpu.BlockIdOp(gpu.DimensionAttr(gpu.DimensionEnum.X)))
+
+
+def get_kernel_module(top: ModuleOp) -> gpu.ModuleOp:
+    """The `gpu.module @scanweaver_kernels` of `top`, created on first use."""
+    for op in top.ops:
+        if isinstance(op, gpu.ModuleOp) and op.sym_name.data == KERNEL_MODULE:
+            return op
+    mod = gpu.ModuleOp(StringAttr(KERNEL_MODULE), Region(Block()))  # type: ignore[arg-type]
+    top.body.block.add_op(mod)
+    top.attributes["gpu.container_module"] = UnitAttr()
+    return mod
+
+
+def _unique_name(kmod: gpu.ModuleOp, base: str) -> str:
+    taken = {
+        op.sym_name.data
+        for op in kmod.body.block.ops
+        if isinstance(op, (gpu.FuncOp, memref.GlobalOp))
+    }
+    i = 0
+    while f"{base}_{i}" in taken:
+        i += 1
+    return f"{base}_{i}"
+
+
+def shared_global(kmod: gpu.ModuleOp, name: str, el: Attribute, size: int) -> MemRefType:
+    t = MemRefType(el, [size], memory_space=SHARED_SPACE)
+    g = memref.GlobalOp.get(StringAttr(name), t, UnitAttr(), StringAttr("private"))
+    g.properties["alignment"] = IntegerAttr(16, i64)
+    kmod.body.block.add_op(g)
+    return t
+
+
+def _shape_entries(t: MemRefType) -> tuple[int | str, ...]:
+    return tuple("?" if d == DYNAMIC_INDEX else d for d in t.get_shape())
+
+
+@dataclass(frozen=True)
+class ScanToGpu(ModulePass):
+    """Lower `scan.affine` to a tiled Blelloch scan kernel per op (see module doc)."""
+
+    name = "scan-to-gpu"
+
+    block_size: int = 128
+    items_per_thread: int = 4
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        bs, ipt = self.block_size, self.items_per_thread
+        if bs < 1 or bs > 1024 or bs & (bs - 1):
+            raise ScanWeaverError(f"scan-to-gpu: block-size must be a power of two in [1, 1024], got {bs}")
+        if ipt < 1 or ipt > 64:
+            raise ScanWeaverError(f"scan-to-gpu: items-per-thread must be in [1, 64], got {ipt}")
+        affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
+        if not affines:
+            return
+        kmod = get_kernel_module(op)
+        for aff in affines:
+            self._lower_affine(aff, kmod)
+
+    # ------------------------------------------------------------------ one scan.affine
+    def _lower_affine(self, op: scan.AffineOp, kmod: gpu.ModuleOp) -> None:
+        bs, ipt = self.block_size, self.items_per_thread
+        h_t = op.h.type
+        assert isinstance(h_t, MemRefType)
+        state_t = h_t.element_type
+        in_t = op.a.type.element_type  # type: ignore[attr-defined]
+        if not isinstance(state_t, (Float32Type, Float64Type, IntegerType)):
+            raise ScanWeaverError(f"scan-to-gpu: unsupported state type {state_t}")
+        axis, rank = op.axis_value, h_t.get_num_dims()
+
+        name = _unique_name(kmod, "scan_affine")
+        names = ["a", "b"] + (["init"] if op.init else []) + ["h"] + (["final"] if op.final else [])
+        kinds = ["in", "in"] + (["in"] if op.init else []) + ["out"] + (["out"] if op.final else [])
+        operands = [op.a, op.b] + ([op.init] if op.init else []) + [op.h] + ([op.final] if op.final else [])
+        types = [v.type for v in operands]
+
+        sa_t = shared_global(kmod, f"{name}_sA", state_t, bs)
+        sb_t = shared_global(kmod, f"{name}_sB", state_t, bs)
+        sc_t = shared_global(kmod, f"{name}_sC", state_t, 1)
+
+        kfunc = gpu.FuncOp(name, FunctionType.from_lists(types, []), kernel=True)
+        kfunc.attributes["gpu.kernel"] = UnitAttr()
+        body = kfunc.body.block
+        args = dict(zip(names, body.args))
+        for n, a in args.items():
+            a.name_hint = n
+        e = Emitter(body)
+        self._emit_kernel(e, args, name, axis, rank, state_t, (sa_t, sb_t, sc_t), op.is_reverse)
+        e.op(gpu.ReturnOp([]))
+        kmod.body.block.add_op(kfunc)
+
+        # -- host side -------------------------------------------------------------------
+        host = Emitter(InsertPoint.before(op))
+        channel_dims = [i for i in range(rank) if i != axis]
+        sizes = [host.dim(op.h, i) for i in channel_dims]
+        nch = sizes[0] if sizes else host.index(1)
+        for s in sizes[1:]:
+            nch = host.mul(nch, s)
+        one = host.index(1)
+        threads = host.index(bs)
+        kernel_ref = SymbolRefAttr(KERNEL_MODULE, [name])
+
+        def launch(le: Emitter) -> None:
+            le.op(gpu.LaunchFuncOp(kernel_ref, [nch, one, one], [threads, one, one], kernelOperands=operands))
+
+        static_channels = all(h_t.get_shape()[i] != DYNAMIC_INDEX for i in channel_dims)
+        if static_channels:
+            launch(host)
+        else:
+            host.if_(host.cmp("sgt", nch, host.index(0)), [], launch)
+
+        # -- launch description ------------------------------------------------------------
+        parent_func = op.parent_op()
+        while parent_func is not None and not isinstance(parent_func, func.FuncOp):
+            parent_func = parent_func.parent_op()
+        host_args = []
+        for v in operands:
+            pos = -1
+            if parent_func is not None and v.owner is parent_func.body.block:  # type: ignore[attr-defined]
+                pos = v.index  # type: ignore[attr-defined]
+            host_args.append(pos)
+        shape = h_t.get_shape()
+        if static_channels:
+            grid0: int | str = 1
+            for i in channel_dims:
+                grid0 *= shape[i]
+        else:
+            grid0 = "*".join(
+                str(shape[i]) if shape[i] != DYNAMIC_INDEX else f"h.shape[{i}]" for i in channel_dims
+            )
+        desc = KernelLaunch(
+            kernel_name=name,
+            module_name=KERNEL_MODULE,
+            func_name=parent_func.sym_name.data if parent_func is not None else "",
+            grid=(grid0, 1, 1),
+            block=(bs, 1, 1),
+            shared_bytes=(2 * bs + 1) * byte_size(state_t),
+            args=[
+                (n, k, type_name(t.element_type), _shape_entries(t))  # type: ignore[attr-defined]
+                for n, k, t in zip(names, kinds, types)
+            ],
+            host_args=tuple(host_args),
+            notes=(
+                f"scan.affine axis {axis}{' reverse' if op.is_reverse else ''}; "
+                f"{in_t} inputs, {state_t} state; block_size={bs} items_per_thread={ipt}; "
+                "one block per channel, chained tiles"
+            ),
+        )
+        kfunc.attributes["scanweaver.launch"] = desc.to_attr()
+        Rewriter.erase_op(op)
+
+    def _emit_kernel(
+        self,
+        e: Emitter,
+        args: dict[str, SSAValue],
+        name: str,
+        axis: int,
+        rank: int,
+        state_t: Attribute,
+        shared: tuple[MemRefType, MemRefType, MemRefType],
+        reverse: bool,
+    ) -> None:
+        bs, ipt = self.block_size, self.items_per_thread
+        pairs = PairArith(state_t)
+        a_ref, b_ref, h_ref = args["a"], args["b"], args["h"]
+        init_ref, final_ref = args.get("init"), args.get("final")
+
+        tid = _thread_id(e)
+        bid = _block_id(e)
+        zero, one = e.index(0), e.index(1)
+        length = e.dim(h_ref, axis)
+
+        # Channel index: delinearise the block id over the non-axis dims (row-major).
+        channel_dims = [i for i in range(rank) if i != axis]
+        rest = bid
+        channel: list[SSAValue] = [zero] * len(channel_dims)
+        for pos in range(len(channel_dims) - 1, -1, -1):
+            size = e.dim(h_ref, channel_dims[pos])
+            if pos == 0:
+                channel[pos] = rest
+            else:
+                channel[pos] = e.remu(rest, size)
+                rest = e.divu(rest, size)
+
+        def at(t_phys: SSAValue) -> list[SSAValue]:
+            return [*channel[:axis], t_phys, *channel[axis:]]
+
+        s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared[0]))
+        s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared[1]))
+        s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
+
+        carry0 = e.load(init_ref, channel) if init_ref is not None else pairs.zero(e)
+        tile = e.index(bs * ipt)
+        ntiles = e.divu(e.add(length, e.index(bs * ipt - 1)), tile)
+        thread_base = e.mul(tid, e.index(ipt))
+        last_t = e.sub(length, one)
+
+        def phys(le: Emitter, t: SSAValue) -> SSAValue:
+            return le.sub(last_t, t) if reverse else t
+
+        def tile_body(le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+            (carry,) = carried
+            start = le.add(le.mul(k, tile), thread_base)
+            # 1. registers: this thread's pairs, identity past the end; sequential fold.
+            items: list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]] = []
+            for j in range(ipt):
+                t = le.add(start, le.index(j)) if j else start
+                inside = le.cmp("ult", t, length)
+
+                def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
+                    idx = at(phys(ie, t))
+                    return [
+                        pairs.widen(ie, ie.load(a_ref, idx)),
+                        pairs.widen(ie, ie.load(b_ref, idx)),
+                    ]
+
+                a_j, b_j = le.if_(inside, [state_t, state_t], load, lambda ie: list(pairs.identity(ie)))
+                items.append((a_j, b_j, t, inside))
+            agg = (items[0][0], items[0][1])
+            for a_j, b_j, _, _ in items[1:]:
+                agg = pairs.combine(le, agg, (a_j, b_j))
+            le.store(agg[0], s_a, [tid])
+            le.store(agg[1], s_b, [tid])
+
+            # 2. up-sweep over the block's aggregates.
+            d = 1
+            while d < bs:
+                le.op(gpu.BarrierOp())
+                active = le.cmp("ult", tid, le.index(bs // (2 * d)))
+
+                def up(ie: Emitter, d: int = d) -> None:
+                    i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
+                    left = ie.sub(i, ie.index(d))
+                    a, b = pairs.combine(
+                        ie,
+                        (ie.load(s_a, [left]), ie.load(s_b, [left])),
+                        (ie.load(s_a, [i]), ie.load(s_b, [i])),
+                    )
+                    ie.store(a, s_a, [i])
+                    ie.store(b, s_b, [i])
+
+                le.if_(active, [], up)
+                d *= 2
+
+            # 3. seed the root with the running state: pair (1, carry); a is unused below.
+            def seed(ie: Emitter) -> None:
+                ie.store(carry, s_b, [ie.index(bs - 1)])
+
+            le.if_(le.cmp("eq", tid, le.index(0)), [], seed)
+
+            # 4. down-sweep on b only (see module doc).
+            d = bs // 2
+            while d >= 1:
+                le.op(gpu.BarrierOp())
+                active = le.cmp("ult", tid, le.index(bs // (2 * d)))
+
+                def down(ie: Emitter, d: int = d) -> None:
+                    i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
+                    left = ie.sub(i, ie.index(d))
+                    b_parent = ie.load(s_b, [i])
+                    b_left = ie.load(s_b, [left])
+                    a_left = ie.load(s_a, [left])
+                    ie.store(b_parent, s_b, [left])
+                    ie.store(pairs.apply(ie, a_left, b_parent, b_left), s_b, [i])
+
+                le.if_(active, [], down)
+                d //= 2
+            le.op(gpu.BarrierOp())
+
+            # 5. replay the registers from the exclusive prefix; store in-range states.
+            h = le.load(s_b, [tid])
+            for a_j, b_j, t, inside in items:
+                h = pairs.apply(le, a_j, h, b_j)
+
+                def store(ie: Emitter, h: SSAValue = h, t: SSAValue = t) -> None:
+                    ie.store(h, h_ref, at(phys(ie, t)))
+
+                le.if_(inside, [], store)
+
+            # 6. broadcast the tile's last state as the next carry.
+            def publish(ie: Emitter, h: SSAValue = h) -> None:
+                ie.store(h, s_c, [ie.index(0)])
+
+            le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
+            le.op(gpu.BarrierOp())
+            return [le.load(s_c, [le.index(0)])]
+
+        (carry,) = e.for_(zero, ntiles, one, [carry0], tile_body)
+
+        if final_ref is not None:
+            fin = final_ref
+
+            def write_final(ie: Emitter) -> None:
+                ie.store(carry, fin, channel)
+
+            e.if_(e.cmp("eq", tid, zero), [], write_final)

@@ -1,0 +1,133 @@
+"""`scanweaver.compile(text, target="cuda")`: user IR → PTX kernels → callable functions.
+
+Building (lowering, PTX, launch descriptions) needs no GPU and is cached on disk;
+only loading and launching do.  A host function may hold nothing but kernel
+launches and index arithmetic: its launches replay in IR order from the launch
+descriptions, so no host code is compiled or interpreted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.dialects import arith, func, gpu, memref
+from xdsl.dialects.builtin import ModuleOp
+
+from scanweaver.errors import ScanWeaverError
+from scanweaver.rewrites.launch import KernelLaunch, launch_descriptions
+
+# Ops allowed in a host function: they only compute launch sizes.
+_HOST_OPS = (
+    gpu.LaunchFuncOp,
+    arith.ConstantOp,
+    arith.MuliOp,
+    arith.AddiOp,
+    arith.SubiOp,
+    arith.DivUIOp,
+    arith.CeilDivUIOp,
+    memref.DimOp,
+    func.ReturnOp,
+)
+
+
+@dataclass
+class CudaArtifacts:
+    ptx: str
+    chip: str
+    launches: dict[str, list[KernelLaunch]]  # host function -> launches in order
+    arg_counts: dict[str, int]
+    stages: list[Any]
+    ptxas: dict[str, dict[str, int]]
+
+
+def device_chip() -> str:
+    from numba import cuda
+
+    major, minor = cuda.get_current_device().compute_capability
+    return f"sm_{major}{minor}"
+
+
+def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dict[str, int]]:
+    by_kernel = {d.kernel_name: d for d in launch_descriptions(module)}
+    launches: dict[str, list[KernelLaunch]] = {}
+    counts: dict[str, int] = {}
+    for fn in module.ops:
+        if not isinstance(fn, func.FuncOp) or fn.is_declaration:
+            continue
+        name = fn.sym_name.data
+        counts[name] = len(fn.function_type.inputs.data)
+        seq = []
+        for op in fn.body.walk():
+            if op is fn:
+                continue
+            if not isinstance(op, _HOST_OPS):
+                raise ScanWeaverError(
+                    f"function @{name} needs host-side work that the CUDA runtime cannot run "
+                    f"('{op.name}'); only scan kernels and their launches are supported"
+                )
+            if isinstance(op, gpu.LaunchFuncOp):
+                kernel = op.kernel.nested_references.data[-1].data
+                if kernel not in by_kernel:
+                    raise ScanWeaverError(f"kernel {kernel} has no launch description")
+                seq.append(by_kernel[kernel])
+        launches[name] = seq
+    return launches, counts
+
+
+def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
+    """Lower for the GPU and produce PTX + launch plans (no GPU needed; PTX is cached)."""
+    from scanweaver import compiler
+    from scanweaver.rewrites.gpu_export import export_gpu, print_generic
+    from scanweaver.toolchain import cache
+
+    lowered = compiler.lower(mlir_text, "gpu")
+    launches, counts = _host_launches(lowered.module)
+    key = cache.cache_key("ptx", print_generic(lowered.module), chip=chip)
+
+    def build() -> bytes:
+        exported = export_gpu(lowered.module, chip=chip)
+        if len(exported["ptx"]) != 1:
+            raise ScanWeaverError(f"expected one gpu.module, found {len(exported['ptx'])}")
+        return json.dumps({"ptx": next(iter(exported["ptx"].values())), "ptxas": exported["ptxas"]}).encode()
+
+    if not any(launches.values()):
+        raise ScanWeaverError("the module has no recurrence or scan to run on the GPU")
+    payload, _ = cache.cached(key, build)
+    data = json.loads(payload)
+    return CudaArtifacts(data["ptx"], chip, launches, counts, lowered.stages, data["ptxas"])
+
+
+class _CudaFunction:
+    def __init__(self, module, name: str, launches: list[KernelLaunch], arg_count: int):
+        self._module, self._name = module, name
+        self._launches, self._arg_count = launches, arg_count
+
+    def __call__(self, *arrays: Any) -> None:
+        from numba import cuda
+
+        from scanweaver.runtime.cuda import DeviceArguments, launch
+
+        if len(arrays) != self._arg_count:
+            raise ScanWeaverError(f"@{self._name} takes {self._arg_count} arrays, got {len(arrays)}")
+        staged = DeviceArguments(arrays)
+        for desc in self._launches:
+            launch(self._module, desc, [staged.device[i] for i in desc.host_args])
+        cuda.synchronize()
+        staged.copy_back()
+
+
+def compile_cuda_program(mlir_text: str):
+    """Compile for the GPU of this machine and return a `Program` of callables."""
+    from scanweaver.api import Program
+    from scanweaver.runtime.cuda import CudaModule, require_cuda
+
+    require_cuda()
+    artifacts = build_cuda_artifacts(mlir_text, device_chip())
+    module = CudaModule(artifacts.ptx)
+    functions = {
+        name: _CudaFunction(module, name, seq, artifacts.arg_counts[name])
+        for name, seq in artifacts.launches.items()
+    }
+    return Program(functions, artifacts.stages, artifacts.ptx)
