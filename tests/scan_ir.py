@@ -4,42 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-MLIR_TYPE = {
-    np.dtype(np.float32): "f32",
-    np.dtype(np.float64): "f64",
-    np.dtype(np.float16): "f16",
-    np.dtype(np.int32): "i32",
-    np.dtype(np.int64): "i64",
-}
+from scanweaver.workloads.scans import MLIR_ELEMENT as MLIR_TYPE
+from scanweaver.workloads.scans import affine_scan_ir as affine_func
+from scanweaver.workloads.scans import memref_type as memref
 
-
-def memref(shape, el: str) -> str:
-    return "memref<" + "".join(f"{d}x" for d in shape) + el + ">"
-
-
-def affine_func(shape, axis, in_el, state_el, *, init=False, final=False, reverse=False):
-    """`func.func @f(a, b, [init], h, [final])` holding one scan.affine."""
-    ch = [d for i, d in enumerate(shape) if i != axis]
-    tin, th, tc = memref(shape, in_el), memref(shape, state_el), memref(ch, state_el)
-    args = [f"%a: {tin}", f"%b: {tin}"]
-    ins, outs = [tin, tin], [th]
-    op = "scan.affine %a, %b"
-    if init:
-        args.append(f"%h0: {tc}")
-        ins.append(tc)
-        op += " init %h0"
-    args.append(f"%h: {th}")
-    op += " into %h"
-    if final:
-        args.append(f"%hT: {tc}")
-        outs.append(tc)
-        op += " final %hT"
-    op += f" axis {axis}" + (" reverse" if reverse else "")
-    return (
-        f"func.func @f({', '.join(args)}) {{\n"
-        f"  {op} : {', '.join(ins)} -> {', '.join(outs)}\n"
-        "  func.return\n}\n"
-    )
+__all__ = ["MLIR_TYPE", "affine_func", "memref", "affine_reference", "random_inputs"]
 
 
 def affine_reference(a, b, axis, h0=None, reverse=False, wrap_dtype=None):

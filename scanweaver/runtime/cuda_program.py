@@ -12,15 +12,19 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from xdsl.dialects import arith, func, gpu, memref
+from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.launch import KernelLaunch, launch_descriptions
 
-# Ops allowed in a host function: they only compute launch sizes.
+# Ops allowed in a host function: they only compute launch sizes, or skip a launch
+# whose grid is empty (`launch` skips those itself).
 _HOST_OPS = (
     gpu.LaunchFuncOp,
+    scf.IfOp,
+    scf.YieldOp,
+    arith.CmpiOp,
     arith.ConstantOp,
     arith.MuliOp,
     arith.AddiOp,

@@ -1,0 +1,158 @@
+"""GPU drivers behind `linear_scan(..., backend="cuda")` and `selective_scan`.
+
+Both go through the compiler like any user program: IR (a `scan.affine` op, or the
+selective scan written as loops) → `scanweaver-lower{target=gpu}` → PTX → numba
+driver.  Kernels use dynamic shapes where the IR allows, so one build serves every
+size; builds are cached in-process here and on disk by the compiler.
+
+Inputs may be numpy arrays (copied in and out) or device arrays exposing
+`__cuda_array_interface__` (torch, cupy, numba): those are used in place, with
+outputs allocated on the device and returned as the same library's type when it
+is torch, else as numba device arrays.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from scanweaver.errors import ScanWeaverError
+from scanweaver.workloads.scans import MLIR_ELEMENT, affine_scan_ir
+
+
+class _Reshaped:
+    """A C-contiguous device array seen with another shape (no copy)."""
+
+    def __init__(self, base: Any, shape: tuple[int, ...]):
+        iface = dict(base.__cuda_array_interface__)
+        iface["shape"], iface["strides"] = tuple(shape), None
+        self.__cuda_array_interface__ = iface
+        self._base = base  # keep the memory alive
+
+
+def _is_c_contiguous(iface: dict) -> bool:
+    strides = iface.get("strides")
+    if strides is None:
+        return True
+    itemsize = np.dtype(iface["typestr"]).itemsize
+    expected, acc = [], itemsize
+    for d in reversed(iface["shape"]):
+        expected.append(acc)
+        acc *= d
+    return tuple(strides) == tuple(reversed(expected))
+
+
+@cache
+def _program(ir_text: str, chip: str):
+    from scanweaver.runtime.cuda import CudaModule
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+
+    artifacts = build_cuda_artifacts(ir_text, chip)
+    return CudaModule(artifacts.ptx), artifacts
+
+
+def _run(ir_text: str, name: str, arrays: list[Any]) -> None:
+    from numba import cuda
+
+    from scanweaver.runtime.cuda import DeviceArguments, launch
+    from scanweaver.runtime.cuda_program import device_chip
+
+    module, artifacts = _program(ir_text, device_chip())
+    staged = DeviceArguments(arrays)
+    for desc in artifacts.launches[name]:
+        launch(module, desc, [staged.device[i] for i in desc.host_args])
+    cuda.synchronize()
+    staged.copy_back()
+
+
+def _device_like(template: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    from numba import cuda
+
+    if type(template).__module__.startswith("torch"):
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype.name), device=template.device)
+    return cuda.device_array(shape, dtype=dtype)
+
+
+def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
+    on_device = hasattr(a, "__cuda_array_interface__")
+    if not on_device:
+        from scanweaver.api import _host_array
+
+        a, b = np.asarray(_host_array("a", a)), np.asarray(_host_array("b", b))
+    iface_a = a.__cuda_array_interface__ if on_device else None
+    shape = tuple(iface_a["shape"]) if on_device else a.shape
+    dtype = np.dtype(iface_a["typestr"]) if on_device else a.dtype
+    if dtype not in MLIR_ELEMENT:
+        raise ScanWeaverError(f"argument 'a' has dtype {dtype}; not supported on the GPU")
+    ndim = len(shape)
+    if ndim == 0 or not -ndim <= axis < ndim:
+        raise ScanWeaverError(f"axis {axis} is out of range for {ndim}-dimensional inputs")
+    axis %= ndim
+    state = np.dtype(np.float32) if dtype == np.float16 else dtype
+    length = shape[axis]
+    channels = int(np.prod(shape[:axis] + shape[axis + 1 :], dtype=np.int64))
+    if on_device:
+        if axis != ndim - 1 or not all(
+            _is_c_contiguous(x.__cuda_array_interface__) for x in (a, b)
+        ):
+            raise ScanWeaverError(
+                "GPU arrays must be C-contiguous and scanned along their last axis "
+                "(axis=-1); make them contiguous or move the axis first"
+            )
+        a2, b2 = _Reshaped(a, (channels, length)), _Reshaped(b, (channels, length))
+        h = _device_like(a, shape, state)
+        final = _device_like(a, shape[:-1], state)
+        h2, f2 = _Reshaped(h, (channels, length)), _Reshaped(final, (channels,))
+    else:
+        a2 = np.ascontiguousarray(np.moveaxis(a, axis, -1)).reshape(channels, length)
+        b2 = np.ascontiguousarray(np.moveaxis(b, axis, -1)).reshape(channels, length)
+        h2 = np.empty((channels, length), state)
+        f2 = np.empty(channels, state)
+    args = [a2, b2]
+    if h0 is not None:
+        h0_2d = h0 if hasattr(h0, "__cuda_array_interface__") else np.ascontiguousarray(h0, dtype=state)
+        args.append(_Reshaped(h0_2d, (channels,)) if on_device else h0_2d.reshape(channels))
+    args += [h2, f2]
+    ir = affine_scan_ir(
+        ("?", "?"), 1, MLIR_ELEMENT[dtype], MLIR_ELEMENT[state],
+        init=h0 is not None, final=True, reverse=reverse,
+    )
+    _run(ir, "f", args)
+    if on_device:
+        return (h, final) if return_final_state else h
+    channel_shape = shape[:axis] + shape[axis + 1 :]
+    out = np.moveaxis(h2.reshape(channel_shape + (length,)), -1, axis)
+    return (out, f2.reshape(channel_shape)) if return_final_state else out
+
+
+def selective_scan_cuda(
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
+):
+    """The selective scan compiled from its loop form for these shapes and options."""
+    from scanweaver.ir import print_ir
+    from scanweaver.workloads.loops import selective_scan_loops
+
+    if initial_state is not None or return_last_state:
+        raise ScanWeaverError(
+            "initial_state and return_last_state are not supported by the GPU kernel yet; "
+            "use backend='cpu'"
+        )
+    arrays = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias}
+    host = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in arrays.items() if v is not None}
+    batch, dim, length = host["u"].shape
+    n = host["A"].shape[1]
+    bc = {2: "constant", 3: "shared", 4: "grouped"}[host["B"].ndim]
+    groups = host["B"].shape[1] if bc == "grouped" else 1
+    module = selective_scan_loops(
+        batch, dim, length, n, bc=bc, groups=groups,
+        with_D=D is not None, with_z=z is not None, with_delta_bias=delta_bias is not None,
+        delta_softplus=delta_softplus,
+    )
+    out = np.empty((batch, dim, length), np.float32)
+    order = [host[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias") if k in host]
+    _run(print_ir(module), "selective_scan", [*order, out])
+    return out.astype(np.asarray(u).dtype, copy=False)
