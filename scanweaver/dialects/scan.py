@@ -594,4 +594,6 @@ class RecurrenceOp(IRDLOperation):
         return op
 
 
-Scan = Dialect("scan", [AffineOp, ScanOp, RecurrenceOp, YieldOp], [])
+from scanweaver.dialects.scan_linear import LinearRecurrenceOp  # noqa: E402
+
+Scan = Dialect("scan", [AffineOp, ScanOp, RecurrenceOp, LinearRecurrenceOp, YieldOp], [])

@@ -1,0 +1,717 @@
+"""`scanweaver-raise`: find affine recurrences in `scf.for` loops, rewrite them as scans.
+
+A time loop `scf.for %i` carries state in one of three shapes:
+
+1. scalar `iter_args` (one value): `h' = A(i)*h + B(i)`  ->  `scan.recurrence` on a
+   rank-0 `memref.alloca` initialised from the init value; the loop result is a load
+   of it afterwards.
+2. several `iter_args` depending linearly on each other (`s' = M(i) s + v(i)`)  ->
+   `scan.linear_recurrence` on a `memref<Kx T>` alloca (see `dialects/scan_linear.py`).
+3. a memref location loaded and stored back each step: either at a loop-invariant
+   index (`h[d]`), or inside one inner `scf.for %n = 0 to N step 1` at `h[..., %n]` (a
+   state vector over channels).  When the memref is exactly the channel shape and the
+   body never observes a half-updated state, the memref itself is the recurrence state;
+   otherwise a temporary alloca of the channel shape is the state, copied in before the
+   op, and the emit region writes each new state element back to the user's memref
+   where the loop stored it (write-through), so every later read sees what it saw.
+
+The analysis (`analyze_loop`) classifies each value of the body as independent of the
+state, or dependent on it; dependent values get a symbolic `AffineForm` (see
+`affine_form.py`).  A value depending on the *previous* state may only flow into
+arith add/sub/mul/neg, divf by an independent value, and `arith.select` with an
+independent condition; anything else rejects the loop with a reason.  Values computed
+from the *new* state (the yielded / stored value) are consumers and go to `emit`.
+
+The raised op gets:
+* `coeffs`: the state-independent slice of the body that the coefficients need, cloned
+  (time index -> region argument 0, channel index -> argument 1), then arith ops
+  building (a, b) from the symbolic forms;
+* `emit`: the whole body cloned, with the new state replaced by a load of the state
+  memref, the state store dropped (or made write-through), then dead code removed.
+
+Assumptions: distinct memref SSA values do not alias; coefficients may only read
+memrefs that the loop never writes.  Loops nested inside a scan op are left alone.
+With `diagnose=true`, each loop that carries state but is not raised gets one line on
+stderr: `<loc>: scanweaver-raise: loop not raised: <reason>`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from xdsl.builder import Builder
+from xdsl.context import Context
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import (
+    FileLineColLoc,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+)
+from xdsl.ir import Block, BlockArgument, Operation, OpResult, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint
+from xdsl.traits import is_side_effect_free
+from xdsl.transforms.dead_code_elimination import is_trivially_dead
+
+from scanweaver.dialects import scan
+from scanweaver.dialects.scan import is_supported_state_type
+from scanweaver.dialects.scan_linear import LinearRecurrenceOp
+from scanweaver.rewrites import affine_form as af
+from scanweaver.rewrites.affine_form import AffineForm, Materializer
+
+# ---------------------------------------------------------------------------
+# Decision and plan
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RaiseDecision:
+    """What `analyze_loop` found.
+
+    `affine`: the loop can be raised.  `reason`: why not (empty when affine).
+    `kind`: "scalar", "linear", "memref" (state at a loop-invariant memref location),
+    "vector" (state vector updated in an inner channel loop), or "none" when the loop
+    carries no state at all (never reported as a diagnostic).
+    """
+
+    affine: bool
+    reason: str = ""
+    kind: str = "none"
+    plan: _Plan | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class _Plan:
+    loop: scf.ForOp
+    kind: str
+    element_type: object
+    forms: list[AffineForm]  # one per state variable (K of them)
+    chan_loop: scf.ForOp | None = None  # inner channel loop (vector kind)
+    store: memref.StoreOp | None = None  # the state store (memref kinds)
+    channels: int = 0  # vector kind: trip count of the channel loop
+    direct: bool = False  # memref kinds: the user's memref is the recurrence state
+
+
+class _Reject(Exception):
+    def __init__(self, reason: str, kind: str):
+        super().__init__(reason)
+        self.kind = kind
+
+
+def _inside(value: SSAValue, op: Operation) -> bool:
+    """Whether `value` is defined inside `op`'s regions."""
+    owner = value.owner
+    if isinstance(owner, Block):
+        parent = owner.parent_op()
+        return parent is not None and (parent is op or op.is_ancestor(parent))
+    return op.is_ancestor(owner) and owner is not op
+
+
+def _const_index(value: SSAValue) -> int | None:
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Analysis
+# ---------------------------------------------------------------------------
+
+_CONVERSIONS = (
+    arith.ExtFOp,
+    arith.TruncFOp,
+    arith.SIToFPOp,
+    arith.FPToSIOp,
+    arith.ExtSIOp,
+    arith.ExtUIOp,
+    arith.TruncIOp,
+    arith.BitcastOp,
+)
+_IMPURE_OK = (memref.LoadOp, memref.StoreOp, memref.AllocaOp, scf.ForOp, scf.IfOp)
+
+
+def analyze_loop(loop: scf.ForOp) -> RaiseDecision:
+    """Decide whether `loop` is an affine recurrence; never modifies the IR."""
+    try:
+        return _analyze(loop)
+    except _Reject as e:
+        return RaiseDecision(False, str(e), kind=e.kind)
+
+
+
+
+def _analyze(loop: scf.ForOp) -> RaiseDecision:
+    if loop.iter_args:
+        kind = "scalar" if len(loop.iter_args) == 1 else "linear"
+        plan = _plan_iter_args(loop, kind)
+    else:
+        found = _find_memref_state(loop)
+        if found is None:
+            return RaiseDecision(False, "the loop carries no state", kind="none")
+        plan = found
+    return RaiseDecision(True, "", kind=plan.kind, plan=plan)
+
+
+def _check_body(loop: scf.ForOp, kind: str) -> set[SSAValue]:
+    """Reject bodies with unknown side effects; return the memrefs the loop writes."""
+    if not isinstance(loop.body.block.args[0].type, IndexType):
+        raise _Reject("the loop induction variable is not of index type", kind)
+    written: set[SSAValue] = set()
+    for op in loop.body.walk():
+        if isinstance(op, memref.StoreOp):
+            written.add(op.memref)
+        elif isinstance(op, func.CallOp):
+            raise _Reject(f"the loop body calls @{op.callee.string_value()}", kind)
+        elif isinstance(op, memref.CopyOp):
+            written.add(op.destination)
+        elif not isinstance(op, _IMPURE_OK) and not is_side_effect_free(op):
+            raise _Reject(
+                f"the loop body contains {op.name} with unknown side effects", kind
+            )
+    return written
+
+
+def _plan_iter_args(loop: scf.ForOp, kind: str) -> _Plan:
+    written = _check_body(loop, kind)
+    body = loop.body.block
+    types = {a.type for a in loop.iter_args}
+    for k, arg in enumerate(loop.iter_args):
+        if not is_supported_state_type(arg.type):
+            raise _Reject(
+                f"carried value #{k} has type {arg.type}, not a supported state type "
+                "(f32, f64, i32, i64)",
+                kind,
+            )
+    if len(types) != 1:
+        raise _Reject("carried values have different types", kind)
+    sources = {arg: k for k, arg in enumerate(body.args[1:])}
+    yield_op = body.last_op
+    assert isinstance(yield_op, scf.YieldOp)
+    new = list(yield_op.arguments)
+    forms = _compute_forms(loop, sources, new, {body}, kind)
+    plan = _Plan(loop, kind, loop.iter_args[0].type, forms)
+    _check_coefficients(plan, written)
+    return plan
+
+
+def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
+    """Find `m[idx] = f(m[idx])` with idx loop-invariant, or in one inner channel loop."""
+    body = loop.body.block
+    blocks = [body] + [
+        op.body.block for op in body.ops if isinstance(op, scf.ForOp)
+    ]
+    candidates: list[tuple[memref.StoreOp, list[memref.LoadOp]]] = []
+    for block in blocks:
+        chan_iv = block.args[0] if block is not body else None
+        for op in block.ops:
+            if not isinstance(op, memref.StoreOp):
+                continue
+            ok_index = all(
+                not _inside(x, loop) or (x is chan_iv) for x in op.indices
+            )
+            if not ok_index or _inside(op.memref, loop):
+                continue
+            loads = [
+                ld
+                for ld in block.ops
+                if isinstance(ld, memref.LoadOp)
+                and ld.memref is op.memref
+                and list(ld.indices) == list(op.indices)
+                and ld.is_before_in_block(op)
+            ]
+            if loads:
+                candidates.append((op, loads))
+    if not candidates:
+        return None
+    if len(candidates) > 1:
+        raise _Reject(
+            "several memref locations carry state (only one state memref per loop is "
+            "supported; carry coupled state as iter_args)",
+            "memref",
+        )
+    store, loads = candidates[0]
+    m = store.memref
+    in_chan = store.parent_block() is not body
+    kind = "vector" if in_chan else "memref"
+    written = _check_body(loop, kind)
+    el = m.type.element_type  # type: ignore[attr-defined]
+    if not is_supported_state_type(el):
+        raise _Reject(f"state element type {el} is not supported", kind)
+    plan = _Plan(loop, kind, el, [], store=store)
+    if in_chan:
+        chan = store.parent_op()
+        assert isinstance(chan, scf.ForOp)
+        plan.chan_loop = chan
+        civ = chan.body.block.args[0]
+        lb, ub, step = (_const_index(v) for v in (chan.lb, chan.ub, chan.step))
+        if lb != 0 or step != 1 or ub is None or ub < 1:
+            raise _Reject(
+                "the channel loop must run from constant 0 to a constant N > 0 step 1",
+                kind,
+            )
+        if sum(x is civ for x in store.indices) != 1:
+            raise _Reject("the state index must use the channel index exactly once", kind)
+        plan.channels = ub
+        shape = m.type.get_shape()  # type: ignore[attr-defined]
+        direct = shape == (ub,) and list(store.indices) == [civ]
+    else:
+        direct = not store.indices
+    # Every other write to the state memref, or read of it that would observe a
+    # half-updated state, rules out using it directly as the recurrence state.
+    for op in loop.body.walk():
+        if isinstance(op, memref.StoreOp) and op.memref is m and op is not store:
+            raise _Reject("the state memref is written at several places", kind)
+        if isinstance(op, memref.LoadOp) and op.memref is m and op not in loads:
+            if not _reads_updated_state(op, store, loop):
+                direct = False
+    plan.direct = direct
+    sources = {ld.res: 0 for ld in loads}
+    plan.forms = _compute_forms(
+        loop,
+        sources,
+        [store.value],
+        {body} | ({plan.chan_loop.body.block} if plan.chan_loop else set()),
+        kind,
+    )
+    _check_coefficients(plan, written)
+    return plan
+
+
+def _reads_updated_state(load: memref.LoadOp, store: memref.StoreOp, loop: scf.ForOp) -> bool:
+    """Whether `load` runs after the whole state update of its step (so it reads h_t)."""
+    block = store.parent_block()
+    if load.parent_block() is block:
+        return store.is_before_in_block(load) and list(load.indices) == list(
+            store.indices
+        )
+    # After the channel loop (or the store) in the time-loop body.
+    top_store = store if block is loop.body.block else store.parent_op()
+    top_load: Operation | None = load
+    while top_load is not None and top_load.parent_block() is not loop.body.block:
+        top_load = top_load.parent_op()
+    assert top_store is not None and top_load is not None
+    return top_store.is_before_in_block(top_load)
+
+
+def _compute_forms(
+    loop: scf.ForOp,
+    sources: dict[SSAValue, int],
+    new: list[SSAValue],
+    blocks: set[Block],
+    kind: str,
+) -> list[AffineForm]:
+    """Affine forms of the new state values in terms of the state `sources`.
+
+    `dep`: values depending on the state.  Values depending on the previous state
+    other than through a new state value must be affine (else reject); forms of
+    consumers of new state values are computed when possible (a new state may be
+    built from another one) but failure there only matters if a new state needs it.
+    """
+    new_set = set(new)
+    forms: dict[SSAValue, AffineForm] = {v: AffineForm.state(k) for v, k in sources.items()}
+    dep: set[SSAValue] = set(sources)
+    old_dep = set(sources)  # depends on the previous state not only through `new`
+    for op in loop.body.walk():
+        if op is loop:
+            continue
+        dep_ops = [u for u in op.operands if u in dep]
+        if not dep_ops:
+            continue
+        old = [u for u in dep_ops if u in old_dep and u not in new_set]
+        # Enclosing ops (scf.if, scf.for) produce state-dependent results.
+        parent = op.parent_op()
+        while parent is not None and parent is not loop:
+            dep.update(parent.results)
+            parent = parent.parent_op()
+        if isinstance(op, scf.YieldOp) and op.parent_op() is loop:
+            continue
+        if old and op.parent_block() not in blocks:
+            owner = op.parent_op()
+            raise _Reject(
+                f"the state is used inside a nested region of "
+                f"{owner.name if owner else 'an op'}",
+                kind,
+            )
+        if isinstance(op, memref.StoreOp) and op.value in new_set and not any(
+            u is op.memref or u in op.indices for u in old
+        ):
+            continue
+        form = _transfer(op, forms, dep)
+        dep.update(op.results)
+        if old:
+            old_dep.update(op.results)
+            if isinstance(form, str):
+                raise _Reject(form, kind)
+        if isinstance(form, AffineForm):
+            forms[op.results[0]] = form
+    out: list[AffineForm] = []
+    for v in new:
+        if v in forms:
+            out.append(forms[v])
+        elif v in dep:
+            raise _Reject(
+                "the new state depends on another updated state non-affinely", kind
+            )
+        else:
+            out.append(AffineForm.constant(af.leaf(v)))
+    return out
+
+
+def _transfer(
+    op: Operation, forms: dict[SSAValue, AffineForm], dep: set[SSAValue]
+) -> AffineForm | str:
+    """Affine form of `op`'s result from its operands' forms, or why it is not affine."""
+
+    def form(v: SSAValue) -> AffineForm | None:
+        if v in dep:
+            return forms.get(v)
+        return AffineForm.constant(af.leaf(v))
+
+    def is_dep(v: SSAValue) -> bool:
+        return v in dep
+
+    name = op.name
+    if isinstance(op, arith.AddfOp | arith.AddiOp | arith.SubfOp | arith.SubiOp):
+        x, y = form(op.lhs), form(op.rhs)
+        if x is None or y is None:
+            return f"the state flows into {name} through a non-affine value"
+        return x + y if isinstance(op, arith.AddfOp | arith.AddiOp) else x - y
+    if isinstance(op, arith.MulfOp | arith.MuliOp):
+        if is_dep(op.lhs) and is_dep(op.rhs):
+            return f"the state is multiplied by a state-dependent value ({name} h*h)"
+        d, c = (op.lhs, op.rhs) if is_dep(op.lhs) else (op.rhs, op.lhs)
+        x = form(d)
+        if x is None:
+            return f"the state flows into {name} through a non-affine value"
+        return x.scale(af.leaf(c))
+    if isinstance(op, arith.DivfOp):
+        if is_dep(op.rhs):
+            return "the state is used as a divisor (arith.divf by a state-dependent value)"
+        x = form(op.lhs)
+        if x is None:
+            return f"the state flows into {name} through a non-affine value"
+        return x.scale(af.leaf(op.rhs), divide=True)
+    if isinstance(op, arith.NegfOp):
+        x = form(op.operand)
+        if x is None:
+            return f"the state flows into {name} through a non-affine value"
+        return x.neg()
+    if isinstance(op, arith.SelectOp):
+        if is_dep(op.cond):
+            return "the state is used in a select condition (arith.select)"
+        x, y = form(op.lhs), form(op.rhs)
+        if x is None or y is None:
+            return f"the state flows into {name} through a non-affine value"
+        return x.select(op.cond, y)
+    if isinstance(op, arith.CmpfOp | arith.CmpiOp):
+        return f"the state is used in a condition ({name})"
+    if isinstance(op, scf.IfOp):
+        return "the state is used in a condition (scf.if)"
+    if isinstance(op, arith.IndexCastOp | memref.LoadOp) or (
+        isinstance(op, memref.StoreOp) and any(is_dep(i) for i in op.indices)
+    ):
+        return f"the state is used as an index ({name})"
+    if isinstance(op, memref.StoreOp):
+        return (
+            "a value depending on the previous state escapes the update "
+            "(memref.store of an intermediate value)"
+        )
+    if isinstance(op, scf.ForOp):
+        return "the state flows into an inner loop's carried value"
+    if isinstance(op, scf.YieldOp):
+        return "the state flows into an inner loop's carried value"
+    if isinstance(op, _CONVERSIONS):
+        return f"the state is converted by {name} (mixed precision is not supported)"
+    if isinstance(op, arith.DivSIOp | arith.DivUIOp | arith.RemSIOp | arith.RemUIOp):
+        return f"integer division of the state is not affine ({name})"
+    if name.startswith("math."):
+        return f"the state flows into {name} (non-affine)"
+    return f"the state is used by {name}, which is not affine"
+
+
+def _check_coefficients(plan: _Plan, written: set[SSAValue]) -> None:
+    """Every SSA leaf of the forms must be clonable into the coeffs region."""
+    loop = plan.loop
+    allowed = {loop.body.block}
+    chan_iv = None
+    if plan.chan_loop is not None:
+        allowed.add(plan.chan_loop.body.block)
+        chan_iv = plan.chan_loop.body.block.args[0]
+    seen: set[SSAValue] = set()
+
+    def check(v: SSAValue) -> None:
+        if v in seen or not _inside(v, loop):
+            return
+        seen.add(v)
+        if v is loop.body.block.args[0] or v is chan_iv:
+            return
+        if isinstance(v, BlockArgument):
+            raise _Reject(
+                "a coefficient depends on a loop-carried value of an inner loop",
+                plan.kind,
+            )
+        op = v.owner
+        assert isinstance(op, Operation)
+        if op.parent_block() not in allowed:
+            raise _Reject("a coefficient is computed inside a nested region", plan.kind)
+        if isinstance(op, memref.LoadOp):
+            if op.memref in written:
+                raise _Reject(
+                    "a coefficient reads a memref that the loop writes", plan.kind
+                )
+        elif op.regions or not is_side_effect_free(op):
+            raise _Reject(
+                f"a coefficient is computed by {op.name}, which cannot be recomputed",
+                plan.kind,
+            )
+        for u in op.operands:
+            check(u)
+
+    for f in plan.forms:
+        for v in f.all_leaves():
+            check(v)
+
+
+# ---------------------------------------------------------------------------
+# Rewrite
+# ---------------------------------------------------------------------------
+
+
+def _index(b: Builder, v: int) -> SSAValue:
+    return b.insert(arith.ConstantOp(IntegerAttr(v, IndexType()))).result
+
+
+def raise_loop(plan: _Plan) -> Operation:
+    """Replace the analysed loop by its scan op; returns the new op."""
+    loop = plan.loop
+    el = plan.element_type
+    k = len(plan.forms)
+    before = Builder(InsertPoint.before(loop))
+    if plan.kind in ("scalar", "linear"):
+        shape: list[int] = [] if plan.kind == "scalar" else [k]
+        state = before.insert(memref.AllocaOp.get(el, shape=shape)).memref
+        for j, init in enumerate(loop.iter_args):
+            idx = [] if plan.kind == "scalar" else [_index(before, j)]
+            before.insert(memref.StoreOp.get(init, state, idx))
+    else:
+        assert plan.store is not None
+        m = plan.store.memref
+        if plan.direct:
+            state = m
+        elif plan.kind == "memref":
+            state = before.insert(memref.AllocaOp.get(el, shape=[])).memref
+            v = before.insert(memref.LoadOp.get(m, list(plan.store.indices))).res
+            before.insert(memref.StoreOp.get(v, state, []))
+        else:
+            state = before.insert(memref.AllocaOp.get(el, shape=[plan.channels])).memref
+            _copy_in(before, plan, m, state)
+    coeffs = _build_coeffs(plan)
+    emit = _build_emit(plan, state)
+    op_type = LinearRecurrenceOp if plan.kind == "linear" else scan.RecurrenceOp
+    rec = before.insert(op_type(loop.lb, loop.ub, loop.step, state, coeffs, emit))
+    if loop.res:
+        after = Builder(InsertPoint.after(rec))
+        for j, r in enumerate(loop.res):
+            idx = [] if plan.kind == "scalar" else [_index(after, j)]
+            r.replace_all_uses_with(after.insert(memref.LoadOp.get(state, idx)).res)
+    loop.detach()
+    loop.erase()
+    return rec
+
+
+def _copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
+    assert plan.store is not None and plan.chan_loop is not None
+    civ = plan.chan_loop.body.block.args[0]
+    block = Block(arg_types=[IndexType()])
+    n = block.args[0]
+    inner = Builder(InsertPoint.at_end(block))
+    idx = [n if x is civ else x for x in plan.store.indices]
+    v = inner.insert(memref.LoadOp.get(m, idx)).res
+    inner.insert(memref.StoreOp.get(v, state, [n]))
+    inner.insert(scf.YieldOp())
+    lb, ub, one = _index(b, 0), _index(b, plan.channels), _index(b, 1)
+    b.insert(scf.ForOp(lb, ub, one, [], Region(block)))
+
+
+def _build_coeffs(plan: _Plan) -> Region:
+    loop = plan.loop
+    rank = 1 if plan.kind == "vector" else 0
+    block = Block(arg_types=[IndexType()] * (1 + rank))
+    _copy_hint(loop, block.args[0])
+    if plan.chan_loop is not None:
+        _copy_hint(plan.chan_loop, block.args[1])
+    mapper: dict[SSAValue, SSAValue] = {loop.body.block.args[0]: block.args[0]}
+    if plan.chan_loop is not None:
+        mapper[plan.chan_loop.body.block.args[0]] = block.args[1]
+    b = Builder(InsertPoint.at_end(block))
+
+    def leaf_value(v: SSAValue) -> SSAValue:
+        if v in mapper:
+            return mapper[v]
+        if not _inside(v, loop):
+            return v
+        op = v.owner
+        assert isinstance(op, Operation)
+        for u in op.operands:
+            leaf_value(u)
+        clone = op.clone(value_mapper=mapper)
+        b.insert(clone)
+        return mapper[v]
+
+    mat = Materializer(b, plan.element_type, leaf_value)
+    k = len(plan.forms)
+    if plan.kind == "linear":
+        values = [mat.emit(plan.forms[j].coef(c)) for j in range(k) for c in range(k)]
+        values += [mat.emit(f.const) for f in plan.forms]
+    else:
+        values = [mat.emit(plan.forms[0].coef(0)), mat.emit(plan.forms[0].const)]
+    b.insert(scan.YieldOp(*values))
+    return Region(block)
+
+
+def _build_emit(plan: _Plan, state: SSAValue) -> Region:
+    loop = plan.loop
+    st = state.type
+    assert isinstance(st, MemRefType)
+    block = Block(arg_types=[IndexType(), st])
+    i, s = block.args
+    _copy_hint(loop, i)
+    b = Builder(InsertPoint.at_end(block))
+    mapper: dict[SSAValue, SSAValue] = {loop.body.block.args[0]: i}
+    placeholders: list[SSAValue] = []
+    if plan.kind in ("scalar", "linear"):
+        for j, arg in enumerate(loop.body.block.args[1:]):
+            idx = [] if plan.kind == "scalar" else [_index(b, j)]
+            ld = b.insert(memref.LoadOp.get(s, idx)).res
+            placeholders.append(ld)
+            mapper[arg] = ld
+    elif plan.direct:
+        mapper[state] = s
+    body_ops = [op for op in loop.body.block.ops if not isinstance(op, scf.YieldOp)]
+    originals = [x for op in body_ops for x in op.walk()]
+    clones = []
+    for op in body_ops:
+        c = op.clone(value_mapper=mapper)
+        b.insert(c)
+        clones.append(c)
+    clone_of = dict(zip(originals, [x for c in clones for x in c.walk()]))
+    if plan.kind in ("scalar", "linear"):
+        yield_op = loop.body.block.last_op
+        assert isinstance(yield_op, scf.YieldOp)
+        for v, ld in zip(yield_op.arguments, placeholders):
+            if isinstance(v, OpResult) and _inside(v, loop):
+                mapper[v].replace_all_uses_with(ld)
+    else:
+        assert plan.store is not None
+        store = clone_of[plan.store]
+        assert isinstance(store, memref.StoreOp)
+        idx: list[SSAValue] = []
+        if plan.chan_loop is not None:
+            chan_clone = clone_of[plan.chan_loop]
+            assert isinstance(chan_clone, scf.ForOp)
+            idx = [chan_clone.body.block.args[0]]
+        ld = memref.LoadOp.get(s, idx)
+        Builder(InsertPoint.before(store)).insert(ld)
+        v = store.value
+        cloned_ops = set(clone_of.values())
+        if isinstance(v, OpResult) and v.owner in cloned_ops:
+            v.replace_all_uses_with(ld.res)
+        else:
+            store.operands = (ld.res, *store.operands[1:])
+        if plan.direct:
+            store.detach()
+            store.erase()
+    b.insert(scan.YieldOp())
+    _dce(block)
+    return Region(block)
+
+
+def _copy_hint(loop: scf.ForOp, arg: SSAValue) -> None:
+    arg.name_hint = loop.body.block.args[0].name_hint
+
+
+def _dce(block: Block) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for op in list(block.walk(reverse=True)):
+            if op.parent is not None and is_trivially_dead(op):
+                op.detach()
+                op.erase()
+                changed = True
+
+
+# ---------------------------------------------------------------------------
+# Pass
+# ---------------------------------------------------------------------------
+
+_SCAN_OPS = (scan.RecurrenceOp, scan.ScanOp, LinearRecurrenceOp)
+
+
+def _in_scan_op(op: Operation) -> bool:
+    p = op.parent_op()
+    while p is not None:
+        if isinstance(p, _SCAN_OPS):
+            return True
+        p = p.parent_op()
+    return False
+
+
+def _labels(module: Operation) -> dict[Operation, str]:
+    """A printable location per loop: its `loc(...)` if any, else @func:scf.for#k."""
+    labels: dict[Operation, str] = {}
+    for fn in module.walk():
+        if not isinstance(fn, func.FuncOp):
+            continue
+        loops = [op for op in fn.walk() if isinstance(op, scf.ForOp)]
+        for k, op in enumerate(loops):
+            loc = op.location
+            if isinstance(loc, FileLineColLoc):
+                labels[op] = f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+            else:
+                labels[op] = f"@{fn.sym_name.data}:scf.for#{k}"
+    return labels
+
+
+def raise_recurrences(module: Operation) -> tuple[list[Operation], list[str]]:
+    """Raise every affine loop in `module`; return the new ops and the diagnostics."""
+    labels = _labels(module)
+    tried: set[Operation] = set()
+    raised: list[Operation] = []
+    diags: list[str] = []
+    while True:
+        for op in module.walk():
+            if isinstance(op, scf.ForOp) and op not in tried and not _in_scan_op(op):
+                tried.add(op)
+                decision = analyze_loop(op)
+                if decision.affine:
+                    assert decision.plan is not None
+                    raised.append(raise_loop(decision.plan))
+                    break
+                if decision.kind != "none":
+                    label = labels.get(op, "<unknown>")
+                    diags.append(
+                        f"{label}: scanweaver-raise: loop not raised: {decision.reason}"
+                    )
+        else:
+            return raised, diags
+
+
+@dataclass(frozen=True)
+class RaiseRecurrences(ModulePass):
+    """Rewrite affine `scf.for` recurrences into `scan.recurrence` /
+    `scan.linear_recurrence`; with `diagnose`, say on stderr why a loop was not."""
+
+    name = "scanweaver-raise"
+
+    diagnose: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        _, diags = raise_recurrences(op)
+        if self.diagnose:
+            for d in diags:
+                print(d, file=sys.stderr)
