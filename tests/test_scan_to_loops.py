@@ -80,3 +80,28 @@ def test_recurrence_lowering_bit_exact():
     before, after = run_both(RECURRENCE.format(C=6, L=6), "ema", x, np.zeros(6, np.float32), h0)
     for u, v in zip(before, after):
         np.testing.assert_array_equal(u, v)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+def test_linear_recurrence_lowering_bit_exact(dtype):
+    """The coupled (IIR) form raised from loops, then lowered back to loops."""
+    from scanweaver.rewrites.raise_affine import RaiseRecurrences
+    from scanweaver.workloads.loops import iir2_loops
+
+    module = iir2_loops(3, 9, dtype)
+    RaiseRecurrences().apply(make_context(), module)
+    text = print_ir(module)
+    assert "scan.linear_recurrence" in text
+    rng = np.random.default_rng(3)
+    fn = next(op for op in module.walk() if op.name == "func.func")
+    arrays = []
+    for t in fn.function_type.inputs.data:
+        shape = t.get_shape()
+        if dtype == "f32":
+            arrays.append(rng.uniform(-0.5, 0.5, shape).astype(np.float32))
+        else:
+            arrays.append(rng.integers(-1000, 1000, shape, dtype=np.int32))
+    name = fn.sym_name.data
+    before, after = run_both(text, name, *arrays)
+    for x, y in zip(before, after):
+        np.testing.assert_array_equal(x, y)

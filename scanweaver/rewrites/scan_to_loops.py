@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerType, ModuleOp
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -25,6 +25,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
+from scanweaver.dialects.scan_linear import LinearRecurrenceOp
 from scanweaver.rewrites.loop_utils import (
     const_index,
     const_scalar,
@@ -145,15 +146,46 @@ class LowerRecurrence(RewritePattern):
         rewriter.erase(op)
 
 
+class LowerLinearRecurrence(RewritePattern):
+    """K-vector state, unrolled: s'[j] = ((M[j][0]*s[0] + M[j][1]*s[1]) + ...) + v[j]."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: LinearRecurrenceOp, rewriter: PatternRewriter) -> None:
+        b = Builder(InsertPoint.before(op))
+        k = op.size
+        float_state = not isinstance(op.state_type.element_type, IntegerType)
+        add = arith.AddfOp if float_state else arith.AddiOp
+        mul = arith.MulfOp if float_state else arith.MuliOp
+
+        def step(sb: Builder, i: SSAValue, _carried):
+            coeffs = inline_region_copy(sb, op.coeffs, [i])
+            m, v = coeffs[: k * k], coeffs[k * k :]
+            index = [const_index(sb, j) for j in range(k)]
+            old = [sb.insert(memref.LoadOp.get(op.state, [index[j]])).res for j in range(k)]
+            for j in range(k):
+                acc = sb.insert(mul(m[j * k], old[0])).result
+                for c in range(1, k):
+                    acc = sb.insert(add(acc, sb.insert(mul(m[j * k + c], old[c])).result)).result
+                new = sb.insert(add(acc, v[j])).result
+                sb.insert(memref.StoreOp.get(new, op.state, [index[j]]))
+            inline_region_copy(sb, op.emit, [i, op.state])
+            return []
+
+        for_loop(b, op.lb, op.ub, op.step, [], step)
+        rewriter.erase(op)
+
+
 @dataclass(frozen=True)
 class ScanToLoops(ModulePass):
-    """Lower scan.affine, scan.scan and scan.recurrence to sequential scf loops."""
+    """Lower every scan op to sequential scf loops."""
 
     name = "scan-to-loops"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([LowerAffine(), LowerScan(), LowerRecurrence()]),
+            GreedyRewritePatternApplier(
+                [LowerAffine(), LowerScan(), LowerRecurrence(), LowerLinearRecurrence()]
+            ),
             apply_recursively=False,
         ).rewrite_module(op)
 
