@@ -17,7 +17,7 @@ from xdsl.dialects import scf
 
 import scanweaver.interp.run as run_mod
 from scanweaver.dialects.scan import RecurrenceOp
-from scanweaver.dialects.scan_linear import LinearRecurrenceOp
+from scanweaver.dialects.scan import LinearRecurrenceOp
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.raise_affine import (
     RaiseRecurrences,

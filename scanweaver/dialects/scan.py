@@ -460,8 +460,107 @@ def _parse_operand_group(parser: Parser, keyword: str) -> list[SSAValue]:
 # ---------------------------------------------------------------------------
 
 
+class LoopRecurrence(IRDLOperation):
+    """Shared shape of `scan.recurrence` and `scan.linear_recurrence`: a loop from `lb`
+    to `ub` by `step` whose state lives in the `state` memref (initial values in, final
+    values out), with a `coeffs` region (producer) and an `emit` region (consumer)."""
+
+    lb = operand_def(IndexType)
+    ub = operand_def(IndexType)
+    step = operand_def(IndexType)
+    state = operand_def(MemRefType)
+    coeffs = region_def("single_block")
+    emit = region_def("single_block")
+
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(
+        self,
+        lb: SSAValue,
+        ub: SSAValue,
+        step: SSAValue,
+        state: SSAValue,
+        coeffs: Region,
+        emit: Region,
+    ):
+        super().__init__(operands=[lb, ub, step, state], regions=[coeffs, emit])
+
+    @property
+    def state_type(self) -> MemRefType:
+        assert isinstance(self.state.type, MemRefType)
+        return self.state.type
+
+    def _verify_state_and_emit(self) -> MemRefType:
+        n = self.name
+        st = _memref(n, "operand 'state'", self.state)
+        if not is_supported_state_type(st.element_type):
+            raise VerifyException(
+                f"'{n}': state element type {st.element_type} is not supported "
+                "(expected f32, f64, i32 or i64)"
+            )
+        eargs = [a.type for a in self.emit.block.args]
+        if eargs != [IndexType(), st]:
+            raise VerifyException(
+                f"'{n}': emit region must take (index, {st}) arguments, got "
+                f"({', '.join(map(str, eargs))})"
+            )
+        last = self.emit.block.last_op
+        if not isinstance(last, YieldOp) or last.arguments:
+            raise VerifyException(
+                f"'{n}': emit region must end with a 'scan.yield' without values"
+            )
+        return st
+
+    def _coeff_types(self) -> tuple[list[Attribute], list[Attribute] | None]:
+        """(argument types of coeffs, types it yields or None without a scan.yield)."""
+        last = self.coeffs.block.last_op
+        yielded = [v.type for v in last.arguments] if isinstance(last, YieldOp) else None
+        return [a.type for a in self.coeffs.block.args], yielded
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.lb)
+        printer.print_string(" to ")
+        printer.print_operand(self.ub)
+        printer.print_string(" step ")
+        printer.print_operand(self.step)
+        printer.print_string(" state(")
+        printer.print_operand(self.state)
+        printer.print_string(" : ")
+        printer.print_attribute(self.state.type)
+        printer.print_string(")")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" coeffs ")
+        printer.print_region(self.coeffs)
+        printer.print_string(" emit ")
+        printer.print_region(self.emit)
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        idx = IndexType()
+        lb = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
+        parser.parse_keyword("to")
+        ub = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
+        parser.parse_keyword("step")
+        step = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
+        parser.parse_keyword("state")
+        parser.parse_punctuation("(")
+        name = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        state = parser.resolve_operand(name, parser.parse_type())
+        parser.parse_punctuation(")")
+        attrs = _parse_keyword_attrs(parser)
+        parser.parse_keyword("coeffs")
+        coeffs = parser.parse_region()
+        parser.parse_keyword("emit")
+        emit = parser.parse_region()
+        op = cls(lb, ub, step, state, coeffs, emit)
+        op.attributes.update(attrs)
+        return op
+
+
 @irdl_op_definition
-class RecurrenceOp(IRDLOperation):
+class RecurrenceOp(LoopRecurrence):
     """A loop-shaped affine recurrence with its producer and consumer attached.
 
     `state` is a memref (rank 0 for one scalar state, rank r for r-d channels) holding
@@ -490,110 +589,72 @@ class RecurrenceOp(IRDLOperation):
 
     name = "scan.recurrence"
 
-    lb = operand_def(IndexType)
-    ub = operand_def(IndexType)
-    step = operand_def(IndexType)
-    state = operand_def(MemRefType)
-    coeffs = region_def("single_block")
-    emit = region_def("single_block")
-
-    traits = traits_def(RecursiveMemoryEffect())
-
-    def __init__(
-        self,
-        lb: SSAValue,
-        ub: SSAValue,
-        step: SSAValue,
-        state: SSAValue,
-        coeffs: Region,
-        emit: Region,
-    ):
-        super().__init__(operands=[lb, ub, step, state], regions=[coeffs, emit])
-
-    @property
-    def state_type(self) -> MemRefType:
-        assert isinstance(self.state.type, MemRefType)
-        return self.state.type
-
     def verify_(self) -> None:
         n = self.name
-        st = _memref(n, "operand 'state'", self.state)
+        st = self._verify_state_and_emit()
         el = st.element_type
-        if not is_supported_state_type(el):
-            raise VerifyException(
-                f"'{n}': state element type {el} is not supported "
-                "(expected f32, f64, i32 or i64)"
-            )
         rank = st.get_num_dims()
-        cargs = [a.type for a in self.coeffs.block.args]
+        cargs, yielded = self._coeff_types()
         if cargs != [IndexType()] * (1 + rank):
             raise VerifyException(
                 f"'{n}': coeffs region must take {1 + rank} index arguments (the step "
                 f"index, then one per state dimension), got "
                 f"({', '.join(map(str, cargs))})"
             )
-        last = self.coeffs.block.last_op
-        if not isinstance(last, YieldOp) or [v.type for v in last.arguments] != [
-            el,
-            el,
-        ]:
+        if yielded != [el, el]:
             raise VerifyException(
                 f"'{n}': coeffs region must end with 'scan.yield %a, %b : {el}, {el}'"
             )
-        eargs = [a.type for a in self.emit.block.args]
-        if eargs != [IndexType(), st]:
+
+
+@irdl_op_definition
+class LinearRecurrenceOp(LoopRecurrence):
+    """A coupled (matrix-valued) affine recurrence over a K-vector state.
+
+    The raise pass produces it for loops carrying K > 1 values that depend linearly on
+    each other, e.g. a second-order IIR filter `y_t = c1*y_{t-1} + c2*y_{t-2} + x_t`
+    carried as `(y_{t-1}, y_{t-2})`.  The step map `s -> M_t s + v_t` composes
+    associatively (`(M1, v1) • (M2, v2) = (M2 M1, M2 v1 + v2)`), so it scans like
+    `scan.recurrence`.  `state` is a `memref<KxT>`.  Sequential meaning (each product
+    and sum rounded to T, summed left to right):
+
+        for i in range(lb, ub, step):
+            M[K][K], v[K] = coeffs(i)          # yields M row-major, then v: K*K + K values
+            s'[j] = (((M[j][0]*s[0]) + M[j][1]*s[1]) + ... + M[j][K-1]*s[K-1]) + v[j]
+            state = s'
+            emit(i, state)
+
+    `coeffs` must not read `state`; `emit` may read but not write it.
+    """
+
+    name = "scan.linear_recurrence"
+
+    @property
+    def size(self) -> int:
+        return self.state_type.get_shape()[0]
+
+    def verify_(self) -> None:
+        n = self.name
+        st = self._verify_state_and_emit()
+        el = st.element_type
+        shape = st.get_shape()
+        if len(shape) != 1 or shape[0] < 1:
             raise VerifyException(
-                f"'{n}': emit region must take (index, {st}) arguments, got "
-                f"({', '.join(map(str, eargs))})"
+                f"'{n}': state must be a rank-1 memref of static size K >= 1, got {st}"
             )
-        last = self.emit.block.last_op
-        if not isinstance(last, YieldOp) or last.arguments:
+        k = shape[0]
+        cargs, yielded = self._coeff_types()
+        if cargs != [IndexType()]:
             raise VerifyException(
-                f"'{n}': emit region must end with a 'scan.yield' without values"
+                f"'{n}': coeffs region must take one index argument (the step index), "
+                f"got ({', '.join(map(str, cargs))})"
+            )
+        want = k * k + k
+        if yielded != [el] * want:
+            raise VerifyException(
+                f"'{n}': coeffs region must end with a 'scan.yield' of {want} values "
+                f"of type {el} (the {k}x{k} matrix row-major, then the {k}-vector)"
             )
 
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.lb)
-        printer.print_string(" to ")
-        printer.print_operand(self.ub)
-        printer.print_string(" step ")
-        printer.print_operand(self.step)
-        printer.print_string(" state(")
-        printer.print_operand(self.state)
-        printer.print_string(" : ")
-        printer.print_attribute(self.state.type)
-        printer.print_string(")")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" coeffs ")
-        printer.print_region(self.coeffs)
-        printer.print_string(" emit ")
-        printer.print_region(self.emit)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> RecurrenceOp:
-        idx = IndexType()
-        lb = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
-        parser.parse_keyword("to")
-        ub = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
-        parser.parse_keyword("step")
-        step = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
-        parser.parse_keyword("state")
-        parser.parse_punctuation("(")
-        name = parser.parse_unresolved_operand()
-        parser.parse_punctuation(":")
-        state = parser.resolve_operand(name, parser.parse_type())
-        parser.parse_punctuation(")")
-        attrs = _parse_keyword_attrs(parser)
-        parser.parse_keyword("coeffs")
-        coeffs = parser.parse_region()
-        parser.parse_keyword("emit")
-        emit = parser.parse_region()
-        op = cls(lb, ub, step, state, coeffs, emit)
-        op.attributes.update(attrs)
-        return op
-
-
-from scanweaver.dialects.scan_linear import LinearRecurrenceOp  # noqa: E402
 
 Scan = Dialect("scan", [AffineOp, ScanOp, RecurrenceOp, LinearRecurrenceOp, YieldOp], [])

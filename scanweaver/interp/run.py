@@ -33,7 +33,6 @@ from xdsl.ir import Attribute
 
 from scanweaver.errors import ScanWeaverError
 from scanweaver.interp.numerics import bf16_bits_to_float, float_to_bf16_bits
-from scanweaver.interp.linear_impls import LinearScanFunctions
 from scanweaver.interp.scan_impls import ScanFunctions
 from scanweaver.interp.upstream_impls import UpstreamFunctions
 
@@ -88,7 +87,6 @@ def make_interpreter(module: ModuleOp) -> Interpreter:
     register_implementations(interpreter, Context())
     interpreter.register_implementations(UpstreamFunctions(), override=True)
     interpreter.register_implementations(ScanFunctions())
-    interpreter.register_implementations(LinearScanFunctions())
     return interpreter
 
 

@@ -6,7 +6,7 @@ A time loop `scf.for %i` carries state in one of three shapes:
    rank-0 `memref.alloca` initialised from the init value; the loop result is a load
    of it afterwards.
 2. several `iter_args` depending linearly on each other (`s' = M(i) s + v(i)`)  ->
-   `scan.linear_recurrence` on a `memref<Kx T>` alloca (see `dialects/scan_linear.py`).
+   `scan.linear_recurrence` on a `memref<Kx T>` alloca (see `dialects/scan.py`).
 3. a memref location loaded and stored back each step: either at a loop-invariant
    index (`h[d]`), or inside one inner `scf.for %n = 0 to N step 1` at `h[..., %n]` (a
    state vector over channels).  When the memref is exactly the channel shape and the
@@ -58,7 +58,7 @@ from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 from scanweaver.dialects import scan
 from scanweaver.dialects.scan import is_supported_state_type
-from scanweaver.dialects.scan_linear import LinearRecurrenceOp
+from scanweaver.dialects.scan import LinearRecurrenceOp
 from scanweaver.rewrites import affine_form as af
 from scanweaver.rewrites.affine_form import AffineForm, Materializer
 

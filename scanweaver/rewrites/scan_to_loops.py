@@ -25,7 +25,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
-from scanweaver.dialects.scan_linear import LinearRecurrenceOp
+from scanweaver.dialects.scan import LinearRecurrenceOp
 from scanweaver.rewrites.loop_utils import (
     const_index,
     const_scalar,
