@@ -153,8 +153,20 @@ class YieldOp(IRDLOperation):
 # ---------------------------------------------------------------------------
 
 
+class AlongAxis:
+    """Accessors for ops with an `axis` property and an optional `reverse` flag."""
+
+    @property
+    def axis_value(self) -> int:
+        return self.axis.value.data  # type: ignore[attr-defined]
+
+    @property
+    def is_reverse(self) -> bool:
+        return self.reverse is not None  # type: ignore[attr-defined]
+
+
 @irdl_op_definition
-class AffineOp(IRDLOperation):
+class AffineOp(AlongAxis, IRDLOperation):
     """`h_t = a_t * h_{t-1} + b_t` along `axis`; other dimensions are channels.
 
     `init` (optional, shape of h without `axis`) is `h_{-1}`; zero when absent.
@@ -197,14 +209,6 @@ class AffineOp(IRDLOperation):
                 **({"reverse": UnitAttr()} if reverse else {}),
             },
         )
-
-    @property
-    def axis_value(self) -> int:
-        return self.axis.value.data
-
-    @property
-    def is_reverse(self) -> bool:
-        return self.reverse is not None
 
     def verify_(self) -> None:
         n = self.name
@@ -315,7 +319,7 @@ def _parse_types(parser: Parser, count: int, what: str) -> list[Attribute]:
 
 
 @irdl_op_definition
-class ScanOp(IRDLOperation):
+class ScanOp(AlongAxis, IRDLOperation):
     """Inclusive associative scan of k operands along `axis`.
 
     out[0] = in[0]; out[t] = combine(out[t-1], in[t]).  With `reverse` the axis is
@@ -360,14 +364,6 @@ class ScanOp(IRDLOperation):
             },
             regions=[combine],
         )
-
-    @property
-    def axis_value(self) -> int:
-        return self.axis.value.data
-
-    @property
-    def is_reverse(self) -> bool:
-        return self.reverse is not None
 
     def verify_(self) -> None:
         n = self.name
