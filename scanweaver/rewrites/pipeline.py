@@ -5,7 +5,9 @@
     xdsl-opt -p 'scanweaver-lower{target=loops}' FILE  # ... -> sequential scf loops
 
 Every target first raises affine recurrences found in loops into the scan dialect,
-then lowers the scan ops for the target, then cleans up (canonicalize, cse).
+then lowers the scan ops for the target; scan ops the target lowering does not
+handle become sequential loops (`scan-to-loops`), so the output never holds scan
+ops; then it cleans up (canonicalize, cse).
 """
 
 from __future__ import annotations
@@ -45,8 +47,14 @@ def stages_for(target: str) -> list[ModulePass]:
 
         lowering = [ScanToCpu()]
     else:
-        lowering = [ScanToLoops()]
-    return [RaiseRecurrences(), *lowering, CanonicalizePass(), CommonSubexpressionElimination()]
+        lowering = []
+    return [
+        RaiseRecurrences(),
+        *lowering,
+        ScanToLoops(),
+        CanonicalizePass(),
+        CommonSubexpressionElimination(),
+    ]
 
 
 @dataclass(frozen=True)
