@@ -46,17 +46,14 @@ Kernel design
   (2 * block_size + 1) * sizeof(state). A `scanweaver.launch` attribute on the kernel
   (see `launch.py`) describes it for runtimes.
 
-Not handled yet (left untouched by this pass): `scan.recurrence` and generic
-`scan.scan` combines. Planned design for the fused recurrence (the Mamba selective
-scan): the raised form sits inside the channel loops (`scf.for` over batch and D)
-with an `alloca` state of N elements; those loops map to blockIdx, the `coeffs`
-region is cloned per (item, n) so (a, b) come from registers, each thread carries
-N pairs per item (N <= 16..64 and items_per_thread small keep them in registers),
-the shared arrays become block_size x N and each up/down-sweep node does N
-independent combines, and the `emit` region is cloned per item over a private
-N-element state (fully unrolled by LLVM), so the reduction over N stays in the
-thread: no shared-memory reduction or atomics. Mapping (channel, n) to blocks was
-rejected: emit needs all N states of a step together.
+`scan.recurrence` (the fused producer/consumer form raised from loops, e.g. the Mamba
+selective scan) is lowered by `recurrence_gpu.py` (called from this pass): its whole
+channel loop nest becomes one kernel, one block per channel iteration, the coeffs
+region cloned per (item, state element) into registers, N-component Blelloch sweeps
+sharing the helpers below, and the emit region run per step on a private state;
+see that module. Nests it cannot prove parallel are left unchanged.
+
+Not handled yet (left untouched by this pass): generic `scan.scan` combines.
 """
 
 from __future__ import annotations
@@ -165,9 +162,72 @@ def _shape_entries(t: MemRefType) -> tuple[int | str, ...]:
     return tuple("?" if d == DYNAMIC_INDEX else d for d in t.get_shape())
 
 
+# (s_a, s_b, base): the pair arrays of one scanned component live at
+# s_a[base : base + block_size], s_b[base : base + block_size] (shared memory).
+SweepSlots = Sequence[tuple[SSAValue, SSAValue, int]]
+
+
+def blelloch_up_sweep(le: Emitter, pairs: PairArith, tid: SSAValue, bs: int, slots: SweepSlots) -> None:
+    """In-place up-sweep over `bs` per-thread aggregates for every component in `slots`.
+
+    log2(bs) levels, each after a `gpu.barrier`; the active threads of a level do one
+    combine per component. Afterwards slot bs-1 of a component holds its block total.
+    """
+    d = 1
+    while d < bs:
+        le.op(gpu.BarrierOp())
+        active = le.cmp("ult", tid, le.index(bs // (2 * d)))
+
+        def up(ie: Emitter, d: int = d) -> None:
+            i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
+            left = ie.sub(i, ie.index(d))
+            for s_a, s_b, base in slots:
+                ii = ie.add(i, ie.index(base)) if base else i
+                li = ie.add(left, ie.index(base)) if base else left
+                a, b = pairs.combine(
+                    ie,
+                    (ie.load(s_a, [li]), ie.load(s_b, [li])),
+                    (ie.load(s_a, [ii]), ie.load(s_b, [ii])),
+                )
+                ie.store(a, s_a, [ii])
+                ie.store(b, s_b, [ii])
+
+        le.if_(active, [], up)
+        d *= 2
+
+
+def blelloch_down_sweep(le: Emitter, pairs: PairArith, tid: SSAValue, bs: int, slots: SweepSlots) -> None:
+    """Down-sweep on the b components (module doc), ending with a `gpu.barrier`.
+
+    The caller seeds slot bs-1 of each component's b array with the carried state
+    between the two sweeps; afterwards slot `tid` holds the state just before thread
+    `tid`'s first step.
+    """
+    d = bs // 2
+    while d >= 1:
+        le.op(gpu.BarrierOp())
+        active = le.cmp("ult", tid, le.index(bs // (2 * d)))
+
+        def down(ie: Emitter, d: int = d) -> None:
+            i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
+            left = ie.sub(i, ie.index(d))
+            for s_a, s_b, base in slots:
+                ii = ie.add(i, ie.index(base)) if base else i
+                li = ie.add(left, ie.index(base)) if base else left
+                b_parent = ie.load(s_b, [ii])
+                b_left = ie.load(s_b, [li])
+                a_left = ie.load(s_a, [li])
+                ie.store(b_parent, s_b, [li])
+                ie.store(pairs.apply(ie, a_left, b_parent, b_left), s_b, [ii])
+
+        le.if_(active, [], down)
+        d //= 2
+    le.op(gpu.BarrierOp())
+
+
 @dataclass(frozen=True)
 class ScanToGpu(ModulePass):
-    """Lower `scan.affine` to a tiled Blelloch scan kernel per op (see module doc)."""
+    """Lower `scan.affine` (and `scan.recurrence` nests) to tiled Blelloch scan kernels."""
 
     name = "scan-to-gpu"
 
@@ -181,11 +241,14 @@ class ScanToGpu(ModulePass):
         if ipt < 1 or ipt > 64:
             raise ScanWeaverError(f"scan-to-gpu: items-per-thread must be in [1, 64], got {ipt}")
         affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
-        if not affines:
-            return
-        kmod = get_kernel_module(op)
-        for aff in affines:
-            self._lower_affine(aff, kmod)
+        if affines:
+            kmod = get_kernel_module(op)
+            for aff in affines:
+                self._lower_affine(aff, kmod)
+        # Fused producer/consumer recurrences (loop nests around scan.recurrence).
+        from scanweaver.rewrites.recurrence_gpu import lower_recurrences
+
+        lower_recurrences(op, bs, ipt)
 
     # ------------------------------------------------------------------ one scan.affine
     def _lower_affine(self, op: scan.AffineOp, kmod: gpu.ModuleOp) -> None:
@@ -353,24 +416,7 @@ class ScanToGpu(ModulePass):
             le.store(agg[1], s_b, [tid])
 
             # 2. up-sweep over the block's aggregates.
-            d = 1
-            while d < bs:
-                le.op(gpu.BarrierOp())
-                active = le.cmp("ult", tid, le.index(bs // (2 * d)))
-
-                def up(ie: Emitter, d: int = d) -> None:
-                    i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
-                    left = ie.sub(i, ie.index(d))
-                    a, b = pairs.combine(
-                        ie,
-                        (ie.load(s_a, [left]), ie.load(s_b, [left])),
-                        (ie.load(s_a, [i]), ie.load(s_b, [i])),
-                    )
-                    ie.store(a, s_a, [i])
-                    ie.store(b, s_b, [i])
-
-                le.if_(active, [], up)
-                d *= 2
+            blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
 
             # 3. seed the root with the running state: pair (1, carry); a is unused below.
             def seed(ie: Emitter) -> None:
@@ -378,24 +424,8 @@ class ScanToGpu(ModulePass):
 
             le.if_(le.cmp("eq", tid, le.index(0)), [], seed)
 
-            # 4. down-sweep on b only (see module doc).
-            d = bs // 2
-            while d >= 1:
-                le.op(gpu.BarrierOp())
-                active = le.cmp("ult", tid, le.index(bs // (2 * d)))
-
-                def down(ie: Emitter, d: int = d) -> None:
-                    i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
-                    left = ie.sub(i, ie.index(d))
-                    b_parent = ie.load(s_b, [i])
-                    b_left = ie.load(s_b, [left])
-                    a_left = ie.load(s_a, [left])
-                    ie.store(b_parent, s_b, [left])
-                    ie.store(pairs.apply(ie, a_left, b_parent, b_left), s_b, [i])
-
-                le.if_(active, [], down)
-                d //= 2
-            le.op(gpu.BarrierOp())
+            # 4. down-sweep on b only (see module doc), then a barrier.
+            blelloch_down_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
 
             # 5. replay the registers from the exclusive prefix; store in-range states.
             h = le.load(s_b, [tid])
