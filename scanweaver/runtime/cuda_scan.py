@@ -129,30 +129,54 @@ def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
     return (out, f2.reshape(channel_shape)) if return_final_state else out
 
 
+def selective_scan_ir(shapes: dict[str, tuple[int, ...]], options: dict[str, bool]) -> str:
+    """The selective scan as loops for these shapes and options (a cached build key)."""
+    from scanweaver.ir import print_ir
+    from scanweaver.workloads.loops import selective_scan_loops
+
+    batch, dim, length = shapes["u"]
+    n = shapes["A"][1]
+    bc = {2: "constant", 3: "shared", 4: "grouped"}[len(shapes["B"])]
+    return print_ir(
+        selective_scan_loops(
+            batch, dim, length, n,
+            bc=bc,
+            groups=shapes["B"][1] if bc == "grouped" else 1,
+            with_D="D" in shapes,
+            with_z="z" in shapes,
+            with_delta_bias="delta_bias" in shapes,
+            delta_softplus=options["delta_softplus"],
+            return_last_state=options["return_last_state"],
+        )
+    )
+
+
 def selective_scan_cuda(
     u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
 ):
     """The selective scan compiled from its loop form for these shapes and options."""
-    from scanweaver.ir import print_ir
-    from scanweaver.workloads.loops import selective_scan_loops
-
-    if initial_state is not None or return_last_state:
+    if initial_state is not None:
         raise ScanWeaverError(
-            "initial_state and return_last_state are not supported by the GPU kernel yet; "
-            "use backend='cpu'"
+            "initial_state is not supported by the GPU kernel yet; use backend='cpu'"
         )
-    arrays = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias}
-    host = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in arrays.items() if v is not None}
-    batch, dim, length = host["u"].shape
-    n = host["A"].shape[1]
-    bc = {2: "constant", 3: "shared", 4: "grouped"}[host["B"].ndim]
-    groups = host["B"].shape[1] if bc == "grouped" else 1
-    module = selective_scan_loops(
-        batch, dim, length, n, bc=bc, groups=groups,
-        with_D=D is not None, with_z=z is not None, with_delta_bias=delta_bias is not None,
-        delta_softplus=delta_softplus,
+    named = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias}
+    arrays = {k: v for k, v in named.items() if v is not None}
+    on_device = hasattr(u, "__cuda_array_interface__")
+    if not on_device:
+        arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in arrays.items()}
+    shapes = {k: tuple(v.__cuda_array_interface__["shape"]) if on_device else v.shape for k, v in arrays.items()}
+    ir = selective_scan_ir(
+        shapes, {"delta_softplus": delta_softplus, "return_last_state": return_last_state}
     )
-    out = np.empty((batch, dim, length), np.float32)
-    order = [host[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias") if k in host]
-    _run(print_ir(module), "selective_scan", [*order, out])
-    return out.astype(np.asarray(u).dtype, copy=False)
+    batch, dim, length = shapes["u"]
+    n = shapes["A"][1]
+    if on_device:
+        out = _device_like(u, (batch, dim, length), np.dtype(np.float32))
+        last = _device_like(u, (batch, dim, n), np.dtype(np.float32))
+    else:
+        out = np.empty((batch, dim, length), np.float32)
+        last = np.empty((batch, dim, n), np.float32)
+    _run(ir, "selective_scan", [*arrays.values(), out] + ([last] if return_last_state else []))
+    if not on_device:
+        out = out.astype(np.asarray(u).dtype, copy=False)
+    return (out, last) if return_last_state else out
