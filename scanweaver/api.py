@@ -249,10 +249,24 @@ class Program:
     ``program.stage_ir(name)`` returns one of them.
     """
 
-    def __init__(self, functions: dict[str, Callable[..., Any]], stages, artifact: str):
+    def __init__(
+        self,
+        functions: dict[str, Callable[..., Any]],
+        stages: Callable[[], list[Any]] | list[Any],
+        artifact: str,
+        cache_hit: bool = False,
+    ):
         self._functions = functions
-        self.stages = [(s.name, s.ir) for s in stages]
+        self._stages = stages
         self.artifact = artifact
+        self.cache_hit = cache_hit  # the build came from the on-disk compile cache
+
+    @property
+    def stages(self) -> list[tuple[str, str]]:
+        """(stage name, IR) after each pass; recomputed on demand after a cached build."""
+        if callable(self._stages):
+            self._stages = self._stages()
+        return [(s.name, s.ir) for s in self._stages]
 
     @property
     def function_names(self) -> list[str]:
@@ -294,12 +308,14 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
         from scanweaver.runtime.cuda_program import compile_cuda_program
 
         return compile_cuda_program(mlir_text)
-    lowered = compiler.lower(mlir_text, "cpu")
-    llvm_ir, _ = compiler.cpu_llvm_ir(lowered.module)
-    jit = CpuProgram(llvm_ir)
-    functions = {}
-    for name, fn in compiler.public_functions(lowered.module).items():
-        args = [str(t) for t in fn.function_type.inputs.data]
-        results = [str(t) for t in fn.function_type.outputs.data]
-        functions[name] = jit.get(name, args, results)
-    return Program(functions, lowered.stages, llvm_ir)
+    build = compiler.build_cpu(mlir_text)
+    jit = CpuProgram(build.llvm_ir)
+    functions = {
+        name: jit.get(name, args, results) for name, (args, results) in build.signatures.items()
+    }
+    return Program(
+        functions,
+        lambda: compiler.lower(mlir_text, "cpu").stages,
+        build.llvm_ir,
+        cache_hit=build.cache_hit,
+    )

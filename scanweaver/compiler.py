@@ -8,8 +8,12 @@ cache, so a second process does not run mlir-opt again.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache as memoize
+from pathlib import Path
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -75,6 +79,50 @@ def cpu_llvm_ir(module: ModuleOp) -> tuple[str, bool]:
     key = cache.cache_key("llvm-ir", text)
     payload, hit = cache.cached(key, lambda: lower_to_llvm_ir(text).encode())
     return payload.decode(), hit
+
+
+@memoize
+def compiler_fingerprint() -> str:
+    """A hash of ScanWeaver's own sources: a changed compiler never reuses old builds."""
+    digest = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class CpuBuild:
+    """A CPU build of user IR: LLVM IR plus each public function's signature."""
+
+    llvm_ir: str
+    signatures: dict[str, tuple[list[str], list[str]]]  # name -> (arg types, result types)
+    cache_hit: bool
+
+
+def build_cpu(text: str, source: str = "<input>") -> CpuBuild:
+    """User IR → `scanweaver-lower{target=cpu}` → LLVM IR, cached on disk by input text.
+
+    A hit skips every stage, the xDSL passes included: only the JIT remains to do.
+    """
+    key = cache.cache_key("cpu-build", text, compiler=compiler_fingerprint())
+    payload = cache.load(key)
+    if payload is not None:
+        data = json.loads(payload)
+        sigs = {k: (v[0], v[1]) for k, v in data["signatures"].items()}
+        return CpuBuild(data["llvm_ir"], sigs, True)
+    lowered = lower(text, "cpu", source, keep_stages=False)
+    llvm_ir, _ = cpu_llvm_ir(lowered.module)
+    signatures = {
+        name: (
+            [str(t) for t in fn.function_type.inputs.data],
+            [str(t) for t in fn.function_type.outputs.data],
+        )
+        for name, fn in public_functions(lowered.module).items()
+    }
+    cache.store(key, json.dumps({"llvm_ir": llvm_ir, "signatures": signatures}).encode())
+    return CpuBuild(llvm_ir, signatures, False)
 
 
 def public_functions(module: ModuleOp) -> dict[str, func.FuncOp]:

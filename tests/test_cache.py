@@ -86,3 +86,35 @@ def test_concurrent_writers_never_expose_partial_entries(tmp_path):
     with ProcessPoolExecutor(max_workers=4) as pool:
         assert all(pool.map(_store_many, [(str(tmp_path), w) for w in range(4)]))
     assert not list(tmp_path.rglob(".tmp-*"))
+
+
+# A fresh process in which lowering or running a tool is an error: scanweaver.compile
+# must take the whole build from the cache and only JIT it.
+NO_LOWERING_COMPILE = """
+import sys
+import numpy as np
+import scanweaver, scanweaver.compiler as compiler, scanweaver.toolchain.mlir as mlir
+def forbidden(*a, **k):
+    raise SystemExit("the compiler ran")
+compiler.lower = forbidden
+mlir.run_tool = forbidden
+program = scanweaver.compile(sys.stdin.read(), target="cpu")
+a = np.full((4, 3), 0.5, np.float32); b = np.ones((4, 3), np.float32)
+h0 = np.zeros(4, np.float32); h = np.zeros((4, 3), np.float32); hT = np.zeros(4, np.float32)
+program.reverse_init_final(a, b, h0, h, hT)
+print("HIT" if program.cache_hit else "MISS", h[0].tolist())
+"""
+
+
+def test_compile_cache_skips_every_stage_in_a_new_process(tmp_path, monkeypatch):
+    import scanweaver
+
+    monkeypatch.setenv("SCANWEAVER_CACHE_DIR", str(tmp_path))
+    text = AFFINE.split("func.func @widen_int")[0]
+    assert scanweaver.compile(text, target="cpu").cache_hit is False
+    r = subprocess.run(
+        [sys.executable, "-c", NO_LOWERING_COMPILE], input=text, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "HIT"
+    assert r.stdout.strip().endswith("[1.75, 1.5, 1.0]")  # reverse: h = 0.5*h + 1
