@@ -53,12 +53,16 @@ region cloned per (item, state element) into registers, N-component Blelloch swe
 sharing the helpers below, and the emit region run per step on a private state;
 see that module. Nests it cannot prove parallel are left unchanged.
 
-Not handled yet (left untouched by this pass): generic `scan.scan` combines.
+`scan.linear_recurrence` (K x K matrix-valued, e.g. a 2nd-order IIR filter) is lowered
+by `linear_gpu.py`, generic `scan.scan` combines (k operands, associative combine
+region, no identity) by `scan_gpu.py`; both reuse this kernel architecture and the
+sweep helpers below. Ops they cannot handle are left untouched for the sequential
+lowering.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -80,7 +84,7 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     i64,
 )
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -167,33 +171,56 @@ def _shape_entries(t: MemRefType) -> tuple[int | str, ...]:
 SweepSlots = Sequence[tuple[SSAValue, SSAValue, int]]
 
 
+#: Emits one node of a sweep level: (emitter, node slot i, its left child's slot
+#: i - d, d). Runs in the threads `tid < bs / (2 d)`, node i = (tid + 1) * 2d - 1.
+SweepNode = Callable[[Emitter, SSAValue, SSAValue, int], None]
+
+
+def blelloch_levels(le: Emitter, tid: SSAValue, bs: int, node: SweepNode, *, down: bool) -> None:
+    """The level structure of a Blelloch sweep over `bs` slots, generic in the node.
+
+    Up (`down=False`): d = 1, 2, ..., bs/2; down: d = bs/2, ..., 1 and a final
+    `gpu.barrier`. Every level starts with a `gpu.barrier`; its active threads
+    (`tid < bs / (2 d)`) each emit `node(ie, i, i - d, d)` for i = (tid + 1) * 2d - 1.
+    """
+    levels = []
+    d = 1
+    while d < bs:
+        levels.append(d)
+        d *= 2
+    for d in reversed(levels) if down else levels:
+        le.op(gpu.BarrierOp())
+        active = le.cmp("ult", tid, le.index(bs // (2 * d)))
+
+        def body(ie: Emitter, d: int = d) -> None:
+            i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
+            node(ie, i, ie.sub(i, ie.index(d)), d)
+
+        le.if_(active, [], body)
+    if down:
+        le.op(gpu.BarrierOp())
+
+
 def blelloch_up_sweep(le: Emitter, pairs: PairArith, tid: SSAValue, bs: int, slots: SweepSlots) -> None:
     """In-place up-sweep over `bs` per-thread aggregates for every component in `slots`.
 
     log2(bs) levels, each after a `gpu.barrier`; the active threads of a level do one
     combine per component. Afterwards slot bs-1 of a component holds its block total.
     """
-    d = 1
-    while d < bs:
-        le.op(gpu.BarrierOp())
-        active = le.cmp("ult", tid, le.index(bs // (2 * d)))
 
-        def up(ie: Emitter, d: int = d) -> None:
-            i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
-            left = ie.sub(i, ie.index(d))
-            for s_a, s_b, base in slots:
-                ii = ie.add(i, ie.index(base)) if base else i
-                li = ie.add(left, ie.index(base)) if base else left
-                a, b = pairs.combine(
-                    ie,
-                    (ie.load(s_a, [li]), ie.load(s_b, [li])),
-                    (ie.load(s_a, [ii]), ie.load(s_b, [ii])),
-                )
-                ie.store(a, s_a, [ii])
-                ie.store(b, s_b, [ii])
+    def up(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
+        for s_a, s_b, base in slots:
+            ii = ie.add(i, ie.index(base)) if base else i
+            li = ie.add(left, ie.index(base)) if base else left
+            a, b = pairs.combine(
+                ie,
+                (ie.load(s_a, [li]), ie.load(s_b, [li])),
+                (ie.load(s_a, [ii]), ie.load(s_b, [ii])),
+            )
+            ie.store(a, s_a, [ii])
+            ie.store(b, s_b, [ii])
 
-        le.if_(active, [], up)
-        d *= 2
+    blelloch_levels(le, tid, bs, up, down=False)
 
 
 def blelloch_down_sweep(le: Emitter, pairs: PairArith, tid: SSAValue, bs: int, slots: SweepSlots) -> None:
@@ -203,31 +230,91 @@ def blelloch_down_sweep(le: Emitter, pairs: PairArith, tid: SSAValue, bs: int, s
     between the two sweeps; afterwards slot `tid` holds the state just before thread
     `tid`'s first step.
     """
-    d = bs // 2
-    while d >= 1:
-        le.op(gpu.BarrierOp())
-        active = le.cmp("ult", tid, le.index(bs // (2 * d)))
 
-        def down(ie: Emitter, d: int = d) -> None:
-            i = ie.sub(ie.mul(ie.add(tid, ie.index(1)), ie.index(2 * d)), ie.index(1))
-            left = ie.sub(i, ie.index(d))
-            for s_a, s_b, base in slots:
-                ii = ie.add(i, ie.index(base)) if base else i
-                li = ie.add(left, ie.index(base)) if base else left
-                b_parent = ie.load(s_b, [ii])
-                b_left = ie.load(s_b, [li])
-                a_left = ie.load(s_a, [li])
-                ie.store(b_parent, s_b, [li])
-                ie.store(pairs.apply(ie, a_left, b_parent, b_left), s_b, [ii])
+    def down(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
+        for s_a, s_b, base in slots:
+            ii = ie.add(i, ie.index(base)) if base else i
+            li = ie.add(left, ie.index(base)) if base else left
+            b_parent = ie.load(s_b, [ii])
+            b_left = ie.load(s_b, [li])
+            a_left = ie.load(s_a, [li])
+            ie.store(b_parent, s_b, [li])
+            ie.store(pairs.apply(ie, a_left, b_parent, b_left), s_b, [ii])
 
-        le.if_(active, [], down)
-        d //= 2
-    le.op(gpu.BarrierOp())
+    blelloch_levels(le, tid, bs, down, down=True)
+
+
+def channel_indices(e: Emitter, ref: SSAValue, axis: int, bid: SSAValue) -> list[SSAValue]:
+    """The channel of block `bid`: its index along every dimension of `ref` but `axis`
+    (row-major delinearisation with divui/remui)."""
+    rank = ref.type.get_num_dims()  # type: ignore[attr-defined]
+    channel_dims = [i for i in range(rank) if i != axis]
+    rest = bid
+    channel: list[SSAValue] = [bid] * len(channel_dims)
+    for pos in range(len(channel_dims) - 1, -1, -1):
+        if pos == 0:
+            channel[pos] = rest
+        else:
+            size = e.dim(ref, channel_dims[pos])
+            channel[pos] = e.remu(rest, size)
+            rest = e.divu(rest, size)
+    return channel
+
+
+def launch_over_channels(
+    op: Operation, ref: SSAValue, ref_name: str, axis: int, name: str, operands: Sequence[SSAValue], bs: int
+) -> tuple[int | str, tuple[int, ...], str]:
+    """Insert, before `op`, the launch of kernel `name`: one block of `bs` threads per
+    channel of `ref` (all dimensions but `axis`), guarded by `channels > 0` when they
+    are dynamic. Returns the launch description's grid entry (an int, or a product
+    over `ref_name.shape[i]`), `host_args` for `operands` and the host function name."""
+    ref_t = ref.type
+    assert isinstance(ref_t, MemRefType)
+    rank = ref_t.get_num_dims()
+    host = Emitter(InsertPoint.before(op))
+    channel_dims = [i for i in range(rank) if i != axis]
+    sizes = [host.dim(ref, i) for i in channel_dims]
+    nch = sizes[0] if sizes else host.index(1)
+    for s in sizes[1:]:
+        nch = host.mul(nch, s)
+    one = host.index(1)
+    threads = host.index(bs)
+    kernel_ref = SymbolRefAttr(KERNEL_MODULE, [name])
+
+    def launch(le: Emitter) -> None:
+        le.op(gpu.LaunchFuncOp(kernel_ref, [nch, one, one], [threads, one, one], kernelOperands=list(operands)))
+
+    shape = ref_t.get_shape()
+    static_channels = all(shape[i] != DYNAMIC_INDEX for i in channel_dims)
+    if static_channels:
+        launch(host)
+    else:
+        host.if_(host.cmp("sgt", nch, host.index(0)), [], launch)
+
+    parent_func = op.parent_op()
+    while parent_func is not None and not isinstance(parent_func, func.FuncOp):
+        parent_func = parent_func.parent_op()
+    host_args = []
+    for v in operands:
+        pos = -1
+        if parent_func is not None and v.owner is parent_func.body.block:  # type: ignore[attr-defined]
+            pos = v.index  # type: ignore[attr-defined]
+        host_args.append(pos)
+    if static_channels:
+        grid0: int | str = 1
+        for i in channel_dims:
+            grid0 *= shape[i]
+    else:
+        grid0 = "*".join(
+            str(shape[i]) if shape[i] != DYNAMIC_INDEX else f"{ref_name}.shape[{i}]" for i in channel_dims
+        )
+    return grid0, tuple(host_args), parent_func.sym_name.data if parent_func is not None else ""
 
 
 @dataclass(frozen=True)
 class ScanToGpu(ModulePass):
-    """Lower `scan.affine` (and `scan.recurrence` nests) to tiled Blelloch scan kernels."""
+    """Lower `scan.affine`, `scan.recurrence` / `scan.linear_recurrence` nests and generic
+    `scan.scan` ops to tiled Blelloch scan kernels."""
 
     name = "scan-to-gpu"
 
@@ -249,6 +336,12 @@ class ScanToGpu(ModulePass):
         from scanweaver.rewrites.recurrence_gpu import lower_recurrences
 
         lower_recurrences(op, bs, ipt)
+        # Coupled (matrix-valued) recurrences, then generic combines.
+        from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
+        from scanweaver.rewrites.scan_gpu import lower_scans
+
+        lower_linear_recurrences(op, bs, ipt)
+        lower_scans(op, bs, ipt)
 
     # ------------------------------------------------------------------ one scan.affine
     def _lower_affine(self, op: scan.AffineOp, kmod: gpu.ModuleOp) -> None:
@@ -282,49 +375,12 @@ class ScanToGpu(ModulePass):
         e.op(gpu.ReturnOp([]))
         kmod.body.block.add_op(kfunc)
 
-        # -- host side -------------------------------------------------------------------
-        host = Emitter(InsertPoint.before(op))
-        channel_dims = [i for i in range(rank) if i != axis]
-        sizes = [host.dim(op.h, i) for i in channel_dims]
-        nch = sizes[0] if sizes else host.index(1)
-        for s in sizes[1:]:
-            nch = host.mul(nch, s)
-        one = host.index(1)
-        threads = host.index(bs)
-        kernel_ref = SymbolRefAttr(KERNEL_MODULE, [name])
-
-        def launch(le: Emitter) -> None:
-            le.op(gpu.LaunchFuncOp(kernel_ref, [nch, one, one], [threads, one, one], kernelOperands=operands))
-
-        static_channels = all(h_t.get_shape()[i] != DYNAMIC_INDEX for i in channel_dims)
-        if static_channels:
-            launch(host)
-        else:
-            host.if_(host.cmp("sgt", nch, host.index(0)), [], launch)
-
-        # -- launch description ------------------------------------------------------------
-        parent_func = op.parent_op()
-        while parent_func is not None and not isinstance(parent_func, func.FuncOp):
-            parent_func = parent_func.parent_op()
-        host_args = []
-        for v in operands:
-            pos = -1
-            if parent_func is not None and v.owner is parent_func.body.block:  # type: ignore[attr-defined]
-                pos = v.index  # type: ignore[attr-defined]
-            host_args.append(pos)
-        shape = h_t.get_shape()
-        if static_channels:
-            grid0: int | str = 1
-            for i in channel_dims:
-                grid0 *= shape[i]
-        else:
-            grid0 = "*".join(
-                str(shape[i]) if shape[i] != DYNAMIC_INDEX else f"h.shape[{i}]" for i in channel_dims
-            )
+        # -- host side and launch description ----------------------------------------------------
+        grid0, host_args, func_name = launch_over_channels(op, op.h, "h", axis, name, operands, bs)
         desc = KernelLaunch(
             kernel_name=name,
             module_name=KERNEL_MODULE,
-            func_name=parent_func.sym_name.data if parent_func is not None else "",
+            func_name=func_name,
             grid=(grid0, 1, 1),
             block=(bs, 1, 1),
             shared_bytes=(2 * bs + 1) * byte_size(state_t),
@@ -332,7 +388,7 @@ class ScanToGpu(ModulePass):
                 (n, k, type_name(t.element_type), _shape_entries(t))  # type: ignore[attr-defined]
                 for n, k, t in zip(names, kinds, types)
             ],
-            host_args=tuple(host_args),
+            host_args=host_args,
             notes=(
                 f"scan.affine axis {axis}{' reverse' if op.is_reverse else ''}; "
                 f"{in_t} inputs, {state_t} state; block_size={bs} items_per_thread={ipt}; "
@@ -364,16 +420,7 @@ class ScanToGpu(ModulePass):
         length = e.dim(h_ref, axis)
 
         # Channel index: delinearise the block id over the non-axis dims (row-major).
-        channel_dims = [i for i in range(rank) if i != axis]
-        rest = bid
-        channel: list[SSAValue] = [zero] * len(channel_dims)
-        for pos in range(len(channel_dims) - 1, -1, -1):
-            size = e.dim(h_ref, channel_dims[pos])
-            if pos == 0:
-                channel[pos] = rest
-            else:
-                channel[pos] = e.remu(rest, size)
-                rest = e.divu(rest, size)
+        channel = channel_indices(e, h_ref, axis, bid)
 
         def at(t_phys: SSAValue) -> list[SSAValue]:
             return [*channel[:axis], t_phys, *channel[axis:]]

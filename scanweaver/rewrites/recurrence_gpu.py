@@ -26,7 +26,8 @@ What matches
 * Parallel channels (a simple sufficient check): every memref written anywhere in the
   nest, other than allocas of the innermost body, is a function argument, and all of
   its loads and stores index it with each channel loop variable itself at one fixed
-  dimension; so different channel iterations touch disjoint elements.
+  dimension (not needed for a loop of one iteration); so different channel
+  iterations touch disjoint elements.
 * Parallel steps: coeffs neither writes memory nor reads what emit writes; emit never
   reads a memref it writes (other than its own allocas), never writes the prologue's
   allocas; each emit store either indexes one dimension injectively in the step
@@ -91,7 +92,7 @@ Kernel design
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, gpu, memref, scf
@@ -309,7 +310,7 @@ class _EmitStores:
 @dataclass
 class _Nest:
     fn: func.FuncOp
-    rec: scan.RecurrenceOp
+    rec: scan.LoopRecurrence  # scan.recurrence, or scan.linear_recurrence (linear_gpu.py)
     loops: list[scf.ForOp]
     outer_pre: list[list[Operation]]
     prologue: list[Operation]
@@ -349,7 +350,7 @@ def _trip(loop: scf.ForOp, fn_args: set[SSAValue]) -> int | tuple[BlockArgument,
     raise Unsupported("channel loop bounds must be constants, or 0 to memref.dim(%arg, c) step 1")
 
 
-def match_recurrence(rec: scan.RecurrenceOp) -> _Nest:
+def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
     """The loop nest of `rec` if the kernel design applies, else `Unsupported(reason)`."""
     loops: list[scf.ForOp] = []
     cur: Operation = rec
@@ -475,6 +476,8 @@ def match_recurrence(rec: scan.RecurrenceOp) -> _Nest:
                 common = here if common is None else common & here
             assert common is not None
             for j, iv in enumerate(ivs):
+                if trips[j] == 1:
+                    continue  # a one-iteration loop cannot overlap with itself
                 if not any(c[0] == j for c in common):
                     raise Unsupported(
                         f"{_name_of(ref)} is written, but not always indexed by the channel "
@@ -580,6 +583,137 @@ def _needed(ops: Sequence[Operation], among: set[Operation]) -> list[SSAValue]:
     return [r for op in ops for r in op.results if _used_by(r, among)]
 
 
+@dataclass
+class NestKernel:
+    """The start of a kernel for a matched nest (`begin_nest_kernel`): what the
+    recurrence-specific code needs to go on."""
+
+    nest: _Nest
+    kfunc: gpu.FuncOp
+    e: Emitter
+    vmap: dict[SSAValue, SSAValue]  # nest values -> kernel values
+    tid: SSAValue
+    priv: SSAValue  # this thread's private state buffer
+    state_src: SSAValue  # where the initial state is read (priv, or the state argument)
+    trip: SSAValue  # number of steps of the recurrence
+    step_index: Callable[[Emitter, SSAValue], SSAValue]  # step number k -> loop index
+
+
+def begin_nest_kernel(nest: _Nest, name: str, el: Attribute, shape: Sequence[int]) -> NestKernel:
+    """A `gpu.func` taking the nest's memref arguments, started with what every
+    thread runs first: values captured from outside the nest (constants, dims, pure
+    arith), the channel loop variables from the block id (row-major over the trip
+    counts), the cloned ops before the inner loops and the prologue, the private
+    state buffer and the recurrence's trip count."""
+    rec = nest.rec
+    types = [a.type for a in nest.kernel_args]
+    kfunc = gpu.FuncOp(name, FunctionType.from_lists(types, []), kernel=True)
+    kfunc.attributes["gpu.kernel"] = UnitAttr()
+    body = kfunc.body.block
+    vmap: dict[SSAValue, SSAValue] = {}
+    for fa, ka in zip(nest.kernel_args, body.args):
+        ka.name_hint = arg_name(nest, fa)
+        vmap[fa] = ka
+    e = Emitter(body)
+    tid = bg._thread_id(e)
+    bid = bg._block_id(e)
+
+    # values from outside the nest (constants, dims, pure arith)
+    def capture(v: SSAValue) -> None:
+        if v in vmap:
+            return
+        op = v.owner
+        assert isinstance(op, Operation), v
+        for o in op.operands:
+            capture(o)
+        e.op(op.clone(value_mapper=vmap))
+
+    for v in _free_values([nest.root]):
+        capture(v)
+
+    # channel loop variables from the block id
+    trips: list[SSAValue] = [
+        e.index(t) if isinstance(t, int) else e.dim(vmap[t[0]], t[1]) for t in nest.trips
+    ]
+    rest = bid
+    ks: list[SSAValue] = [bid] * len(trips)
+    for i in range(len(trips) - 1, -1, -1):
+        if i == 0:
+            ks[i] = rest
+        else:
+            ks[i] = e.remu(rest, trips[i])
+            rest = e.divu(rest, trips[i])
+    for loop, k in zip(nest.loops, ks):
+        lb, st = _const_int(loop.lb), _const_int(loop.step)
+        assert lb is not None and st is not None
+        iv = k if st == 1 else e.mul(k, e.index(st))
+        iv = iv if lb == 0 else e.add(iv, e.index(lb))
+        vmap[loop.body.block.args[0]] = iv
+    for pre in nest.outer_pre:
+        for op in pre:
+            e.op(op.clone(value_mapper=vmap))
+    for op in nest.prologue:
+        e.op(op.clone(value_mapper=vmap))
+
+    # state buffer (private per thread)
+    if nest.state_arg is None:
+        priv = vmap[rec.state]
+        state_src = priv
+    else:
+        priv = e.val(memref.AllocaOp.get(el, shape=list(shape)))
+        state_src = vmap[nest.state_arg]
+
+    # trip count and step index of the recurrence
+    lb_v, ub_v, step_v = vmap[rec.lb], vmap[rec.ub], vmap[rec.step]
+    lb_c, step_c, ub_c = _const_int(rec.lb), _const_int(rec.step), _const_int(rec.ub)
+    ub_nonneg = (ub_c is not None and ub_c >= 0) or isinstance(rec.ub.owner, memref.DimOp)
+    zero, one = e.index(0), e.index(1)
+    if lb_c == 0 and step_c == 1 and ub_nonneg:
+        trip = ub_v
+    else:
+        diff = e.sub(ub_v, lb_v)
+        q = e.divu(e.add(diff, e.sub(step_v, one)), step_v)
+        trip = e.val(arith.SelectOp(e.cmp("sgt", diff, zero), q, zero))
+
+    def step_index(le: Emitter, k: SSAValue) -> SSAValue:
+        if lb_c == 0 and step_c == 1:
+            return k
+        i = k if step_c == 1 else le.mul(k, step_v)
+        return i if lb_c == 0 else le.add(i, lb_v)
+
+    return NestKernel(nest, kfunc, e, vmap, tid, priv, state_src, trip, step_index)
+
+
+def finish_nest_kernel(
+    k: NestKernel, n: int, s_c: SSAValue, elem_index: Callable[[Emitter, int], list[SSAValue]]
+) -> None:
+    """After the last tile: a barrier, then thread 0 copies the final state (`n`
+    elements in the shared carry `s_c`) into the state buffer (the state argument at
+    depth 0) and runs the cloned epilogue; then `gpu.return`."""
+    nest, e = k.nest, k.e
+    if nest.state_arg is not None or nest.epilogue:
+        e.op(gpu.BarrierOp())
+
+        def finish(ie: Emitter) -> None:
+            dest = k.state_src if nest.state_arg is not None else k.priv
+            for j in range(n):
+                ie.store(ie.load(s_c, [ie.index(j)]), dest, elem_index(ie, j))
+            m = dict(k.vmap)
+            for op in nest.epilogue:
+                ie.op(op.clone(value_mapper=m))
+
+        e.if_(e.cmp("eq", k.tid, e.index(0)), [], finish)
+    e.op(gpu.ReturnOp([]))
+    _check_closed(k.kfunc)
+
+
+def arg_name(nest: _Nest, a: BlockArgument) -> str:
+    """The kernel argument name of function argument `a` (its name, made unique)."""
+    base = a.name_hint or f"arg{a.index}"
+    names = [x.name_hint or f"arg{x.index}" for x in nest.kernel_args]
+    return base if names.count(base) == 1 else f"{base}_{a.index}"
+
+
 class _KernelGen:
     def __init__(self, nest: _Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
         self.nest, self.name, self.bs, self.ipt = nest, name, bs, ipt
@@ -604,85 +738,15 @@ class _KernelGen:
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> gpu.FuncOp:
         nest, rec, bs, ipt = self.nest, self.nest.rec, self.bs, self.ipt
-        types = [a.type for a in nest.kernel_args]
-        kfunc = gpu.FuncOp(self.name, FunctionType.from_lists(types, []), kernel=True)
-        kfunc.attributes["gpu.kernel"] = UnitAttr()
-        body = kfunc.body.block
-        vmap: dict[SSAValue, SSAValue] = {}
-        for fa, ka in zip(nest.kernel_args, body.args):
-            ka.name_hint = self.arg_name(fa)
-            vmap[fa] = ka
-        e = Emitter(body)
+        k_ = begin_nest_kernel(nest, self.name, self.el, self.shape)
+        kfunc, e, vmap, tid = k_.kfunc, k_.e, k_.vmap, k_.tid
+        priv, state_src, trip, step_index = k_.priv, k_.state_src, k_.trip, k_.step_index
         pairs, el = self.pairs, self.el
-        tid = bg._thread_id(e)
-        bid = bg._block_id(e)
-
-        # values from outside the nest (constants, dims, pure arith)
-        def capture(v: SSAValue) -> None:
-            if v in vmap:
-                return
-            op = v.owner
-            assert isinstance(op, Operation), v
-            for o in op.operands:
-                capture(o)
-            e.op(op.clone(value_mapper=vmap))
-
-        for v in _free_values([nest.root]):
-            capture(v)
-
-        # channel loop variables from the block id
-        trips: list[SSAValue] = [
-            e.index(t) if isinstance(t, int) else e.dim(vmap[t[0]], t[1]) for t in nest.trips
-        ]
-        rest = bid
-        ks: list[SSAValue] = [bid] * len(trips)
-        for i in range(len(trips) - 1, -1, -1):
-            if i == 0:
-                ks[i] = rest
-            else:
-                ks[i] = e.remu(rest, trips[i])
-                rest = e.divu(rest, trips[i])
-        for loop, k in zip(nest.loops, ks):
-            lb, st = _const_int(loop.lb), _const_int(loop.step)
-            assert lb is not None and st is not None
-            iv = k if st == 1 else e.mul(k, e.index(st))
-            iv = iv if lb == 0 else e.add(iv, e.index(lb))
-            vmap[loop.body.block.args[0]] = iv
-        for pre in nest.outer_pre:
-            for op in pre:
-                e.op(op.clone(value_mapper=vmap))
-        for op in nest.prologue:
-            e.op(op.clone(value_mapper=vmap))
-
-        # state buffer (private per thread) and shared arrays
-        if nest.state_arg is None:
-            priv = vmap[rec.state]
-            state_src = priv
-        else:
-            priv = e.val(memref.AllocaOp.get(el, shape=list(self.shape)))
-            state_src = vmap[nest.state_arg]
+        zero, one = e.index(0), e.index(1)
         g_rows = self.group * bs
         s_a = e.val(memref.GetGlobalOp(f"{self.name}_sA", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
         s_b = e.val(memref.GetGlobalOp(f"{self.name}_sB", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
         s_c = e.val(memref.GetGlobalOp(f"{self.name}_sC", MemRefType(el, [self.n], memory_space=bg.SHARED_SPACE)))
-
-        # trip count and step index of the recurrence
-        lb_v, ub_v, step_v = vmap[rec.lb], vmap[rec.ub], vmap[rec.step]
-        lb_c, step_c, ub_c = _const_int(rec.lb), _const_int(rec.step), _const_int(rec.ub)
-        ub_nonneg = (ub_c is not None and ub_c >= 0) or isinstance(rec.ub.owner, memref.DimOp)
-        zero, one = e.index(0), e.index(1)
-        if lb_c == 0 and step_c == 1 and ub_nonneg:
-            trip = ub_v
-        else:
-            diff = e.sub(ub_v, lb_v)
-            q = e.divu(e.add(diff, e.sub(step_v, one)), step_v)
-            trip = e.val(arith.SelectOp(e.cmp("sgt", diff, zero), q, zero))
-
-        def step_index(le: Emitter, k: SSAValue) -> SSAValue:
-            if lb_c == 0 and step_c == 1:
-                return k
-            i = k if step_c == 1 else le.mul(k, step_v)
-            return i if lb_c == 0 else le.add(i, lb_v)
 
         # thread 0: initial state -> carry
         def init_carry(ie: Emitter) -> None:
@@ -850,27 +914,8 @@ class _KernelGen:
 
         e.for_(zero, ntiles, one, [], tile_body)
 
-        # final state -> state buffer, then the epilogue (thread 0)
-        if nest.state_arg is not None or nest.epilogue:
-            e.op(gpu.BarrierOp())
-
-            def finish(ie: Emitter) -> None:
-                dest = state_src if nest.state_arg is not None else priv
-                for n in range(self.n):
-                    ie.store(ie.load(s_c, [ie.index(n)]), dest, self.elem_index(ie, n))
-                m = dict(vmap)
-                for op in nest.epilogue:
-                    ie.op(op.clone(value_mapper=m))
-
-            e.if_(e.cmp("eq", tid, zero), [], finish)
-        e.op(gpu.ReturnOp([]))
-        _check_closed(kfunc)
+        finish_nest_kernel(k_, self.n, s_c, self.elem_index)
         return kfunc
-
-    def arg_name(self, a: BlockArgument) -> str:
-        base = a.name_hint or f"arg{a.index}"
-        names = [x.name_hint or f"arg{x.index}" for x in self.nest.kernel_args]
-        return base if names.count(base) == 1 else f"{base}_{a.index}"
 
 
 def _guard_last(orig: Operation, new: Operation, last_stores: set[Operation], cond: SSAValue) -> None:
@@ -926,8 +971,26 @@ def lower_recurrence(
     bg.shared_global(kmod, f"{name}_sC", gen.el, gen.n)
     kmod.body.block.add_op(kfunc)
 
+    launch_nest_kernel(
+        nest,
+        kfunc,
+        block_size,
+        gen.shared_bytes,
+        notes=(
+            f"scan.recurrence over {len(nest.loops)} channel loop(s), state "
+            f"{'x'.join(map(str, gen.shape)) or 'scalar'} {gen.el}; block_size={block_size} "
+            f"items_per_thread={items_per_thread}; fused coeffs/emit, "
+            f"{'kept' if gen.keep else 'recomputed'} pairs, {gen.group} components per sweep"
+        ),
+    )
+
+
+def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_bytes: int, notes: str) -> None:
+    """Replace the nest by the launch of `kfunc` (one block per channel iteration) and
+    attach its launch description."""
+    name = kfunc.sym_name.data
     args = nest.kernel_args
-    names = [gen.arg_name(a) for a in args]
+    names = [arg_name(nest, a) for a in args]
     static = all(isinstance(t, int) for t in nest.trips)
     host = Emitter(InsertPoint.before(nest.root))
     if static:
@@ -966,18 +1029,13 @@ def lower_recurrence(
         func_name=nest.fn.sym_name.data,
         grid=(grid0, 1, 1),
         block=(block_size, 1, 1),
-        shared_bytes=gen.shared_bytes,
+        shared_bytes=shared_bytes,
         args=[
             (n, kind(a), bg.type_name(a.type.element_type), bg._shape_entries(a.type))  # type: ignore[attr-defined]
             for n, a in zip(names, args)
         ],
         host_args=tuple(a.index for a in args),
-        notes=(
-            f"scan.recurrence over {len(nest.loops)} channel loop(s), state "
-            f"{'x'.join(map(str, gen.shape)) or 'scalar'} {gen.el}; block_size={block_size} "
-            f"items_per_thread={items_per_thread}; fused coeffs/emit, "
-            f"{'kept' if gen.keep else 'recomputed'} pairs, {gen.group} components per sweep"
-        ),
+        notes=notes,
     )
     kfunc.attributes["scanweaver.launch"] = desc.to_attr()
     Rewriter.erase_op(nest.root)

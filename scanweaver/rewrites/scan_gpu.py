@@ -1,0 +1,403 @@
+"""`scan-to-gpu` for generic `scan.scan`: a chained-tile Blelloch kernel per op.
+
+`ScanToGpu` calls `lower_scans(module, block_size, items_per_thread)`; every
+`scan.scan` that matches below becomes one `gpu.func` (kernel `scan_generic_<i>`)
+plus a `gpu.launch_func` in its place. Anything else is left for the sequential
+lowering (`scan-to-loops`).
+
+What matches
+------------
+* k >= 1 operands of scalar element types (any mix of integers, index, f16, bf16,
+  f32, f64), any rank, any axis, forward or `reverse`, static or dynamic sizes.
+* The combine region: ops without memory effects (nested `scf.if`/`scf.for` of such
+  ops included), cloned per combine; values it uses from outside must be constants
+  or pure arith over constants / `memref.dim` (cloned into the kernel).
+* Host placement: the op sits in a `func.func`, possibly inside `scf.for`/`scf.if`/
+  `scf.while` (the launch goes where the op was), not inside another op's region.
+Only associativity of the combine is assumed (the parallel order of combines
+differs from the sequential one): no identity, no commutativity. Integer combines
+(add, max, the affine pair combine on i32, ...) give the sequential result bit for
+bit; float combines agree up to reassociation.
+
+Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
+--------------------------------------------------------------------
+* Grid: one block per channel (the dimensions other than `axis`, row-major on
+  blockIdx.x); tile T = block_size * items_per_thread consecutive scan steps; thread
+  `tid` owns steps [tid * ipt, (tid + 1) * ipt) of the tile; chained tiles in an
+  `scf.for`, the running aggregate carried in a shared slot `c_j` per operand.
+  `reverse` maps scan step t to position L - 1 - t.
+* No identity is known, so "empty" aggregates are tracked exactly, without flags in
+  memory: in a tile, the valid steps are a prefix (those < L), so whether a sweep node
+  (a run of consecutive threads) holds any valid step follows from the index of its
+  first thread, and whether a prefix is non-empty from (tile > 0 or its first thread
+  > 0). Every combine is guarded by those index tests (`scf.if`), so the combine only
+  ever sees real values (combine(empty, x) = x is implemented by not combining).
+  Padding (steps >= L) loads nothing and holds zeros.
+* Phase 1: each thread loads its k-tuples (guarded), folds its valid ones
+  left to right into one aggregate, stores it to shared `s_j[tid]` (one array per
+  operand, `memref.global` in address space 3).
+* Up-sweep (log2 bs levels, barrier each): node i = combine(left, right) if the right
+  child holds a valid step, else a copy of left.
+* Thread 0 seeds the root with the carry `c_j` (tiles after the first).
+* Down-sweep: the full generic Blelloch step (no b-only shortcut, the combine is
+  opaque): left child <- parent prefix; right child <- combine(parent prefix, left
+  aggregate), or just the left aggregate when the parent prefix is empty (first tile,
+  leftmost nodes). Combine operands keep scan order: left = earlier.
+* Replay: from its exclusive prefix (empty for thread 0 of the first tile) each thread
+  combines its valid items in order and stores each inclusive result; the last
+  thread's final value is the next tile's carry (read by thread 0 at the next seed,
+  after at least one barrier).
+* Combines per tile and thread: (ipt - 1) fold + log2(bs) up + log2(bs) down + ipt
+  replay. Barriers per tile: 2 log2(bs) + 1. Shared memory: (bs + 1) slots per
+  operand (each array 16-byte aligned). In-place scans (an output that is also an
+  input) are fine: every element is read in phase 1 and written in the replay by the
+  same thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FunctionType,
+    IndexType,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    UnitAttr,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.rewriter import Rewriter
+from xdsl.traits import is_side_effect_free
+
+from scanweaver.dialects import scan
+from scanweaver.rewrites import blelloch_gpu as bg
+from scanweaver.rewrites import recurrence_gpu as rg
+from scanweaver.rewrites.affine_to_pairs import Emitter
+from scanweaver.rewrites.launch import KernelLaunch
+from scanweaver.rewrites.recurrence_gpu import Unsupported
+
+_SCALARS = (IntegerType, IndexType, Float16Type, BFloat16Type, Float32Type, Float64Type)
+#: Ops a `scan.scan` may be nested in on the host (the launch replaces it in place).
+_HOST_PARENTS = (scf.ForOp, scf.IfOp, scf.WhileOp)
+SHARED_ALIGN = 16
+
+
+def _round_up(x: int, align: int) -> int:
+    return -(-x // align) * align
+
+
+def shared_layout_bytes(sizes: Sequence[int]) -> int:
+    """Bytes of static shared memory for globals of `sizes`, each `SHARED_ALIGN`-aligned."""
+    total = 0
+    for size in sizes:
+        total = _round_up(total, SHARED_ALIGN) + size
+    return total
+
+
+class Combine:
+    """The combine region of a `scan.scan`, cloned on demand into kernel code."""
+
+    def __init__(self, op: scan.ScanOp):
+        block = op.combine.block
+        self.block = block
+        self.ops = list(block.ops)[:-1]
+        last = block.last_op
+        assert isinstance(last, scan.YieldOp)
+        self.results = list(last.arguments)
+        for o in self.ops:
+            for inner in o.walk():
+                if any(isinstance(v.type, MemRefType) for v in (*inner.operands, *inner.results)):
+                    raise Unsupported(f"combine: '{inner.name}' works on memrefs")
+            if not is_side_effect_free(o):
+                raise Unsupported(f"combine: '{o.name}' has side effects")
+        own = set(block.args)
+        self.free = [v for v in rg._free_values([*self.ops, last]) if v not in own]
+        self._check_capturable(self.free, set())
+        self.captured: dict[SSAValue, SSAValue] = {}
+
+    @staticmethod
+    def _check_capturable(values: Sequence[SSAValue], seen: set[SSAValue]) -> None:
+        """Outside values must be constants or pure ops on them (cloned into the kernel)."""
+        for v in values:
+            if v in seen:
+                continue
+            seen.add(v)
+            op = v.owner
+            if not isinstance(op, Operation):
+                raise Unsupported("combine uses a block argument from outside its region")
+            if (
+                op.regions
+                or not is_side_effect_free(op)
+                or isinstance(op, memref.DimOp)
+                or any(isinstance(r.type, MemRefType) for r in op.results)
+            ):
+                raise Unsupported(f"combine uses a value defined by '{op.name}' outside it")
+            Combine._check_capturable(list(op.operands), seen)
+
+    def capture(self, e: Emitter) -> None:
+        """Clone the outside values the combine uses at `e` (the kernel entry)."""
+
+        def clone(v: SSAValue) -> None:
+            if v in self.captured:
+                return
+            op = v.owner
+            assert isinstance(op, Operation)
+            for o in op.operands:
+                clone(o)
+            e.op(op.clone(value_mapper=self.captured))
+
+        for v in self.free:
+            clone(v)
+
+    def __call__(self, e: Emitter, left: Sequence[SSAValue], right: Sequence[SSAValue]) -> list[SSAValue]:
+        """combine(left, right): `left` is the earlier part in scan order."""
+        m = dict(self.captured)
+        m.update(zip(self.block.args, [*left, *right]))
+        for o in self.ops:
+            e.op(o.clone(value_mapper=m))
+        return [m.get(v, v) for v in self.results]
+
+
+def match_scan(op: scan.ScanOp) -> Combine:
+    """The cloneable combine of `op` if the kernel applies, else `Unsupported(reason)`."""
+    for v in (*op.inputs, *op.outputs):
+        el = v.type.element_type  # type: ignore[attr-defined]
+        if not isinstance(el, _SCALARS):
+            raise Unsupported(f"element type {el} is not a scalar")
+    parent = op.parent_op()
+    while not isinstance(parent, func.FuncOp):
+        if not isinstance(parent, _HOST_PARENTS):
+            raise Unsupported(f"nested in '{parent.name if parent else '?'}', not in host code")
+        parent = parent.parent_op()
+    return Combine(op)
+
+
+def _or(e: Emitter, x: SSAValue, y: SSAValue) -> SSAValue:
+    return e.val(arith.OrIOp(x, y))
+
+
+def _and(e: Emitter, x: SSAValue, y: SSAValue) -> SSAValue:
+    return e.val(arith.AndIOp(x, y))
+
+
+def _emit_kernel(
+    e: Emitter,
+    op: scan.ScanOp,
+    combine: Combine,
+    ins: list[SSAValue],
+    outs: list[SSAValue],
+    shared: list[tuple[SSAValue, SSAValue]],
+    bs: int,
+    ipt: int,
+) -> None:
+    axis, reverse = op.axis_value, op.is_reverse
+    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
+    s_arr = [s for s, _ in shared]
+    c_arr = [c for _, c in shared]
+    tid = bg._thread_id(e)
+    bid = bg._block_id(e)
+    combine.capture(e)
+    zero, one = e.index(0), e.index(1)
+    ref = outs[0]
+    length = e.dim(ref, axis)
+    channel = bg.channel_indices(e, ref, axis, bid)
+
+    def at(t_phys: SSAValue) -> list[SSAValue]:
+        return [*channel[:axis], t_phys, *channel[axis:]]
+
+    tile = e.index(bs * ipt)
+    ntiles = e.divu(e.add(length, e.index(bs * ipt - 1)), tile)
+    thread_base = e.mul(tid, e.index(ipt))
+    last_t = e.sub(length, one)
+
+    def phys(le: Emitter, t: SSAValue) -> SSAValue:
+        return le.sub(last_t, t) if reverse else t
+
+    def load_slot(ie: Emitter, slot: SSAValue) -> list[SSAValue]:
+        return [ie.load(s, [slot]) for s in s_arr]
+
+    def store_slot(ie: Emitter, vals: Sequence[SSAValue], slot: SSAValue) -> None:
+        for v, s in zip(vals, s_arr):
+            ie.store(v, s, [slot])
+
+    def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
+        tile_start = le.mul(kt, tile)
+        start = le.add(tile_start, thread_base)
+        has_carry = le.cmp("ugt", kt, zero)
+
+        def holds_valid(ie: Emitter, first_thread: SSAValue) -> SSAValue:
+            """Whether the run of threads starting at `first_thread` holds a step < L."""
+            return ie.cmp("ult", ie.add(ie.mul(first_thread, ie.index(ipt)), tile_start), length)
+
+        # 1. registers: this thread's tuples (zeros past the end), folded in order.
+        items: list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]] = []
+        for j in range(ipt):
+            t = le.add(start, le.index(j)) if j else start
+            inside = le.cmp("ult", t, length)
+
+            def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
+                idx = at(phys(ie, t))
+                return [ie.load(x, idx) for x in ins]
+
+            vals = le.if_(inside, types, load, lambda ie: [ie.const(0, ty) for ty in types])
+            items.append((t, inside, vals))
+        agg: Sequence[SSAValue] = items[0][2]
+        for _, inside, vals in items[1:]:
+            agg = le.if_(
+                inside, types, lambda ie, agg=agg, vals=vals: combine(ie, agg, vals), lambda ie, agg=agg: agg
+            )
+        store_slot(le, agg, tid)
+
+        # 2. up-sweep: combine with the right child only where it holds a valid step.
+        def up(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
+            right_valid = holds_valid(ie, ie.sub(i, ie.index(d - 1)) if d > 1 else i)
+            lv = load_slot(ie, left)
+            res = ie.if_(right_valid, types, lambda je: combine(je, lv, load_slot(je, i)), lambda je: lv)
+            store_slot(ie, res, i)
+
+        bg.blelloch_levels(le, tid, bs, up, down=False)
+
+        # 3. thread 0 seeds the root with the running aggregate (tiles after the first).
+        def seed(ie: Emitter) -> None:
+            store_slot(ie, [ie.load(c, [ie.index(0)]) for c in c_arr], ie.index(bs - 1))
+
+        le.if_(_and(le, le.cmp("eq", tid, zero), has_carry), [], seed)
+
+        # 4. generic down-sweep; a prefix is empty only in the first tile, leftmost nodes.
+        def down(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
+            first = ie.sub(i, ie.index(2 * d - 1))  # first thread of the parent node
+            parent = load_slot(ie, i)
+            left_agg = load_slot(ie, left)
+            store_slot(ie, parent, left)
+            both = _and(ie, _or(ie, has_carry, ie.cmp("ugt", first, zero)), holds_valid(ie, first))
+            res = ie.if_(both, types, lambda je: combine(je, parent, left_agg), lambda je: left_agg)
+            store_slot(ie, res, i)
+
+        bg.blelloch_levels(le, tid, bs, down, down=True)
+
+        # 5. replay from the exclusive prefix; store every valid inclusive result.
+        acc: Sequence[SSAValue] = load_slot(le, tid)
+        prefix_valid = _or(le, has_carry, le.cmp("ugt", tid, zero))
+        for j, (t, inside, vals) in enumerate(items):
+
+            def step(ie: Emitter, j=j, t=t, vals=vals, acc=acc) -> list[SSAValue]:
+                if j == 0:
+                    new = ie.if_(prefix_valid, types, lambda je: combine(je, acc, vals), lambda je: vals)
+                else:
+                    new = combine(ie, acc, vals)
+                idx = at(phys(ie, t))
+                for v, y in zip(new, outs):
+                    ie.store(v, y, idx)
+                return list(new)
+
+            acc = le.if_(inside, types, step, lambda ie, acc=acc: acc)
+
+        # 6. the last thread's inclusive value is the next tile's carry.
+        def publish(ie: Emitter, acc: Sequence[SSAValue] = acc) -> None:
+            for v, c in zip(acc, c_arr):
+                ie.store(v, c, [ie.index(0)])
+
+        le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
+
+    e.for_(zero, ntiles, one, [], tile_body)
+
+
+def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int) -> None:
+    """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`."""
+    combine = match_scan(op)
+    bs, ipt = block_size, items_per_thread
+    name = rg._kernel_name(top, "scan_generic")
+    k = len(op.inputs)
+    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
+
+    # kernel arguments: distinct memrefs, inputs first; an output that is also an input
+    # is passed once ("inout").
+    operands: list[SSAValue] = []
+    names: list[str] = []
+    kinds: list[str] = []
+    for j, v in enumerate(op.inputs):
+        if v not in operands:
+            operands.append(v)
+            names.append(f"x{j}")
+            kinds.append("in")
+    for j, v in enumerate(op.outputs):
+        if v in operands:
+            kinds[operands.index(v)] = "inout" if kinds[operands.index(v)] == "in" else "out"
+        else:
+            operands.append(v)
+            names.append(f"y{j}")
+            kinds.append("out")
+    arg_types = [v.type for v in operands]
+
+    kfunc = gpu.FuncOp(name, FunctionType.from_lists(arg_types, []), kernel=True)
+    kfunc.attributes["gpu.kernel"] = UnitAttr()
+    body = kfunc.body.block
+    for a, n in zip(body.args, names):
+        a.name_hint = n
+    argmap = dict(zip(operands, body.args))
+    e = Emitter(body)
+    shared: list[tuple[SSAValue, SSAValue]] = []
+    for j, el in enumerate(types):
+        s_t = MemRefType(el, [bs], memory_space=bg.SHARED_SPACE)
+        c_t = MemRefType(el, [1], memory_space=bg.SHARED_SPACE)
+        shared.append(
+            (e.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e.val(memref.GetGlobalOp(f"{name}_c{j}", c_t)))
+        )
+    _emit_kernel(
+        e, op, combine, [argmap[v] for v in op.inputs], [argmap[v] for v in op.outputs], shared, bs, ipt
+    )
+    e.op(gpu.ReturnOp([]))
+    rg._check_closed(kfunc)
+
+    # -- commit ------------------------------------------------------------------------------
+    kmod = bg.get_kernel_module(top)
+    for j, el in enumerate(types):
+        bg.shared_global(kmod, f"{name}_s{j}", el, bs)
+    for j, el in enumerate(types):
+        bg.shared_global(kmod, f"{name}_c{j}", el, 1)
+    kmod.body.block.add_op(kfunc)
+    ref_name = names[operands.index(op.outputs[0])]
+    grid0, host_args, func_name = bg.launch_over_channels(
+        op, op.outputs[0], ref_name, op.axis_value, name, operands, bs
+    )
+    sizes = [bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]
+    desc = KernelLaunch(
+        kernel_name=name,
+        module_name=bg.KERNEL_MODULE,
+        func_name=func_name,
+        grid=(grid0, 1, 1),
+        block=(bs, 1, 1),
+        shared_bytes=shared_layout_bytes(sizes),
+        args=[
+            (n, kd, bg.type_name(t.element_type), bg._shape_entries(t))  # type: ignore[attr-defined]
+            for n, kd, t in zip(names, kinds, arg_types)
+        ],
+        host_args=host_args,
+        notes=(
+            f"scan.scan of {k} operand(s) ({', '.join(bg.type_name(t) for t in types)}) axis "
+            f"{op.axis_value}{' reverse' if op.is_reverse else ''}; generic combine, no identity; "
+            f"block_size={bs} items_per_thread={ipt}; one block per channel, chained tiles"
+        ),
+    )
+    kfunc.attributes["scanweaver.launch"] = desc.to_attr()
+    Rewriter.erase_op(op)
+
+
+def lower_scans(top: ModuleOp, block_size: int, items_per_thread: int) -> dict[scan.ScanOp, str]:
+    """Lower every matching `scan.scan`; returns why the others were left alone."""
+    skipped: dict[scan.ScanOp, str] = {}
+    for op in [o for o in top.walk() if isinstance(o, scan.ScanOp)]:
+        try:
+            lower_scan(op, top, block_size, items_per_thread)
+        except Unsupported as why:
+            skipped[op] = str(why)
+    return skipped
+
+
+__all__ = ["lower_scan", "lower_scans", "match_scan"]
