@@ -12,26 +12,30 @@ scan.affine, time axis innermost (`(..., C, L)`, the usual row-major layout)
     (64 bytes per row: one cache line), transposes it in registers with
     `vector.shuffle` (the classic unpack/shuffle/permute network), runs T steps of
     `h = a*h + b` on vector<G> (G chains in the lanes), transposes the states back and
-    stores the rows.  Rows are *skewed*: lane g works on time block k - g at
-    iteration k, so that the G rows of a tile do not all hit the same cache set when
-    the row length is a power of two (without the skew, 4 KiB-strided rows thrash L1
-    and alias in the store buffer: measured 2x slower).  The skewed edges, the time
+    stores the rows.  Long rows are *skewed*: lane g works on time block k - s*g at
+    iteration k (s = 2 by default), so that the G rows of a tile do not all hit the same
+    cache set when the row length is a power of two (without the skew, 4 KiB-strided
+    rows thrash L1 and alias in the store buffer: measured 2x slower).  The skewed edges, the time
     remainder (L mod T) and a partial channel group run a masked variant of the same
     body (`vector.maskedload` with the identity step `a = 1, b = -0.0` in lanes that
     have nothing to do, `vector.maskedstore`), so no scalar clean-up code is needed.
 scan.affine, time axis not innermost (`(L, C)`: channels contiguous)
     No transposes: vector<G> loads across channels, 4 independent vectors per time
     loop (4G channels), then single vectors, then one masked vector.
-scan.recurrence with a rank-1 static state `memref<N x f32|f64>` (the Mamba shape)
+scan.recurrence with a rank-1 static state `memref<N x f32|f64|i32|i64>` (the Mamba shape)
     The state lives in a `vector<N>` register value for the whole time loop.  The
     `coeffs` region is vectorised over the state index (values that do not depend on it
     stay scalar and are broadcast where needed; a load whose last index is the state
     index becomes `vector.load`, any other varying load a gather of scalar loads);
     `emit` is cloned with its inner `scf.for %n = 0 to N` reduction loops vectorised
-    (`vector.reduction`, ordered or reassociated: `reassoc_reductions`), its loops
-    over the state that store state elements elsewhere become vector stores, and any
-    other read of the state reading the memref, which then is kept up to date every step.
-    `math.exp` inside becomes the polynomial of `exp_polynomial.py` (vector and scalar).
+    (`vector.reduction`, reassociated by default: `reassoc_reductions=false` keeps the
+    sequential order), its loops over the state that store state elements elsewhere
+    become vector stores, and any other read of the state reading the memref, which then
+    is kept up to date every step.  Work that depends on time only (softplus of delta,
+    silu(z), D*u: loads whose last index is the step) is vectorised over TIME_BLOCK = 16
+    steps at a time, in a prologue of each block of unrolled steps, when it contains
+    math functions or divisions.  `math.exp` and `math.log1p` inside become the
+    polynomials of `exp_polynomial.py` (vector and scalar): libm would be called per lane.
 everything else (scan.scan, f16/bf16 inputs, rank-1 affine, non-identity layouts,
 recurrences the vectoriser does not understand)
     the sequential lowering of `scan_to_loops.py`.
@@ -39,13 +43,16 @@ recurrences the vectoriser does not understand)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from xdsl.builder import Builder
 from xdsl.context import Context
-from xdsl.dialects import arith, math, memref, scf, vector
+from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import (
+    BoolAttr,
+    i32,
+    DYNAMIC_INDEX,
     DenseArrayBase,
     Float32Type,
     Float64Type,
@@ -59,7 +66,8 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.dialects.utils.fast_math import FastMathFlag
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -69,6 +77,7 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 from xdsl.rewriter import InsertPoint
+from xdsl.traits import IsTerminator, is_side_effect_free
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites.loop_utils import (
@@ -77,7 +86,6 @@ from scanweaver.rewrites.loop_utils import (
     dim_sizes,
     for_loop,
     loop_nest,
-    mul_add,
 )
 from scanweaver.rewrites.scan_to_loops import LowerAffine, LowerRecurrence, LowerScan
 
@@ -203,6 +211,11 @@ def _neutral(el: Attribute) -> tuple[float | int, float | int]:
     return 1.0, -0.0
 
 
+def _mul(b: Builder, x: SSAValue, y: SSAValue) -> SSAValue:
+    el = x.type.element_type if isinstance(x.type, VectorType) else x.type
+    return _res(b.insert(arith.MuliOp(x, y) if isinstance(el, IntegerType) else arith.MulfOp(x, y)))
+
+
 def _step(b: Builder, a: SSAValue, h: SSAValue, x: SSAValue) -> SSAValue:
     """a*h + x, unfused (mul_add handles vectors as well as scalars)."""
     el = a.type.element_type if isinstance(a.type, VectorType) else a.type
@@ -216,11 +229,28 @@ def _step(b: Builder, a: SSAValue, h: SSAValue, x: SSAValue) -> SSAValue:
 # ---------------------------------------------------------------------------
 
 
+#: Rows of at least LONG_ROW_BLOCKS time blocks (2048 f32 steps) get the full skew,
+#: rows of MEDIUM_ROW_BLOCKS .. LONG_ROW_BLOCKS a skew of 1, shorter rows none: the
+#: 2*(G-1)*skew masked edge iterations would be a large part of their work (measured,
+#: 1 core, medians over allocations: 1024x256 f32 0.11 ms unskewed vs 0.18 skewed;
+#: 1024x1024 0.57 unskewed, 0.44 with skew 1, 0.53 with skew 2).
+LONG_ROW_BLOCKS = 128
+MEDIUM_ROW_BLOCKS = 32
+
+#: Rows of at least this many time blocks get software prefetch.
+PREFETCH_MIN_BLOCKS = 32
+
+#: memref.prefetch locality hint: 2 (prefetcht1, into L2) measured best: 1024x4096 f32
+#: on 2 cores 1.80 ms vs 2.06 ms with 3 (into L1) and 2.2 ms without prefetch; with
+#: 24 row streams per core the L1 miss buffers, not DRAM, were the limit.
+PREFETCH_LOCALITY = 2
+
+
 @dataclass
 class _Tiles:
     """Everything the tile bodies of one channel group need."""
 
-    op: scan.AffineOp
+    op: "_AffineOperands"
     outer: list[SSAValue]  # indices of the dims before the channel dim
     c0: SSAValue  # first channel of the group
     C: SSAValue
@@ -228,9 +258,13 @@ class _Tiles:
     NBt: SSAValue  # ceil(L / T) time blocks
     G: int
     T: int
-    skew: int
+    skew: SSAValue  # time blocks between neighbouring lanes (a runtime value)
     vt: VectorType
     partial: bool  # channels c0.. past C are masked off
+    aggregate: bool = False  # compute (prod a, scan from 0) per row, store no h
+    prefetch: int = 0  # software prefetch distance in time blocks (0: none)
+    prefetch_h: bool = False  # also prefetch the output rows for writing
+    long_rows: SSAValue | None = None  # i1: rows long enough to prefetch
 
     @property
     def Q(self) -> int:
@@ -239,6 +273,23 @@ class _Tiles:
     @property
     def reverse(self) -> bool:
         return self.op.is_reverse
+
+
+def _prefetch(b: Builder, ref: SSAValue, index: Sequence[SSAValue], write: bool = False) -> None:
+    """memref.prefetch (locality 3, data cache); xDSL has no such op: generic form."""
+    from scanweaver.rewrites.exp_polynomial import generic_op_class
+
+    cls = generic_op_class("memref.prefetch", ("isDataCache", "isWrite", "localityHint"), pure=False)
+    b.insert(
+        cls.create(
+            operands=[ref, *index],
+            properties={
+                "isDataCache": BoolAttr.from_bool(True),
+                "isWrite": BoolAttr.from_bool(write),
+                "localityHint": IntegerAttr(PREFETCH_LOCALITY, i32),
+            },
+        )
+    )
 
 
 def _tile_rows(bb: _B, tl: _Tiles) -> tuple[list[SSAValue], list[SSAValue | None]]:
@@ -256,9 +307,13 @@ def _tile_rows(bb: _B, tl: _Tiles) -> tuple[list[SSAValue], list[SSAValue | None
 
 
 def _tile_body(
-    b: Builder, tl: _Tiles, k: SSAValue, h: SSAValue, masked: bool, rows, row_valid
-) -> SSAValue:
-    """One iteration k: lane g does time block m = k - g*skew of its row."""
+    b: Builder, tl: _Tiles, k: SSAValue, hs: list[SSAValue], masked: bool, rows, row_valid, shifts
+) -> list[SSAValue]:
+    """One iteration k: lane g does time block m = k - g*skew of its row.
+
+    `hs` is [h] for a scan, [A, B] for an aggregate (A = product of a, B = the scan
+    from 0): an aggregate stores nothing.
+    """
     bb = _B(b)
     G, T, Q, vt = tl.G, tl.T, tl.Q, tl.vt
     el = vt.element_type
@@ -273,7 +328,7 @@ def _tile_body(
     a_rows: list[list[SSAValue]] = [[] for _ in range(Q)]
     b_rows: list[list[SSAValue]] = [[] for _ in range(Q)]
     for g in range(G):
-        m = bb.sub(k, bb.idx(g * tl.skew)) if g else k
+        m = bb.sub(k, shifts[g]) if g else k
         if masked:
             valid = bb.and_(bb.cmp(m, zero_i, "sge"), bb.cmp(m, tl.NBt, "slt"))
             if row_valid[g] is not None:
@@ -300,17 +355,36 @@ def _tile_body(
                 a_rows[q].append(bb.ins(vector.LoadOp(op.a, index, vt)))
                 b_rows[q].append(bb.ins(vector.LoadOp(op.b, index, vt)))
         masks.append(row_masks)
+        if tl.prefetch and not masked:
+            # Software prefetch of this row `prefetch` blocks ahead (clamped into the row).
+            ahead = bb.sub(col, bb.idx(tl.prefetch * T)) if tl.reverse else bb.add(col, bb.idx(tl.prefetch * T))
+            ahead = bb.max(bb.min(ahead, bb.sub(tl.L, bb.idx(T))), zero_i)
+            for ref in (op.a, op.b):
+                _prefetch(b, ref, [*tl.outer, rows[g], ahead])
+            if tl.prefetch_h and not tl.aggregate:
+                _prefetch(b, op.h, [*tl.outer, rows[g], ahead], write=True)
     # Time steps: sub-tile q holds steps q*G .. q*G+G-1 of the block, one per column.
     order = range(Q - 1, -1, -1) if tl.reverse else range(Q)
     h_cols: dict[int, list[SSAValue]] = {}
     for q in order:
         a_t = transpose_rows(b, a_rows[q], vt)
         b_t = transpose_rows(b, b_rows[q], vt)
+        if tl.aggregate:
+            prod, acc = hs
+            for j in (range(G - 1, -1, -1) if tl.reverse else range(G)):
+                prod = _mul(b, a_t[j], prod)
+                acc = _step(b, a_t[j], acc, b_t[j])
+            hs = [prod, acc]
+            continue
+        h = hs[0]
         states: list[SSAValue] = [h] * G
         for j in (range(G - 1, -1, -1) if tl.reverse else range(G)):
             h = _step(b, a_t[j], h, b_t[j])
             states[j] = h
+        hs = [h]
         h_cols[q] = transpose_rows(b, states, vt)
+    if tl.aggregate:
+        return hs
     # Store row by row, both halves of a row's cache line together.
     for g in range(G):
         for q in range(Q):
@@ -320,20 +394,19 @@ def _tile_body(
                 b.insert(vector.MaskedStoreOp(op.h, index, masks[g][q], h_cols[q][g]))
             else:
                 b.insert(vector.StoreOp(h_cols[q][g], op.h, index))
-    return h
+    return hs
 
 
 def _tile_group(b: Builder, tl: _Tiles) -> None:
     """All time blocks of one channel group: masked edges around an unmasked steady loop."""
     bb = _B(b)
     op, G, vt = tl.op, tl.G, tl.vt
-    el = vt.element_type
     rows, row_valid = _tile_rows(bb, tl)
     group_mask = None
     if tl.partial:
         group_mask = bb.ins(vector.CreateMaskOp([bb.sub(tl.C, tl.c0)], VectorType(i1, [G])))
     zero_v = bb.splat_const(0, vt)
-    if op.init is not None:
+    if op.init is not None and not tl.aggregate:
         index = [*tl.outer, tl.c0]
         if tl.partial:
             h0 = bb.ins(vector.MaskedLoadOp(op.init, index, group_mask, zero_v))
@@ -341,38 +414,79 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
             h0 = bb.ins(vector.LoadOp(op.init, index, vt))
     else:
         h0 = zero_v
-    span = (G - 1) * tl.skew
-    total = bb.add(tl.NBt, bb.idx(span))
+    shifts = [bb.mul(bb.idx(g), tl.skew) if g > 1 else tl.skew for g in range(G)]
+    span = shifts[G - 1]
+    total = bb.add(tl.NBt, span)
     one = bb.idx(1)
 
-    def run(lo, hi, h, masked) -> SSAValue:
+    def run(lo, hi, hs, masked, builder: Builder = b, tiles: _Tiles = tl) -> list[SSAValue]:
         def body(sb: Builder, k: SSAValue, carried):
-            return [_tile_body(sb, tl, k, carried[0], masked, rows, row_valid)]
+            return _tile_body(sb, tiles, k, list(carried), masked, rows, row_valid, shifts)
 
-        return for_loop(b, lo, hi, one, [h], body)[0]
+        return list(for_loop(builder, lo, hi, one, hs, body))
 
+    def steady(lo, hi, hs) -> list[SSAValue]:
+        """The unmasked loop; with software prefetch only for long rows (a runtime test):
+        for rows that stay in cache the prefetches cost more than they bring."""
+        if not tl.prefetch or tl.long_rows is None:
+            return run(lo, hi, hs, False, b, replace(tl, prefetch=0))
+        blocks = []
+        for pf in (tl.prefetch, 0):
+            blk = Block()
+            ib = Builder(InsertPoint.at_end(blk))
+            out = run(lo, hi, hs, False, ib, replace(tl, prefetch=pf))
+            ib.insert(scf.YieldOp(*out))
+            blocks.append(Region(blk))
+        op_if = b.insert(scf.IfOp(tl.long_rows, [v.type for v in hs], blocks[0], blocks[1]))
+        return list(op_if.results)
+
+    h0s = [bb.splat_const(1, vt), zero_v] if tl.aggregate else [h0]
     if tl.partial:
-        h = run(bb.idx(0), total, h0, True)
+        hs = run(bb.idx(0), total, h0s, True)
     else:
         nbf = bb.ins(arith.DivUIOp(tl.L, bb.idx(tl.T)))  # full blocks
         # Lanes' block sequence numbers m that are full blocks: [m_lo, m_hi).
         m_lo = bb.sub(tl.NBt, nbf) if tl.reverse else bb.idx(0)
         m_hi = tl.NBt if tl.reverse else nbf
-        first = bb.min(bb.add(m_lo, bb.idx(span)), total)
+        first = bb.min(bb.add(m_lo, span), total)
         steady_end = bb.max(first, m_hi)
-        h = run(bb.idx(0), first, h0, True)
-        h = run(first, steady_end, h, False)
-        h = run(steady_end, total, h, True)
-    if op.final is not None:
+        hs = run(bb.idx(0), first, h0s, True)
+        hs = steady(first, steady_end, hs)
+        hs = run(steady_end, total, hs, True)
+    outs = [op.final] if not tl.aggregate else [op.init, op.final]  # aggregate: (A, B)
+    for out, h in zip(outs, hs):
+        if out is None:
+            continue
         index = [*tl.outer, tl.c0]
         if tl.partial:
-            b.insert(vector.MaskedStoreOp(op.final, index, group_mask, h))
+            b.insert(vector.MaskedStoreOp(out, index, group_mask, h))
         else:
-            b.insert(vector.StoreOp(h, op.final, index))
+            b.insert(vector.StoreOp(h, out, index))
 
 
-def lower_affine_tiled(b: Builder, op: scan.AffineOp, skew: int = 1) -> None:
+@dataclass
+class _AffineOperands:
+    """The operands the tile code reads (a scan.affine's, or an aggregate's)."""
+
+    a: SSAValue
+    b: SSAValue
+    h: SSAValue  # the output of the shape of a (for an aggregate: a, never written)
+    init: SSAValue | None  # aggregate: the A output
+    final: SSAValue | None  # aggregate: the B output
+    is_reverse: bool
+
+
+def lower_affine_tiled(
+    b: Builder,
+    op: scan.AffineOp | _AffineOperands,
+    skew: int = 1,
+    aggregate: bool = False,
+    prefetch: int = 0,
+    prefetch_h: bool = False,
+) -> None:
     """Channels (dim rank-2) in groups of G lanes, time (dim rank-1) in tiles of T = 2G."""
+    if isinstance(op, scan.AffineOp):
+        op = _AffineOperands(op.a, op.b, op.h, op.init, op.final, op.is_reverse)
     h_t = op.h.type
     assert isinstance(h_t, MemRefType)
     el = h_t.element_type
@@ -387,18 +501,25 @@ def lower_affine_tiled(b: Builder, op: scan.AffineOp, skew: int = 1) -> None:
     C, L = sizes[r - 2], sizes[r - 1]
     nbt = bb.ins(arith.DivUIOp(bb.add(L, bb.idx(T - 1)), bb.idx(T)))
     full_c = bb.mul(bb.ins(arith.DivUIOp(C, bb.idx(G))), bb.idx(G))
+    # Skew only rows long enough for the masked edges to be a small part of the work.
+    long_rows = bb.cmp(nbt, bb.idx(LONG_ROW_BLOCKS), "sge")
+    medium_rows = bb.cmp(nbt, bb.idx(MEDIUM_ROW_BLOCKS), "sge")
+    skew_v = bb.select(long_rows, bb.idx(skew), bb.select(medium_rows, bb.idx(min(skew, 1)), bb.idx(0)))
+    prefetch_rows = bb.cmp(nbt, bb.idx(PREFETCH_MIN_BLOCKS), "sge")
 
     def per_outer(ob: Builder, outer: Sequence[SSAValue]) -> None:
         obb = _B(ob)
 
         def group(gb: Builder, c0: SSAValue, _carried):
-            _tile_group(gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew, vt, False))
+            _tile_group(
+                gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, False, aggregate, prefetch, prefetch_h, prefetch_rows)
+            )
             return []
 
         for_loop(ob, obb.idx(0), full_c, obb.idx(G), [], group)
         # The partial group, if any: a loop of 0 or 1 trip.
         def partial(gb: Builder, c0: SSAValue, _carried):
-            _tile_group(gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew, vt, True))
+            _tile_group(gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, True, aggregate))
             return []
 
         for_loop(ob, full_c, C, obb.idx(G), [], partial)
@@ -420,7 +541,6 @@ def lower_affine_channels(b: Builder, op: scan.AffineOp, unroll: int = 4) -> Non
     assert bits is not None
     G = 256 // bits
     vt = VectorType(el, [G])
-    bb = _B(b)
     axis = op.axis_value
     sizes = dim_sizes(b, op.h)
     r = len(sizes)
@@ -506,6 +626,25 @@ def lower_affine_channels(b: Builder, op: scan.AffineOp, unroll: int = 4) -> Non
     loop_nest(b, [sizes[d] for d in others], per_outer)
 
 
+def build_chunk_aggregate(el: Attribute, rank: int = 3, reverse: bool = False, skew: int = 1) -> ModuleOp:
+    """`func.func @aggregate(a, b, A, B)` for the chunked (parallel-in-time) scan.
+
+    a, b: `memref<?x..x?xT>` of rank >= 2, time innermost; A, B: the same without the
+    time dim.  Per row: A = product of a over time, B = the scan's last value from
+    h = 0, i.e. the row's combined pair (a1, b1) . (a2, b2) . ... applied in time order
+    (from the end when `reverse`).  Uses the same skewed tiles as `scan.affine`.
+    """
+    dyn = [DYNAMIC_INDEX] * rank
+    full_t, chan_t = MemRefType(el, dyn), MemRefType(el, dyn[:-1])
+    block = Block(arg_types=[full_t, full_t, chan_t, chan_t])
+    a, x, prod, acc = block.args
+    b = Builder(InsertPoint.at_end(block))
+    lower_affine_tiled(b, _AffineOperands(a, x, a, prod, acc, reverse), skew, aggregate=True)
+    b.insert(func.ReturnOp())
+    fn = func.FuncOp("aggregate", ([full_t, full_t, chan_t, chan_t], []), Region(block))
+    return ModuleOp([fn])
+
+
 def affine_fast_path(op: scan.AffineOp) -> str | None:
     """Which fast lowering applies ('tiled', 'channels'), or None for the sequential one."""
     h_t = op.h.type
@@ -527,8 +666,10 @@ def affine_fast_path(op: scan.AffineOp) -> str | None:
 
 
 class LowerAffineCpu(RewritePattern):
-    def __init__(self, skew: int = 1):
+    def __init__(self, skew: int = 1, prefetch: int = 0, prefetch_h: bool = False):
         self.skew = skew
+        self.prefetch = prefetch
+        self.prefetch_h = prefetch_h
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: scan.AffineOp, rewriter: PatternRewriter) -> None:
@@ -537,9 +678,543 @@ class LowerAffineCpu(RewritePattern):
             return  # left for the sequential fallback
         b = Builder(InsertPoint.before(op))
         if path == "tiled":
-            lower_affine_tiled(b, op, self.skew)
+            lower_affine_tiled(b, op, self.skew, prefetch=self.prefetch, prefetch_h=self.prefetch_h)
         else:
             lower_affine_channels(b, op)
+        rewriter.erase(op)
+
+
+# ---------------------------------------------------------------------------
+# scan.recurrence: the state vector in registers, regions vectorised over it
+# ---------------------------------------------------------------------------
+
+
+class _Unsupported(Exception):
+    """The vectoriser does not handle this recurrence (the sequential lowering will)."""
+
+
+_REDUCTIONS: dict[type, vector.CombiningKindFlag] = {
+    arith.AddfOp: vector.CombiningKindFlag.ADD,
+    arith.AddiOp: vector.CombiningKindFlag.ADD,
+    arith.MulfOp: vector.CombiningKindFlag.MUL,
+    arith.MuliOp: vector.CombiningKindFlag.MUL,
+    arith.MaximumfOp: vector.CombiningKindFlag.MAXIMUMF,
+    arith.MinimumfOp: vector.CombiningKindFlag.MINIMUMF,
+    arith.MaxnumfOp: vector.CombiningKindFlag.MAXNUMF,
+    arith.MinnumfOp: vector.CombiningKindFlag.MINNUMF,
+    arith.MaxSIOp: vector.CombiningKindFlag.MAXSI,
+    arith.MinSIOp: vector.CombiningKindFlag.MINSI,
+    arith.AndIOp: vector.CombiningKindFlag.AND,
+    arith.OrIOp: vector.CombiningKindFlag.OR,
+    arith.XOrIOp: vector.CombiningKindFlag.XOR,
+}
+
+MAX_STATE_LANES = 64
+
+
+@dataclass
+class _Val:
+    """How an original SSA value lives in the vectorised loop.
+
+    kind "u": uniform (one scalar, `new`); "v": varying (`new` is vector<N>);
+    "i": an index equal to the state index plus `new` (`const` when known);
+    "state": the state memref (its elements are the register vector).
+    """
+
+    kind: str
+    new: SSAValue | None = None
+    const: int | None = None
+
+
+def _vectorised(op: Operation, operands: Sequence[SSAValue], lanes: int) -> Operation:
+    """The elementwise `op` on vector operands (a generic twin where xDSL wants scalars)."""
+    from scanweaver.rewrites.exp_polynomial import vector_compatible
+
+    new = type(op).create(
+        operands=list(operands),
+        result_types=[VectorType(r.type, [lanes]) for r in op.results],
+        properties=dict(op.properties),
+        attributes=dict(op.attributes),
+    )
+    return vector_compatible(new)
+
+
+#: Steps per block of the time-vectorised prologue of a recurrence.
+TIME_BLOCK = 16
+
+
+@dataclass
+class _HoistPlan:
+    """Ops of the regions that depend on time only, computed T steps at a time.
+
+    kinds: result -> "inv" (loop-invariant scalar) or "tv" (vector over T steps).
+    exported: hoisted values the per-step code uses.
+    """
+
+    ops: list[Operation]
+    kinds: dict[SSAValue, str]
+    exported: list[SSAValue]
+
+
+def _const_int(v: SSAValue) -> int | None:
+    owner = v.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
+
+
+class _RecurrenceVectorizer:
+    def __init__(self, op: scan.RecurrenceOp, reassoc: bool):
+        self.op = op
+        st = op.state_type
+        self.N = st.get_shape()[0]
+        self.el = st.element_type
+        self.vt = VectorType(self.el, [self.N])
+        self.reassoc = reassoc
+        self.needs_state_store = False
+        self.state_values = {op.state, op.emit.block.args[1]}
+        self.state_vec: SSAValue | None = None
+        self.skip: set[Operation] = set()
+
+    # -- values ------------------------------------------------------------
+
+    def val(self, env: dict[SSAValue, _Val], v: SSAValue) -> _Val:
+        if v in env:
+            return env[v]
+        if v in self.state_values:
+            return _Val("state")
+        return _Val("u", v)  # defined outside the regions: loop-invariant
+
+    def uniform(self, env, v: SSAValue) -> SSAValue:
+        x = self.val(env, v)
+        if x.kind != "u":
+            raise _Unsupported(f"value {v} is not uniform")
+        assert x.new is not None
+        return x.new
+
+    def as_vector(self, b: _B, env, v: SSAValue) -> SSAValue:
+        x = self.val(env, v)
+        if x.kind == "v":
+            assert x.new is not None
+            return x.new
+        if x.kind == "u":
+            assert x.new is not None
+            t = x.new.type
+            if isinstance(t, IndexType | VectorType):
+                raise _Unsupported("cannot broadcast this value")
+            return b.splat(x.new, VectorType(t, [self.N]))
+        raise _Unsupported(f"cannot use {x.kind} value {v} as a vector")
+
+    def lane_index(self, b: _B, x: _Val, n: int) -> SSAValue:
+        assert x.new is not None
+        return b.add(x.new, b.idx(n)) if n else x.new
+
+    # -- cloning uniform ops -------------------------------------------------
+
+    def _outside_refs(self, op: Operation) -> list[SSAValue]:
+        """Operands used in op (nested regions included) that are defined outside it."""
+        inner: set[SSAValue] = set()
+        for o in op.walk():
+            inner.update(o.results)
+            for r in o.regions:
+                for blk in r.blocks:
+                    inner.update(blk.args)
+        refs = []
+        for o in op.walk():
+            for v in o.operands:
+                if v not in inner:
+                    refs.append(v)
+        return refs
+
+    def clone_uniform(self, b: Builder, env, op: Operation) -> None:
+        mapper: dict[SSAValue, SSAValue] = {}
+        for v in self._outside_refs(op):
+            x = self.val(env, v)
+            if x.kind == "state":
+                self.needs_state_store = True
+                mapper[v] = self.op.state
+            elif x.kind == "u":
+                assert x.new is not None
+                mapper[v] = x.new
+            else:
+                raise _Unsupported(f"'{op.name}' uses a value that depends on the state index")
+        new = b.insert(op.clone(value_mapper=mapper))
+        for old, nv in zip(op.results, new.results):
+            env[old] = _Val("u", nv)
+
+    # -- one block -----------------------------------------------------------
+
+    def block(self, b: Builder, block: Block, env: dict[SSAValue, _Val], in_vector_loop: bool) -> list[SSAValue]:
+        """Vectorise `block` into `b`; return the (original) values its terminator yields."""
+        for op in block.ops:
+            if op is block.last_op and op.has_trait(IsTerminator):
+                return list(op.operands)
+            if op in self.skip:
+                continue  # computed for a whole block of steps (time-vectorised)
+            self.one(b, op, env, in_vector_loop)
+        return []
+
+    def one(self, b: Builder, op: Operation, env, in_vector_loop: bool) -> None:
+        bb = _B(b)
+        kinds = [self.val(env, v).kind for v in op.operands]
+        if isinstance(op, memref.LoadOp):
+            self.load(bb, op, env, kinds)
+            return
+        if isinstance(op, memref.StoreOp):
+            self.store(bb, op, env, kinds, in_vector_loop)
+            return
+        if isinstance(op, scf.ForOp) and self.is_state_loop(op):
+            if in_vector_loop:
+                raise _Unsupported("nested loops over the state")
+            self.vector_loop(b, op, env)
+            return
+        if op.regions or all(k == "u" for k in kinds):
+            if in_vector_loop and not is_side_effect_free(op) and not isinstance(op, memref.LoadOp):
+                # Run once instead of N times: only sound for pure ops.
+                raise _Unsupported(f"'{op.name}' with side effects inside a loop over the state")
+            self.clone_uniform(b, env, op)
+            return
+        if "state" in kinds:
+            raise _Unsupported(f"'{op.name}' uses the state memref")
+        if isinstance(op, arith.AddiOp | arith.SubiOp) and "i" in kinds:
+            x, y = (self.val(env, v) for v in op.operands)
+            if isinstance(op, arith.AddiOp) and x.kind == "u" and y.kind == "i":
+                x, y = y, x
+            if x.kind == "i" and y.kind == "u":
+                assert x.new is not None and y.new is not None
+                c = _const_int(y.new)
+                if isinstance(op, arith.AddiOp):
+                    env[op.results[0]] = _Val("i", bb.add(x.new, y.new), None if x.const is None or c is None else x.const + c)
+                else:
+                    env[op.results[0]] = _Val("i", bb.sub(x.new, y.new), None if x.const is None or c is None else x.const - c)
+                return
+            raise _Unsupported("unsupported arithmetic on the state index")
+        if "i" in kinds:
+            raise _Unsupported(f"'{op.name}' on the state index")
+        if op.dialect_name() not in ("arith", "math"):
+            raise _Unsupported(f"'{op.name}' on values that depend on the state index")
+        operands = [self.as_vector(bb, env, v) for v in op.operands]
+        new = b.insert(_vectorised(op, operands, self.N))
+        for old, nv in zip(op.results, new.results):
+            env[old] = _Val("v", nv)
+
+    def _contiguous_last(self, ref: SSAValue, kinds: list[str]) -> bool:
+        """Only the last index varies (as state index + offset) on a unit-stride dim."""
+        if "v" in kinds or kinds.count("i") != 1 or kinds[-1] != "i":
+            return False
+        return _identity_layout(ref.type)
+
+    def load(self, bb: _B, op: memref.LoadOp, env, kinds) -> None:
+        ref_kind, idx_kinds = kinds[0], kinds[1:]
+        res = op.results[0]
+        if ref_kind == "state":
+            (x,) = (self.val(env, v) for v in op.indices)
+            assert self.state_vec is not None
+            if x.kind == "i" and x.const == 0:
+                env[res] = _Val("v", self.state_vec)
+            elif x.kind == "u":
+                assert x.new is not None
+                env[res] = _Val("u", bb.ins(vector.ExtractOp(self.state_vec, [x.new], self.el)))
+            else:
+                raise _Unsupported("state read at a shifted index")
+            return
+        if all(k == "u" for k in kinds):
+            self.clone_uniform(bb.b, env, op)
+            return
+        if ref_kind != "u" or "v" in idx_kinds:
+            raise _Unsupported("load through a varying index")
+        ref = self.uniform(env, op.memref)
+        xs = [self.val(env, v) for v in op.indices]
+        if self._contiguous_last(op.memref, idx_kinds):
+            index = [x.new for x in xs]
+            env[res] = _Val("v", bb.ins(vector.LoadOp(ref, index, VectorType(res.type, [self.N]))))
+            return
+        # Gather: one scalar load per lane.
+        vec = None
+        for n in range(self.N):
+            index = [self.lane_index(bb, x, n) if x.kind == "i" else x.new for x in xs]
+            scalar = bb.ins(memref.LoadOp.get(ref, index))
+            if vec is None:
+                vec = bb.splat(scalar, VectorType(res.type, [self.N]))
+            else:
+                vec = bb.ins(vector.InsertOp(scalar, vec, [n]))
+        env[res] = _Val("v", vec)
+
+    def store(self, bb: _B, op: memref.StoreOp, env, kinds, in_vector_loop: bool) -> None:
+        value_kind, ref_kind, idx_kinds = kinds[0], kinds[1], kinds[2:]
+        if ref_kind == "state":
+            raise _Unsupported("emit writes the state")
+        if all(k == "u" for k in kinds):
+            if in_vector_loop:
+                raise _Unsupported("a store to one location inside a loop over the state")
+            self.clone_uniform(bb.b, env, op)
+            return
+        if ref_kind != "u" or "v" in idx_kinds or value_kind not in ("u", "v"):
+            raise _Unsupported("store through a varying index")
+        ref = self.uniform(env, op.memref)
+        xs = [self.val(env, v) for v in op.indices]
+        if "i" not in idx_kinds:
+            raise _Unsupported("varying value stored to one location")
+        value = self.as_vector(bb, env, op.value)
+        if self._contiguous_last(op.memref, idx_kinds):
+            bb.b.insert(vector.StoreOp(value, ref, [x.new for x in xs]))
+            return
+        for n in range(self.N):  # scatter
+            index = [self.lane_index(bb, x, n) if x.kind == "i" else x.new for x in xs]
+            lane = bb.ins(vector.ExtractOp(value, [n], value.type.element_type))  # type: ignore[attr-defined]
+            bb.b.insert(memref.StoreOp.get(lane, ref, index))
+
+    # -- loops over the state index --------------------------------------------
+
+    def is_state_loop(self, op: scf.ForOp) -> bool:
+        if _const_int(op.lb) != 0 or _const_int(op.step) != 1:
+            return False
+        ub = op.ub
+        if _const_int(ub) != self.N:
+            owner = ub.owner
+            if not (isinstance(owner, memref.DimOp) and owner.source in self.state_values):
+                return False
+        iv = op.body.block.args[0]
+        return bool(iv.uses) or any(v in self.state_values for v in self._outside_refs(op))
+
+    def vector_loop(self, b: Builder, op: scf.ForOp, env) -> None:
+        """`for n in 0..N` with reductions in iter_args -> vector code + vector.reduction."""
+        bb = _B(b)
+        block = op.body.block
+        iv, accs = block.args[0], list(block.args[1:])
+        yield_op = block.last_op
+        assert yield_op is not None
+        yielded = list(yield_op.operands)
+        combine: dict[int, tuple[Operation, SSAValue]] = {}
+        for pos, acc in enumerate(accs):
+            uses = list(acc.uses)
+            if len(uses) != 1:
+                raise _Unsupported("loop-carried value that is not a reduction")
+            user = uses[0].operation
+            kind = _REDUCTIONS.get(type(user))
+            if kind is None or user.results[0] is not yielded[pos] or len(list(user.results[0].uses)) != 1:
+                raise _Unsupported("loop-carried value that is not a reduction")
+            other = user.operands[1] if user.operands[0] is acc else user.operands[0]
+            if other is acc:
+                raise _Unsupported("reduction of the accumulator with itself")
+            combine[pos] = (user, other)
+        skip = {user for user, _ in combine.values()}
+        inner = dict(env)
+        inner[iv] = _Val("i", bb.idx(0), 0)
+        for a in accs:
+            inner[a] = _Val("acc")
+        for inner_op in block.ops:
+            if inner_op is yield_op or inner_op in skip:
+                continue
+            self.one(b, inner_op, inner, True)
+        for pos, (user, other) in combine.items():
+            x = self.as_vector(bb, inner, other)
+            init = self.uniform(env, op.iter_args[pos])
+            fm = None
+            if self.reassoc and isinstance(init.type, Float32Type | Float64Type):
+                fm = arith.FastMathFlagsAttr([FastMathFlag.REASSOC])
+            red = vector.ReductionOp.build(
+                operands=[x, init],
+                result_types=[init.type],
+                properties={"kind": vector.CombiningKindAttr(_REDUCTIONS[type(user)]),
+                            **({"fastmath": fm} if fm is not None else {})},
+            )
+            env[op.results[pos]] = _Val("u", _res(b.insert(red)))
+
+    # -- time-vectorised prologue ------------------------------------------------
+
+    def hoist_plan(self) -> _HoistPlan | None:
+        """Which region ops depend on time only (and whether blocking them pays)."""
+        op = self.op
+        if _const_int(op.step) != 1:
+            return None
+        inside: set[SSAValue] = set()
+        for o in op.walk():
+            if o is op:
+                continue
+            inside.update(o.results)
+        for region in op.regions:
+            inside.update(region.block.args)
+        written = {o.memref for o in op.walk() if isinstance(o, memref.StoreOp)}
+        kinds: dict[SSAValue, str] = {}
+        ops: list[Operation] = []
+        expensive = False
+        for region in (op.coeffs, op.emit):
+            time_arg = region.block.args[0]
+            for o in region.block.ops:
+                if o.has_trait(IsTerminator):
+                    continue
+                kind = self._hoist_kind(o, kinds, inside, written, time_arg)
+                if kind is None:
+                    continue
+                ops.append(o)
+                for r in o.results:
+                    kinds[r] = kind
+                if kind == "tv" and (o.dialect_name() == "math" or isinstance(o, arith.DivfOp)):
+                    expensive = True
+        if not expensive:
+            return None
+        hoisted = set(ops)
+        exported = [
+            v for o in ops for v in o.results if any(u.operation not in hoisted for u in v.uses)
+        ]
+        return _HoistPlan(ops, kinds, exported)
+
+    def _hoist_kind(self, o: Operation, kinds, inside, written, time_arg) -> str | None:
+        def kind_of(v: SSAValue) -> str | None:
+            if v is time_arg:
+                return "time"
+            if v in kinds:
+                return kinds[v]
+            if v not in inside and v not in self.state_values:
+                return "inv"
+            return None
+
+        if isinstance(o, arith.ConstantOp):
+            return "inv"
+        ks = [kind_of(v) for v in o.operands]
+        if None in ks:
+            return None
+        if isinstance(o, memref.LoadOp):
+            if o.memref in written or ks[0] != "inv":
+                return None
+            idx = ks[1:]
+            if all(k == "inv" for k in idx):
+                return "inv"
+            if idx and idx[-1] == "time" and all(k == "inv" for k in idx[:-1]):
+                return "tv" if _identity_layout(o.memref.type) else None
+            return None
+        if o.regions or o.dialect_name() not in ("arith", "math") or not is_side_effect_free(o):
+            return None
+        if "time" in ks:
+            return None  # index arithmetic on the step: per step
+        if "tv" not in ks:
+            return "inv"
+        if any(isinstance(r.type, IndexType | VectorType) for r in o.results):
+            return None
+        return "tv"
+
+    def prologue(self, b: Builder, i0: SSAValue, plan: _HoistPlan) -> dict[SSAValue, SSAValue]:
+        """The hoisted ops for steps i0 .. i0+T-1: scalars ("inv") and vector<T> ("tv")."""
+        bb = _B(b)
+        vals: dict[SSAValue, SSAValue] = {}
+        get = lambda v: vals.get(v, v)  # noqa: E731 - defined outside: itself
+        for o in plan.ops:
+            kind = plan.kinds[o.results[0]] if o.results else "inv"
+            if kind == "inv":
+                new = b.insert(o.clone(value_mapper={v: get(v) for v in o.operands}))
+            elif isinstance(o, memref.LoadOp):
+                index = [get(v) for v in o.indices[:-1]] + [i0]
+                res_t = VectorType(o.results[0].type, [TIME_BLOCK])
+                new = b.insert(vector.LoadOp(get(o.memref), index, res_t))
+            else:
+                operands = [
+                    vals[v] if plan.kinds.get(v) == "tv" else bb.splat(get(v), VectorType(v.type, [TIME_BLOCK]))
+                    for v in o.operands
+                ]
+                new = b.insert(_vectorised(o, operands, TIME_BLOCK))
+            for r, nr in zip(o.results, new.results):
+                vals[r] = nr
+        return vals
+
+    # -- the whole op ----------------------------------------------------------
+
+    def step(self, b: Builder, i: SSAValue, h: SSAValue, pre: dict[SSAValue, _Val], store_points) -> SSAValue:
+        """One step: coeffs (vectorised over the state), the update, emit."""
+        sb = _B(b)
+        op = self.op
+        cargs = op.coeffs.block.args
+        env: dict[SSAValue, _Val] = {cargs[0]: _Val("u", i), cargs[1]: _Val("i", sb.idx(0), 0), **pre}
+        a, x = self.block(b, op.coeffs.block, env, False)
+        av, xv = self.as_vector(sb, env, a), self.as_vector(sb, env, x)
+        h = _step(b, av, h, xv)
+        self.state_vec = h
+        store_points.append(b.insert(vector.StoreOp(h, op.state, [sb.idx(0)])))
+        eargs = op.emit.block.args
+        eenv: dict[SSAValue, _Val] = {eargs[0]: _Val("u", i), **pre}
+        self.block(b, op.emit.block, eenv, False)
+        return h
+
+    def build(self, b: Builder) -> None:
+        op = self.op
+        bb = _B(b)
+        zero = bb.idx(0)
+        h = bb.ins(vector.LoadOp(op.state, [zero], self.vt))
+        store_points: list[Operation] = []
+        plan = self.hoist_plan()
+        if plan is not None:
+            T = TIME_BLOCK
+            span = bb.sub(op.ub, op.lb)
+            nonneg = bb.max(span, zero)
+            blocked_end = bb.add(op.lb, bb.mul(bb.ins(arith.DivUIOp(nonneg, bb.idx(T))), bb.idx(T)))
+
+            def block_body(sb: Builder, i0: SSAValue, carried):
+                sbb = _B(sb)
+                vals = self.prologue(sb, i0, plan)
+                hv = carried[0]
+                self.skip = set(plan.ops)
+                for j in range(T):
+                    i = sbb.add(i0, sbb.idx(j)) if j else i0
+                    pre: dict[SSAValue, _Val] = {}
+                    for v in plan.exported:
+                        nv = vals[v]
+                        if plan.kinds[v] == "tv":
+                            nv = sbb.ins(vector.ExtractOp(nv, [j], v.type))
+                        pre[v] = _Val("u", nv)
+                    hv = self.step(sb, i, hv, pre, store_points)
+                self.skip = set()
+                return [hv]
+
+            (h,) = for_loop(b, op.lb, blocked_end, bb.idx(T), [h], block_body)
+            lb = blocked_end
+        else:
+            lb = op.lb
+
+        def body(sb: Builder, i: SSAValue, carried):
+            return [self.step(sb, i, carried[0], {}, store_points)]
+
+        (h,) = for_loop(b, lb, op.ub, op.step, [h], body)
+        if not self.needs_state_store:
+            for marker in store_points:
+                marker.detach()
+                marker.erase()
+        b.insert(vector.StoreOp(h, op.state, [zero]))
+
+
+def recurrence_fast_path(op: scan.RecurrenceOp) -> bool:
+    st = op.state_type
+    if st.get_num_dims() != 1 or not _identity_layout(st):
+        return False
+    n = st.get_shape()[0]
+    return 0 < n <= MAX_STATE_LANES and _element_bits(st.element_type) is not None
+
+
+class LowerRecurrenceCpu(RewritePattern):
+    def __init__(self, reassoc: bool = True, poly_exp: bool = True):
+        self.reassoc = reassoc
+        self.poly_exp = poly_exp
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: scan.RecurrenceOp, rewriter: PatternRewriter) -> None:
+        if not recurrence_fast_path(op):
+            return
+        scratch = Block()
+        try:
+            _RecurrenceVectorizer(op, self.reassoc).build(Builder(InsertPoint.at_end(scratch)))
+        except _Unsupported:
+            for o in reversed(list(scratch.ops)):
+                o.detach()
+                o.erase(safe_erase=False)
+            return  # the sequential lowering takes it
+        if self.poly_exp:
+            from scanweaver.rewrites.exp_polynomial import rewrite_exps, rewrite_log1ps
+
+            for o in list(scratch.ops):
+                rewrite_exps(o)
+                rewrite_log1ps(o)
+        for o in list(scratch.ops):
+            o.detach()
+            rewriter.insert(o, InsertPoint.before(op))
         rewriter.erase(op)
 
 
@@ -552,7 +1227,9 @@ class LowerAffineCpu(RewritePattern):
 class ScanToCpu(ModulePass):
     """Lower scan ops to vectorised CPU loops; sequential loops where no fast path applies.
 
-    Options: `skew` (time blocks between neighbouring lanes of a tile, >= 1),
+    Options: `skew` (time blocks between neighbouring lanes of a tile, >= 1; 2 keeps a
+    row's stores two iterations away from the 4 KiB-aliasing loads of the next row),
+    `prefetch` (software prefetch distance of a and b, in time blocks; 0 = none),
     `reassoc_reductions` (tree-order vector reductions in recurrence consumers: faster,
     not bit-identical to the sequential sum), `poly_exp` (polynomial math.exp inside
     vectorised recurrences).
@@ -560,17 +1237,17 @@ class ScanToCpu(ModulePass):
 
     name = "scan-to-cpu"
 
-    skew: int = 1
+    skew: int = 2
+    prefetch: int = 16
+    prefetch_h: bool = False
     reassoc_reductions: bool = True
     poly_exp: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from scanweaver.rewrites.recurrence_cpu import LowerRecurrenceCpu
-
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
                 [
-                    LowerAffineCpu(max(1, self.skew)),
+                    LowerAffineCpu(max(1, self.skew), max(0, self.prefetch), self.prefetch_h),
                     LowerRecurrenceCpu(self.reassoc_reductions, self.poly_exp),
                 ]
             ),
@@ -583,4 +1260,4 @@ class ScanToCpu(ModulePass):
         ).rewrite_module(op)
 
 
-__all__ = ["ScanToCpu", "affine_fast_path", "transpose_rows"]
+__all__ = ["ScanToCpu", "affine_fast_path", "build_chunk_aggregate", "transpose_rows"]

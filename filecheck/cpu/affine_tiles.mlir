@@ -1,0 +1,41 @@
+// RUN: xdsl-opt %s -p scan-to-cpu | filecheck %s
+// Time innermost: channels in groups of 8 lanes, tiles of 8 rows x 16 steps loaded as
+// rows, transposed with shuffles, scanned with an unfused multiply and add per step,
+// transposed back and stored. Edges (skew, time remainder, partial group) are masked.
+
+func.func @tiles(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %h0: memref<?xf32>, %h: memref<?x?xf32>, %hT: memref<?xf32>) {
+  scan.affine %a, %b init %h0 into %h final %hT axis 1 : memref<?x?xf32>, memref<?x?xf32>, memref<?xf32> -> memref<?x?xf32>, memref<?xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @tiles
+// CHECK-NOT:     scan.affine
+// CHECK:         %{{.*}} = vector.load %h0[%{{.*}}] : memref<?xf32>, vector<8xf32>
+// CHECK:         vector.maskedload %a[%{{.*}}, %{{.*}}], %{{.*}}, %{{.*}} : memref<?x?xf32>, vector<8xi1>, vector<8xf32> into vector<8xf32>
+// CHECK:         vector.shuffle %{{.*}}, %{{.*}} [0, 8, 1, 9, 4, 12, 5, 13] : vector<8xf32>, vector<8xf32>
+// CHECK:         %[[P:.*]] = arith.mulf %{{.*}}, %{{.*}} : vector<8xf32>
+// CHECK-NEXT:    %{{.*}} = arith.addf %[[P]], %{{.*}} : vector<8xf32>
+// CHECK:         vector.maskedstore %h[%{{.*}}, %{{.*}}], %{{.*}}, %{{.*}} : memref<?x?xf32>, vector<8xi1>, vector<8xf32>
+// The steady loop: plain loads and stores, software prefetch for long rows.
+// CHECK:         scf.if
+// CHECK:         "memref.prefetch"(%a, %{{.*}}, %{{.*}})
+// CHECK:         vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<8xf32>
+// CHECK:         vector.store %{{.*}}, %h[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<8xf32>
+// CHECK:         vector.store %{{.*}}, %hT[%{{.*}}] : memref<?xf32>, vector<8xf32>
+// CHECK-NOT:     math.fma
+// CHECK-NOT:     vector.fma
+
+func.func @f64_reverse(%a: memref<?x?xf64>, %b: memref<?x?xf64>, %h: memref<?x?xf64>) {
+  scan.affine %a, %b into %h axis 1 reverse : memref<?x?xf64>, memref<?x?xf64> -> memref<?x?xf64>
+  func.return
+}
+// CHECK-LABEL: func.func @f64_reverse
+// CHECK:         vector.shuffle %{{.*}}, %{{.*}} [0, 4, 2, 6] : vector<4xf64>, vector<4xf64>
+// CHECK:         arith.mulf %{{.*}}, %{{.*}} : vector<4xf64>
+
+func.func @ints(%a: memref<5x?xi32>, %b: memref<5x?xi32>, %h: memref<5x?xi32>) {
+  scan.affine %a, %b into %h axis 1 : memref<5x?xi32>, memref<5x?xi32> -> memref<5x?xi32>
+  func.return
+}
+// CHECK-LABEL: func.func @ints
+// CHECK:         %[[M:.*]] = arith.muli %{{.*}}, %{{.*}} : vector<8xi32>
+// CHECK-NEXT:    arith.addi %[[M]], %{{.*}} : vector<8xi32>

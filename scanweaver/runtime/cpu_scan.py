@@ -1,0 +1,689 @@
+"""Compiled CPU kernels for the API: affine scans and the Mamba selective scan.
+
+Every kernel is IR text (a `scan.affine` or a `scan.recurrence` in a `func.func`)
+compiled by `compile_cpu`, the only place that compiles: the scanweaver CPU pipeline
+(raise, `scan-to-cpu`, canonicalize, cse), MLIR's CPU lowering, then the llvmlite JIT.
+Compiled programs are cached in-process by IR text.
+
+Calls go straight to the lowered function (memrefs expanded into pointer, offset,
+sizes and strides) through ctypes, which releases the GIL for the foreign call: Python
+threads then run kernels on both cores at once (`parallel_for`).
+
+Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
+  single    one call (small inputs: threads cost more than they save)
+  channels  rows split across threads, each thread a row-slice view
+  chunked   parallel in time, for few channels and long sequences: each row is cut
+            into K chunks; (1) per chunk the aggregate pair (prod a, scan from 0), in
+            parallel; (2) the carries chunk to chunk, sequentially (K steps, numpy);
+            (3) per chunk the scan seeded with its carry, in parallel.  Phase 1 runs
+            with denormals flushed to zero (products of many `a` underflow; 10x slower
+            otherwise).  Float results differ from the sequential scan by rounding
+            (a different association); integer results are identical (wrap-around
+            arithmetic is associative).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scanweaver.errors import ScanWeaverError
+from scanweaver.runtime.cpu import CpuProgram, flush_denormals
+
+# ---------------------------------------------------------------------------
+# Compilation (the one place) and its in-process cache
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class CompileStats:
+    """What compile_cpu did: seconds spent compiling, cache hits."""
+
+    compiles: int = 0
+    hits: int = 0
+    seconds: float = 0.0
+    last_seconds: float = 0.0
+    last_cached: bool = False
+
+
+_CACHE: dict[str, CpuProgram] = {}
+_CACHE_LOCK = threading.Lock()
+STATS = CompileStats()
+
+
+def compile_cpu(ir_text: str) -> CpuProgram:
+    """Compile IR text (scan dialect + func/arith/memref/scf/math/vector) for this CPU.
+
+    The single entry point for the drivers: `scanweaver-lower{target=cpu}` through
+    `compiler.build_cpu` (cached on disk), JIT-compiled once per process.
+    """
+    with _CACHE_LOCK:
+        program = _CACHE.get(ir_text)
+        if program is not None:
+            STATS.hits += 1
+            STATS.last_cached, STATS.last_seconds = True, 0.0
+            return program
+        from scanweaver.compiler import build_cpu
+
+        start = time.perf_counter()
+        program = CpuProgram(build_cpu(ir_text).llvm_ir)
+        elapsed = time.perf_counter() - start
+        _CACHE[ir_text] = program
+        STATS.compiles += 1
+        STATS.seconds += elapsed
+        STATS.last_seconds, STATS.last_cached = elapsed, False
+        return program
+
+
+def clear_cache() -> None:
+    """Forget compiled kernels (the next call of each kernel compiles again)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+    _KERNELS.clear()
+    _affine_kernel.cache_clear()
+    _aggregate_kernel.cache_clear()
+
+
+# ---------------------------------------------------------------------------
+# Fast calls: the lowered function with memrefs expanded, through ctypes
+# ---------------------------------------------------------------------------
+
+_SCALARS = {"index": ctypes.c_int64, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
+            "f32": ctypes.c_float, "f64": ctypes.c_double}
+
+
+class Kernel:
+    """A compiled `func.func` called with numpy arrays (zero copy) and scalars.
+
+    `args`: per argument, an int R for a rank-R memref (any element type; the array
+    must have the element type the IR declares, non-negative strides that are a
+    multiple of the item size, innermost stride 1 when R > 0), or a scalar type name.
+    The expanded MLIR calling convention is used: (allocated, aligned, offset,
+    sizes[R], strides[R]) per memref.  ctypes releases the GIL during the call.
+    """
+
+    def __init__(self, program: CpuProgram, name: str, args: Sequence[int | str]):
+        self.program = program  # keeps the JIT engine alive
+        self.spec = list(args)
+        ctypes_args: list[Any] = []
+        for a in self.spec:
+            if isinstance(a, int):
+                ctypes_args += [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * (1 + 2 * a)
+            else:
+                ctypes_args.append(_SCALARS[a])
+        self._fn = ctypes.CFUNCTYPE(None, *ctypes_args)(program.address(name))
+
+    def __call__(self, *values: Any) -> None:
+        self._fn(*self._flatten(values))
+
+    def bind(self, *values: Any) -> Callable[[], None]:
+        """The call with its arguments converted now (threads then only do the call)."""
+        flat = self._flatten(values)
+        fn = self._fn
+        return lambda: fn(*flat)
+
+    def _flatten(self, values: Sequence[Any]) -> list[Any]:
+        flat: list[Any] = []
+        for spec, v in zip(self.spec, values, strict=True):
+            if isinstance(spec, int):
+                if v.ndim != spec:
+                    raise ScanWeaverError(f"kernel expects a {spec}-D array, got shape {v.shape}")
+                ptr = v.__array_interface__["data"][0]
+                item = v.itemsize
+                flat += [ptr, ptr, 0, *v.shape, *(s // item for s in v.strides)]
+            else:
+                flat.append(v)
+        return flat
+
+
+_KERNELS: dict[tuple, Kernel] = {}
+
+
+def kernel(ir_text: str, name: str, args: Sequence[int | str]) -> Kernel:
+    key = (ir_text, name, tuple(args))
+    k = _KERNELS.get(key)
+    if k is None:
+        k = Kernel(compile_cpu(ir_text), name, args)
+        _KERNELS[key] = k
+    return k
+
+
+# ---------------------------------------------------------------------------
+# Threads
+# ---------------------------------------------------------------------------
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def num_threads() -> int:
+    """Worker count: SCANWEAVER_NUM_THREADS, else the CPUs this process may use."""
+    env = os.environ.get("SCANWEAVER_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(1, num_threads() - 1), thread_name_prefix="scanweaver")
+        return _POOL
+
+
+def parallel_for(tasks: Sequence[Callable[[], None]], ftz: bool = False, threads: int | None = None) -> None:
+    """Run `tasks` on this thread and the pool's workers, each taking the next task
+    when done with one (dynamic balance: a core that another process slows down takes
+    fewer tasks); wait for all.  ftz: flush denormals to zero while the tasks run.
+    """
+    if not tasks:
+        return
+    threads = min(num_threads() if threads is None else max(1, threads), len(tasks))
+    order = iter(range(len(tasks)))
+    lock = threading.Lock()
+
+    def drain() -> None:
+        while True:
+            with lock:
+                i = next(order, None)
+            if i is None:
+                return
+            tasks[i]()
+
+    def work() -> None:
+        if ftz:
+            with flush_denormals():
+                drain()
+        else:
+            drain()
+
+    if threads == 1:
+        work()
+        return
+    futures = [_pool().submit(work) for _ in range(threads - 1)]
+    try:
+        work()
+    finally:
+        for f in futures:
+            f.result()
+
+
+def split_range(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
+    """Cut [0, n) into at most `parts` nearly equal pieces, boundaries multiples of `align`."""
+    parts = max(1, min(parts, -(-n // align) if n else 1))
+    bounds = [0]
+    for p in range(1, parts):
+        cut = round(n * p / parts / align) * align
+        bounds.append(min(max(cut, bounds[-1]), n))
+    bounds.append(n)
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
+# ---------------------------------------------------------------------------
+# Affine scans
+# ---------------------------------------------------------------------------
+
+_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
+           np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+
+
+def _mlir_el(dtype: np.dtype) -> str:
+    try:
+        return _DTYPES[np.dtype(dtype)]
+    except KeyError:
+        raise ScanWeaverError(
+            f"affine_scan_cpu: dtype {np.dtype(dtype)} is not supported (float32, float64, int32, int64)"
+        ) from None
+
+
+def _memref(rank: int, el: str) -> str:
+    return "memref<" + "?x" * rank + el + ">"
+
+
+def affine_ir(el: str, rank: int = 2, init: bool = False, final: bool = False, reverse: bool = False) -> str:
+    """IR text: `func.func @affine(a, b, [h0], h, [hT])` holding one dynamic-shape scan.affine."""
+    full, chan = _memref(rank, el), _memref(rank - 1, el)
+    args = [f"%a: {full}", f"%b: {full}"] + ([f"%h0: {chan}"] if init else []) + [f"%h: {full}"]
+    args += [f"%hT: {chan}"] if final else []
+    op = "scan.affine %a, %b" + (" init %h0" if init else "") + " into %h" + (" final %hT" if final else "")
+    op += f" axis {rank - 1}" + (" reverse" if reverse else "")
+    ins = [full, full] + ([chan] if init else [])
+    outs = [full] + ([chan] if final else [])
+    return (
+        f"func.func @affine({', '.join(args)}) {{\n"
+        f"  {op} : {', '.join(ins)} -> {', '.join(outs)}\n"
+        "  func.return\n}\n"
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _affine_kernel(el: str, rank: int, init: bool, final: bool, reverse: bool) -> Kernel:
+    spec: list[int | str] = [rank, rank] + ([rank - 1] if init else []) + [rank] + ([rank - 1] if final else [])
+    return kernel(affine_ir(el, rank, init, final, reverse), "affine", spec)
+
+
+@functools.lru_cache(maxsize=None)
+def _aggregate_kernel(el: str, reverse: bool) -> Kernel:
+    key = f"// chunk aggregate {el} reverse={reverse}\n"
+    ir = _AGGREGATE_IR.get(key)
+    if ir is None:
+        from xdsl.dialects.builtin import f32, f64, i32, i64
+
+        from scanweaver.ir import print_ir
+        from scanweaver.rewrites.scan_to_cpu import build_chunk_aggregate
+
+        t = {"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el]
+        ir = key + print_ir(build_chunk_aggregate(t, 3, reverse))
+        _AGGREGATE_IR[key] = ir
+    return kernel(ir, "aggregate", [3, 3, 2, 2])
+
+
+_AGGREGATE_IR: dict[str, str] = {}
+
+#: Lanes per vector group of the tiled kernel, by element size (256-bit vectors).
+def _lanes(dtype: np.dtype) -> int:
+    return 32 // np.dtype(dtype).itemsize
+
+
+# Heuristic thresholds (measured on 2 cores, see benchmarks/README.md).
+THREAD_MIN_ELEMENTS = 1 << 19  # below this one call beats waking a worker (~60 us here)
+THREAD_MIN_BYTES = 16 << 20  # a, b and h together: below this, one core (see choose_affine_variant)
+CHUNKED_MIN_LENGTH = 1 << 13  # rows at least this long may be cut in time
+TASKS_PER_THREAD = 1  # pieces per thread (more: dynamic balance under outside load, but more calls)
+SELECTIVE_TASKS_PER_THREAD = 4
+
+
+def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: int | None = None) -> str:
+    """'single', 'channels' or 'chunked' for a (channels, length) scan.
+
+    Threads only pay for inputs larger than the shared cache: below THREAD_MIN_BYTES of
+    traffic one core already streams at cache bandwidth (measured here: 1024x1024 f32,
+    12 MB, 0.32 ms on one core, 0.34-0.43 ms on two; 1024x4096, 48 MB, 2.8 ms on one
+    core, 1.8 ms on two).
+    """
+    threads = num_threads() if threads is None else threads
+    total = channels * length
+    small = total < THREAD_MIN_ELEMENTS or 3 * total * np.dtype(dtype).itemsize < THREAD_MIN_BYTES
+    if threads <= 1 or small:
+        # One thread: still cut long rows in time when there are too few channels to
+        # fill the vector lanes (latency-bound otherwise).
+        if channels < _lanes(dtype) and length >= CHUNKED_MIN_LENGTH and total >= THREAD_MIN_ELEMENTS:
+            return "chunked"
+        return "single"
+    if channels >= 2 * _lanes(dtype) * threads:
+        return "channels"
+    if length >= CHUNKED_MIN_LENGTH:
+        return "chunked"
+    return "channels" if channels >= 2 * threads else "single"
+
+
+def affine_scan_cpu(
+    a: np.ndarray,
+    b: np.ndarray,
+    h0: np.ndarray | None = None,
+    reverse: bool = False,
+    return_final: bool = False,
+    variant: str | None = None,
+    threads: int | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """h[c, t] = a[c, t] * h[c, t-1] + b[c, t] over t for each row c (h[c, -1] = h0[c] or 0).
+
+    a, b: (channels, L) arrays of one dtype (float32, float64, int32, int64);
+    h0: (channels,).  reverse: t runs from L-1 down to 0.  Returns h, and the last
+    state (channels,) with return_final.  variant: force 'single', 'channels' or
+    'chunked' (default: by shape, `choose_affine_variant`).  out: a C-contiguous
+    (channels, L) array of a's dtype to write h into (saves the allocation, whose first
+    touch costs page faults on every call for large arrays).
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or a.shape != b.shape:
+        raise ScanWeaverError(f"affine_scan_cpu: a and b must be 2-D of one shape, got {a.shape} and {b.shape}")
+    if a.dtype != b.dtype:
+        raise ScanWeaverError(f"affine_scan_cpu: a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    el = _mlir_el(a.dtype)
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    C, L = a.shape
+    if h0 is not None:
+        h0 = np.ascontiguousarray(np.asarray(h0, dtype=a.dtype).reshape(C))
+    if out is None:
+        h = np.empty_like(a)
+    else:
+        if out.shape != a.shape or out.dtype != a.dtype or not out.flags.c_contiguous:
+            raise ScanWeaverError(
+                f"affine_scan_cpu: out must be a C-contiguous {a.shape} array of {a.dtype}, "
+                f"got {out.shape} {out.dtype}"
+            )
+        h = out
+    final = np.empty(C, a.dtype) if return_final else None
+    threads = num_threads() if threads is None else max(1, threads)
+    variant = variant or choose_affine_variant(C, L, a.dtype, threads)
+    if variant == "chunked" and L >= 2:
+        _chunked(a, b, h0, h, final, reverse, threads)
+    elif variant in ("channels", "chunked", "single"):
+        lanes = _lanes(a.dtype)
+        pieces = 1 if variant == "single" else min(threads * TASKS_PER_THREAD, max(threads, C // (4 * lanes)))
+        parts = split_range(C, pieces, lanes)
+        k = _affine_kernel(el, 2, h0 is not None, final is not None, reverse)
+
+        def task(lo: int, hi: int) -> Callable[[], None]:
+            args = [a[lo:hi], b[lo:hi]] + ([h0[lo:hi]] if h0 is not None else []) + [h[lo:hi]]
+            args += [final[lo:hi]] if final is not None else []
+            return k.bind(*args)
+
+        parallel_for([task(lo, hi) for lo, hi in parts], threads=1 if variant == "single" else threads)
+    else:
+        raise ScanWeaverError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked)")
+    return (h, final) if return_final else h
+
+
+def _chunk_count(C: int, L: int, lanes: int, threads: int) -> int:
+    """Chunks per row: enough rows of chunks to fill the lanes on every thread."""
+    want = max(2 * lanes, -(-lanes * threads * 2 // max(C, 1)))
+    want = -(-want // lanes) * lanes  # a multiple of the lanes
+    # Chunks of at least 4 tiles of time each.
+    return max(1, min(want, L // (8 * lanes)))
+
+
+def _chunked(a, b, h0, h, final, reverse: bool, threads: int) -> None:
+    C, L = a.shape
+    el = _mlir_el(a.dtype)
+    lanes = _lanes(a.dtype)
+    K = _chunk_count(C, L, lanes, threads)
+    Lc = L // K
+    main = K * Lc
+    # Chunk views (C, K, Lc) over the first K*Lc steps; the `tail` steps after them run
+    # last (first when reversed) with a plain scan.
+    def view(x: np.ndarray) -> np.ndarray:
+        return np.lib.stride_tricks.as_strided(x, shape=(C, K, Lc), strides=(x.strides[0], Lc * x.itemsize, x.itemsize))
+
+    av, bv, hv = view(a), view(b), view(h)
+    tail = L - main
+    carry = np.zeros(C, a.dtype) if h0 is None else h0.copy()
+    if tail and reverse:  # the last `tail` steps run first
+        ka = _affine_kernel(el, 2, True, True, True)
+        t_final = np.empty(C, a.dtype)
+        ka(a[:, main:], b[:, main:], carry, h[:, main:], t_final)
+        carry = t_final
+    # Phase 1: aggregates per chunk, in parallel over the chunk dim.
+    A = np.empty((C, K), a.dtype)
+    B = np.empty((C, K), a.dtype)
+    agg = _aggregate_kernel(el, reverse)
+    parts = split_range(K, threads, lanes)
+    parallel_for([(lambda lo=lo, hi=hi: agg(av[:, lo:hi], bv[:, lo:hi], A[:, lo:hi], B[:, lo:hi])) for lo, hi in parts],
+                 ftz=True, threads=threads)
+    # Phase 2: carries (exact integer wrap-around; float64 for floats).
+    starts = np.empty((C, K), a.dtype)
+    order = range(K - 1, -1, -1) if reverse else range(K)
+    if a.dtype.kind == "f":
+        c = carry.astype(np.float64)
+        for k in order:
+            starts[:, k] = c
+            c = A[:, k] * c + B[:, k]
+        carry = c.astype(a.dtype)
+    else:
+        c = carry.copy()
+        with np.errstate(over="ignore"):
+            for k in order:
+                starts[:, k] = c
+                c = A[:, k] * c + B[:, k]
+        carry = c
+    # Phase 3: each chunk scanned from its carry, in parallel.
+    ks = _affine_kernel(el, 3, True, False, reverse)
+    tasks = [(lambda lo=lo, hi=hi: ks(av[:, lo:hi], bv[:, lo:hi], starts[:, lo:hi], hv[:, lo:hi])) for lo, hi in parts]
+    if tail and not reverse:
+        ka = _affine_kernel(el, 2, True, final is not None, False)
+        t_args = [a[:, main:], b[:, main:], carry, h[:, main:]] + ([final] if final is not None else [])
+        tasks.append(lambda: ka(*t_args))
+        parallel_for(tasks, threads=threads)
+        return
+    parallel_for(tasks, threads=threads)
+    if final is not None:
+        final[...] = carry
+
+
+# ---------------------------------------------------------------------------
+# Mamba selective scan
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelectiveScanSpec:
+    """The compile-time shape of a selective scan kernel (one IR text per spec)."""
+
+    n: int  # state size N (static: the state vector lives in registers)
+    b_kind: str  # "const" (D, N) | "shared" (batch, L, N) | "grouped" (batch, G, L, N)
+    c_kind: str
+    has_d: bool
+    has_z: bool
+    has_bias: bool
+    softplus: bool
+    has_h0: bool
+    has_last: bool
+
+
+def _bc_type(kind: str, n: int) -> str:
+    return {"const": f"memref<?x{n}xf32>", "shared": f"memref<?x?x{n}xf32>", "grouped": f"memref<?x?x?x{n}xf32>"}[kind]
+
+
+def _bc_index(kind: str, name: str, i: str, n: str) -> str:
+    return {"const": f"{name}[%d, {n}]", "shared": f"{name}[%b, {i}, {n}]", "grouped": f"{name}[%b, %g{name[1:]}, {i}, {n}]"}[kind]
+
+
+@functools.lru_cache(maxsize=None)
+def selective_scan_ir(spec: SelectiveScanSpec) -> str:
+    """IR text of `func.func @selective_scan`: one scan.recurrence per (batch, channel).
+
+    Arguments (in order): u, delta (batch, D, L); A (D, N); B, C in the layout of their
+    kind with time before the state index ((batch, L, N), (batch, G, L, N)) or (D, N);
+    [D_skip (D,)]; [z (batch, D, L)]; [delta_bias (D,)]; [h0 (batch, D, N)]; out
+    (batch, D, L); [last (batch, D, N)]; d_begin, d_end (index): the channels to run.
+    """
+    N = spec.n
+    f = "f32"
+    m3 = "memref<?x?x?xf32>"
+    args = [f"%u: {m3}", f"%delta: {m3}", f"%A: memref<?x{N}xf32>", f"%B: {_bc_type(spec.b_kind, N)}",
+            f"%C: {_bc_type(spec.c_kind, N)}"]
+    args += ["%Dskip: memref<?xf32>"] if spec.has_d else []
+    args += [f"%z: {m3}"] if spec.has_z else []
+    args += ["%bias: memref<?xf32>"] if spec.has_bias else []
+    args += [f"%h0: memref<?x?x{N}xf32>"] if spec.has_h0 else []
+    args += [f"%out: {m3}"]
+    args += [f"%last: memref<?x?x{N}xf32>"] if spec.has_last else []
+    args += ["%d_begin: index", "%d_end: index"]
+    st = f"memref<{N}xf32>"
+    L: list[str] = []
+    e = L.append
+    e(f"func.func @selective_scan({', '.join(args)}) {{")
+    e("  %c0 = arith.constant 0 : index")
+    e("  %c1 = arith.constant 1 : index")
+    e("  %c2 = arith.constant 2 : index")
+    e(f"  %cN = arith.constant {N} : index")
+    e(f"  %zero = arith.constant 0.0 : {f}")
+    e(f"  %one = arith.constant 1.0 : {f}")
+    e(f"  %twenty = arith.constant 20.0 : {f}")
+    e(f"  %batch = memref.dim %u, %c0 : {m3}")
+    e(f"  %Dn = memref.dim %u, %c1 : {m3}")
+    e(f"  %len = memref.dim %u, %c2 : {m3}")
+    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
+        if kind == "grouped":
+            e(f"  %ng{name[1:]} = memref.dim {name}, %c1 : {_bc_type(kind, N)}")
+            e(f"  %per{name[1:]} = arith.divui %Dn, %ng{name[1:]} : index")
+    e(f"  %S = memref.alloca() : {st}")
+    e("  scf.for %b = %c0 to %batch step %c1 {")
+    e("    scf.for %d = %d_begin to %d_end step %c1 {")
+    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
+        if kind == "grouped":
+            e(f"      %g{name[1:]} = arith.divui %d, %per{name[1:]} : index")
+    e("      scf.for %n = %c0 to %cN step %c1 {")
+    if spec.has_h0:
+        e(f"        %v = memref.load %h0[%b, %d, %n] : memref<?x?x{N}xf32>")
+        e(f"        memref.store %v, %S[%n] : {st}")
+    else:
+        e(f"        memref.store %zero, %S[%n] : {st}")
+    e("      }")
+    if spec.has_bias:
+        e("      %bd = memref.load %bias[%d] : memref<?xf32>")
+    if spec.has_d:
+        e("      %dd = memref.load %Dskip[%d] : memref<?xf32>")
+    e(f"      scan.recurrence %c0 to %len step %c1 state(%S : {st}) coeffs {{")
+    e("      ^bb0(%i: index, %k: index):")
+    e(f"        %dl = memref.load %delta[%b, %d, %i] : {m3}")
+    dt = "%dl"
+    if spec.has_bias:
+        e(f"        %dlb = arith.addf %dl, %bd : {f}")
+        dt = "%dlb"
+    if spec.softplus:
+        # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
+        e(f"        %ex = math.exp {dt} : {f}")
+        e(f"        %lp = math.log1p %ex : {f}")
+        e(f"        %big = arith.cmpf ogt, {dt}, %twenty : {f}")
+        e(f"        %sp = arith.select %big, {dt}, %lp : {f}")
+        dt = "%sp"
+    e(f"        %ak = memref.load %A[%d, %k] : memref<?x{N}xf32>")
+    e(f"        %da = arith.mulf {dt}, %ak : {f}")
+    e(f"        %a = math.exp %da : {f}")
+    e(f"        %bk = memref.load {_bc_index(spec.b_kind, '%B', '%i', '%k')} : {_bc_type(spec.b_kind, N)}")
+    e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
+    e(f"        %dtu = arith.mulf {dt}, %uu : {f}")
+    e(f"        %x = arith.mulf %bk, %dtu : {f}")
+    e(f"        scan.yield %a, %x : {f}, {f}")
+    e("      } emit {")
+    e(f"      ^bb0(%i: index, %s: {st}):")
+    e(f"        %y = scf.for %n = %c0 to %cN step %c1 iter_args(%acc = %zero) -> ({f}) {{")
+    e(f"          %hv = memref.load %s[%n] : {st}")
+    e(f"          %cv = memref.load {_bc_index(spec.c_kind, '%C', '%i', '%n')} : {_bc_type(spec.c_kind, N)}")
+    e(f"          %pr = arith.mulf %hv, %cv : {f}")
+    e(f"          %acc2 = arith.addf %acc, %pr : {f}")
+    e(f"          scf.yield %acc2 : {f}")
+    e("        }")
+    y = "%y"
+    if spec.has_d:
+        e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
+        e(f"        %du = arith.mulf %dd, %uu : {f}")
+        e(f"        %yd = arith.addf %y, %du : {f}")
+        y = "%yd"
+    if spec.has_z:
+        e(f"        %zz = memref.load %z[%b, %d, %i] : {m3}")
+        e(f"        %nz = arith.negf %zz : {f}")
+        e(f"        %ez = math.exp %nz : {f}")
+        e(f"        %den = arith.addf %one, %ez : {f}")
+        e(f"        %sz = arith.divf %zz, %den : {f}")
+        e(f"        %yz = arith.mulf {y}, %sz : {f}")
+        y = "%yz"
+    e(f"        memref.store {y}, %out[%b, %d, %i] : {m3}")
+    e("        scan.yield")
+    e("      }")
+    if spec.has_last:
+        e("      scf.for %n = %c0 to %cN step %c1 {")
+        e(f"        %v = memref.load %S[%n] : {st}")
+        e(f"        memref.store %v, %last[%b, %d, %n] : memref<?x?x{N}xf32>")
+        e("      }")
+    e("    }")
+    e("  }")
+    e("  func.return")
+    e("}")
+    return "\n".join(L) + "\n"
+
+
+def _bc_kind(x: np.ndarray, name: str, batch: int, D: int, N: int, L: int) -> tuple[str, np.ndarray]:
+    """Classify B or C and put it in the kernel's layout (time before the state index)."""
+    if x.ndim == 2:
+        if x.shape != (D, N):
+            raise ScanWeaverError(f"selective_scan_cpu: {name} of shape {x.shape}: expected (D, N) = {(D, N)}")
+        return "const", np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim == 3:
+        if x.shape != (batch, N, L):
+            raise ScanWeaverError(f"selective_scan_cpu: {name} of shape {x.shape}: expected (batch, N, L) = {(batch, N, L)}")
+        return "shared", np.ascontiguousarray(np.swapaxes(x, 1, 2), dtype=np.float32)
+    if x.ndim == 4:
+        G = x.shape[1]
+        if x.shape[0] != batch or x.shape[2:] != (N, L) or G == 0 or D % G:
+            raise ScanWeaverError(
+                f"selective_scan_cpu: {name} of shape {x.shape}: expected (batch, G, N, L) with G dividing D = {D}"
+            )
+        return "grouped", np.ascontiguousarray(np.swapaxes(x, 2, 3), dtype=np.float32)
+    raise ScanWeaverError(f"selective_scan_cpu: {name} must be 2-D, 3-D or 4-D, got shape {x.shape}")
+
+
+def selective_scan_cpu(
+    u: np.ndarray,
+    delta: np.ndarray,
+    A: np.ndarray,
+    B: np.ndarray,
+    C: np.ndarray,
+    D: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+    delta_bias: np.ndarray | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    h0: np.ndarray | None = None,
+    threads: int | None = None,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Mamba's selective scan forward (DESIGN.md section 2), computed in float32.
+
+    u, delta, z: (batch, D, L); A: (D, N) real; B, C: (D, N), (batch, N, L) or
+    (batch, G, N, L); D: (D,); delta_bias: (D,); h0: (batch, D, N) initial state.
+    Returns out (batch, D, L) in u's dtype, and the last state (batch, D, N) float32
+    with return_last_state.  No (batch, D, L, N) array is made: exp(dt*A) and
+    dt*B*u are computed per step in registers, C.h is reduced on the fly.
+    """
+    out_dtype = np.asarray(u).dtype if np.asarray(u).dtype.kind == "f" else np.dtype(np.float32)
+    f32 = lambda x: np.ascontiguousarray(x, dtype=np.float32)  # noqa: E731
+    u, delta = f32(u), f32(delta)
+    if u.ndim != 3 or delta.shape != u.shape:
+        raise ScanWeaverError(f"selective_scan_cpu: u and delta must be (batch, D, L) of one shape, got {u.shape}, {delta.shape}")
+    batch, Dn, L = u.shape
+    A = np.asarray(A)
+    if np.iscomplexobj(A):
+        raise ScanWeaverError("selective_scan_cpu: complex A is not supported (real A only)")
+    A = f32(A)
+    if A.ndim != 2 or A.shape[0] != Dn:
+        raise ScanWeaverError(f"selective_scan_cpu: A must be (D, N) with D = {Dn}, got {A.shape}")
+    N = A.shape[1]
+    if not 0 < N <= 64:
+        raise ScanWeaverError(f"selective_scan_cpu: state size N = {N} not supported (1..64)")
+    b_kind, Bk = _bc_kind(np.asarray(B), "B", batch, Dn, N, L)
+    c_kind, Ck = _bc_kind(np.asarray(C), "C", batch, Dn, N, L)
+    vec = lambda x, name: None if x is None else _check_shape(f32(x), (Dn,), name)  # noqa: E731
+    Dk, bias = vec(D, "D"), vec(delta_bias, "delta_bias")
+    zk = None if z is None else _check_shape(f32(z), u.shape, "z")
+    h0k = None if h0 is None else _check_shape(f32(h0), (batch, Dn, N), "h0")
+    spec = SelectiveScanSpec(N, b_kind, c_kind, Dk is not None, zk is not None, bias is not None,
+                             bool(delta_softplus), h0k is not None, bool(return_last_state))
+    ir = selective_scan_ir(spec)
+    arg_spec: list[int | str] = [3, 3, 2, Bk.ndim, Ck.ndim] + [1] * (Dk is not None) + [3] * (zk is not None)
+    arg_spec += [1] * (bias is not None) + [3] * (h0k is not None) + [3] + [3] * bool(return_last_state) + ["index", "index"]
+    k = kernel(ir, "selective_scan", arg_spec)
+    out = np.empty((batch, Dn, L), np.float32)
+    last = np.empty((batch, Dn, N), np.float32) if return_last_state else None
+    arrays = [u, delta, A, Bk, Ck] + [x for x in (Dk, zk, bias, h0k) if x is not None] + [out]
+    arrays += [last] if last is not None else []
+    threads = num_threads() if threads is None else max(1, threads)
+    if batch * Dn * L * N < (1 << 16):
+        threads = 1
+    # Several channel ranges per thread, taken dynamically: each is long (ms), so the
+    # extra calls cost little and a core slowed by another process takes fewer.
+    parts = split_range(Dn, min(Dn, threads * SELECTIVE_TASKS_PER_THREAD) if threads > 1 else 1)
+    parallel_for([k.bind(*arrays, lo, hi) for lo, hi in parts], threads=threads)
+    result = out.astype(out_dtype, copy=False)
+    return (result, last) if return_last_state else result
+
+
+def _check_shape(x: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
+    if x.shape != shape:
+        raise ScanWeaverError(f"selective_scan_cpu: {name} must have shape {shape}, got {x.shape}")
+    return x

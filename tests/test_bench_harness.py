@@ -1,0 +1,90 @@
+"""Smoke test of the benchmark harness on tiny sizes (no timing assertions)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+
+from scanweaver.bench import harness
+from scanweaver.bench.peers import Peer, Prepared, default_peers
+
+_ORIGINAL_OPTIONS = harness.Options
+
+
+def _wrong(inp: dict) -> Prepared:
+    b = inp["b"]
+    return Prepared(lambda: np.cumsum(b, axis=1), lambda h: h)  # ignores a: wrong
+
+
+def _broken(inp: dict) -> Prepared:
+    def run():
+        raise RuntimeError("boom")
+
+    return Prepared(run, lambda h: h)
+
+
+def test_harness_writes_sane_json(tmp_path):
+    cases = [harness.affine_case(16, 64), harness.affine_case(16, 128), harness.selective_case(1, 4, 4, 32, True)]
+    wanted = {"scanweaver-cpu", "numpy-loop"}
+    peers = [p for p in default_peers() if p.name in wanted]
+    peers += [
+        Peer("deliberately-wrong", "affine", _wrong),
+        Peer("raises", "affine", _broken),
+        Peer("needs-missing-lib", "affine", _wrong, requires=("no_such_module_xyz",)),
+        Peer("needs-gpu", "selective", _wrong, gpu=True),
+    ]
+    options = harness.Options(policy=harness.TimingPolicy(min_reps=2, max_reps=3, budget_s=0.0),
+                              copy_bytes=1 << 20, settle_s=0.0)
+    lines: list[str] = []
+    result = harness.run_benchmark(cases, peers, options, progress=lines.append)
+    paths = harness.write_outputs(result, tmp_path, "smoke", progress=lines.append)
+
+    data = json.loads(paths["json"].read_text())
+    assert data["name"] == "smoke"
+    assert {"machine", "versions", "copy_bandwidth", "cases", "speed_bar", "skipped_peers",
+            "scanweaver_compile"} <= set(data)
+    assert data["copy_bandwidth"]["gbs"] > 0
+    assert data["versions"]["numpy"] == np.__version__
+    assert "affine/needs-missing-lib" in data["skipped_peers"]
+    assert len(data["cases"]) == 3
+    first = data["cases"][0]
+    assert first["workload"] == "affine" and first["params"] == {"channels": 16, "L": 64}
+    assert first["min_bytes"] == 3 * 4 * 16 * 64
+    res = first["results"]
+    assert res["deliberately-wrong"]["status"] == "wrong"
+    assert "median_s" not in res["deliberately-wrong"]  # a wrong result is not timed
+    assert res["raises"]["status"] == "error" and "boom" in res["raises"]["reason"]
+    for name in ("scanweaver-cpu", "numpy-loop"):
+        r = res[name]
+        assert r["status"] == "ok", r
+        assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["reps"] >= 2
+        assert r["gbs"] > 0 and r["copy_fraction"] > 0 and r["error"] < 1e-4
+    assert set(first["ratios"]) == {"numpy-loop"}
+    sel = data["cases"][2]
+    assert sel["results"]["scanweaver-cpu"]["status"] == "ok"
+    assert "selective/needs-gpu" in data["skipped_peers"] or "needs-gpu" in sel["results"]
+    readme = paths["readme"].read_text()
+    assert "Do not edit by hand" in readme and "deliberately-wrong: max error" in readme
+    assert "| 64 |" in readme
+    if importlib.util.find_spec("matplotlib"):
+        pngs = list(tmp_path.glob("results/*.png"))
+        assert pngs and all(p.stat().st_size > 1000 for p in pngs)
+        assert data["plots"]
+    assert any("deliberately-wrong: wrong" in line for line in lines)
+
+
+def test_main_parses_and_lists(tmp_path, monkeypatch):
+    """`main` runs end to end with a restricted peer list on a stubbed grid."""
+    monkeypatch.setattr(harness, "short_grid", lambda: [harness.affine_case(8, 32)])
+    monkeypatch.setattr(harness, "Options", _quick_options)
+    code = harness.main(["--out", str(tmp_path), "--name", "m", "--peers", "numpy-loop", "--only", "affine"])
+    assert code == 0
+    data = json.loads((tmp_path / "results" / "m.json").read_text())
+    assert set(data["cases"][0]["results"]) == {"scanweaver-cpu", "numpy-loop"}
+
+
+def _quick_options() -> harness.Options:
+    return _ORIGINAL_OPTIONS(policy=harness.TimingPolicy(min_reps=1, max_reps=2, budget_s=0.0),
+                           copy_bytes=1 << 20, settle_s=0.0)
