@@ -123,9 +123,11 @@ def linear_scan(
         h0_2d = np.ascontiguousarray(h0_arr, dtype=state_dtype).reshape(-1)
 
     # The kernels scan the last axis of C-contiguous (channels, L) arrays.
+    channels = int(np.prod(channel_shape, dtype=np.int64))
+
     def to_2d(x: np.ndarray) -> np.ndarray:
         moved = np.moveaxis(x, axis, -1).astype(state_dtype, copy=False)
-        return np.ascontiguousarray(moved).reshape(-1, x.shape[axis])
+        return np.ascontiguousarray(moved).reshape(channels, x.shape[axis])
 
     from scanweaver.runtime.cpu_scan import affine_scan_cpu
 
