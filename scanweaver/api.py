@@ -97,7 +97,7 @@ def linear_scan(
     NaN and Inf propagate exactly as in the sequential loop.
     """
     chosen = _pick_backend(backend, [a, b, h0])
-    if chosen == "cuda":
+    if chosen == "cuda" and _is_cuda_array(a):
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
 
         return linear_scan_cuda(a, b, h0, axis, reverse, return_final_state)
@@ -121,6 +121,10 @@ def linear_scan(
         h0_arr = _host_array("h0", h0)
         _check_shape("h0", h0_arr, channel_shape, f"'a' without axis {axis}")
         h0_2d = np.ascontiguousarray(h0_arr, dtype=state_dtype).reshape(-1)
+    if chosen == "cuda":
+        from scanweaver.runtime.cuda_scan import linear_scan_cuda
+
+        return linear_scan_cuda(a_arr, b_arr, h0, axis, reverse, return_final_state)
 
     # The kernels scan the last axis of C-contiguous (channels, L) arrays.
     channels = int(np.prod(channel_shape, dtype=np.int64))
@@ -214,7 +218,7 @@ def selective_scan(
     Returns out, or (out, last_state) with ``return_last_state=True``.
     """
     chosen = _pick_backend(backend, [u, delta, A, B, C, D, z, delta_bias, initial_state])
-    if chosen == "cuda":
+    if chosen == "cuda" and _is_cuda_array(u):
         from scanweaver.runtime.cuda_scan import selective_scan_cuda
 
         return selective_scan_cuda(
@@ -223,6 +227,13 @@ def selective_scan(
     u_, delta_, A_, B_, C_, ex = _check_selective_inputs(
         u, delta, A, B, C, D, z, delta_bias, initial_state
     )
+    if chosen == "cuda":
+        from scanweaver.runtime.cuda_scan import selective_scan_cuda
+
+        return selective_scan_cuda(
+            u_, delta_, A_, B_, C_, ex["D"], ex["z"], ex["delta_bias"], delta_softplus,
+            return_last_state, ex["initial_state"],
+        )
     from scanweaver.runtime.cpu_scan import selective_scan_cpu
 
     return selective_scan_cpu(
