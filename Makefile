@@ -26,6 +26,7 @@ demo: install
 	$(VENV)/bin/scanweaver demo
 
 bench: install
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(VENV)/bin/scanweaver bench
 
 clean:
