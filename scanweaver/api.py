@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import operator
+
 import numpy as np
 
 from scanweaver.errors import BackendUnavailableError, ScanWeaverError
@@ -32,12 +34,22 @@ def _cuda_usable() -> bool:
     return cuda_available()
 
 
-def _pick_backend(backend: str, arrays: list[Any]) -> str:
+def _pick_backend(backend: str, arrays: list[Any], gpu_limit: str | None = None) -> str:
+    """The backend to run on.  `gpu_limit`: why the GPU kernel cannot take these inputs
+    (then "auto" stays on the CPU and "cuda" is an error), or None."""
     if backend not in BACKENDS:
         raise ScanWeaverError(
             f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
         )
-    on_device = any(_is_cuda_array(x) for x in arrays if x is not None)
+    given = [x for x in arrays if x is not None]
+    on_device = any(_is_cuda_array(x) for x in given)
+    if on_device and not all(_is_cuda_array(x) for x in given):
+        raise ScanWeaverError(
+            "some array arguments are GPU arrays and others host arrays; pass all of them "
+            "on the same device"
+        )
+    if gpu_limit is not None and (backend == "cuda" or on_device):
+        raise ScanWeaverError(f"the GPU kernel does not support this call: {gpu_limit}; use backend='cpu'")
     if backend == "cpu":
         if on_device:
             raise ScanWeaverError(
@@ -51,7 +63,7 @@ def _pick_backend(backend: str, arrays: list[Any]) -> str:
 
             raise BackendUnavailableError(f"backend='cuda' is not available: {why_no_cuda()}")
         return "cuda"
-    return "cuda" if _cuda_usable() else "cpu"
+    return "cuda" if gpu_limit is None and _cuda_usable() else "cpu"
 
 
 def _host_array(name: str, x: Any, allowed=_SCAN_TYPES) -> np.ndarray:
@@ -96,6 +108,12 @@ def linear_scan(
     around like C), and with ``return_final_state=True`` also the last state.
     NaN and Inf propagate exactly as in the sequential loop.
     """
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise ScanWeaverError(f"axis must be an integer, got {axis!r}") from None
+    if not isinstance(reverse, (bool, np.bool_)):
+        raise ScanWeaverError(f"reverse must be True or False, got {reverse!r}")
     chosen = _pick_backend(backend, [a, b, h0])
     if chosen == "cuda" and _is_cuda_array(a):
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
@@ -120,6 +138,13 @@ def linear_scan(
     if h0 is not None:
         h0_arr = _host_array("h0", h0)
         _check_shape("h0", h0_arr, channel_shape, f"'a' without axis {axis}")
+        if not np.can_cast(h0_arr.dtype, state_dtype, "same_kind") or (
+            h0_arr.dtype.itemsize > np.dtype(state_dtype).itemsize
+        ):
+            raise ScanWeaverError(
+                f"argument 'h0' has dtype {h0_arr.dtype}, which does not fit the state "
+                f"dtype {np.dtype(state_dtype).name} without loss"
+            )
         h0_2d = np.ascontiguousarray(h0_arr, dtype=state_dtype).reshape(-1)
     if chosen == "cuda":
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
@@ -168,7 +193,7 @@ def _check_selective_inputs(u, delta, A, B, C, D, z, delta_bias, h0):
     for name, x in (("B", B), ("C", C)):
         x = _host_array(name, x, _FLOAT_TYPES)
         if x.ndim == 4:
-            if x.shape[0] != batch or x.shape[2:] != (n, length) or dim % x.shape[1]:
+            if x.shape[0] != batch or x.shape[2:] != (n, length) or not x.shape[1] or dim % x.shape[1]:
                 raise ScanWeaverError(
                     f"argument '{name}' (grouped) must have shape (batch, G, N, L) = "
                     f"({batch}, G, {n}, {length}) with G dividing D={dim}, got {x.shape}"
@@ -195,6 +220,16 @@ def _check_selective_inputs(u, delta, A, B, C, D, z, delta_bias, h0):
     return u, delta, A, forms["B"], forms["C"], extras
 
 
+def _selective_gpu_limit(B: Any, C: Any, initial_state: Any) -> str | None:
+    """Why the fused GPU kernel cannot take these inputs, or None."""
+    if initial_state is not None:
+        return "initial_state is not supported on the GPU yet"
+    b_shape, c_shape = (tuple(np.shape(x)) if not _is_cuda_array(x) else tuple(x.__cuda_array_interface__["shape"]) for x in (B, C))
+    if len(b_shape) != len(c_shape) or (len(b_shape) == 4 and b_shape[1] != c_shape[1]):
+        return "B and C must have the same layout (constant, shared, or grouped with one G)"
+    return None
+
+
 def selective_scan(
     u: Any,
     delta: Any,
@@ -214,10 +249,14 @@ def selective_scan(
     u, delta, z: (batch, D, L); A: (D, N); B, C: (D, N) constant, (batch, N, L) shared,
     or (batch, G, N, L) grouped (channel d uses group d // (D/G)); D, delta_bias: (D,).
     ``initial_state`` (batch, D, N) is an extension: the state before t = 0.
-    All internal math is float32 (float64 inputs: float64); the output has u's dtype.
+    All internal math is float32, whatever the input dtype; the output has u's dtype.
     Returns out, or (out, last_state) with ``return_last_state=True``.
     """
-    chosen = _pick_backend(backend, [u, delta, A, B, C, D, z, delta_bias, initial_state])
+    chosen = _pick_backend(
+        backend,
+        [u, delta, A, B, C, D, z, delta_bias, initial_state],
+        gpu_limit=_selective_gpu_limit(B, C, initial_state),
+    )
     if chosen == "cuda" and _is_cuda_array(u):
         from scanweaver.runtime.cuda_scan import selective_scan_cuda
 
@@ -252,6 +291,10 @@ def selective_scan(
 
 
 # ----------------------------------------------------------------------------- compile
+
+
+class NoSuchFunctionError(ScanWeaverError, AttributeError):
+    """A `Program` has no function of that name (an AttributeError too, for hasattr)."""
 
 
 class Program:
@@ -297,7 +340,7 @@ class Program:
         try:
             return self._functions[name]
         except KeyError:
-            raise ScanWeaverError(
+            raise NoSuchFunctionError(
                 f"no function '@{name}' in the program (have: {', '.join(self.function_names)})"
             ) from None
 
@@ -307,16 +350,38 @@ class Program:
         return self[name]
 
 
+def _without_aliasing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Refuse overlapping array arguments: the raise pass assumes memrefs do not alias."""
+
+    def call(*args: Any) -> Any:
+        arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+        for k, (i, x) in enumerate(arrays):
+            for j, y in arrays[k + 1 :]:
+                if np.may_share_memory(x, y):
+                    raise ScanWeaverError(
+                        f"@{name}: arguments #{i} and #{j} overlap in memory; ScanWeaver "
+                        "assumes distinct memref arguments do not alias"
+                    )
+        return fn(*args)
+
+    call.__name__, call.__doc__ = name, fn.__doc__
+    return call
+
+
 def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - public API name
     """Compile user IR (loops or scan ops) through raise → lower → build.
 
     target="cpu": LLVM JIT on this machine; target="cuda": PTX kernels launched with
-    numba's CUDA driver (needs a GPU).
+    numba's CUDA driver (needs a GPU).  Memref arguments must not overlap in memory
+    (the raise pass assumes distinct memrefs do not alias; overlapping numpy arrays are
+    refused) and must be writeable.
     """
     from scanweaver import compiler
     from scanweaver.runtime.cpu import CpuProgram
 
     compiler.check_target(target)
+    if not isinstance(mlir_text, str):
+        raise ScanWeaverError(f"compile() takes MLIR text (a str), got {type(mlir_text).__name__}")
     if target == "cuda":
         from scanweaver.runtime.cuda_program import compile_cuda_program
 
@@ -324,7 +389,8 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
     build = compiler.build_cpu(mlir_text)
     jit = CpuProgram(build.llvm_ir)
     functions = {
-        name: jit.get(name, args, results) for name, (args, results) in build.signatures.items()
+        name: _without_aliasing(name, jit.get(name, args, results))
+        for name, (args, results) in build.signatures.items()
     }
     return Program(
         functions,

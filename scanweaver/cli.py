@@ -28,11 +28,22 @@ def _say(msg: str) -> None:
 def write_atomically(path: Path, data: str | bytes) -> None:
     """Write to a temporary file beside `path`, then rename: never a partial file."""
     path = path.resolve()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    if path.is_dir():
+        raise ScanWeaverError(f"cannot write {path}: it is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as e:
+        raise ScanWeaverError(f"cannot write {path}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise ScanWeaverError(f"cannot write {path}: {e.strerror}") from None
     except BaseException:
         os.unlink(tmp)
         raise
@@ -45,6 +56,8 @@ def _read_source(name: str) -> str:
         return Path(name).read_text()
     except OSError as e:
         raise ScanWeaverError(f"cannot read {name}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScanWeaverError(f"cannot read {name}: it is not UTF-8 text") from None
 
 
 # ----------------------------------------------------------------------------- compile
@@ -57,6 +70,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if not out.resolve().parent.is_dir():
         raise ScanWeaverError(f"cannot write {args.output}: its directory does not exist")
+    if out.is_dir():
+        raise ScanWeaverError(f"cannot write {args.output}: it is a directory")
     pipeline = args.lower_for or compiler.TARGET_FOR_KIND[args.target]
     if args.target in ("ptx", "cubin") and pipeline != "gpu":
         raise ScanWeaverError(f"--target {args.target} needs the gpu lowering, not '{pipeline}'")

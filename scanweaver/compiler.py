@@ -8,12 +8,9 @@ cache, so a second process does not run mlir-opt again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache as memoize
-from pathlib import Path
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -81,17 +78,6 @@ def cpu_llvm_ir(module: ModuleOp) -> tuple[str, bool]:
     return payload.decode(), hit
 
 
-@memoize
-def compiler_fingerprint() -> str:
-    """A hash of ScanWeaver's own sources: a changed compiler never reuses old builds."""
-    digest = hashlib.sha256()
-    root = Path(__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 @dataclass
 class CpuBuild:
     """A CPU build of user IR: LLVM IR plus each public function's signature."""
@@ -106,7 +92,7 @@ def build_cpu(text: str, source: str = "<input>") -> CpuBuild:
 
     A hit skips every stage, the xDSL passes included: only the JIT remains to do.
     """
-    key = cache.cache_key("cpu-build", text, compiler=compiler_fingerprint())
+    key = cache.cache_key("cpu-build", text)
     payload = cache.load(key)
     if payload is not None:
         data = json.loads(payload)

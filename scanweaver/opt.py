@@ -31,20 +31,30 @@ class ScanweaverOpt(xDSLOptMain):
 def main(argv: list[str] | None = None) -> int:
     from scanweaver.cli import write_atomically
 
-    tool = ScanweaverOpt(args=argv)
     try:
+        tool = ScanweaverOpt(args=argv)
         tool.run()
     except (ParseError, DiagnosticException, ScanWeaverError) as e:
         print(f"scanweaver-opt: error: {e}".rstrip(), file=sys.stderr)
         for note in getattr(e, "__notes__", ()):  # the failing op, printed in context
             print(note.rstrip(), file=sys.stderr)
         return 1
-    except FileNotFoundError as e:
+    except OSError as e:
         print(f"scanweaver-opt: error: cannot read {e.filename}: {e.strerror}", file=sys.stderr)
+        return 1
+    except UnicodeDecodeError:
+        print("scanweaver-opt: error: the input is not UTF-8 text", file=sys.stderr)
+        return 1
+    except ValueError as e:  # xDSL's pass-pipeline parser: unknown pass or option
+        print(f"scanweaver-opt: error: {e}", file=sys.stderr)
         return 1
     text = tool.buffer.getvalue()
     if tool.args.output_file:
-        write_atomically(Path(tool.args.output_file), text)
+        try:
+            write_atomically(Path(tool.args.output_file), text)
+        except ScanWeaverError as e:
+            print(f"scanweaver-opt: error: {e}", file=sys.stderr)
+            return 1
     else:
         sys.stdout.write(text)
     return 0

@@ -7,4 +7,4 @@ sys.path.insert(0, os.path.dirname(__file__))
 import tempfile
 
 # Tests never touch the user's compile cache.
-os.environ.setdefault("SCANWEAVER_CACHE_DIR", tempfile.mkdtemp(prefix="scanweaver-test-cache-"))
+os.environ["SCANWEAVER_CACHE_DIR"] = tempfile.mkdtemp(prefix="scanweaver-test-cache-")

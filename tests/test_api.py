@@ -160,3 +160,16 @@ def test_demo_runs_end_to_end():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "-> OK" in r.stdout and "WRONG" not in r.stdout
     assert "after scanweaver-raise" in r.stdout
+
+
+def test_compiled_program_refuses_aliasing_and_read_only_arrays():
+    from scanweaver.workloads.scans import affine_scan_ir
+
+    program = scanweaver.compile(affine_scan_ir(("?", "?"), 1, "f32", "f32"), target="cpu")
+    buf = np.ones((2, 9), np.float32)
+    with pytest.raises(scanweaver.ScanWeaverError, match=r"arguments #0 and #2 overlap in memory"):
+        program.f(buf[:, :-1], np.ones((2, 8), np.float32), buf[:, 1:])
+    ro = np.ones((2, 8), np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(scanweaver.ScanWeaverError, match="is read-only"):
+        program.f(ro, ro.copy(), np.zeros((2, 8), np.float32))

@@ -75,3 +75,48 @@ def test_program_reports_unknown_function_and_stage():
 def test_compile_rejects_unknown_target():
     with pytest.raises(ScanWeaverError, match="unknown target 'tpu'"):
         scanweaver.compile("func.func @f() { func.return }", target="tpu")
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(axis="1"), "axis must be an integer, got '1'"),
+        (dict(axis=1.0), "axis must be an integer"),
+        (dict(reverse="no"), "reverse must be True or False"),
+        (dict(h0=np.full(2, 2.9)), "argument 'h0' has dtype float64, which does not fit the state dtype float32"),
+    ],
+)
+def test_linear_scan_rejects_bad_options(kwargs, message):
+    a = np.ones((2, 3), F)
+    with pytest.raises(ScanWeaverError, match=message):
+        scanweaver.linear_scan(a, a, **kwargs)
+
+
+def test_selective_scan_rejects_zero_groups():
+    kwargs = ok_selective()
+    kwargs["B"] = np.ones((1, 0, 3, 6), F)
+    with pytest.raises(ScanWeaverError, match=r"argument 'B' \(grouped\) must have shape"):
+        scanweaver.selective_scan(**kwargs)
+
+
+def test_mixed_host_and_device_arrays_are_rejected():
+    class Fake:
+        __cuda_array_interface__ = {"shape": (2, 3), "typestr": "<f4", "data": (0, False), "version": 3}
+
+    with pytest.raises(ScanWeaverError, match="on the same device"):
+        scanweaver.linear_scan(Fake(), np.ones((2, 3), F))
+
+
+def test_unsupported_gpu_inputs_are_named_not_attempted():
+    kwargs = ok_selective()
+    with pytest.raises(ScanWeaverError, match="initial_state is not supported on the GPU"):
+        scanweaver.selective_scan(**kwargs, initial_state=np.zeros((1, 4, 3), F), backend="cuda")
+
+
+def test_compile_rejects_non_text_and_program_attributes_behave():
+    with pytest.raises(ScanWeaverError, match=r"compile\(\) takes MLIR text"):
+        scanweaver.compile(123)
+    from scanweaver.api import Program
+
+    prog = Program({"f": lambda: None}, [], "")
+    assert not hasattr(prog, "shape")

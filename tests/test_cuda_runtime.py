@@ -152,3 +152,35 @@ def test_selective_scan_on_gpu_matches_reference():
                                                return_last_state=True)
     np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(last, want_last, rtol=1e-3, atol=1e-3)
+
+
+def test_runtime_rejects_kernels_chosen_at_run_time():
+    """A host-side scf.if around scans cannot be replayed from launch descriptions."""
+    ir = """
+func.func @f(%p: i1, %a: memref<4x8xf32>, %h: memref<4x8xf32>) {
+  scf.if %p {
+    scan.affine %a, %a into %h axis 1 : memref<4x8xf32>, memref<4x8xf32> -> memref<4x8xf32>
+  } else {
+    scan.affine %a, %a into %h axis 1 reverse : memref<4x8xf32>, memref<4x8xf32> -> memref<4x8xf32>
+  }
+  func.return
+}
+"""
+    with pytest.raises(ScanWeaverError, match=r"chooses kernels at run time \(scf.if\)"):
+        build_cuda_artifacts(ir, "sm_90")
+
+
+def test_kernel_params_check_element_types():
+    ir = affine_scan_ir(("?", "?"), 1, "f32", "f32")
+    (desc,) = build_cuda_artifacts(ir, "sm_90").launches["f"]
+    views = [DeviceView.from_interface(FakeDeviceArray((2, 8), dtype=np.float64), "x")] * 3
+    with pytest.raises(ScanWeaverError, match="argument 'a' must hold f32 elements"):
+        kernel_params(desc, views)
+
+
+def test_output_positions_are_the_written_arguments():
+    from scanweaver.runtime.cuda import output_positions
+
+    ir = affine_scan_ir(("?", "?"), 1, "f32", "f32", init=True, final=True)
+    art = build_cuda_artifacts(ir, "sm_90")
+    assert output_positions(art.launches["f"]) == {3, 4}  # h and the final state

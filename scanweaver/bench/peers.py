@@ -7,7 +7,7 @@ numpy array for the correctness check.  A peer whose library is missing (or that
 a GPU when there is none) reports `unavailable()` with a reason and is skipped.
 
 Workload "affine": inputs a, b of shape (channels, L), float32; h[c, t] = a h[c, t-1] + b.
-Workload "selective": Mamba's selective scan forward (DESIGN.md section 2); inputs u,
+Workload "selective": Mamba's selective scan forward (shared/DESIGN.md section 2); inputs u,
 delta, A, B, C, D, z, delta_bias, delta_softplus.
 """
 

@@ -271,11 +271,6 @@ def is_pair_combine(op: scan.ScanOp) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def _channel_bounds(e: Emitter, h: SSAValue, axis: int) -> list[SSAValue]:
-    rank = len(h.type.get_shape())  # type: ignore[attr-defined]
-    return [e.dim(h, i) for i in range(rank) if i != axis]
-
-
 def _with_axis(channel: Sequence[SSAValue], axis: int, t: SSAValue) -> list[SSAValue]:
     return [*channel[:axis], t, *channel[axis:]]
 

@@ -1,6 +1,6 @@
 """`scan-to-cpu`: lower scan ops to fast CPU loops (explicit `vector` dialect code).
 
-A sequential scan is latency-bound on one multiply-add chain (DESIGN.md section 3), so
+A sequential scan is latency-bound on one multiply-add chain (shared/DESIGN.md section 3), so
 every fast path here runs many *independent* chains at once, one per vector lane, while
 keeping each chain's arithmetic exactly the sequential one (separate multiply and add,
 no FMA contraction, the same order).  Results are therefore bit-identical to the

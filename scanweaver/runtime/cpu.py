@@ -175,6 +175,9 @@ def _descriptor(array: Any, spec: MemRef, what: str) -> ctypes.Structure:
         raise ScanWeaverError(f"{what} expects dtype {expected} for {spec}, got {array.dtype}")
     if array.ndim != spec.rank:
         raise ScanWeaverError(f"{what} expects a {spec.rank}-D array for {spec}, got shape {array.shape}")
+    if not array.flags.writeable:
+        # Compiled code may store to any memref argument: never into read-only memory.
+        raise ScanWeaverError(f"{what} is read-only, and compiled code may write memref arguments: pass a copy")
     for dim, (want, got) in enumerate(zip(spec.shape, array.shape)):
         if want is not None and want != got:
             raise ScanWeaverError(f"{what} expects size {want} in dimension {dim} for {spec}, got shape {array.shape}")

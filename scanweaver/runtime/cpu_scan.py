@@ -633,7 +633,7 @@ def selective_scan_cpu(
     h0: np.ndarray | None = None,
     threads: int | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Mamba's selective scan forward (DESIGN.md section 2), computed in float32.
+    """Mamba's selective scan forward (shared/DESIGN.md section 2), computed in float32.
 
     u, delta, z: (batch, D, L); A: (D, N) real; B, C: (D, N), (batch, N, L) or
     (batch, G, N, L); D: (D,); delta_bias: (D,); h0: (batch, D, N) initial state.

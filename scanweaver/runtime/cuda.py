@@ -74,6 +74,7 @@ class DeviceView:
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
     itemsize: int
+    kind: str = "f"  # numpy dtype kind: f, i, u
 
     @staticmethod
     def from_interface(obj: Any, what: str) -> DeviceView:
@@ -93,7 +94,15 @@ class DeviceView:
             shape,
             tuple(s // dtype.itemsize for s in byte_strides),
             dtype.itemsize,
+            dtype.kind,
         )
+
+
+# MLIR element type -> (numpy kinds accepted, item size); bf16 arrives as 2-byte items.
+_ELEMENT = {
+    "f16": ("f", 2), "bf16": ("fuV", 2), "f32": ("f", 4), "f64": ("f", 8),
+    "i32": ("i", 4), "i64": ("i", 8),
+}
 
 
 def kernel_params(launch: KernelLaunch, views: Sequence[DeviceView]) -> list[Any]:
@@ -103,7 +112,13 @@ def kernel_params(launch: KernelLaunch, views: Sequence[DeviceView]) -> list[Any
             f"kernel {launch.kernel_name} takes {len(launch.args)} arrays, got {len(views)}"
         )
     params: list[Any] = []
-    for (name, _kind, _dtype, shape), view in zip(launch.args, views):
+    for (name, _kind, dtype, shape), view in zip(launch.args, views):
+        kinds, size = _ELEMENT.get(dtype, ("", 0))
+        if view.kind not in kinds or view.itemsize != size:
+            raise ScanWeaverError(
+                f"kernel {launch.kernel_name}: argument '{name}' must hold {dtype} elements, "
+                f"got items of kind '{view.kind}' and {view.itemsize} bytes"
+            )
         if len(view.shape) != len(shape) or any(
             isinstance(d, int) and d != s for d, s in zip(shape, view.shape)
         ):
@@ -154,28 +169,41 @@ def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream
 
 
 class DeviceArguments:
-    """Numpy arrays staged on the device for a call, copied back afterwards.
+    """Numpy arrays staged on the device for a call; `outputs` (positions) copied back.
 
     Device arrays (`__cuda_array_interface__`) pass through untouched, without copies.
     """
 
-    def __init__(self, arrays: Sequence[Any]):
+    def __init__(self, arrays: Sequence[Any], outputs: set[int]):
         from numba import cuda
 
         self._host: list[tuple[np.ndarray, Any]] = []
         self.device: list[Any] = []
-        for x in arrays:
+        for i, x in enumerate(arrays):
             if hasattr(x, "__cuda_array_interface__"):
                 self.device.append(x)
-            else:
-                host = np.asarray(x)
-                dev = cuda.to_device(np.ascontiguousarray(host))
+                continue
+            host = np.asarray(x)
+            if i in outputs and not host.flags.writeable:
+                raise ScanWeaverError(f"argument #{i} is written by the kernel but is read-only")
+            dev = cuda.to_device(np.ascontiguousarray(host))
+            if i in outputs:
                 self._host.append((host, dev))
-                self.device.append(dev)
+            self.device.append(dev)
 
     def copy_back(self) -> None:
         for host, dev in self._host:
             host[...] = dev.copy_to_host()
+
+
+def output_positions(launches: Sequence[KernelLaunch]) -> set[int]:
+    """Host-argument positions that some kernel writes (copied back after a call)."""
+    return {
+        host
+        for desc in launches
+        for (_, kind, _, _), host in zip(desc.args, desc.host_args)
+        if kind in ("out", "inout") and host >= 0
+    }
 
 
 def time_kernel(run, repeats: int = 20) -> list[float]:
@@ -202,6 +230,7 @@ __all__ = [
     "driver_implementation",
     "kernel_params",
     "launch",
+    "output_positions",
     "require_cuda",
     "time_kernel",
     "why_no_cuda",

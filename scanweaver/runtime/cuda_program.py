@@ -66,6 +66,11 @@ def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dic
         for op in fn.body.walk():
             if op is fn:
                 continue
+            if isinstance(op, scf.IfOp) and not _is_empty_grid_guard(op):
+                raise ScanWeaverError(
+                    f"function @{name} chooses kernels at run time (scf.if); the CUDA runtime "
+                    "only replays unconditional launches"
+                )
             if not isinstance(op, _HOST_OPS):
                 raise ScanWeaverError(
                     f"function @{name} needs host-side work that the CUDA runtime cannot run "
@@ -78,6 +83,20 @@ def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dic
                 seq.append(by_kernel[kernel])
         launches[name] = seq
     return launches, counts
+
+
+def _is_empty_grid_guard(op: scf.IfOp) -> bool:
+    """`scf.if (n > 0) { launches }` with no else: `launch` skips empty grids itself."""
+    cond = op.cond.owner
+    if not isinstance(cond, arith.CmpiOp) or cond.predicate.value.data not in (4, 8):  # sgt, ugt
+        return False
+    zero = cond.rhs.owner
+    if not (isinstance(zero, arith.ConstantOp) and getattr(zero.value, "value", None) is not None
+            and zero.value.value.data == 0):
+        return False
+    return not op.false_region.blocks or all(
+        isinstance(o, scf.YieldOp) for o in op.false_region.block.ops
+    )
 
 
 def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
@@ -111,11 +130,11 @@ class _CudaFunction:
     def __call__(self, *arrays: Any) -> None:
         from numba import cuda
 
-        from scanweaver.runtime.cuda import DeviceArguments, launch
+        from scanweaver.runtime.cuda import DeviceArguments, launch, output_positions
 
         if len(arrays) != self._arg_count:
             raise ScanWeaverError(f"@{self._name} takes {self._arg_count} arrays, got {len(arrays)}")
-        staged = DeviceArguments(arrays)
+        staged = DeviceArguments(arrays, output_positions(self._launches))
         for desc in self._launches:
             launch(self._module, desc, [staged.device[i] for i in desc.host_args])
         cuda.synchronize()

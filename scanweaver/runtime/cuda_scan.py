@@ -56,11 +56,11 @@ def _program(ir_text: str, chip: str):
 def _run(ir_text: str, name: str, arrays: list[Any]) -> None:
     from numba import cuda
 
-    from scanweaver.runtime.cuda import DeviceArguments, launch
+    from scanweaver.runtime.cuda import DeviceArguments, launch, output_positions
     from scanweaver.runtime.cuda_program import device_chip
 
     module, artifacts = _program(ir_text, device_chip())
-    staged = DeviceArguments(arrays)
+    staged = DeviceArguments(arrays, output_positions(artifacts.launches[name]))
     for desc in artifacts.launches[name]:
         launch(module, desc, [staged.device[i] for i in desc.host_args])
     cuda.synchronize()
@@ -96,6 +96,17 @@ def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
     length = shape[axis]
     channels = int(np.prod(shape[:axis] + shape[axis + 1 :], dtype=np.int64))
     if on_device:
+        for name, x in (("b", b), ("h0", h0)):
+            if x is None:
+                continue
+            iface = x.__cuda_array_interface__
+            want = shape if name == "b" else shape[:-1]
+            want_dtype = dtype if name == "b" else state
+            if tuple(iface["shape"]) != tuple(want) or np.dtype(iface["typestr"]) != want_dtype:
+                raise ScanWeaverError(
+                    f"argument '{name}' is a {np.dtype(iface['typestr'])} GPU array of shape "
+                    f"{tuple(iface['shape'])}; expected {want_dtype} and shape {tuple(want)}"
+                )
         if axis != ndim - 1 or not all(
             _is_c_contiguous(x.__cuda_array_interface__) for x in (a, b)
         ):

@@ -1,7 +1,8 @@
 """On-disk compile cache: artifacts keyed by what determines them.
 
-The key hashes the input IR, the options, the target and the tool versions, so a
-change to any of them misses.  Entries are written to a temporary file and renamed
+The key hashes the input IR, the options, the target, the tool versions and
+ScanWeaver's own sources (its passes and pipeline flags), so a change to any of them
+misses.  Entries are written to a temporary file and renamed
 into place (atomic on POSIX), so concurrent processes never see half an entry; each
 entry starts with a header carrying the payload's SHA-256, so a corrupt or truncated
 entry is detected on read, deleted and rebuilt.
@@ -11,6 +12,7 @@ Location: $SCANWEAVER_CACHE_DIR, else $XDG_CACHE_HOME/scanweaver, else ~/.cache/
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -31,10 +33,27 @@ def cache_dir() -> Path:
     return Path(base) / "scanweaver"
 
 
+@functools.cache
+def compiler_fingerprint() -> str:
+    """A hash of ScanWeaver's own sources: a changed compiler never reuses old builds."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def cache_key(kind: str, text: str, **options: object) -> str:
     """A hex digest of everything the artifact depends on."""
     material = json.dumps(
-        {"kind": kind, "text": text, "options": options, "tools": tool_versions()},
+        {
+            "kind": kind,
+            "text": text,
+            "options": options,
+            "tools": tool_versions(),
+            "compiler": compiler_fingerprint(),
+        },
         sort_keys=True,
         default=str,
     )

@@ -31,7 +31,7 @@ _STDERR_LINES = 6
 #    as exp(x) - 1 (inexact near 0); there is no switch for that.
 #  - vector-to-llvm emits memref.dim (bounds of transfer ops): before the memref passes.
 #  - expand-strided-metadata emits affine.apply, so lower-affine must follow it.
-#  - memref lowering runs before scf-to-cf: DESIGN.md section 3, needed for OpenMP.
+#  - memref lowering runs before scf-to-cf: shared/DESIGN.md section 3, needed for OpenMP.
 #  - reconcile-unrealized-casts last.
 _CPU_HEAD = [
     "--convert-vector-to-scf",

@@ -5,7 +5,7 @@ Each builder returns a `ModuleOp` holding one `func.func` whose arguments are me
 `scanweaver-raise` and, interpreted, the golden loop semantics; `reference.py` holds a
 numpy float64 version of each.
 
-    selective_scan_loops  Mamba's selective scan (DESIGN.md §2)        func @selective_scan
+    selective_scan_loops  Mamba's selective scan (shared/DESIGN.md §2)        func @selective_scan
     ema_loops             y = a*y + (1-a)*x, scalar iter_args          func @ema
     discounted_return_loops  G_t = r_t + gamma*G_{t+1}, reverse, state in g[c]   @discounted_return
     reset_loops           h = a*(done ? 0 : h) + x, inner channel loop  func @reset
@@ -163,7 +163,7 @@ def selective_scan_loops(
     dtype: str = "f32",
     return_last_state: bool = False,
 ) -> ModuleOp:
-    """DESIGN.md §2 as loops.  Arguments, in order (all memrefs of `dtype`):
+    """shared/DESIGN.md §2 as loops.  Arguments, in order (all memrefs of `dtype`):
     u, delta (batch,D,L); A (D,N); B, C (D,N) | (batch,N,L) | (batch,G,N,L);
     [D_skip (D,)]; [z (batch,D,L)]; [delta_bias (D,)]; out (batch,D,L);
     [last_state (batch,D,N)].  Math runs in f32 (f64 for dtype f64)."""

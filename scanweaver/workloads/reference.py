@@ -13,7 +13,7 @@ def selective_scan_reference(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
     return_last_state=False,
 ):
-    """DESIGN.md §2, materialising (batch, D, L, N) like the published reference.
+    """shared/DESIGN.md §2, materialising (batch, D, L, N) like the published reference.
 
     B, C: (D, N) constant, (batch, N, L) shared, or (batch, G, N, L) grouped."""
     u, delta, A = (np.asarray(v, np.float64) for v in (u, delta, A))
