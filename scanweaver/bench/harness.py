@@ -143,25 +143,12 @@ def reference(case: Case, inp: dict[str, Any]) -> np.ndarray:
             s = a[:, t] * s + b[:, t]
             h[:, t] = s
         return h
-    f64 = lambda x: None if x is None else np.asarray(x, np.float64)  # noqa: E731
-    u, delta, A, B, C = (f64(inp[k]) for k in ("u", "delta", "A", "B", "C"))
-    D, z, bias = f64(inp["D"]), f64(inp["z"]), f64(inp["delta_bias"])
-    dt = delta + (bias[None, :, None] if bias is not None else 0.0)
-    if inp["delta_softplus"]:
-        dt = np.where(dt > 20.0, dt, np.log1p(np.exp(np.minimum(dt, 20.0))))
-    batch, dim, L = u.shape
-    h = np.zeros((batch, dim, A.shape[1]))
-    y = np.empty((batch, dim, L))
-    for t in range(L):
-        bt, ct = B[:, None, :, t], C[:, None, :, t]  # shared (batch, N, L)
-        h = np.exp(dt[:, :, t, None] * A[None]) * h + (dt[:, :, t] * u[:, :, t])[..., None] * bt
-        y[:, :, t] = np.sum(h * ct, axis=-1)
-    out = y
-    if D is not None:
-        out = out + D[None, :, None] * u
-    if z is not None:
-        out = out * z / (1.0 + np.exp(-z))
-    return out
+    from scanweaver.workloads.reference import selective_scan_reference
+
+    return selective_scan_reference(
+        inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], D=inp["D"], z=inp["z"],
+        delta_bias=inp["delta_bias"], delta_softplus=inp["delta_softplus"],
+    )
 
 
 def minimal_bytes(case: Case) -> int:

@@ -13,7 +13,7 @@ def selective_scan_reference(
     u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
     return_last_state=False,
 ):
-    """shared/DESIGN.md §2, materialising (batch, D, L, N) like the published reference.
+    """shared/DESIGN.md §2 in float64, streaming over time: no (batch, D, L, N) array.
 
     B, C: (D, N) constant, (batch, N, L) shared, or (batch, G, N, L) grouped."""
     u, delta, A = (np.asarray(v, np.float64) for v in (u, delta, A))
@@ -23,22 +23,19 @@ def selective_scan_reference(
     if delta_softplus:
         dt = softplus(dt)
 
-    def per_channel(M):  # -> (batch, D, N, L)
+    def at_step(M, t):  # -> (batch or 1, D, N) for step t
         if M.ndim == 2:
-            return np.broadcast_to(M[None, :, :, None], (batch, dim, M.shape[1], L))
+            return M[None]
         if M.ndim == 3:
-            return np.broadcast_to(M[:, None], (batch, dim) + M.shape[1:])
-        g = M.shape[1]
-        return np.repeat(M, dim // g, axis=1)
+            return M[:, None, :, t]
+        return np.repeat(M[:, :, :, t], dim // M.shape[1], axis=1)
 
-    Bc, Cc = per_channel(B), per_channel(C)
-    decay = np.exp(dt[:, :, None, :] * A[None, :, :, None])  # (batch, D, N, L)
-    drive = dt[:, :, None, :] * Bc * u[:, :, None, :]
     h = np.zeros((batch, dim, A.shape[1]))
     y = np.zeros((batch, dim, L))
     for t in range(L):
-        h = decay[..., t] * h + drive[..., t]
-        y[:, :, t] = np.sum(h * Cc[..., t], axis=-1)
+        d = dt[:, :, t, None]
+        h = np.exp(d * A[None]) * h + d * at_step(B, t) * u[:, :, t, None]
+        y[:, :, t] = np.sum(h * at_step(C, t), axis=-1)
     out = y
     if D is not None:
         out = out + np.asarray(D, np.float64)[None, :, None] * u
