@@ -52,3 +52,18 @@ def random_inputs(rng, shape, dtype):
     a = rng.uniform(0.5, 1.0, size=shape).astype(dtype)
     b = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
     return a, b
+
+
+def affine_case(seed, shape, axis, dtype, *, init=False, final=False, reverse=False):
+    """(IR text, argument arrays) of one scan.affine test case with random inputs."""
+    rng = np.random.default_rng(seed)
+    a, b = random_inputs(rng, shape, dtype)
+    channels = tuple(d for i, d in enumerate(shape) if i != axis)
+    arrays = [a, b]
+    if init:
+        arrays.append(random_inputs(rng, channels, dtype)[1])
+    arrays.append(np.zeros(shape, dtype))
+    if final:
+        arrays.append(np.zeros(channels, dtype))
+    el = MLIR_TYPE[np.dtype(dtype)]
+    return affine_func(shape, axis, el, el, init=init, final=final, reverse=reverse), arrays

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scan_ir import MLIR_TYPE, affine_func, random_inputs
+from scan_ir import affine_case, affine_func, random_inputs
 from test_reference_semantics import CASES, RECURRENCE, SCAN_PAIRS
 
 from scanweaver import compiler
@@ -32,17 +32,8 @@ def check_same(text: str, name: str, *arrays):
 @pytest.mark.parametrize("shape,axis,reverse,init,final", CASES[:4])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
 def test_compiled_loops_match_interpreter(shape, axis, reverse, init, final, dtype):
-    rng = np.random.default_rng(21)
-    a, b = random_inputs(rng, shape, dtype)
-    ch = tuple(d for i, d in enumerate(shape) if i != axis)
-    arrays = [a, b]
-    if init:
-        arrays.append(random_inputs(rng, ch, dtype)[1])
-    arrays.append(np.zeros(shape, dtype))
-    if final:
-        arrays.append(np.zeros(ch, dtype))
-    el = MLIR_TYPE[np.dtype(dtype)]
-    check_same(affine_func(shape, axis, el, el, init=init, final=final, reverse=reverse), "f", *arrays)
+    text, arrays = affine_case(21, shape, axis, dtype, init=init, final=final, reverse=reverse)
+    check_same(text, "f", *arrays)
 
 
 def test_compiled_f16_widening_matches_interpreter():

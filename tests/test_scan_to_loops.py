@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scan_ir import MLIR_TYPE, affine_func, random_inputs
+from scan_ir import affine_case, affine_func, random_inputs
 from test_reference_semantics import CASES, RECURRENCE, SCAN_PAIRS
 
 from scanweaver.ir import parse_ir, print_ir
@@ -38,17 +38,7 @@ def run_both(text: str, name: str, *arrays):
 @pytest.mark.parametrize("shape,axis,reverse,init,final", CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
 def test_affine_lowering_bit_exact(shape, axis, reverse, init, final, dtype):
-    rng = np.random.default_rng(11)
-    a, b = random_inputs(rng, shape, dtype)
-    ch = tuple(d for i, d in enumerate(shape) if i != axis)
-    arrays = [a, b]
-    if init:
-        arrays.append(random_inputs(rng, ch, dtype)[1])
-    arrays.append(np.zeros(shape, dtype))
-    if final:
-        arrays.append(np.zeros(ch, dtype))
-    el = MLIR_TYPE[np.dtype(dtype)]
-    text = affine_func(shape, axis, el, el, init=init, final=final, reverse=reverse)
+    text, arrays = affine_case(11, shape, axis, dtype, init=init, final=final, reverse=reverse)
     before, after = run_both(text, "f", *arrays)
     for x, y in zip(before, after):
         np.testing.assert_array_equal(x, y)
