@@ -101,7 +101,9 @@ def readme_text(result: dict[str, Any]) -> str:
         "",
         "Method: every peer runs in one process on identical inputs; each result is checked "
         f"against a float64 reference first (max error / max |reference| <= {result['settings']['tolerance']:g}; "
-        "a wrong result is reported, not timed); then warm-up and timed runs with `time.perf_counter` "
+        "a wrong result is reported, not timed); then warm-up (at least one call and "
+        f"{result['settings']['timing'].get('warmup_s', 0):g} s, so idle cores are running again) "
+        "and timed runs with `time.perf_counter` "
         "(median, min, max). GB/s counts the minimal traffic (each input read once, each output "
         "written once) over the median time; the copy bandwidth is a numpy copy of a "
         f"{copy['bytes'] >> 20} MiB array in the same run, counting bytes read + written, "
