@@ -14,6 +14,14 @@ A time loop `scf.for %i` carries state in one of three shapes:
    otherwise a temporary alloca of the channel shape is the state, copied in before the
    op, and the emit region writes each new state element back to the user's memref
    where the loop stored it (write-through), so every later read sees what it saw.
+   Shifted index: the loop stores `m[.., t]` and loads the previous element
+   `m[.., t - step]` (`t + step` when t walks backwards, e.g. `t = n-1-i`), where t is
+   `+-i + c` built with arith.addi/subi from the loop index and loop-invariant values,
+   and the other indices are loop-invariant (or the channel index).  A temporary
+   (rank 0 or channel-shaped) is the state, initialised from the element the first
+   step loads (guarded by `lb < ub`); emit writes each new state through to
+   `m[.., t]`.  Besides those loads and the store, the loop may only read `m[.., t]`
+   after the store (same block); anything else is rejected with a reason.
 
 The analysis (`analyze_loop`) classifies each value of the body as independent of the
 state, or dependent on it; dependent values get a symbolic `AffineForm` (see
@@ -93,6 +101,10 @@ class _Plan:
     store: memref.StoreOp | None = None  # the state store (memref kinds)
     channels: int = 0  # vector kind: trip count of the channel loop
     direct: bool = False  # memref kinds: the user's memref is the recurrence state
+    # Shifted-index state (`m[.., t] = f(m[.., t-1])`): the loads of the previous
+    # element (state sources) and the position of the time index in the indices.
+    shift_loads: list[memref.LoadOp] = field(default_factory=list)
+    time_pos: int | None = None
 
 
 class _Reject(Exception):
@@ -204,27 +216,40 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
     blocks = [body] + [
         op.body.block for op in body.ops if isinstance(op, scf.ForOp)
     ]
-    candidates: list[tuple[memref.StoreOp, list[memref.LoadOp]]] = []
+    candidates: list[tuple[memref.StoreOp, list[memref.LoadOp], int | None]] = []
     for block in blocks:
         chan_iv = block.args[0] if block is not body else None
         for op in block.ops:
-            if not isinstance(op, memref.StoreOp):
+            if not isinstance(op, memref.StoreOp) or _inside(op.memref, loop):
                 continue
-            ok_index = all(
-                not _inside(x, loop) or (x is chan_iv) for x in op.indices
-            )
-            if not ok_index or _inside(op.memref, loop):
+            fixed = [not _inside(x, loop) or (x is chan_iv) for x in op.indices]
+            if all(fixed):
+                loads = [
+                    ld
+                    for ld in block.ops
+                    if isinstance(ld, memref.LoadOp)
+                    and ld.memref is op.memref
+                    and list(ld.indices) == list(op.indices)
+                    and ld.is_before_in_block(op)
+                ]
+                if loads:
+                    candidates.append((op, loads, None))
                 continue
-            loads = [
-                ld
-                for ld in block.ops
-                if isinstance(ld, memref.LoadOp)
-                and ld.memref is op.memref
-                and list(ld.indices) == list(op.indices)
-                and ld.is_before_in_block(op)
-            ]
-            if loads:
-                candidates.append((op, loads))
+            # Shifted index: loads before the store that differ from it only in the
+            # one time-dependent index (`m[.., t-1]` then `m[.., t]`).
+            shifted: dict[int, list[memref.LoadOp]] = {}
+            for ld in block.ops:
+                if (
+                    isinstance(ld, memref.LoadOp)
+                    and ld.memref is op.memref
+                    and ld.is_before_in_block(op)
+                ):
+                    pos = _shift_position(ld, op, fixed)
+                    if pos is not None:
+                        shifted.setdefault(pos, []).append(ld)
+            if shifted:
+                pos = min(shifted)
+                candidates.append((op, shifted[pos], pos))
     if not candidates:
         return None
     if len(candidates) > 1:
@@ -233,7 +258,7 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
             "supported; carry coupled state as iter_args)",
             "memref",
         )
-    store, loads = candidates[0]
+    store, loads, time_pos = candidates[0]
     m = store.memref
     in_chan = store.parent_block() is not body
     kind = "vector" if in_chan else "memref"
@@ -256,6 +281,21 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
         if sum(x is civ for x in store.indices) != 1:
             raise _Reject("the state index must use the channel index exactly once", kind)
         plan.channels = ub
+    if time_pos is not None:
+        _check_shifted(plan, loads, time_pos)
+        sources = {ld.res: 0 for ld in loads}
+        plan.forms = _compute_forms(
+            loop,
+            sources,
+            [store.value],
+            {body} | ({plan.chan_loop.body.block} if plan.chan_loop else set()),
+            kind,
+        )
+        _check_coefficients(plan, written)
+        return plan
+    if in_chan:
+        civ = plan.chan_loop.body.block.args[0]  # type: ignore[union-attr]
+        ub = plan.channels
         shape = m.type.get_shape()  # type: ignore[attr-defined]
         direct = shape == (ub,) and list(store.indices) == [civ]
     else:
@@ -279,6 +319,162 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
     )
     _check_coefficients(plan, written)
     return plan
+
+
+# ---------------------------------------------------------------------------
+# Shifted-index state: `m[.., t] = f(m[.., t-1])`
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _TimeExpr:
+    """An index `coef * i + sum(syms) + const`: i the time-loop index, `syms`
+    loop-invariant SSA values with integer multiplicities."""
+
+    coef: int
+    syms: tuple[tuple[SSAValue, int], ...]
+    const: int
+
+    def same_base(self, other: _TimeExpr) -> bool:
+        if self.coef != other.coef or len(self.syms) != len(other.syms):
+            return False
+        mine = dict(self.syms)
+        return all(v in mine and mine[v] == n for v, n in other.syms)
+
+
+def _time_expr(v: SSAValue, loop: scf.ForOp) -> _TimeExpr | None:
+    """`v` as `coef*i + syms + const` through arith.addi / arith.subi, or None."""
+    if v is loop.body.block.args[0]:
+        return _TimeExpr(1, (), 0)
+    c = _const_index(v)
+    if c is not None:
+        return _TimeExpr(0, (), c)
+    if not _inside(v, loop):
+        return _TimeExpr(0, ((v, 1),), 0)
+    op = v.owner
+    if not isinstance(op, arith.AddiOp | arith.SubiOp):
+        return None
+    x, y = _time_expr(op.lhs, loop), _time_expr(op.rhs, loop)
+    if x is None or y is None:
+        return None
+    sign = 1 if isinstance(op, arith.AddiOp) else -1
+    syms: dict[SSAValue, int] = dict(x.syms)
+    for s, n in y.syms:
+        syms[s] = syms.get(s, 0) + sign * n
+    return _TimeExpr(
+        x.coef + sign * y.coef,
+        tuple((s, n) for s, n in syms.items() if n),
+        x.const + sign * y.const,
+    )
+
+
+def _shift_position(
+    load: memref.LoadOp, store: memref.StoreOp, fixed: list[bool]
+) -> int | None:
+    """The one index where `load` differs from `store`, when that index of the store
+    varies with time and all the others are loop-invariant (or the channel index)."""
+    if len(load.indices) != len(store.indices):
+        return None
+    diff = [k for k, (x, y) in enumerate(zip(load.indices, store.indices)) if x is not y]
+    if len(diff) != 1:
+        return None
+    p = diff[0]
+    if fixed[p] or not all(f for k, f in enumerate(fixed) if k != p):
+        return None
+    return p
+
+
+def _same_indices(
+    a: list[SSAValue], b: list[SSAValue], pos: int, loop: scf.ForOp
+) -> bool:
+    """Equal index lists: identical SSA values, or equal time expressions at `pos`."""
+    if len(a) != len(b):
+        return False
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x is y:
+            continue
+        if k != pos:
+            return False
+        ex, ey = _time_expr(x, loop), _time_expr(y, loop)
+        if ex is None or ey is None or not ex.same_base(ey) or ex.const != ey.const:
+            return False
+    return True
+
+
+def _offset(d: int) -> str:
+    return "t" if d == 0 else f"t{d:+d}"
+
+
+def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
+    """Validate `m[.., t] = f(m[.., t - step])`; fills the plan's shift fields.
+
+    The stored time index must be `+-i + c` (i: the loop index), every state load the
+    same index shifted back by one loop step (the element the previous step stored),
+    and the loop must touch the state memref nowhere else, except loads of the new
+    element after the store in the same block."""
+    loop, kind, store = plan.loop, plan.kind, plan.store
+    assert store is not None
+    step = _const_index(loop.step)
+    if step is None or step <= 0:
+        raise _Reject(
+            "the state is carried at a shifted index but the loop step is not a "
+            "positive constant",
+            kind,
+        )
+    se = _time_expr(store.indices[pos], loop)
+    if se is None or se.coef not in (1, -1):
+        raise _Reject(
+            "the state is stored at a time index that is not +-i + c "
+            "(i: the loop index; only arith.addi / arith.subi are understood)",
+            kind,
+        )
+    expected = -se.coef * step  # the previous step stored t + expected
+    for ld in loads:
+        le = _time_expr(ld.indices[pos], loop)
+        if le is None or not le.same_base(se):
+            raise _Reject(
+                "the state is loaded at a time index that is not the stored index "
+                "plus a constant",
+                kind,
+            )
+        d = le.const - se.const
+        if d == expected:
+            continue
+        if d == 0 or (d > 0) != (expected > 0):
+            walk = "forward" if expected < 0 else "backward"
+            raise _Reject(
+                f"the state is loaded at {_offset(d)} but the loop walks {walk} in t "
+                f"(the previous step stored {_offset(expected)})",
+                kind,
+            )
+        raise _Reject(
+            f"the state is loaded at {_offset(d)} but the previous step stored "
+            f"{_offset(expected)} (the shift must equal the loop step)",
+            kind,
+        )
+    m = store.memref
+    store_idx = list(store.indices)
+    block = store.parent_block()
+    for use in m.uses:
+        op = use.operation
+        if op is store or op in loads or not loop.is_ancestor(op):
+            continue
+        if isinstance(op, memref.StoreOp):
+            raise _Reject("the state memref is written at several places", kind)
+        if (
+            isinstance(op, memref.LoadOp)
+            and op.parent_block() is block
+            and store.is_before_in_block(op)
+            and _same_indices(list(op.indices), store_idx, pos, loop)
+        ):
+            continue  # reads the new element: emit sees it after the write-through
+        raise _Reject(
+            f"the state memref is also accessed by {op.name} elsewhere than at "
+            "t - step before the store or at t after it",
+            kind,
+        )
+    plan.shift_loads = list(loads)
+    plan.time_pos = pos
 
 
 def _reads_updated_state(load: memref.LoadOp, store: memref.StoreOp, loop: scf.ForOp) -> bool:
@@ -502,6 +698,10 @@ def raise_loop(plan: _Plan) -> Operation:
         m = plan.store.memref
         if plan.direct:
             state = m
+        elif plan.time_pos is not None:
+            shape = [] if plan.kind == "memref" else [plan.channels]
+            state = before.insert(memref.AllocaOp.get(el, shape=shape)).memref
+            _shifted_copy_in(before, plan, m, state)
         elif plan.kind == "memref":
             state = before.insert(memref.AllocaOp.get(el, shape=[])).memref
             v = before.insert(memref.LoadOp.get(m, list(plan.store.indices))).res
@@ -535,6 +735,59 @@ def _copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
     inner.insert(scf.YieldOp())
     lb, ub, one = _index(b, 0), _index(b, plan.channels), _index(b, 1)
     b.insert(scf.ForOp(lb, ub, one, [], Region(block)))
+
+
+def _clone_index(
+    v: SSAValue, mapper: dict[SSAValue, SSAValue], b: Builder, loop: scf.ForOp
+) -> SSAValue:
+    """`v` (an index computed in the loop) cloned at `b`, loop values via `mapper`."""
+    if v in mapper:
+        return mapper[v]
+    if not _inside(v, loop):
+        return v
+    op = v.owner
+    assert isinstance(op, Operation)
+    for u in op.operands:
+        _clone_index(u, mapper, b, loop)
+    b.insert(op.clone(value_mapper=mapper))
+    return mapper[v]
+
+
+def _shifted_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
+    """state <- m[.., t(lb) - step]: what the first step's state loads read.
+
+    Guarded by `lb < ub` (the element may not exist when the loop runs no step);
+    with constant bounds the guard is decided here."""
+    loop = plan.loop
+    ld0 = plan.shift_loads[0]
+    lb, ub = _const_index(loop.lb), _const_index(loop.ub)
+    if lb is not None and ub is not None:
+        if lb >= ub:
+            return
+        target = b
+    else:
+        cond = b.insert(arith.CmpiOp(loop.lb, loop.ub, "slt")).result
+        then = Block()
+        b.insert(scf.IfOp(cond, [], Region(then)))
+        target = Builder(InsertPoint.at_end(then))
+    mapper: dict[SSAValue, SSAValue] = {loop.body.block.args[0]: loop.lb}
+    if plan.chan_loop is None:
+        idx = [_clone_index(x, mapper, target, loop) for x in ld0.indices]
+        v = target.insert(memref.LoadOp.get(m, idx)).res
+        target.insert(memref.StoreOp.get(v, state, []))
+    else:
+        block = Block(arg_types=[IndexType()])
+        n = block.args[0]
+        mapper[plan.chan_loop.body.block.args[0]] = n
+        inner = Builder(InsertPoint.at_end(block))
+        idx = [_clone_index(x, mapper, inner, loop) for x in ld0.indices]
+        v = inner.insert(memref.LoadOp.get(m, idx)).res
+        inner.insert(memref.StoreOp.get(v, state, [n]))
+        inner.insert(scf.YieldOp())
+        zero, chans, one = (_index(target, k) for k in (0, plan.channels, 1))
+        target.insert(scf.ForOp(zero, chans, one, [], Region(block)))
+    if target is not b:
+        target.insert(scf.YieldOp())
 
 
 def _build_coeffs(plan: _Plan) -> Region:

@@ -11,6 +11,8 @@ numpy float64 version of each.
     reset_loops           h = a*(done ? 0 : h) + x, inner channel loop  func @reset
     iir2_loops            y_t = c1*y_{t-1} + c2*y_{t-2} + x_t (coupled) func @iir2
     cumsum_loops / cumprod_loops  (f32, f64, i32, i64)                 func @cumsum / @cumprod
+    shifted_recurrence_loops  y[c,t] = a[c,t]*y[c,t-1] + x[c,t], state in y at t-1
+                          (reverse: y[c,t+1])                       func @shifted_recurrence
 """
 
 from __future__ import annotations
@@ -382,3 +384,36 @@ def cumsum_loops(channels: int, L: int, dtype: str = "f32") -> ModuleOp:
 def cumprod_loops(channels: int, L: int, dtype: str = "f32") -> ModuleOp:
     """@cumprod(x (C,L), y (C,L)): y[c,t] = prod_{s<=t} x[c,s] (integers wrap)."""
     return _prefix_loops("cumprod", channels, L, dtype, product=True)
+
+
+def shifted_recurrence_loops(
+    channels: int, L: int, reverse: bool = False, dtype: str = "f32"
+) -> ModuleOp:
+    """@shifted_recurrence(a (C,L), x (C,L), y (C,L)): the state is carried through
+    memory at a shifted index.  Forward: for t in 1..L-1,
+    y[c,t] = a[c,t]*y[c,t-1] + x[c,t] (y[c,0] is the initial state).  Reverse: for
+    i in 0..L-2, t = L-2-i, y[c,t] = a[c,t]*y[c,t+1] + x[c,t] (y[c,L-1] initial)."""
+    t = element_type(dtype)
+
+    def body(a, x, y):
+        def chan(c):
+            def step(i):
+                if reverse:
+                    tt = sub(idx(L - 2), i)
+                    prev = add(tt, idx(1))
+                else:
+                    tt = i
+                    prev = sub(i, idx(1))
+                yn = add(mul(load(a, c, tt), load(y, c, prev)), load(x, c, tt))
+                store(yn, y, c, tt)
+
+            if reverse:
+                for_(0, max(L - 1, 0), step, iv_name="i")
+            else:
+                for_(1, L, step, iv_name="t")
+
+        for_(0, channels, chan, iv_name="c")
+
+    args = [("a", mref(t, channels, L)), ("x", mref(t, channels, L)),
+            ("y", mref(t, channels, L))]
+    return function("shifted_recurrence", args, body)
