@@ -173,3 +173,27 @@ def test_compiled_program_refuses_aliasing_and_read_only_arrays():
     ro.setflags(write=False)
     with pytest.raises(scanweaver.ScanWeaverError, match="is read-only"):
         program.f(ro, ro.copy(), np.zeros((2, 8), np.float32))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_shifted_index_recurrence_end_to_end(reverse):
+    """`y[c,t] = a*y[c,t-1] + x`: raised, JIT-compiled bit for bit, and a GPU kernel built."""
+    from scanweaver.interp.run import run_function
+    from scanweaver.ir import print_ir
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+    from scanweaver.workloads.loops import shifted_recurrence_loops
+
+    text = print_ir(shifted_recurrence_loops(3, 50, reverse=reverse))
+    program = scanweaver.compile(text, target="cpu")
+    assert "scan.recurrence" in program.stage_ir("scanweaver-raise")
+    rng = np.random.default_rng(7)
+    a = rng.uniform(0.5, 1, (3, 50)).astype(np.float32)
+    x = rng.standard_normal((3, 50)).astype(np.float32)
+    y = rng.standard_normal((3, 50)).astype(np.float32)
+    y_interp = y.copy()
+    program.shifted_recurrence(a, x, y)
+    run_function(text, "shifted_recurrence", a, x, y_interp)
+    np.testing.assert_array_equal(y, y_interp)
+    art = build_cuda_artifacts(text, "sm_90")
+    assert [d.kernel_name for d in art.launches["shifted_recurrence"]] == ["scan_recurrence_0"]
+    assert all(f["spill_stores"] == 0 for f in art.ptxas.values())
