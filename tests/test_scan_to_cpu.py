@@ -418,8 +418,13 @@ def test_chunked_flushes_denormal_products():
     assert _rel(chunked, base) < 1e-5
 
 
-def test_variant_choice_and_errors():
+def test_variant_choice_and_errors(monkeypatch):
+    big = "openmp" if cpu_scan.openmp_available() else "channels"
+    assert cpu_scan.choose_affine_variant(1024, 4096, np.float32, threads=2) == big
+    assert cpu_scan.choose_affine_variant(1024, 4096, np.float32, threads=1) == "single"
+    monkeypatch.setattr(cpu_scan, "openmp_available", lambda: False)  # no libomp: Python threads
     assert cpu_scan.choose_affine_variant(1024, 4096, np.float32, threads=2) == "channels"
+    monkeypatch.undo()
     assert cpu_scan.choose_affine_variant(4, 1 << 20, np.float32, threads=2) == "chunked"
     assert cpu_scan.choose_affine_variant(8, 64, np.float32, threads=2) == "single"
     from scanweaver.errors import ScanWeaverError
@@ -431,3 +436,55 @@ def test_variant_choice_and_errors():
     with pytest.raises(ScanWeaverError, match="B"):
         x = np.ones((1, 2, 5), np.float32)
         cpu_scan.selective_scan_cpu(x, x, np.ones((2, 4), np.float32), np.ones((3, 3), np.float32), np.ones((2, 4), np.float32))
+
+
+def _openmp_or_skip() -> None:
+    from scanweaver.errors import BackendUnavailableError
+    from scanweaver.runtime.cpu import load_openmp_runtime
+
+    try:
+        load_openmp_runtime()
+    except BackendUnavailableError as error:
+        pytest.skip(f"openmp variant not tested: {error}")
+
+
+def test_parallel_channels_option_only_changes_the_group_loop():
+    text = cpu_scan.affine_ir("f32", 2, True, True, False)
+    outs = []
+    for parallel in (False, True):
+        module = parse_ir(text)
+        ScanToCpu(parallel_channels=parallel).apply(make_context(), module)
+        module.verify()
+        outs.append(print_ir(module))
+    assert "scf.parallel" not in outs[0] and outs[1].count("scf.parallel") == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_openmp_variant_equals_single(dtype):
+    _openmp_or_skip()
+    rng = np.random.default_rng(16)
+    # 8 lanes per group for 32-bit types: 37 and 203 channels leave a partial group.
+    for (C, L), reverse, init, final in (
+        ((64, 1000), False, False, False),
+        ((37, 300), True, True, True),
+        ((203, 2049), False, True, True),
+        ((203, 2049), True, False, True),
+        ((5, 17), False, True, False),
+    ):
+        if np.dtype(dtype).kind == "i":
+            a = rng.integers(-3, 4, (C, L)).astype(dtype)
+            b = rng.integers(-9, 10, (C, L)).astype(dtype)
+            h0 = rng.integers(-9, 10, C).astype(dtype)
+        else:
+            a = rng.uniform(0.9, 1.0, (C, L)).astype(dtype)
+            b = rng.uniform(-1, 1, (C, L)).astype(dtype)
+            h0 = rng.uniform(-1, 1, C).astype(dtype)
+        h0 = h0 if init else None
+        base = cpu_scan.affine_scan_cpu(a, b, h0, reverse, final, variant="single")
+        for threads in (1, 2, 3):
+            got = cpu_scan.affine_scan_cpu(a, b, h0, reverse, final, variant="openmp", threads=threads)
+            if final:
+                np.testing.assert_array_equal(got[0], base[0])
+                np.testing.assert_array_equal(got[1], base[1])
+            else:
+                np.testing.assert_array_equal(got, base)

@@ -483,8 +483,13 @@ def lower_affine_tiled(
     aggregate: bool = False,
     prefetch: int = 0,
     prefetch_h: bool = False,
+    parallel: bool = False,
 ) -> None:
-    """Channels (dim rank-2) in groups of G lanes, time (dim rank-1) in tiles of T = 2G."""
+    """Channels (dim rank-2) in groups of G lanes, time (dim rank-1) in tiles of T = 2G.
+
+    parallel: the loop over the full channel groups is an `scf.parallel` (for
+    `convert-scf-to-openmp`: an `omp.wsloop`) instead of an `scf.for`; same body.
+    """
     if isinstance(op, scan.AffineOp):
         op = _AffineOperands(op.a, op.b, op.h, op.init, op.final, op.is_reverse)
     h_t = op.h.type
@@ -516,7 +521,14 @@ def lower_affine_tiled(
             )
             return []
 
-        for_loop(ob, obb.idx(0), full_c, obb.idx(G), [], group)
+        if parallel:
+            blk = Block(arg_types=[IndexType()])
+            pb = Builder(InsertPoint.at_end(blk))
+            group(pb, blk.args[0], [])
+            pb.insert(scf.ReduceOp())
+            ob.insert(scf.ParallelOp([obb.idx(0)], [full_c], [obb.idx(G)], Region(blk)))
+        else:
+            for_loop(ob, obb.idx(0), full_c, obb.idx(G), [], group)
         # The partial group, if any: a loop of 0 or 1 trip.
         def partial(gb: Builder, c0: SSAValue, _carried):
             _tile_group(gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, True, aggregate))
@@ -666,10 +678,11 @@ def affine_fast_path(op: scan.AffineOp) -> str | None:
 
 
 class LowerAffineCpu(RewritePattern):
-    def __init__(self, skew: int = 1, prefetch: int = 0, prefetch_h: bool = False):
+    def __init__(self, skew: int = 1, prefetch: int = 0, prefetch_h: bool = False, parallel_channels: bool = False):
         self.skew = skew
         self.prefetch = prefetch
         self.prefetch_h = prefetch_h
+        self.parallel_channels = parallel_channels
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: scan.AffineOp, rewriter: PatternRewriter) -> None:
@@ -678,7 +691,9 @@ class LowerAffineCpu(RewritePattern):
             return  # left for the sequential fallback
         b = Builder(InsertPoint.before(op))
         if path == "tiled":
-            lower_affine_tiled(b, op, self.skew, prefetch=self.prefetch, prefetch_h=self.prefetch_h)
+            lower_affine_tiled(
+                b, op, self.skew, prefetch=self.prefetch, prefetch_h=self.prefetch_h, parallel=self.parallel_channels
+            )
         else:
             lower_affine_channels(b, op)
         rewriter.erase(op)
@@ -1232,7 +1247,8 @@ class ScanToCpu(ModulePass):
     `prefetch` (software prefetch distance of a and b, in time blocks; 0 = none),
     `reassoc_reductions` (tree-order vector reductions in recurrence consumers: faster,
     not bit-identical to the sequential sum), `poly_exp` (polynomial math.exp inside
-    vectorised recurrences).
+    vectorised recurrences), `parallel_channels` (the loop over channel groups of a
+    time-innermost `scan.affine` is an `scf.parallel`, for `convert-scf-to-openmp`).
     """
 
     name = "scan-to-cpu"
@@ -1242,12 +1258,13 @@ class ScanToCpu(ModulePass):
     prefetch_h: bool = False
     reassoc_reductions: bool = True
     poly_exp: bool = True
+    parallel_channels: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
                 [
-                    LowerAffineCpu(max(1, self.skew), max(0, self.prefetch), self.prefetch_h),
+                    LowerAffineCpu(max(1, self.skew), max(0, self.prefetch), self.prefetch_h, self.parallel_channels),
                     LowerRecurrenceCpu(self.reassoc_reductions, self.poly_exp),
                 ]
             ),

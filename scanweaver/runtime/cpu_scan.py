@@ -12,6 +12,10 @@ threads then run kernels on both cores at once (`parallel_for`).
 Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
   single    one call (small inputs: threads cost more than they save)
   channels  rows split across threads, each thread a row-slice view
+  openmp    one call of a kernel whose loop over channel groups is an OpenMP
+            work-sharing loop (`scan-to-cpu{parallel_channels}` + convert-scf-to-openmp,
+            LLVM's libomp); libomp's workers spin a while between calls, where the
+            Python pool's block
   chunked   parallel in time, for few channels and long sequences: each row is cut
             into K chunks; (1) per chunk the aggregate pair (prod a, scan from 0), in
             parallel; (2) the carries chunk to chunk, sequentially (K steps, numpy);
@@ -91,6 +95,7 @@ def clear_cache() -> None:
     _KERNELS.clear()
     _affine_kernel.cache_clear()
     _aggregate_kernel.cache_clear()
+    _openmp_affine_kernel.cache_clear()
 
 
 # ---------------------------------------------------------------------------
@@ -293,6 +298,93 @@ def _aggregate_kernel(el: str, reverse: bool) -> Kernel:
 
 _AGGREGATE_IR: dict[str, str] = {}
 
+
+def compile_cpu_openmp(ir_text: str) -> CpuProgram:
+    """Like `compile_cpu`, with `scan-to-cpu{parallel_channels=true}` and the OpenMP
+    lowering (the channel-group loop of time-innermost affine scans becomes an
+    `omp.wsloop`).  Raises BackendUnavailableError when libomp cannot be loaded.
+    """
+    from scanweaver.runtime.cpu import load_openmp_runtime
+
+    load_openmp_runtime()  # fail early (before compiling) when there is no libomp
+    key = "// openmp\n" + ir_text
+    with _CACHE_LOCK:
+        program = _CACHE.get(key)
+        if program is not None:
+            STATS.hits += 1
+            STATS.last_cached, STATS.last_seconds = True, 0.0
+            return program
+        from dataclasses import replace as dc_replace
+
+        from xdsl.context import Context
+
+        from scanweaver.ir import make_context, parse_ir, print_ir
+        from scanweaver.rewrites.pipeline import stages_for
+        from scanweaver.rewrites.scan_to_cpu import ScanToCpu
+        from scanweaver.toolchain import cache
+        from scanweaver.toolchain.mlir import emit_c_interface, lower_to_llvm_ir
+
+        start = time.perf_counter()
+        disk_key = cache.cache_key("cpu-build-openmp", ir_text)
+
+        def build() -> bytes:
+            module = parse_ir(ir_text, "<affine openmp>")
+            ctx: Context = make_context()
+            for stage in stages_for("cpu"):
+                if isinstance(stage, ScanToCpu):
+                    stage = dc_replace(stage, parallel_channels=True)
+                stage.apply(ctx, module)
+            module.verify()
+            emit_c_interface(module)
+            return lower_to_llvm_ir(print_ir(module), openmp=True).encode()
+
+        llvm_ir, _ = cache.cached(disk_key, build)
+        program = CpuProgram(llvm_ir.decode(), openmp=True)
+        elapsed = time.perf_counter() - start
+        _CACHE[key] = program
+        STATS.compiles += 1
+        STATS.seconds += elapsed
+        STATS.last_seconds, STATS.last_cached = elapsed, False
+        return program
+
+
+@functools.lru_cache(maxsize=None)
+def _openmp_affine_kernel(el: str, init: bool, final: bool, reverse: bool) -> Kernel:
+    spec: list[int | str] = [2, 2] + ([1] if init else []) + [2] + ([1] if final else [])
+    ir = affine_ir(el, 2, init, final, reverse)
+    return Kernel(compile_cpu_openmp(ir), "affine", spec)
+
+
+@functools.lru_cache(maxsize=None)
+def _omp_set_num_threads() -> Callable[[int], None]:
+    from scanweaver.runtime.cpu import load_openmp_runtime
+
+    fn = ctypes.CDLL(load_openmp_runtime()).omp_set_num_threads
+    fn.argtypes, fn.restype = [ctypes.c_int], None
+    return fn
+
+
+_OMP_THREADS = threading.local()
+
+
+def _set_openmp_threads(threads: int) -> None:
+    """omp_set_num_threads for the calling thread (an OpenMP per-thread setting)."""
+    if getattr(_OMP_THREADS, "n", None) != threads:
+        _omp_set_num_threads()(threads)
+        _OMP_THREADS.n = threads
+
+
+def openmp_available() -> bool:
+    """Whether libomp loads (the 'openmp' variant can run)."""
+    from scanweaver.errors import BackendUnavailableError
+    from scanweaver.runtime.cpu import load_openmp_runtime
+
+    try:
+        load_openmp_runtime()
+    except BackendUnavailableError:
+        return False
+    return True
+
 #: Lanes per vector group of the tiled kernel, by element size (256-bit vectors).
 def _lanes(dtype: np.dtype) -> int:
     return 32 // np.dtype(dtype).itemsize
@@ -304,6 +396,7 @@ THREAD_MIN_BYTES = 16 << 20  # a, b and h together: below this, one core (see ch
 CHUNKED_MIN_LENGTH = 1 << 13  # rows at least this long may be cut in time
 TASKS_PER_THREAD = 1  # pieces per thread (more: dynamic balance under outside load, but more calls)
 SELECTIVE_TASKS_PER_THREAD = 4
+OPENMP_MIN_ELEMENTS = 1 << 19  # from here the OpenMP kernel beats one call (1024x1024 f32: 2x)
 
 
 def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: int | None = None) -> str:
@@ -316,6 +409,8 @@ def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: 
     """
     threads = num_threads() if threads is None else threads
     total = channels * length
+    if threads > 1 and channels >= 2 * _lanes(dtype) * threads and total >= OPENMP_MIN_ELEMENTS and openmp_available():
+        return "openmp"
     small = total < THREAD_MIN_ELEMENTS or 3 * total * np.dtype(dtype).itemsize < THREAD_MIN_BYTES
     if threads <= 1 or small:
         # One thread: still cut long rows in time when there are too few channels to
@@ -344,8 +439,8 @@ def affine_scan_cpu(
 
     a, b: (channels, L) arrays of one dtype (float32, float64, int32, int64);
     h0: (channels,).  reverse: t runs from L-1 down to 0.  Returns h, and the last
-    state (channels,) with return_final.  variant: force 'single', 'channels' or
-    'chunked' (default: by shape, `choose_affine_variant`).  out: a C-contiguous
+    state (channels,) with return_final.  variant: force 'single', 'channels',
+    'chunked' or 'openmp' (default: by shape, `choose_affine_variant`).  out: a C-contiguous
     (channels, L) array of a's dtype to write h into (saves the allocation, whose first
     touch costs page faults on every call for large arrays).
     """
@@ -373,6 +468,10 @@ def affine_scan_cpu(
     variant = variant or choose_affine_variant(C, L, a.dtype, threads)
     if variant == "chunked" and L >= 2:
         _chunked(a, b, h0, h, final, reverse, threads)
+    elif variant == "openmp":
+        k = _openmp_affine_kernel(el, h0 is not None, final is not None, reverse)
+        _set_openmp_threads(threads)
+        k(*([a, b] + ([h0] if h0 is not None else []) + [h] + ([final] if final is not None else [])))
     elif variant in ("channels", "chunked", "single"):
         lanes = _lanes(a.dtype)
         pieces = 1 if variant == "single" else min(threads * TASKS_PER_THREAD, max(threads, C // (4 * lanes)))
@@ -386,7 +485,7 @@ def affine_scan_cpu(
 
         parallel_for([task(lo, hi) for lo, hi in parts], threads=1 if variant == "single" else threads)
     else:
-        raise ScanWeaverError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked)")
+        raise ScanWeaverError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp)")
     return (h, final) if return_final else h
 
 
