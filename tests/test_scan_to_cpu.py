@@ -488,3 +488,76 @@ def test_openmp_variant_equals_single(dtype):
                 np.testing.assert_array_equal(got[1], base[1])
             else:
                 np.testing.assert_array_equal(got, base)
+
+
+def _tiled_kernel(text: str, spec, nontemporal: bool, parallel: bool) -> cpu_scan.Kernel:
+    """The CPU pipeline with chosen scan-to-cpu options, compiled without the disk cache
+    (tests below change NONTEMPORAL_MIN_BYTES, which the cache key does not see)."""
+    from dataclasses import replace
+
+    from scanweaver.rewrites.pipeline import stages_for
+
+    module = parse_ir(text)
+    ctx = make_context()
+    for stage in stages_for("cpu"):
+        if isinstance(stage, ScanToCpu):
+            stage = replace(stage, nontemporal=nontemporal, parallel_channels=parallel)
+        stage.apply(ctx, module)
+    module.verify()
+    emit_c_interface(module)
+    program = CpuProgram(lower_to_llvm_ir(print_ir(module), openmp=parallel), openmp=parallel)
+    return cpu_scan.Kernel(program, "affine", spec)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("init,final,reverse", FLAGS[:2])
+def test_nontemporal_stores_bit_exact(monkeypatch, dtype, init, final, reverse):
+    """Streaming h stores (aligned output) == ordinary stores; misaligned falls back."""
+    import scanweaver.rewrites.scan_to_cpu as s2c
+
+    monkeypatch.setattr(s2c, "NONTEMPORAL_MIN_BYTES", 0)  # small test arrays take the NT path
+    el = EL[dtype]
+    text = cpu_scan.affine_ir(el, 2, init, final, reverse)
+    spec = [2, 2] + [1] * init + [2] + [1] * final
+    nt = _tiled_kernel(text, spec, True, False)
+    plain = _tiled_kernel(text, spec, False, False)
+    assert "!nontemporal" in nt.program.optimized_ir()
+    assert "!nontemporal" not in plain.program.optimized_ir()
+    rng = np.random.default_rng(21)
+    # L multiple of 16 (full tiles), of 8 only, of neither (rows unaligned: fallback);
+    # 4096: skew 2 and prefetch; 37/21/19 channels: a partial group.
+    for shape in ((37, 1024), (21, 1000), (19, 2100), (16, 4096), (8, 48)):
+        a, b = inputs(rng, shape, dtype)
+        h0 = inputs(rng, shape[:1], dtype)[1]
+        args = [a, b] + ([h0] if init else [])
+        n = shape[0] * shape[1]
+        aligned = cpu_scan.aligned_empty(shape, dtype)
+        misaligned = cpu_scan.aligned_empty((n + 4,), dtype)[4:].reshape(shape)  # 16 bytes off
+        assert aligned.ctypes.data % 64 == 0 and misaligned.ctypes.data % 32 == 16
+        want = [np.full(shape, 7, dtype)] + ([np.full(shape[:1], 7, dtype)] if final else [])
+        plain(*args, *want)
+        for out in (aligned, misaligned):
+            out.fill(7)
+            got = [out] + ([np.full(shape[:1], 7, dtype)] if final else [])
+            nt(*args, *got)
+            for x, y in zip(got, want):
+                np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8), err_msg=f"{shape}")
+
+
+def test_nontemporal_openmp_and_driver(monkeypatch):
+    """The OpenMP variant with streaming stores, and affine_scan_cpu's aligned output."""
+    _openmp_or_skip()
+    import scanweaver.rewrites.scan_to_cpu as s2c
+
+    monkeypatch.setattr(s2c, "NONTEMPORAL_MIN_BYTES", 0)
+    text = cpu_scan.affine_ir("f32", 2, True, True, True)
+    nt = _tiled_kernel(text, [2, 2, 1, 2, 1], True, True)
+    rng = np.random.default_rng(22)
+    a, b = inputs(rng, (203, 2048), np.float32)
+    h0 = inputs(rng, (203,), np.float32)[1]
+    h, f = cpu_scan.aligned_empty(a.shape, a.dtype), np.empty(203, np.float32)
+    nt(a, b, h0, h, f)
+    want_h, want_f = cpu_scan.affine_scan_cpu(a, b, h0, True, True, variant="single", out=np.empty_like(a))
+    np.testing.assert_array_equal(h, want_h)
+    np.testing.assert_array_equal(f, want_f)
+    assert cpu_scan.affine_scan_cpu(a, b).ctypes.data % 64 == 0  # the driver's own output

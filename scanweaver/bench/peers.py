@@ -235,10 +235,10 @@ def _triton_affine(inp: dict) -> Prepared:  # pragma: no cover - GPU only
 
 
 def _scanweaver_affine_cpu(inp: dict) -> Prepared:
-    from scanweaver.runtime.cpu_scan import affine_scan_cpu
+    from scanweaver.runtime.cpu_scan import affine_scan_cpu, aligned_empty
 
     a, b = inp["a"], inp["b"]
-    h = np.empty_like(a)  # preallocated output, as for the numba peers
+    h = aligned_empty(a.shape, a.dtype)  # preallocated output (64-byte aligned), as for the numba peers
     return Prepared(lambda: affine_scan_cpu(a, b, out=h), lambda h: h, compile=lambda: affine_scan_cpu(a, b, out=h))
 
 

@@ -19,6 +19,9 @@ scan.affine, time axis innermost (`(..., C, L)`, the usual row-major layout)
     remainder (L mod T) and a partial channel group run a masked variant of the same
     body (`vector.maskedload` with the identity step `a = 1, b = -0.0` in lanes that
     have nothing to do, `vector.maskedstore`), so no scalar clean-up code is needed.
+    When h is large (NONTEMPORAL_MIN_BYTES) and its rows are 32-byte aligned (runtime
+    tests), the steady loop stores h with streaming stores (`nontemporal`, aligned:
+    vmovntps), saving the read-for-ownership of every output line.
 scan.affine, time axis not innermost (`(L, C)`: channels contiguous)
     No transposes: vector<G> loads across channels, 4 independent vectors per time
     loop (4G channels), then single vectors, then one masked vector.
@@ -245,6 +248,20 @@ PREFETCH_MIN_BLOCKS = 32
 #: 24 row streams per core the L1 miss buffers, not DRAM, were the limit.
 PREFETCH_LOCALITY = 2
 
+#: Non-temporal (streaming) stores of h in the unmasked steady loop: an h of at least
+#: NONTEMPORAL_MIN_BYTES (a runtime test on the memref passed in) is written with
+#: `vector.store {nontemporal = true, alignment = 32}` (vmovntps: no read-for-ownership
+#: of the stored lines, a third less DRAM traffic), when its rows are 32-byte aligned
+#: (aligned pointer + offset, and every outer stride, multiples of 32 bytes; another
+#: runtime test, else the ordinary stores).  Smaller outputs stay in cache for the
+#: reader: streaming them to DRAM would cost more than the saved read.
+#: Ordering: NT stores are weakly ordered, but they are drained by any serialising
+#: event before another thread can observe h: the OpenMP barrier closing the parallel
+#: region and the thread-pool join (both locked read-modify-writes, which order
+#: earlier NT stores on x86), and the return to the caller on the same thread
+#: (program order holds for the storing thread itself).  No explicit sfence needed.
+NONTEMPORAL_MIN_BYTES = 8 << 20
+
 
 @dataclass
 class _Tiles:
@@ -265,6 +282,8 @@ class _Tiles:
     prefetch: int = 0  # software prefetch distance in time blocks (0: none)
     prefetch_h: bool = False  # also prefetch the output rows for writing
     long_rows: SSAValue | None = None  # i1: rows long enough to prefetch
+    nt_ok: SSAValue | None = None  # i1: h large and 32-byte aligned rows (NT stores allowed)
+    nontemporal: bool = False  # this copy of the body stores h non-temporally
 
     @property
     def Q(self) -> int:
@@ -392,6 +411,12 @@ def _tile_body(
             index = [*tl.outer, rows[g], cq]
             if masked:
                 b.insert(vector.MaskedStoreOp(op.h, index, masks[g][q], h_cols[q][g]))
+            elif tl.nontemporal:
+                st = b.insert(vector.StoreOp(h_cols[q][g], op.h, index, BoolAttr.from_bool(True)))
+                # Needed for LLVM to emit vmovntps (it is only legal aligned); the
+                # runtime test nt_ok guarantees it: rows are 32-byte aligned and the
+                # column cq is a multiple of G elements (32 bytes).
+                st.attributes["alignment"] = IntegerAttr(32, i64)
             else:
                 b.insert(vector.StoreOp(h_cols[q][g], op.h, index))
     return hs
@@ -425,19 +450,33 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
 
         return list(for_loop(builder, lo, hi, one, hs, body))
 
-    def steady(lo, hi, hs) -> list[SSAValue]:
+    def steady_pf(lo, hi, hs, builder: Builder, tiles: _Tiles) -> list[SSAValue]:
         """The unmasked loop; with software prefetch only for long rows (a runtime test):
         for rows that stay in cache the prefetches cost more than they bring."""
-        if not tl.prefetch or tl.long_rows is None:
-            return run(lo, hi, hs, False, b, replace(tl, prefetch=0))
+        if not tiles.prefetch or tiles.long_rows is None:
+            return run(lo, hi, hs, False, builder, replace(tiles, prefetch=0))
         blocks = []
-        for pf in (tl.prefetch, 0):
+        for pf in (tiles.prefetch, 0):
             blk = Block()
             ib = Builder(InsertPoint.at_end(blk))
-            out = run(lo, hi, hs, False, ib, replace(tl, prefetch=pf))
+            out = run(lo, hi, hs, False, ib, replace(tiles, prefetch=pf))
             ib.insert(scf.YieldOp(*out))
             blocks.append(Region(blk))
-        op_if = b.insert(scf.IfOp(tl.long_rows, [v.type for v in hs], blocks[0], blocks[1]))
+        op_if = builder.insert(scf.IfOp(tiles.long_rows, [v.type for v in hs], blocks[0], blocks[1]))
+        return list(op_if.results)
+
+    def steady(lo, hi, hs) -> list[SSAValue]:
+        """steady_pf, with non-temporal h stores when nt_ok (a runtime test)."""
+        if tl.nt_ok is None or tl.aggregate:
+            return steady_pf(lo, hi, hs, b, tl)
+        blocks = []
+        for nt in (True, False):
+            blk = Block()
+            ib = Builder(InsertPoint.at_end(blk))
+            out = steady_pf(lo, hi, hs, ib, replace(tl, nontemporal=nt))
+            ib.insert(scf.YieldOp(*out))
+            blocks.append(Region(blk))
+        op_if = b.insert(scf.IfOp(tl.nt_ok, [v.type for v in hs], blocks[0], blocks[1]))
         return list(op_if.results)
 
     h0s = [bb.splat_const(1, vt), zero_v] if tl.aggregate else [h0]
@@ -464,6 +503,23 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
             b.insert(vector.StoreOp(h, out, index))
 
 
+def _nontemporal_ok(bb: _B, h: SSAValue, sizes: Sequence[SSAValue], el_bytes: int) -> SSAValue:
+    """i1: h holds at least NONTEMPORAL_MIN_BYTES and every row starts 32-byte aligned."""
+    meta = bb.b.insert(memref.ExtractStridedMetaDataOp(h))
+    ptr = bb.ins(memref.ExtractAlignedPointerAsIndexOp.get(h))
+    start = bb.add(ptr, bb.mul(meta.offset, bb.idx(el_bytes)))
+    lanes = 32 // el_bytes
+    rem = bb.ins(arith.RemUIOp(start, bb.idx(32)))
+    ok = bb.cmp(rem, bb.idx(0), "eq")
+    for stride in list(meta.strides)[:-1]:
+        ok = bb.and_(ok, bb.cmp(bb.ins(arith.RemUIOp(stride, bb.idx(lanes))), bb.idx(0), "eq"))
+    total = sizes[0]
+    for s_ in sizes[1:]:
+        total = bb.mul(total, s_)
+    big = bb.cmp(total, bb.idx(NONTEMPORAL_MIN_BYTES // el_bytes), "sge")
+    return bb.and_(ok, big)
+
+
 @dataclass
 class _AffineOperands:
     """The operands the tile code reads (a scan.affine's, or an aggregate's)."""
@@ -484,8 +540,12 @@ def lower_affine_tiled(
     prefetch: int = 0,
     prefetch_h: bool = False,
     parallel: bool = False,
+    nontemporal: bool = False,
 ) -> None:
     """Channels (dim rank-2) in groups of G lanes, time (dim rank-1) in tiles of T = 2G.
+
+    nontemporal: the steady loop stores h with streaming stores when h is large and
+    its rows 32-byte aligned (runtime tests, see NONTEMPORAL_MIN_BYTES).
 
     parallel: the loop over the full channel groups is an `scf.parallel` (for
     `convert-scf-to-openmp`: an `omp.wsloop`) instead of an `scf.for`; same body.
@@ -511,13 +571,18 @@ def lower_affine_tiled(
     medium_rows = bb.cmp(nbt, bb.idx(MEDIUM_ROW_BLOCKS), "sge")
     skew_v = bb.select(long_rows, bb.idx(skew), bb.select(medium_rows, bb.idx(min(skew, 1)), bb.idx(0)))
     prefetch_rows = bb.cmp(nbt, bb.idx(PREFETCH_MIN_BLOCKS), "sge")
+    nt_ok = _nontemporal_ok(bb, op.h, sizes, bits // 8) if nontemporal and not aggregate else None
 
     def per_outer(ob: Builder, outer: Sequence[SSAValue]) -> None:
         obb = _B(ob)
 
         def group(gb: Builder, c0: SSAValue, _carried):
             _tile_group(
-                gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, False, aggregate, prefetch, prefetch_h, prefetch_rows)
+                gb,
+                _Tiles(
+                    op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, False, aggregate, prefetch, prefetch_h,
+                    prefetch_rows, nt_ok,
+                ),
             )
             return []
 
@@ -678,7 +743,15 @@ def affine_fast_path(op: scan.AffineOp) -> str | None:
 
 
 class LowerAffineCpu(RewritePattern):
-    def __init__(self, skew: int = 1, prefetch: int = 0, prefetch_h: bool = False, parallel_channels: bool = False):
+    def __init__(
+        self,
+        skew: int = 1,
+        prefetch: int = 0,
+        prefetch_h: bool = False,
+        parallel_channels: bool = False,
+        nontemporal: bool = True,
+    ):
+        self.nontemporal = nontemporal
         self.skew = skew
         self.prefetch = prefetch
         self.prefetch_h = prefetch_h
@@ -692,7 +765,13 @@ class LowerAffineCpu(RewritePattern):
         b = Builder(InsertPoint.before(op))
         if path == "tiled":
             lower_affine_tiled(
-                b, op, self.skew, prefetch=self.prefetch, prefetch_h=self.prefetch_h, parallel=self.parallel_channels
+                b,
+                op,
+                self.skew,
+                prefetch=self.prefetch,
+                prefetch_h=self.prefetch_h,
+                parallel=self.parallel_channels,
+                nontemporal=self.nontemporal,
             )
         else:
             lower_affine_channels(b, op)
@@ -1248,7 +1327,8 @@ class ScanToCpu(ModulePass):
     `reassoc_reductions` (tree-order vector reductions in recurrence consumers: faster,
     not bit-identical to the sequential sum), `poly_exp` (polynomial math.exp inside
     vectorised recurrences), `parallel_channels` (the loop over channel groups of a
-    time-innermost `scan.affine` is an `scf.parallel`, for `convert-scf-to-openmp`).
+    time-innermost `scan.affine` is an `scf.parallel`, for `convert-scf-to-openmp`),
+    `nontemporal` (streaming stores of large, 32-byte aligned h: NONTEMPORAL_MIN_BYTES).
     """
 
     name = "scan-to-cpu"
@@ -1259,12 +1339,16 @@ class ScanToCpu(ModulePass):
     reassoc_reductions: bool = True
     poly_exp: bool = True
     parallel_channels: bool = False
+    nontemporal: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
             GreedyRewritePatternApplier(
                 [
-                    LowerAffineCpu(max(1, self.skew), max(0, self.prefetch), self.prefetch_h, self.parallel_channels),
+                    LowerAffineCpu(
+                        max(1, self.skew), max(0, self.prefetch), self.prefetch_h, self.parallel_channels,
+                        self.nontemporal,
+                    ),
                     LowerRecurrenceCpu(self.reassoc_reductions, self.poly_exp),
                 ]
             ),

@@ -425,6 +425,21 @@ def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: 
     return "channels" if channels >= 2 * threads else "single"
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64) -> np.ndarray:
+    """np.empty(shape, dtype) whose data starts on an `align`-byte boundary.
+
+    numpy's large allocations typically start 16 bytes past a 64-byte boundary; the
+    tiled affine kernel stores h with non-temporal (streaming) stores only when its
+    rows are 32-byte aligned, so outputs allocated here (and rows whose length is a
+    multiple of 32 bytes) take the faster path.
+    """
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + align, np.uint8)
+    skip = (-raw.ctypes.data) % align
+    return raw[skip : skip + n].view(dtype).reshape(shape)
+
+
 def affine_scan_cpu(
     a: np.ndarray,
     b: np.ndarray,
@@ -455,7 +470,7 @@ def affine_scan_cpu(
     if h0 is not None:
         h0 = np.ascontiguousarray(np.asarray(h0, dtype=a.dtype).reshape(C))
     if out is None:
-        h = np.empty_like(a)
+        h = aligned_empty(a.shape, a.dtype)  # aligned rows: streaming stores of h
     else:
         if out.shape != a.shape or out.dtype != a.dtype or not out.flags.c_contiguous:
             raise ScanWeaverError(
