@@ -49,12 +49,13 @@ def lower(
     source: str = "<input>",
     progress: Callable[[str], None] | None = None,
     keep_stages: bool = True,
+    openmp: bool = False,
 ) -> Lowered:
     """Run `scanweaver-lower{target=...}` stage by stage, recording each stage's IR."""
     module = parse_ir(text, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
     ctx = make_context()
-    for stage in stages_for(target):
+    for stage in stages_for(target, openmp=openmp):
         if progress:
             progress(stage.name)
         stage.apply(ctx, module)
@@ -69,12 +70,12 @@ def lower(
     return result
 
 
-def cpu_llvm_ir(module: ModuleOp) -> tuple[str, bool]:
+def cpu_llvm_ir(module: ModuleOp, openmp: bool = False) -> tuple[str, bool]:
     """LLVM IR for a CPU-lowered module (cached); returns (llvm_ir, cache_hit)."""
     emit_c_interface(module)
     text = print_ir(module)
-    key = cache.cache_key("llvm-ir", text)
-    payload, hit = cache.cached(key, lambda: lower_to_llvm_ir(text).encode())
+    key = cache.cache_key("llvm-ir", text, openmp=openmp)
+    payload, hit = cache.cached(key, lambda: lower_to_llvm_ir(text, openmp=openmp).encode())
     return payload.decode(), hit
 
 
@@ -87,19 +88,20 @@ class CpuBuild:
     cache_hit: bool
 
 
-def build_cpu(text: str, source: str = "<input>") -> CpuBuild:
+def build_cpu(text: str, source: str = "<input>", openmp: bool = False) -> CpuBuild:
     """User IR → `scanweaver-lower{target=cpu}` → LLVM IR, cached on disk by input text.
 
     A hit skips every stage, the xDSL passes included: only the JIT remains to do.
+    openmp: parallel channel-group loops through OpenMP (the JIT then needs libomp).
     """
-    key = cache.cache_key("cpu-build", text)
+    key = cache.cache_key("cpu-build", text, openmp=openmp)
     payload = cache.load(key)
     if payload is not None:
         data = json.loads(payload)
         sigs = {k: (v[0], v[1]) for k, v in data["signatures"].items()}
         return CpuBuild(data["llvm_ir"], sigs, True)
-    lowered = lower(text, "cpu", source, keep_stages=False)
-    llvm_ir, _ = cpu_llvm_ir(lowered.module)
+    lowered = lower(text, "cpu", source, keep_stages=False, openmp=openmp)
+    llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp)
     signatures = {
         name: (
             [str(t) for t in fn.function_type.inputs.data],

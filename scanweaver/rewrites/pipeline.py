@@ -27,8 +27,12 @@ from scanweaver.errors import ScanWeaverError
 TARGETS = ("gpu", "cpu", "loops")
 
 
-def stages_for(target: str) -> list[ModulePass]:
-    """The passes `scanweaver-lower{target=...}` runs, in order."""
+def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
+    """The passes `scanweaver-lower{target=...}` runs, in order.
+
+    openmp: on the CPU, make loops over independent channel groups `scf.parallel`
+    (the caller then lowers with OpenMP and links libomp).
+    """
     from scanweaver.rewrites.raise_affine import RaiseRecurrences
     from scanweaver.rewrites.scan_to_loops import ScanToLoops
 
@@ -45,7 +49,7 @@ def stages_for(target: str) -> list[ModulePass]:
     elif target == "cpu":
         from scanweaver.rewrites.scan_to_cpu import ScanToCpu
 
-        lowering = [ScanToCpu()]
+        lowering = [ScanToCpu(parallel_channels=openmp)]
     else:
         lowering = []
     return [

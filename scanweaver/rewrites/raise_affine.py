@@ -283,16 +283,7 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
         plan.channels = ub
     if time_pos is not None:
         _check_shifted(plan, loads, time_pos)
-        sources = {ld.res: 0 for ld in loads}
-        plan.forms = _compute_forms(
-            loop,
-            sources,
-            [store.value],
-            {body} | ({plan.chan_loop.body.block} if plan.chan_loop else set()),
-            kind,
-        )
-        _check_coefficients(plan, written)
-        return plan
+        return _with_forms(plan, loads, written)
     if in_chan:
         civ = plan.chan_loop.body.block.args[0]  # type: ignore[union-attr]
         ub = plan.channels
@@ -309,13 +300,19 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
             if not _reads_updated_state(op, store, loop):
                 direct = False
     plan.direct = direct
-    sources = {ld.res: 0 for ld in loads}
+    return _with_forms(plan, loads, written)
+
+
+def _with_forms(plan: _Plan, loads: list[memref.LoadOp], written: set[SSAValue]) -> _Plan:
+    """The affine forms of the stored value in the loaded state; coefficients checked."""
+    assert plan.store is not None
+    body = plan.loop.body.block
     plan.forms = _compute_forms(
-        loop,
-        sources,
-        [store.value],
+        plan.loop,
+        {ld.res: 0 for ld in loads},
+        [plan.store.value],
         {body} | ({plan.chan_loop.body.block} if plan.chan_loop else set()),
-        kind,
+        plan.kind,
     )
     _check_coefficients(plan, written)
     return plan

@@ -64,14 +64,21 @@ _CACHE_LOCK = threading.Lock()
 STATS = CompileStats()
 
 
-def compile_cpu(ir_text: str) -> CpuProgram:
+def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram:
     """Compile IR text (scan dialect + func/arith/memref/scf/math/vector) for this CPU.
 
     The single entry point for the drivers: `scanweaver-lower{target=cpu}` through
-    `compiler.build_cpu` (cached on disk), JIT-compiled once per process.
+    `compiler.build_cpu` (cached on disk), JIT-compiled once per process.  With
+    `openmp`, loops over channel groups run on OpenMP threads (BackendUnavailableError
+    when libomp cannot be loaded, raised before compiling).
     """
+    if openmp:
+        from scanweaver.runtime.cpu import load_openmp_runtime
+
+        load_openmp_runtime()
+    key = ("// openmp\n" if openmp else "") + ir_text
     with _CACHE_LOCK:
-        program = _CACHE.get(ir_text)
+        program = _CACHE.get(key)
         if program is not None:
             STATS.hits += 1
             STATS.last_cached, STATS.last_seconds = True, 0.0
@@ -79,9 +86,9 @@ def compile_cpu(ir_text: str) -> CpuProgram:
         from scanweaver.compiler import build_cpu
 
         start = time.perf_counter()
-        program = CpuProgram(build_cpu(ir_text).llvm_ir)
+        program = CpuProgram(build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
         elapsed = time.perf_counter() - start
-        _CACHE[ir_text] = program
+        _CACHE[key] = program
         STATS.compiles += 1
         STATS.seconds += elapsed
         STATS.last_seconds, STATS.last_cached = elapsed, False
@@ -299,60 +306,11 @@ def _aggregate_kernel(el: str, reverse: bool) -> Kernel:
 _AGGREGATE_IR: dict[str, str] = {}
 
 
-def compile_cpu_openmp(ir_text: str) -> CpuProgram:
-    """Like `compile_cpu`, with `scan-to-cpu{parallel_channels=true}` and the OpenMP
-    lowering (the channel-group loop of time-innermost affine scans becomes an
-    `omp.wsloop`).  Raises BackendUnavailableError when libomp cannot be loaded.
-    """
-    from scanweaver.runtime.cpu import load_openmp_runtime
-
-    load_openmp_runtime()  # fail early (before compiling) when there is no libomp
-    key = "// openmp\n" + ir_text
-    with _CACHE_LOCK:
-        program = _CACHE.get(key)
-        if program is not None:
-            STATS.hits += 1
-            STATS.last_cached, STATS.last_seconds = True, 0.0
-            return program
-        from dataclasses import replace as dc_replace
-
-        from xdsl.context import Context
-
-        from scanweaver.ir import make_context, parse_ir, print_ir
-        from scanweaver.rewrites.pipeline import stages_for
-        from scanweaver.rewrites.scan_to_cpu import ScanToCpu
-        from scanweaver.toolchain import cache
-        from scanweaver.toolchain.mlir import emit_c_interface, lower_to_llvm_ir
-
-        start = time.perf_counter()
-        disk_key = cache.cache_key("cpu-build-openmp", ir_text)
-
-        def build() -> bytes:
-            module = parse_ir(ir_text, "<affine openmp>")
-            ctx: Context = make_context()
-            for stage in stages_for("cpu"):
-                if isinstance(stage, ScanToCpu):
-                    stage = dc_replace(stage, parallel_channels=True)
-                stage.apply(ctx, module)
-            module.verify()
-            emit_c_interface(module)
-            return lower_to_llvm_ir(print_ir(module), openmp=True).encode()
-
-        llvm_ir, _ = cache.cached(disk_key, build)
-        program = CpuProgram(llvm_ir.decode(), openmp=True)
-        elapsed = time.perf_counter() - start
-        _CACHE[key] = program
-        STATS.compiles += 1
-        STATS.seconds += elapsed
-        STATS.last_seconds, STATS.last_cached = elapsed, False
-        return program
-
-
 @functools.lru_cache(maxsize=None)
 def _openmp_affine_kernel(el: str, init: bool, final: bool, reverse: bool) -> Kernel:
     spec: list[int | str] = [2, 2] + ([1] if init else []) + [2] + ([1] if final else [])
     ir = affine_ir(el, 2, init, final, reverse)
-    return Kernel(compile_cpu_openmp(ir), "affine", spec)
+    return Kernel(compile_cpu(ir, openmp=True), "affine", spec)
 
 
 @functools.lru_cache(maxsize=None)
