@@ -382,18 +382,20 @@ def test_kernel_calls_release_the_gil():
     assert not type(k._fn)._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # CFUNCTYPE: GIL released
 
 
+def _variant_inputs(rng, C, L, dtype):
+    """Small integers (exact, no overflow) or decays near 1 (long memory): a, b, h0."""
+    if np.dtype(dtype).kind == "i":
+        return (rng.integers(-3, 4, (C, L)).astype(dtype), rng.integers(-9, 10, (C, L)).astype(dtype),
+                rng.integers(-9, 10, C).astype(dtype))
+    return (rng.uniform(0.9, 1.0, (C, L)).astype(dtype), rng.uniform(-1, 1, (C, L)).astype(dtype),
+            rng.uniform(-1, 1, C).astype(dtype))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64])
 def test_variants_agree(dtype):
     rng = np.random.default_rng(14)
     for (C, L), reverse in (((3, 5000), False), ((20, 3001), True), ((1, 9000), True)):
-        if np.dtype(dtype).kind == "i":
-            a = rng.integers(-3, 4, (C, L)).astype(dtype)
-            b = rng.integers(-9, 10, (C, L)).astype(dtype)
-            h0 = rng.integers(-9, 10, C).astype(dtype)
-        else:
-            a = rng.uniform(0.9, 1.0, (C, L)).astype(dtype)
-            b = rng.uniform(-1, 1, (C, L)).astype(dtype)
-            h0 = rng.uniform(-1, 1, C).astype(dtype)
+        a, b, h0 = _variant_inputs(rng, C, L, dtype)
         base = cpu_scan.affine_scan_cpu(a, b, h0, reverse, True, variant="single")
         split = cpu_scan.affine_scan_cpu(a, b, h0, reverse, True, variant="channels", threads=2)
         np.testing.assert_array_equal(split[0], base[0])  # same chains, same rounding
@@ -471,14 +473,7 @@ def test_openmp_variant_equals_single(dtype):
         ((203, 2049), True, False, True),
         ((5, 17), False, True, False),
     ):
-        if np.dtype(dtype).kind == "i":
-            a = rng.integers(-3, 4, (C, L)).astype(dtype)
-            b = rng.integers(-9, 10, (C, L)).astype(dtype)
-            h0 = rng.integers(-9, 10, C).astype(dtype)
-        else:
-            a = rng.uniform(0.9, 1.0, (C, L)).astype(dtype)
-            b = rng.uniform(-1, 1, (C, L)).astype(dtype)
-            h0 = rng.uniform(-1, 1, C).astype(dtype)
+        a, b, h0 = _variant_inputs(rng, C, L, dtype)
         h0 = h0 if init else None
         base = cpu_scan.affine_scan_cpu(a, b, h0, reverse, final, variant="single")
         for threads in (1, 2, 3):

@@ -243,17 +243,22 @@ def expand_log1p(b: Builder, x: SSAValue) -> SSAValue:
     return _select(e, _cmpf(e, "ult", x, e.f(-1.0)), e.f(float("nan")), r)
 
 
-def rewrite_log1ps(root: Operation) -> int:
-    """Rewrite every f32 math.log1p nested in `root` into `expand_log1p`; count them."""
-    ops = [op for op in root.walk() if isinstance(op, math.Log1pOp) and _is_f32_like(op.operand.type)]
+def _rewrite_all(root: Operation, op_type, expand) -> int:
+    """Replace every f32 (scalar or 1-D vector) `op_type` nested in `root` by `expand`."""
+    ops = [op for op in root.walk() if isinstance(op, op_type) and _is_f32_like(op.operand.type)]
     for op in ops:
         if isinstance(op.operand.type, VectorType) and op.operand.type.get_num_dims() != 1:
             continue
-        y = expand_log1p(Builder(InsertPoint.before(op)), op.operand)
+        y = expand(Builder(InsertPoint.before(op)), op.operand)
         op.result.replace_all_uses_with(y)
         op.detach()
         op.erase()
     return len(ops)
+
+
+def rewrite_log1ps(root: Operation) -> int:
+    """Rewrite every f32 math.log1p nested in `root` into `expand_log1p`; count them."""
+    return _rewrite_all(root, math.Log1pOp, expand_log1p)
 
 
 class ExpPolynomial(RewritePattern):
@@ -272,15 +277,7 @@ class ExpPolynomial(RewritePattern):
 
 def rewrite_exps(root: Operation) -> int:
     """Rewrite every f32 math.exp nested in `root` (without a pattern walker); count them."""
-    exps = [op for op in root.walk() if isinstance(op, math.ExpOp) and _is_f32_like(op.operand.type)]
-    for op in exps:
-        if isinstance(op.operand.type, VectorType) and op.operand.type.get_num_dims() != 1:
-            continue
-        y = expand_exp(Builder(InsertPoint.before(op)), op.operand)
-        op.result.replace_all_uses_with(y)
-        op.detach()
-        op.erase()
-    return len(exps)
+    return _rewrite_all(root, math.ExpOp, expand_exp)
 
 
 @dataclass(frozen=True)
