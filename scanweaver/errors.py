@@ -19,3 +19,11 @@ class ToolFailedError(ScanWeaverError):
 
 class BackendUnavailableError(ScanWeaverError):
     """The requested backend (e.g. CUDA) cannot run on this machine."""
+
+
+class ScanWeaverValueError(ScanWeaverError, ValueError):
+    """A bad value or shape in an argument (what numpy and torch raise `ValueError` for)."""
+
+
+class ScanWeaverTypeError(ScanWeaverError, TypeError):
+    """An argument of the wrong type or dtype (what numpy and torch raise `TypeError` for)."""
