@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
+    I64,
     BFloat16Type,
     Float16Type,
     Float32Type,
@@ -45,9 +46,14 @@ from xdsl.irdl import (
     traits_def,
     var_operand_def,
 )
-from xdsl.parser import Parser, UnresolvedOperand
-from xdsl.printer import Printer
-from xdsl.traits import IsTerminator, RecursiveMemoryEffect
+from xdsl.traits import (
+    EffectInstance,
+    IsTerminator,
+    MemoryEffect,
+    MemoryEffectKind,
+    Pure,
+    RecursiveMemoryEffect,
+)
 from xdsl.utils.exceptions import VerifyException
 
 # ---------------------------------------------------------------------------
@@ -117,17 +123,26 @@ def _without_axis(shape: Sequence[int], axis: int) -> tuple[int, ...]:
     return tuple(d for i, d in enumerate(shape) if i != axis)
 
 
-def _parse_axis_and_flags(parser: Parser) -> tuple[IntegerAttr, UnitAttr | None]:
-    parser.parse_keyword("axis")
-    axis = IntegerAttr(parser.parse_integer(allow_negative=False), i64)
-    reverse = UnitAttr() if parser.parse_optional_keyword("reverse") else None
-    return axis, reverse
+# ---------------------------------------------------------------------------
+# Memory effects
+# ---------------------------------------------------------------------------
 
 
-def _print_axis_and_flags(printer: Printer, axis: int, reverse: bool) -> None:
-    printer.print_string(f" axis {axis}")
-    if reverse:
-        printer.print_string(" reverse")
+class ReadsInputsWritesOutputs(MemoryEffect):
+    """The op reads the memrefs of `read_operands()`, writes those of
+    `written_operands()`, and has the effects of the ops in its regions.
+
+    Declared so that generic passes (dce, cse, licm) see exactly what a scan touches:
+    `RecursiveMemoryEffect` alone would call a scan with a pure combine region pure."""
+
+    @classmethod
+    def get_effects(cls, op):
+        inner = RecursiveMemoryEffect.get_effects(op)
+        if inner is None:
+            return None
+        reads = {EffectInstance(MemoryEffectKind.READ, v) for v in op.read_operands()}
+        writes = {EffectInstance(MemoryEffectKind.WRITE, v) for v in op.written_operands()}
+        return inner | reads | writes
 
 
 # ---------------------------------------------------------------------------
@@ -142,7 +157,7 @@ class YieldOp(IRDLOperation):
     name = "scan.yield"
     arguments = var_operand_def()
     assembly_format = "attr-dict ($arguments^ `:` type($arguments))?"
-    traits = traits_def(IsTerminator())
+    traits = traits_def(IsTerminator(), Pure())
 
     def __init__(self, *operands: SSAValue):
         super().__init__(operands=[operands])
@@ -186,10 +201,16 @@ class AffineOp(AlongAxis, IRDLOperation):
     h = operand_def(MemRefType)
     final = opt_operand_def(MemRefType)
 
-    axis = prop_def(IntegerAttr)
+    axis = prop_def(IntegerAttr[I64])
     reverse = opt_prop_def(UnitAttr)
 
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    traits = traits_def(ReadsInputsWritesOutputs())
+    assembly_format = (
+        "$a `,` $b (`init` $init^)? `into` $h (`final` $final^)? `axis` $axis "
+        "(`reverse` $reverse^)? attr-dict `:` type($a) `,` type($b) (`,` type($init)^)? "
+        "`->` type($h) (`,` type($final)^)?"
+    )
 
     def __init__(
         self,
@@ -209,6 +230,12 @@ class AffineOp(AlongAxis, IRDLOperation):
                 **({"reverse": UnitAttr()} if reverse else {}),
             },
         )
+
+    def read_operands(self) -> list[SSAValue]:
+        return [self.a, self.b] + ([self.init] if self.init is not None else [])
+
+    def written_operands(self) -> list[SSAValue]:
+        return [self.h] + ([self.final] if self.final is not None else [])
 
     def verify_(self) -> None:
         n = self.name
@@ -241,78 +268,6 @@ class AffineOp(AlongAxis, IRDLOperation):
                 MemRefType(h_t.element_type, channel_shape),
             )
 
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.a)
-        printer.print_string(", ")
-        printer.print_operand(self.b)
-        if self.init is not None:
-            printer.print_string(" init ")
-            printer.print_operand(self.init)
-        printer.print_string(" into ")
-        printer.print_operand(self.h)
-        if self.final is not None:
-            printer.print_string(" final ")
-            printer.print_operand(self.final)
-        _print_axis_and_flags(printer, self.axis_value, self.is_reverse)
-        printer.print_op_attributes(self.attributes)
-        printer.print_string(" : ")
-        ins = [self.a.type, self.b.type] + ([self.init.type] if self.init else [])
-        printer.print_list(ins, printer.print_attribute)
-        printer.print_string(" -> ")
-        outs = [self.h.type] + ([self.final.type] if self.final else [])
-        printer.print_list(outs, printer.print_attribute)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> AffineOp:
-        a = parser.parse_unresolved_operand()
-        parser.parse_punctuation(",")
-        b = parser.parse_unresolved_operand()
-        init = (
-            parser.parse_unresolved_operand()
-            if parser.parse_optional_keyword("init")
-            else None
-        )
-        parser.parse_keyword("into")
-        h = parser.parse_unresolved_operand()
-        final = (
-            parser.parse_unresolved_operand()
-            if parser.parse_optional_keyword("final")
-            else None
-        )
-        axis, reverse = _parse_axis_and_flags(parser)
-        attrs = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        ins = _parse_types(parser, 3 if init else 2, "inputs of scan.affine")
-        parser.parse_punctuation("->")
-        outs = _parse_types(parser, 2 if final else 1, "outputs of scan.affine")
-        a_v, b_v = parser.resolve_operand(a, ins[0]), parser.resolve_operand(b, ins[1])
-        init_v = parser.resolve_operand(init, ins[2]) if init else None
-        h_v = parser.resolve_operand(h, outs[0])
-        final_v = parser.resolve_operand(final, outs[1]) if final else None
-        op = cls(
-            a_v,
-            b_v,
-            h_v,
-            axis.value.data,
-            init=init_v,
-            final=final_v,
-            reverse=reverse is not None,
-        )
-        op.attributes.update(attrs)
-        return op
-
-
-def _parse_types(parser: Parser, count: int, what: str) -> list[Attribute]:
-    pos = parser.pos
-    types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
-    if len(types) != count:
-        parser.raise_error(
-            f"expected {count} types for the {what}, got {len(types)}", pos, parser.pos
-        )
-    return types
-
-
 # ---------------------------------------------------------------------------
 # scan.scan
 # ---------------------------------------------------------------------------
@@ -340,12 +295,17 @@ class ScanOp(AlongAxis, IRDLOperation):
 
     inputs = var_operand_def(MemRefType)
     outputs = var_operand_def(MemRefType)
-    axis = prop_def(IntegerAttr)
+    axis = prop_def(IntegerAttr[I64])
     reverse = opt_prop_def(UnitAttr)
     combine = region_def("single_block")
 
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    traits = traits_def(RecursiveMemoryEffect())
+    traits = traits_def(ReadsInputsWritesOutputs())
+    # `attributes {...}` (with the keyword): a bare `{` would read as the region.
+    assembly_format = (
+        "`ins` `(` $inputs `:` type($inputs) `)` `outs` `(` $outputs `:` type($outputs) `)` "
+        "`axis` $axis (`reverse` $reverse^)? attr-dict-with-keyword $combine"
+    )
 
     def __init__(
         self,
@@ -364,6 +324,12 @@ class ScanOp(AlongAxis, IRDLOperation):
             },
             regions=[combine],
         )
+
+    def read_operands(self) -> Sequence[SSAValue]:
+        return self.inputs
+
+    def written_operands(self) -> Sequence[SSAValue]:
+        return self.outputs
 
     def verify_(self) -> None:
         n = self.name
@@ -408,49 +374,6 @@ class ScanOp(AlongAxis, IRDLOperation):
                 f"({', '.join(map(str, yielded))})"
             )
 
-    def print(self, printer: Printer) -> None:
-        for kw, vals in (("ins", self.inputs), ("outs", self.outputs)):
-            printer.print_string(f" {kw}(")
-            printer.print_list(vals, printer.print_operand)
-            printer.print_string(" : ")
-            printer.print_list([v.type for v in vals], printer.print_attribute)
-            printer.print_string(")")
-        _print_axis_and_flags(printer, self.axis_value, self.is_reverse)
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" ")
-        printer.print_region(self.combine)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> ScanOp:
-        ins = _parse_operand_group(parser, "ins")
-        outs = _parse_operand_group(parser, "outs")
-        axis, reverse = _parse_axis_and_flags(parser)
-        attrs = _parse_keyword_attrs(parser)
-        region = parser.parse_region()
-        op = cls(ins, outs, axis.value.data, region, reverse=reverse is not None)
-        op.attributes.update(attrs)
-        return op
-
-
-def _parse_keyword_attrs(parser: Parser) -> dict[str, Attribute]:
-    # `attributes {...}`: a bare `{` would be ambiguous with the region that follows.
-    attrs = parser.parse_optional_attr_dict_with_keyword()
-    return dict(attrs.data) if attrs else {}
-
-
-def _parse_operand_group(parser: Parser, keyword: str) -> list[SSAValue]:
-    """Parse `keyword(%x, %y : T1, T2)`."""
-    parser.parse_keyword(keyword)
-    parser.parse_punctuation("(")
-    names: list[UnresolvedOperand] = parser.parse_comma_separated_list(
-        parser.Delimiter.NONE, parser.parse_unresolved_operand
-    )
-    parser.parse_punctuation(":")
-    types = _parse_types(parser, len(names), f"'{keyword}' operands")
-    parser.parse_punctuation(")")
-    return [parser.resolve_operand(n, t) for n, t in zip(names, types)]
-
-
 # ---------------------------------------------------------------------------
 # scan.recurrence
 # ---------------------------------------------------------------------------
@@ -468,7 +391,12 @@ class LoopRecurrence(IRDLOperation):
     coeffs = region_def("single_block")
     emit = region_def("single_block")
 
-    traits = traits_def(RecursiveMemoryEffect())
+    # The op reads and writes `state`; loads and stores of other memrefs sit in the regions.
+    traits = traits_def(ReadsInputsWritesOutputs())
+    assembly_format = (
+        "$lb `to` $ub `step` $step `state` `(` $state `:` type($state) `)` "
+        "attr-dict-with-keyword `coeffs` $coeffs `emit` $emit"
+    )
 
     def __init__(
         self,
@@ -480,6 +408,12 @@ class LoopRecurrence(IRDLOperation):
         emit: Region,
     ):
         super().__init__(operands=[lb, ub, step, state], regions=[coeffs, emit])
+
+    def read_operands(self) -> list[SSAValue]:
+        return [self.state]
+
+    def written_operands(self) -> list[SSAValue]:
+        return [self.state]
 
     @property
     def state_type(self) -> MemRefType:
@@ -512,48 +446,6 @@ class LoopRecurrence(IRDLOperation):
         last = self.coeffs.block.last_op
         yielded = [v.type for v in last.arguments] if isinstance(last, YieldOp) else None
         return [a.type for a in self.coeffs.block.args], yielded
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.lb)
-        printer.print_string(" to ")
-        printer.print_operand(self.ub)
-        printer.print_string(" step ")
-        printer.print_operand(self.step)
-        printer.print_string(" state(")
-        printer.print_operand(self.state)
-        printer.print_string(" : ")
-        printer.print_attribute(self.state.type)
-        printer.print_string(")")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" coeffs ")
-        printer.print_region(self.coeffs)
-        printer.print_string(" emit ")
-        printer.print_region(self.emit)
-
-    @classmethod
-    def parse(cls, parser: Parser):
-        idx = IndexType()
-        lb = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
-        parser.parse_keyword("to")
-        ub = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
-        parser.parse_keyword("step")
-        step = parser.resolve_operand(parser.parse_unresolved_operand(), idx)
-        parser.parse_keyword("state")
-        parser.parse_punctuation("(")
-        name = parser.parse_unresolved_operand()
-        parser.parse_punctuation(":")
-        state = parser.resolve_operand(name, parser.parse_type())
-        parser.parse_punctuation(")")
-        attrs = _parse_keyword_attrs(parser)
-        parser.parse_keyword("coeffs")
-        coeffs = parser.parse_region()
-        parser.parse_keyword("emit")
-        emit = parser.parse_region()
-        op = cls(lb, ub, step, state, coeffs, emit)
-        op.attributes.update(attrs)
-        return op
-
 
 @irdl_op_definition
 class RecurrenceOp(LoopRecurrence):

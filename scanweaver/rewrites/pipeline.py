@@ -61,6 +61,16 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
     ]
 
 
+def pipeline_table() -> str:
+    """The README's table of what `scanweaver-lower` runs per target (a test keeps the
+    README equal to it, so the documented pipeline is the one that runs)."""
+    rows = ["| target | stages, in order |", "|---|---|"]
+    for target in TARGETS:
+        names = " → ".join(f"`{stage.name}`" for stage in stages_for(target))
+        rows.append(f"| `{target}` | {names} |")
+    return "\n".join(rows)
+
+
 @dataclass(frozen=True)
 class ScanweaverLower(ModulePass):
     name = "scanweaver-lower"
@@ -70,3 +80,7 @@ class ScanweaverLower(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for stage in stages_for(self.target):
             stage.apply(ctx, op)
+
+
+if __name__ == "__main__":
+    print(pipeline_table())
