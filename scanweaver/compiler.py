@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.pipeline import stages_for
 from scanweaver.toolchain import cache
@@ -124,6 +124,8 @@ def public_functions(module: ModuleOp) -> dict[str, func.FuncOp]:
 
 
 def check_target(target: str) -> str:
+    if not isinstance(target, str):
+        raise ScanWeaverTypeError(f"target must be 'cpu' or 'cuda', got {target!r}")
     if target not in ("cpu", "cuda"):
-        raise ScanWeaverError(f"unknown target '{target}' (expected 'cpu' or 'cuda')")
+        raise ScanWeaverValueError(f"unknown target '{target}' (expected 'cpu' or 'cuda')")
     return target
