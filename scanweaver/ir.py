@@ -41,6 +41,8 @@ def parse_ir(text: str, source: str = "<input>") -> ModuleOp:
         raise ScanWeaverValueError(f"cannot parse {source}: {e}") from None
     except (VerifyException, DiagnosticException) as e:
         raise ScanWeaverValueError(f"invalid IR in {source}: {e}") from None
+    except RecursionError:  # xDSL's parser and verifier recurse into nested regions
+        raise ScanWeaverValueError(f"cannot parse {source}: the IR nests too deeply") from None
     return module
 
 

@@ -99,12 +99,26 @@ def _is_empty_grid_guard(op: scf.IfOp) -> bool:
     )
 
 
+def _parse_ptx_entry(payload: bytes) -> tuple[str, dict[str, dict[str, int]]]:
+    """A `ptx` cache entry; TypeError/ValueError/KeyError when malformed."""
+    data = json.loads(payload)
+    ptx, ptxas = data["ptx"], data["ptxas"]
+    if not isinstance(ptx, str) or not isinstance(ptxas, dict) or not all(
+        isinstance(k, str) and isinstance(f, dict) and all(isinstance(v, int) for v in f.values())
+        for k, f in ptxas.items()
+    ):
+        raise TypeError("malformed ptx entry")
+    return ptx, ptxas
+
+
 def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
     """Lower for the GPU and produce PTX + launch plans (no GPU needed; PTX is cached)."""
     from scanweaver import compiler
     from scanweaver.rewrites.gpu_export import export_gpu, print_generic
     from scanweaver.toolchain import cache
+    from scanweaver.toolchain.mlir import check_chip
 
+    check_chip(chip)
     lowered = compiler.lower(mlir_text, "gpu")
     launches, counts = _host_launches(lowered.module)
     key = cache.cache_key("ptx", print_generic(lowered.module), chip=chip)
@@ -117,9 +131,8 @@ def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
 
     if not any(launches.values()):
         raise ScanWeaverValueError("the module has no recurrence or scan to run on the GPU")
-    payload, _ = cache.cached(key, build)
-    data = json.loads(payload)
-    return CudaArtifacts(data["ptx"], chip, launches, counts, lowered.stages, data["ptxas"])
+    (ptx, ptxas), _ = cache.cached(key, build, parse=_parse_ptx_entry)
+    return CudaArtifacts(ptx, chip, launches, counts, lowered.stages, ptxas)
 
 
 class _CudaFunction:
