@@ -233,3 +233,17 @@ def test_h0_takes_the_array_likes_a_and_b_take():
         assert np.array_equal(scanweaver.linear_scan(a, b, h0), same), h0
     ints = np.ones((2, 3), np.int64)
     assert scanweaver.linear_scan(ints, ints, [5, -5])[:, 0].tolist() == [6, -4]
+
+
+def test_cuda_arguments_are_checked_before_the_device():
+    """Host arguments of compiled CUDA programs (checked before any device call)."""
+    pytest.importorskip("numba.cuda")
+    from scanweaver.runtime.cuda import DeviceArguments
+
+    for args, outputs, kind, text in (
+        (["abc"], set(), TypeError, "argument #0"),
+        ([None], set(), TypeError, "argument #0"),
+        ([[[1.0], [1.0, 2.0]]], set(), ValueError, "argument #0"),
+        ([[0.0, 0.0]], {0}, TypeError, "argument #0 is written by the kernel"),
+    ):
+        _check(text, lambda: DeviceArguments(args, outputs), kind, text)

@@ -183,7 +183,18 @@ class DeviceArguments:
             if hasattr(x, "__cuda_array_interface__"):
                 self.device.append(x)
                 continue
-            host = np.asarray(x)
+            if i in outputs and not isinstance(x, np.ndarray):
+                # A copy of a list would receive the results and be thrown away.
+                raise ScanWeaverTypeError(
+                    f"argument #{i} is written by the kernel: pass a numpy or device array, "
+                    f"not {type(x).__name__}"
+                )
+            try:
+                host = np.asarray(x)
+            except Exception as e:  # noqa: BLE001 - a ragged list or an odd object
+                raise ScanWeaverValueError(f"argument #{i} is not an array: {e}") from None
+            if host.dtype.kind not in "biufV":
+                raise ScanWeaverTypeError(f"argument #{i} must be an array of numbers, got {type(x).__name__} of {host.dtype}")
             if i in outputs and not host.flags.writeable:
                 raise ScanWeaverValueError(f"argument #{i} is written by the kernel but is read-only")
             dev = cuda.to_device(np.ascontiguousarray(host))
