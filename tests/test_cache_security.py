@@ -194,7 +194,7 @@ def test_ptx_entry_with_bad_content_is_rebuilt(cache_at, monkeypatch):
 
     monkeypatch.setattr(gpu_export, "export_gpu", fake_export)
     key = _ptx_key()
-    for content in (b"not json", b'{"ptx": "x"}', b'{"ptx": 1, "ptxas": {}}', b'{"ptx": "x", "ptxas": {"k": {"registers": "many"}}}'):
+    for content in (b"not json", b'{"ptx": 1, "ptxas": {}}', b'{"ptx": "x", "ptxas": {"k": {"registers": "many"}}}'):
         exports.clear()
         cache.store(key, content)
         artifacts = cuda_program.build_cuda_artifacts(ONE_FUNCTION, "sm_90")
@@ -225,3 +225,28 @@ def test_every_reader_goes_through_a_parser():
         assert "cache.load(" not in text, name
         calls = text.count("cache.cached(")
         assert calls and text.count("parse=") >= calls, name
+
+
+def test_command_line_warns_once_and_still_builds(tmp_path):
+    import subprocess
+    import sys
+
+    unsafe = tmp_path / "shared"
+    unsafe.mkdir()
+    os.chmod(unsafe, 0o777)
+    src = tmp_path / "x.mlir"
+    src.write_text(ONE_FUNCTION)
+    out = tmp_path / "x.ll"
+    r = subprocess.run(
+        [sys.executable, "-m", "scanweaver.cli", "compile", str(src), "--target", "llvm",
+         "--lower-for", "loops", "-o", str(out)],
+        capture_output=True, text=True, env={**os.environ, "SCANWEAVER_CACHE_DIR": str(unsafe)},
+    )
+    assert r.returncode == 0, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert warned == [
+        f"scanweaver: warning: compile cache disabled: {unsafe} is not safe to run code from: "
+        "it is writable by others (mode 777)"
+    ], r.stderr
+    assert "define void @reverse_init_final" in out.read_text()
+    assert list(unsafe.iterdir()) == []

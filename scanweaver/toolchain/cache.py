@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from scanweaver.errors import CacheWarning
 from scanweaver.toolchain.tools import tool_versions
 
 _MAGIC = b"SCANWEAVER-CACHE-1\n"
@@ -73,10 +74,6 @@ def cache_key(kind: str, text: str, **options: object) -> str:
 # and nobody else can write them; otherwise warn once and build without the cache.
 # Directories are opened once and entries opened relative to them (dir_fd), so a
 # directory swapped after its check is never followed.
-
-
-class CacheWarning(UserWarning):
-    """The compile cache is not used (unsafe or unusable directory); builds still work."""
 
 
 _WARNED: set[str] = set()
