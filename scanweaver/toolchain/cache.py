@@ -192,6 +192,9 @@ def store(key: str, payload: bytes) -> None:
         os.replace(tmp, key, src_dir_fd=directory, dst_dir_fd=directory)
     except OSError:
         _discard(tmp, directory)
+    except BaseException:  # Ctrl-C while writing: no temporary file left behind
+        _discard(tmp, directory)
+        raise
     finally:
         os.close(directory)
 
