@@ -34,7 +34,7 @@ def _tool_class():
         def get_input_stream(self):
             stream, extension = super().get_input_stream()
             name = self.args.input_file or "standard input"
-            self.inputs.add_fd(stream.fileno(), name)
+            self.inputs.add_fd(stream, name)
             if self.args.output_file:  # refuse `-o INPUT` before any work
                 check_outputs([self.args.output_file], self.inputs)
             return stream, extension

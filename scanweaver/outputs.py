@@ -42,21 +42,23 @@ class Inputs:
 
     files: dict[tuple[int, int], str] = field(default_factory=dict)
 
-    def add_fd(self, fd: int, name: str) -> None:
+    def add_fd(self, stream, name: str) -> None:
+        """Remember the file behind `stream` (a file object or a descriptor)."""
         try:
+            fd = stream if isinstance(stream, int) else stream.fileno()
             self.files[_identity(os.fstat(fd))] = name
-        except OSError:  # a closed or odd stdin: nothing can be overwritten through it
+        except (OSError, ValueError):  # no descriptor (a stand-in stdin): nothing to overwrite
             pass
 
     def read(self, name: str) -> str:
         """The text of file `name` (`-`: standard input), remembered as an input."""
         try:
             if name == STDIO:
-                self.add_fd(sys.stdin.fileno(), "standard input")
+                self.add_fd(sys.stdin, "standard input")
                 data = sys.stdin.buffer.read()
             else:
                 with open(name, "rb") as f:
-                    self.add_fd(f.fileno(), name)
+                    self.add_fd(f, name)
                     data = f.read()
         except OSError as e:
             raise ScanWeaverError(f"cannot read {name}: {e.strerror}") from None
