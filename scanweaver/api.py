@@ -116,9 +116,9 @@ def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axi
         converted = arr.astype(state)
     else:
         if not np.can_cast(arr.dtype, state, "same_kind"):
+            what = "floating-point" if arr.dtype.kind == "f" else arr.dtype.name
             raise ScanWeaverTypeError(
-                f"argument 'h0' holds {arr.dtype.kind == 'f' and 'floating-point' or arr.dtype.name} "
-                f"values, which do not fit the state dtype {state.name}"
+                f"argument 'h0' holds {what} values, which do not fit the state dtype {state.name}"
             )
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # checked just below
