@@ -6,15 +6,39 @@
     program = scanweaver.compile(mlir_text, target="cpu")  # loops -> raise -> lower -> build
 """
 
-from scanweaver.api import Program, compile, linear_scan, selective_scan
-from scanweaver.errors import BackendUnavailableError, ScanWeaverError
+from scanweaver.errors import (
+    BackendUnavailableError,
+    ScanWeaverError,
+    ScanWeaverTypeError,
+    ScanWeaverValueError,
+)
 
 __version__ = "0.1.0"
 __all__ = [
     "BackendUnavailableError",
     "Program",
     "ScanWeaverError",
+    "ScanWeaverTypeError",
+    "ScanWeaverValueError",
     "compile",
     "linear_scan",
     "selective_scan",
 ]
+
+# The API (numpy, xDSL, numba) loads on first use, not on `import scanweaver`: the
+# command-line tools import this package first and must catch Ctrl-C during start-up.
+_FROM_API = ("Program", "compile", "linear_scan", "selective_scan")
+
+
+def __getattr__(name: str):
+    if name in _FROM_API:
+        from scanweaver import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'scanweaver' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

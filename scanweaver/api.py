@@ -14,7 +14,12 @@ import operator
 
 import numpy as np
 
-from scanweaver.errors import BackendUnavailableError, ScanWeaverError
+from scanweaver.errors import (
+    BackendUnavailableError,
+    ScanWeaverError,
+    ScanWeaverTypeError,
+    ScanWeaverValueError,
+)
 
 _FLOAT_TYPES = (np.float16, np.float32, np.float64)
 _SCAN_TYPES = (*_FLOAT_TYPES, np.int32, np.int64)
@@ -37,22 +42,26 @@ def _cuda_usable() -> bool:
 def _pick_backend(backend: str, arrays: list[Any], gpu_limit: str | None = None) -> str:
     """The backend to run on.  `gpu_limit`: why the GPU kernel cannot take these inputs
     (then "auto" stays on the CPU and "cuda" is an error), or None."""
+    if not isinstance(backend, str):
+        raise ScanWeaverTypeError(
+            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
+        )
     if backend not in BACKENDS:
-        raise ScanWeaverError(
+        raise ScanWeaverValueError(
             f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
         )
     given = [x for x in arrays if x is not None]
     on_device = any(_is_cuda_array(x) for x in given)
     if on_device and not all(_is_cuda_array(x) for x in given):
-        raise ScanWeaverError(
+        raise ScanWeaverValueError(
             "some array arguments are GPU arrays and others host arrays; pass all of them "
             "on the same device"
         )
     if gpu_limit is not None and (backend == "cuda" or on_device):
-        raise ScanWeaverError(f"the GPU kernel does not support this call: {gpu_limit}; use backend='cpu'")
+        raise ScanWeaverValueError(f"the GPU kernel does not support this call: {gpu_limit}; use backend='cpu'")
     if backend == "cpu":
         if on_device:
-            raise ScanWeaverError(
+            raise ScanWeaverValueError(
                 "backend='cpu' was asked for, but the inputs are GPU arrays; copy them "
                 "to the host or use backend='cuda'"
             )
@@ -68,20 +77,67 @@ def _pick_backend(backend: str, arrays: list[Any], gpu_limit: str | None = None)
 
 def _host_array(name: str, x: Any, allowed=_SCAN_TYPES) -> np.ndarray:
     if x is None:
-        raise ScanWeaverError(f"argument '{name}' is required")
+        raise ScanWeaverTypeError(f"argument '{name}' is required")
     try:
         arr = np.asarray(x)
     except Exception as e:  # noqa: BLE001 - any conversion failure is the user's input
-        raise ScanWeaverError(f"argument '{name}' is not an array: {e}") from None
-    if arr.dtype not in [np.dtype(t) for t in allowed]:
+        kind = ScanWeaverTypeError if isinstance(e, TypeError) else ScanWeaverValueError
+        raise kind(f"argument '{name}' is not an array: {e}") from None
+    if allowed is not None and arr.dtype not in [np.dtype(t) for t in allowed]:
         names = ", ".join(np.dtype(t).name for t in allowed)
-        raise ScanWeaverError(f"argument '{name}' has dtype {arr.dtype}; expected one of {names}")
+        raise ScanWeaverTypeError(f"argument '{name}' has dtype {arr.dtype}; expected one of {names}")
     return arr
+
+
+def _check_flag(name: str, value: Any) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ScanWeaverTypeError(f"{name} must be True or False, got {value!r}")
+
+
+def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """`h0` as a `state` array of `channel_shape`; a 0-d value stands for every channel.
+
+    Arrays keep numpy's rule (a dtype that casts to the state without loss).  Lists and
+    Python numbers have no dtype of their own: they are converted to the state dtype,
+    as numpy does with Python scalars, unless a value does not fit.
+    """
+    arr = _host_array("h0", h0, allowed=None)
+    if arr.dtype.kind not in "biuf":
+        raise ScanWeaverTypeError(
+            f"argument 'h0' has dtype {arr.dtype}; expected numbers for the state dtype {state.name}"
+        )
+    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
+    if typed:
+        if not np.can_cast(arr.dtype, state, "same_kind") or arr.dtype.itemsize > state.itemsize:
+            raise ScanWeaverTypeError(
+                f"argument 'h0' has dtype {arr.dtype}, which does not fit the state "
+                f"dtype {state.name} without loss"
+            )
+        converted = arr.astype(state)
+    else:
+        if not np.can_cast(arr.dtype, state, "same_kind"):
+            what = "floating-point" if arr.dtype.kind == "f" else arr.dtype.name
+            raise ScanWeaverTypeError(
+                f"argument 'h0' holds {what} values, which do not fit the state dtype {state.name}"
+            )
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+                converted = np.asarray(h0, dtype=state)
+        except OverflowError:
+            converted = None
+        if converted is None or not np.array_equal(np.isfinite(converted), np.isfinite(arr)) or (
+            state.kind in "iu" and not np.array_equal(converted, arr)
+        ):
+            raise ScanWeaverValueError(f"argument 'h0' has values that do not fit the state dtype {state.name}")
+    if converted.ndim == 0:
+        return np.full(channel_shape, converted, dtype=state)
+    _check_shape("h0", converted, channel_shape, f"'a' without axis {axis}, or a single value")
+    return converted
 
 
 def _check_shape(name: str, arr: Any, shape: tuple[int, ...], meaning: str) -> None:
     if tuple(arr.shape) != tuple(shape):
-        raise ScanWeaverError(
+        raise ScanWeaverValueError(
             f"argument '{name}' has shape {tuple(arr.shape)}; expected {tuple(shape)} ({meaning})"
         )
 
@@ -104,6 +160,8 @@ def linear_scan(
       every dimension other than ``axis`` is an independent channel.
     h0: optional initial state, shape of ``a`` without ``axis`` (zero when absent).
     reverse: walk the axis from its end (``h[t] = a[t] * h[t+1] + b[t]``).
+    h0 may be a list or a single value for every channel; values that the state dtype
+    cannot hold exactly (an integer overflow, a float for an integer state) are refused.
     Returns h (same shape; float16 inputs accumulate and return float32; integers wrap
     around like C), and with ``return_final_state=True`` also the last state.
     NaN and Inf propagate exactly as in the sequential loop.
@@ -111,9 +169,9 @@ def linear_scan(
     try:
         axis = operator.index(axis)
     except TypeError:
-        raise ScanWeaverError(f"axis must be an integer, got {axis!r}") from None
-    if not isinstance(reverse, (bool, np.bool_)):
-        raise ScanWeaverError(f"reverse must be True or False, got {reverse!r}")
+        raise ScanWeaverTypeError(f"axis must be an integer, got {axis!r}") from None
+    _check_flag("reverse", reverse)
+    _check_flag("return_final_state", return_final_state)
     chosen = _pick_backend(backend, [a, b, h0])
     if chosen == "cuda" and _is_cuda_array(a):
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
@@ -121,14 +179,14 @@ def linear_scan(
         return linear_scan_cuda(a, b, h0, axis, reverse, return_final_state)
     a_arr, b_arr = _host_array("a", a), _host_array("b", b)
     if a_arr.dtype != b_arr.dtype:
-        raise ScanWeaverError(
+        raise ScanWeaverTypeError(
             f"arguments 'a' ({a_arr.dtype}) and 'b' ({b_arr.dtype}) must have the same dtype"
         )
     _check_shape("b", b_arr, a_arr.shape, "the shape of 'a'")
     if a_arr.ndim == 0:
-        raise ScanWeaverError("arguments 'a' and 'b' must have at least one dimension")
+        raise ScanWeaverValueError("arguments 'a' and 'b' must have at least one dimension")
     if not -a_arr.ndim <= axis < a_arr.ndim:
-        raise ScanWeaverError(
+        raise ScanWeaverValueError(
             f"axis {axis} is out of range for {a_arr.ndim}-dimensional inputs"
         )
     axis %= a_arr.ndim
@@ -136,16 +194,9 @@ def linear_scan(
     channel_shape = a_arr.shape[:axis] + a_arr.shape[axis + 1 :]
     h0_2d = None
     if h0 is not None:
-        h0_arr = _host_array("h0", h0)
-        _check_shape("h0", h0_arr, channel_shape, f"'a' without axis {axis}")
-        if not np.can_cast(h0_arr.dtype, state_dtype, "same_kind") or (
-            h0_arr.dtype.itemsize > np.dtype(state_dtype).itemsize
-        ):
-            raise ScanWeaverError(
-                f"argument 'h0' has dtype {h0_arr.dtype}, which does not fit the state "
-                f"dtype {np.dtype(state_dtype).name} without loss"
-            )
-        h0_2d = np.ascontiguousarray(h0_arr, dtype=state_dtype).reshape(-1)
+        h0_arr = _initial_state(h0, np.dtype(state_dtype), channel_shape, axis)
+        h0_2d = np.ascontiguousarray(h0_arr).reshape(-1)
+        h0 = h0_arr
     if chosen == "cuda":
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
 
@@ -177,13 +228,13 @@ def linear_scan(
 def _check_selective_inputs(u, delta, A, B, C, D, z, delta_bias, h0):
     u = _host_array("u", u, _FLOAT_TYPES)
     if u.ndim != 3:
-        raise ScanWeaverError(f"argument 'u' must have shape (batch, D, L), got {u.shape}")
+        raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {u.shape}")
     batch, dim, length = u.shape
     delta = _host_array("delta", delta, _FLOAT_TYPES)
     _check_shape("delta", delta, u.shape, "(batch, D, L) like 'u'")
     A = _host_array("A", A, _FLOAT_TYPES)
     if A.ndim != 2 or A.shape[0] != dim:
-        raise ScanWeaverError(f"argument 'A' must have shape (D, N) = ({dim}, N), got {A.shape}")
+        raise ScanWeaverValueError(f"argument 'A' must have shape (D, N) = ({dim}, N), got {A.shape}")
     n = A.shape[1]
     shapes = {
         "constant": (dim, n),
@@ -194,12 +245,12 @@ def _check_selective_inputs(u, delta, A, B, C, D, z, delta_bias, h0):
         x = _host_array(name, x, _FLOAT_TYPES)
         if x.ndim == 4:
             if x.shape[0] != batch or x.shape[2:] != (n, length) or not x.shape[1] or dim % x.shape[1]:
-                raise ScanWeaverError(
+                raise ScanWeaverValueError(
                     f"argument '{name}' (grouped) must have shape (batch, G, N, L) = "
                     f"({batch}, G, {n}, {length}) with G dividing D={dim}, got {x.shape}"
                 )
         elif tuple(x.shape) not in shapes.values():
-            raise ScanWeaverError(
+            raise ScanWeaverValueError(
                 f"argument '{name}' must have shape (D, N) = {shapes['constant']}, "
                 f"(batch, N, L) = {shapes['shared']} or (batch, G, N, L), got {x.shape}"
             )
@@ -224,7 +275,10 @@ def _selective_gpu_limit(B: Any, C: Any, initial_state: Any) -> str | None:
     """Why the fused GPU kernel cannot take these inputs, or None."""
     if initial_state is not None:
         return "initial_state is not supported on the GPU yet"
-    b_shape, c_shape = (tuple(np.shape(x)) if not _is_cuda_array(x) else tuple(x.__cuda_array_interface__["shape"]) for x in (B, C))
+    try:
+        b_shape, c_shape = (tuple(np.shape(x)) if not _is_cuda_array(x) else tuple(x.__cuda_array_interface__["shape"]) for x in (B, C))
+    except ValueError:  # a ragged list: the argument checks name it
+        return None
     if len(b_shape) != len(c_shape) or (len(b_shape) == 4 and b_shape[1] != c_shape[1]):
         return "B and C must have the same layout (constant, shared, or grouped with one G)"
     return None
@@ -252,6 +306,8 @@ def selective_scan(
     All internal math is float32, whatever the input dtype; the output has u's dtype.
     Returns out, or (out, last_state) with ``return_last_state=True``.
     """
+    _check_flag("delta_softplus", delta_softplus)
+    _check_flag("return_last_state", return_last_state)
     chosen = _pick_backend(
         backend,
         [u, delta, A, B, C, D, z, delta_bias, initial_state],
@@ -332,7 +388,7 @@ class Program:
         for stage, ir in self.stages:
             if stage == name:
                 return ir
-        raise ScanWeaverError(
+        raise ScanWeaverValueError(
             f"no stage named '{name}' (stages: {', '.join(s for s, _ in self.stages)})"
         )
 
@@ -358,7 +414,7 @@ def _without_aliasing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         for k, (i, x) in enumerate(arrays):
             for j, y in arrays[k + 1 :]:
                 if np.may_share_memory(x, y):
-                    raise ScanWeaverError(
+                    raise ScanWeaverValueError(
                         f"@{name}: arguments #{i} and #{j} overlap in memory; ScanWeaver "
                         "assumes distinct memref arguments do not alias"
                     )
@@ -381,7 +437,7 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
 
     compiler.check_target(target)
     if not isinstance(mlir_text, str):
-        raise ScanWeaverError(f"compile() takes MLIR text (a str), got {type(mlir_text).__name__}")
+        raise ScanWeaverTypeError(f"compile() takes MLIR text (a str), got {type(mlir_text).__name__}")
     if target == "cuda":
         from scanweaver.runtime.cuda_program import compile_cuda_program
 

@@ -4,98 +4,91 @@
     scanweaver demo
     scanweaver bench [--full]
 
-User errors print one line (`scanweaver: error: ...`) and exit 1; output files are
-written whole or not at all.
+User errors print one line (`scanweaver: error: ...`) and exit 1; Ctrl-C exits 130
+with one line.  Output files follow `scanweaver.outputs`: written whole or not at all,
+never over an input, only regular files replaced, `-o -` for standard output.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+# Only modules the interpreter has loaded already (or built in) at the top: the rest is
+# imported inside `main`, so that Ctrl-C during start-up is caught like Ctrl-C later.
 import os
+import stat
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverError  # loaded with the package: no dependencies
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def write_atomically(path: Path, data: str | bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: never a partial file."""
-    path = path.resolve()
-    if path.is_dir():
-        raise ScanWeaverError(f"cannot write {path}: it is a directory")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    except OSError as e:
-        raise ScanWeaverError(f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise ScanWeaverError(f"cannot write {path}: {e.strerror}") from None
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _read_source(name: str) -> str:
-    if name == "-":
-        return sys.stdin.read()
-    try:
-        return Path(name).read_text()
-    except OSError as e:
-        raise ScanWeaverError(f"cannot read {name}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ScanWeaverError(f"cannot read {name}: it is not UTF-8 text") from None
-
-
 # ----------------------------------------------------------------------------- compile
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
+def cmd_compile(args) -> int:
     from scanweaver import compiler
+    from scanweaver.outputs import STDIO, Inputs, check_outputs, write_output
 
-    text = _read_source(args.file)
-    out = Path(args.output)
-    if not out.resolve().parent.is_dir():
-        raise ScanWeaverError(f"cannot write {args.output}: its directory does not exist")
-    if out.is_dir():
-        raise ScanWeaverError(f"cannot write {args.output}: it is a directory")
+    inputs = Inputs()
     pipeline = args.lower_for or compiler.TARGET_FOR_KIND[args.target]
     if args.target in ("ptx", "cubin") and pipeline != "gpu":
         raise ScanWeaverError(f"--target {args.target} needs the gpu lowering, not '{pipeline}'")
     if args.target == "llvm" and pipeline == "gpu":
         raise ScanWeaverError("--target llvm needs the cpu or loops lowering, not 'gpu'")
+    if args.target in ("ptx", "cubin"):
+        from scanweaver.toolchain.mlir import check_chip
+
+        check_chip(args.chip, "--chip")
+    text = inputs.read(args.file)
+    outputs = [args.output]
+    if args.target in ("ptx", "cubin"):
+        args.launch_json = _launch_json_path(args)
+        outputs += [args.launch_json] if args.launch_json else []
+    elif args.launch_json:
+        raise ScanWeaverError(f"--launch-json is for --target ptx or cubin, not {args.target}")
+    check_outputs(outputs, inputs)  # before the work: a refused output costs nothing
     started = time.perf_counter()
     lowered = compiler.lower(
         text, pipeline, source=args.file, progress=lambda s: _say(f"[scanweaver] pass {s}")
     )
     if args.target == "mlir":
-        write_atomically(out, lowered.text)
+        write_output(args.output, lowered.text, inputs)
     elif args.target == "llvm":
         _say("[scanweaver] mlir-opt -> LLVM dialect, mlir-translate -> LLVM IR")
         llvm_ir, hit = compiler.cpu_llvm_ir(lowered.module)
         if hit:
             _say("[scanweaver] (toolchain output taken from the compile cache)")
-        write_atomically(out, llvm_ir)
+        write_output(args.output, llvm_ir, inputs)
     else:
-        _write_gpu(lowered.module, args, out)
-    _say(f"[scanweaver] wrote {out} in {time.perf_counter() - started:.2f} s")
+        _write_gpu(lowered.module, args, inputs)
+    where = "standard output" if args.output == STDIO else args.output
+    _say(f"[scanweaver] wrote {where} in {time.perf_counter() - started:.2f} s")
     return 0
 
 
-def _write_gpu(module, args: argparse.Namespace, out: Path) -> None:
+def _launch_json_path(args) -> str | None:
+    """Where the launch description goes: --launch-json, else OUT.launch.json beside a
+    file OUT; none beside standard output, a device or a FIFO (`-o /dev/null`)."""
+    if args.launch_json:
+        return args.launch_json
+    if args.output != "-":
+        try:
+            mode = os.stat(args.output).st_mode
+        except OSError:
+            mode = stat.S_IFREG  # a new file
+        if stat.S_ISREG(mode):
+            return args.output + ".launch.json"
+    _say("[scanweaver] no launch description: the output is not a regular file (use --launch-json PATH)")
+    return None
+
+
+def _write_gpu(module, args, inputs) -> None:
+    import json
+
+    from scanweaver.outputs import write_outputs
     from scanweaver.rewrites.gpu_export import export_gpu
     from scanweaver.toolchain.mlir import gpu_to_cubin
 
@@ -133,22 +126,24 @@ def _write_gpu(module, args: argparse.Namespace, out: Path) -> None:
         }
         for d in exported["launches"]
     ]
-    launch_path = out.with_name(out.name + ".launch.json")
-    write_atomically(out, payload)
-    write_atomically(launch_path, json.dumps({"chip": args.chip, "kernels": launches}, indent=2))
-    _say(f"[scanweaver] launch description: {launch_path}")
+    items = [(args.output, payload)]
+    if args.launch_json:
+        items.append((args.launch_json, json.dumps({"chip": args.chip, "kernels": launches}, indent=2)))
+    write_outputs(items, inputs)  # both files or neither
+    if args.launch_json:
+        _say(f"[scanweaver] launch description: {args.launch_json}")
 
 
 # ------------------------------------------------------------------------ demo / bench
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args) -> int:
     from scanweaver.demo import run_demo
 
     return run_demo(quick=args.quick)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_bench(args) -> int:
     from scanweaver.bench.harness import main as bench_main
 
     return bench_main(["--full"] if args.full else [])
@@ -157,7 +152,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------------- main
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="scanweaver",
         description="Find affine recurrences in loop IR and compile them to parallel scans.",
@@ -167,8 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile an MLIR file to PTX, a cubin, LLVM IR or lowered MLIR")
     p.add_argument("file", help="input .mlir file (loops or scan dialect), or - for stdin")
     p.add_argument("--target", required=True, choices=["ptx", "cubin", "llvm", "mlir"])
-    p.add_argument("-o", "--output", required=True, help="output file")
-    p.add_argument("--chip", default="sm_90", help="GPU architecture for ptx/cubin (default sm_90)")
+    p.add_argument("-o", "--output", required=True, help="output file, or - for standard output")
+    p.add_argument("--chip", default="sm_90", help="GPU architecture for ptx/cubin: sm_NN or sm_NNa (default sm_90)")
+    p.add_argument(
+        "--launch-json",
+        metavar="PATH",
+        help="where ptx/cubin launch descriptions go (default OUT.launch.json when OUT is a file)",
+    )
     p.add_argument(
         "--lower-for",
         choices=["gpu", "cpu", "loops"],
@@ -186,16 +188,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _one_line_warnings() -> None:
+    """Library warnings (e.g. an unsafe compile cache) as one `scanweaver: warning:` line."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        _say(f"scanweaver: warning: {message}")
+
+    warnings.showwarning = show
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    _one_line_warnings()
     try:
         return args.run(args)
     except ScanWeaverError as e:
-        print(f"scanweaver: error: {e}", file=sys.stderr)
+        _say(f"scanweaver: error: {e}")
         return 1
+    except RecursionError:
+        # xDSL parses, verifies and prints nested regions recursively.
+        _say(f"scanweaver: error: {getattr(args, 'file', 'the input')}: the IR nests too deeply to process")
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(argv)
     except KeyboardInterrupt:
-        print("scanweaver: interrupted", file=sys.stderr)
+        _say("scanweaver: interrupted")
         return 130
+    except BrokenPipeError:  # e.g. `-o - | head`: the reader left; say nothing more
+        _quiet_stdout()
+        return 1
+
+
+def _quiet_stdout() -> None:
+    # Python flushes stdout again at exit; point it at /dev/null so that fails quietly.
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

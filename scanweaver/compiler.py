@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.pipeline import stages_for
 from scanweaver.toolchain import cache
@@ -52,6 +52,13 @@ def lower(
     openmp: bool = False,
 ) -> Lowered:
     """Run `scanweaver-lower{target=...}` stage by stage, recording each stage's IR."""
+    try:
+        return _lower(text, target, source, progress, keep_stages, openmp)
+    except RecursionError:  # passes and the printer recurse into nested regions
+        raise ScanWeaverValueError(f"{source}: the IR nests too deeply to compile") from None
+
+
+def _lower(text, target, source, progress, keep_stages, openmp) -> Lowered:
     module = parse_ir(text, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
     ctx = make_context()
@@ -75,8 +82,26 @@ def cpu_llvm_ir(module: ModuleOp, openmp: bool = False) -> tuple[str, bool]:
     emit_c_interface(module)
     text = print_ir(module)
     key = cache.cache_key("llvm-ir", text, openmp=openmp)
-    payload, hit = cache.cached(key, lambda: lower_to_llvm_ir(text, openmp=openmp).encode())
-    return payload.decode(), hit
+    return cache.cached(key, lambda: lower_to_llvm_ir(text, openmp=openmp).encode(), parse=_utf8)
+
+
+def _utf8(payload: bytes) -> str:
+    return payload.decode()  # UnicodeDecodeError (a ValueError): a malformed entry
+
+
+def _parse_cpu_build(payload: bytes) -> tuple[str, dict[str, tuple[list[str], list[str]]]]:
+    """A `cpu-build` cache entry; TypeError/ValueError/KeyError when malformed."""
+    data = json.loads(payload)
+    llvm_ir, raw = data["llvm_ir"], data["signatures"]
+    if not isinstance(llvm_ir, str) or not isinstance(raw, dict):
+        raise TypeError("malformed cpu-build entry")
+    signatures = {}
+    for name, sig in raw.items():
+        args, results = sig  # ValueError unless a pair
+        if not all(isinstance(t, str) for t in (*args, *results)) or isinstance(args, str) or isinstance(results, str):
+            raise TypeError("malformed signature")
+        signatures[name] = (list(args), list(results))
+    return llvm_ir, signatures
 
 
 @dataclass
@@ -95,22 +120,21 @@ def build_cpu(text: str, source: str = "<input>", openmp: bool = False) -> CpuBu
     openmp: parallel channel-group loops through OpenMP (the JIT then needs libomp).
     """
     key = cache.cache_key("cpu-build", text, openmp=openmp)
-    payload = cache.load(key)
-    if payload is not None:
-        data = json.loads(payload)
-        sigs = {k: (v[0], v[1]) for k, v in data["signatures"].items()}
-        return CpuBuild(data["llvm_ir"], sigs, True)
-    lowered = lower(text, "cpu", source, keep_stages=False, openmp=openmp)
-    llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp)
-    signatures = {
-        name: (
-            [str(t) for t in fn.function_type.inputs.data],
-            [str(t) for t in fn.function_type.outputs.data],
-        )
-        for name, fn in public_functions(lowered.module).items()
-    }
-    cache.store(key, json.dumps({"llvm_ir": llvm_ir, "signatures": signatures}).encode())
-    return CpuBuild(llvm_ir, signatures, False)
+
+    def build() -> bytes:
+        lowered = lower(text, "cpu", source, keep_stages=False, openmp=openmp)
+        llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp)
+        signatures = {
+            name: (
+                [str(t) for t in fn.function_type.inputs.data],
+                [str(t) for t in fn.function_type.outputs.data],
+            )
+            for name, fn in public_functions(lowered.module).items()
+        }
+        return json.dumps({"llvm_ir": llvm_ir, "signatures": signatures}).encode()
+
+    (llvm_ir, signatures), hit = cache.cached(key, build, parse=_parse_cpu_build)
+    return CpuBuild(llvm_ir, signatures, hit)
 
 
 def public_functions(module: ModuleOp) -> dict[str, func.FuncOp]:
@@ -124,6 +148,8 @@ def public_functions(module: ModuleOp) -> dict[str, func.FuncOp]:
 
 
 def check_target(target: str) -> str:
+    if not isinstance(target, str):
+        raise ScanWeaverTypeError(f"target must be 'cpu' or 'cuda', got {target!r}")
     if target not in ("cpu", "cuda"):
-        raise ScanWeaverError(f"unknown target '{target}' (expected 'cpu' or 'cuda')")
+        raise ScanWeaverValueError(f"unknown target '{target}' (expected 'cpu' or 'cuda')")
     return target

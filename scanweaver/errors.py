@@ -1,7 +1,11 @@
 """One exception family for every user-facing failure.
 
 Command-line tools catch `ScanWeaverError` and print its message as one line;
-anything else escaping is a bug in ScanWeaver, not in the user's input.
+anything else escaping is a bug in ScanWeaver, not in the user's input.  Bad
+arguments raise `ScanWeaverValueError` (values, shapes, IR content) or
+`ScanWeaverTypeError` (types, dtypes, missing arrays), so that `except ValueError` and
+`except TypeError` catch them as they would numpy's; environment problems (tools,
+GPU) raise the other subclasses.
 """
 
 
@@ -27,3 +31,11 @@ class ScanWeaverValueError(ScanWeaverError, ValueError):
 
 class ScanWeaverTypeError(ScanWeaverError, TypeError):
     """An argument of the wrong type or dtype (what numpy and torch raise `TypeError` for)."""
+
+
+class ScanWeaverWarning(UserWarning):
+    """Something the user should know that does not stop the work."""
+
+
+class CacheWarning(ScanWeaverWarning):
+    """The compile cache is not used (unsafe or unusable directory or entry); builds still work."""

@@ -13,7 +13,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverValueError
 
 
 @cache
@@ -38,9 +38,11 @@ def parse_ir(text: str, source: str = "<input>") -> ModuleOp:
         module = Parser(make_context(), text, source).parse_module()
         module.verify()
     except ParseError as e:
-        raise ScanWeaverError(f"cannot parse {source}: {e}") from None
+        raise ScanWeaverValueError(f"cannot parse {source}: {e}") from None
     except (VerifyException, DiagnosticException) as e:
-        raise ScanWeaverError(f"invalid IR in {source}: {e}") from None
+        raise ScanWeaverValueError(f"invalid IR in {source}: {e}") from None
+    except RecursionError:  # xDSL's parser and verifier recurse into nested regions
+        raise ScanWeaverValueError(f"cannot parse {source}: the IR nests too deeply") from None
     return module
 
 

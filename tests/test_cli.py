@@ -129,12 +129,4 @@ def test_environment_errors_are_one_line(tmp_path):
         assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-def test_outputs_get_ordinary_permissions(tmp_path):
-    src = tmp_path / "in.mlir"
-    src.write_text(AFFINE)
-    out = tmp_path / "out.mlir"
-    r = run_cli("compile", str(src), "--target", "mlir", "--lower-for", "loops", "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    umask = os.umask(0)
-    os.umask(umask)
-    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+# Output modes (the umask, kept modes): tests/test_cli_files.py.

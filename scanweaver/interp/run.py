@@ -31,7 +31,7 @@ from xdsl.interpreters.shaped_array import ShapedArray
 from xdsl.interpreters.utils.ptr import RawPtr, TypedPtr
 from xdsl.ir import Attribute
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.interp.numerics import bf16_bits_to_float, float_to_bf16_bits
 from scanweaver.interp.scan_impls import ScanFunctions
 from scanweaver.interp.upstream_impls import UpstreamFunctions
@@ -73,7 +73,7 @@ def numpy_dtype_for(el: Attribute) -> np.dtype:
         if width == 1:
             return np.dtype(np.bool_)
         return np.dtype(f"int{width}")
-    raise ScanWeaverError(f"element type {el} is not supported by the interpreter")
+    raise ScanWeaverTypeError(f"element type {el} is not supported by the interpreter")
 
 
 def _storage_xtype(el: Attribute):
@@ -99,7 +99,7 @@ def parse_module(text: str) -> ModuleOp:
 def _to_shaped(array: np.ndarray, t: MemRefType, name: str) -> ShapedArray[Any]:
     want = numpy_dtype_for(t.element_type)
     if array.dtype != want:
-        raise ScanWeaverError(
+        raise ScanWeaverTypeError(
             f"argument '{name}': expected a numpy array of dtype {want} for "
             f"{t}, got {array.dtype}"
         )
@@ -107,7 +107,7 @@ def _to_shaped(array: np.ndarray, t: MemRefType, name: str) -> ShapedArray[Any]:
     if len(shape) != array.ndim or any(
         d != DYNAMIC_INDEX and d != s for d, s in zip(shape, array.shape)
     ):
-        raise ScanWeaverError(
+        raise ScanWeaverValueError(
             f"argument '{name}': shape {array.shape} does not match {t}"
         )
     raw = RawPtr(bytearray(np.ascontiguousarray(array).tobytes()))
@@ -136,10 +136,10 @@ def run_function(
         None,
     )
     if fn is None:
-        raise ScanWeaverError(f"no function named '@{name}' in the module")
+        raise ScanWeaverValueError(f"no function named '@{name}' in the module")
     arg_types = fn.function_type.inputs.data
     if len(args) != len(arg_types):
-        raise ScanWeaverError(
+        raise ScanWeaverTypeError(
             f"function '@{name}' takes {len(arg_types)} arguments, got {len(args)}"
         )
     values: list[Any] = []
@@ -148,7 +148,7 @@ def run_function(
         arg_name = f"#{i} of @{name}"
         if isinstance(t, MemRefType):
             if not isinstance(arg, np.ndarray):
-                raise ScanWeaverError(f"argument {arg_name}: expected a numpy array for {t}")
+                raise ScanWeaverTypeError(f"argument {arg_name}: expected a numpy array for {t}")
             shaped = _to_shaped(arg, t, arg_name)
             written.append((arg, shaped, numpy_dtype_for(t.element_type)))
             values.append(shaped)

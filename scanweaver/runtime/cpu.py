@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 import llvmlite.binding as llvm
 import numpy as np
 
-from scanweaver.errors import BackendUnavailableError, ScanWeaverError, ToolFailedError
+from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError, ToolFailedError
 
 # ------------------------------------------------------------------ argument types
 
@@ -70,7 +70,7 @@ class Scalar:
 
     def __post_init__(self) -> None:
         if self.dtype not in _SCALAR_CTYPES:
-            raise ScanWeaverError(f"unsupported scalar type {self.dtype!r}: use one of {sorted(_SCALAR_CTYPES)}")
+            raise ScanWeaverTypeError(f"unsupported scalar type {self.dtype!r}: use one of {sorted(_SCALAR_CTYPES)}")
 
     def __str__(self) -> str:
         return self.dtype
@@ -94,7 +94,7 @@ class MemRef:
 
     def __post_init__(self) -> None:
         if self.dtype not in _NUMPY_DTYPES:
-            raise ScanWeaverError(f"unsupported memref element type {self.dtype!r}: use one of {sorted(_NUMPY_DTYPES)}")
+            raise ScanWeaverTypeError(f"unsupported memref element type {self.dtype!r}: use one of {sorted(_NUMPY_DTYPES)}")
         if isinstance(self.shape, int):
             object.__setattr__(self, "shape", (None,) * self.shape)
         else:
@@ -102,7 +102,7 @@ class MemRef:
         if self.strides is not None:
             object.__setattr__(self, "strides", tuple(self.strides))
             if len(self.strides) != len(self.shape):
-                raise ScanWeaverError(f"memref type has {len(self.shape)} sizes but {len(self.strides)} strides")
+                raise ScanWeaverValueError(f"memref type has {len(self.shape)} sizes but {len(self.strides)} strides")
 
     @property
     def rank(self) -> int:
@@ -143,7 +143,7 @@ def parse_type(text: str) -> ArgType:
         return Scalar(text)
     match = _MEMREF_RE.fullmatch(text)
     if match is None:
-        raise ScanWeaverError(f"unsupported memref type {text!r}: only identity and strided<> layouts")
+        raise ScanWeaverTypeError(f"unsupported memref type {text!r}: only identity and strided<> layouts")
     dims, element, strides, offset = match.groups()
     shape = tuple(None if d == "?" else int(d) for d in dims.split("x")[:-1])
     if strides is None:
@@ -169,37 +169,37 @@ def memref_descriptor(rank: int) -> type[ctypes.Structure]:
 def _descriptor(array: Any, spec: MemRef, what: str) -> ctypes.Structure:
     """Zero-copy descriptor over a numpy array, after checking it matches `spec`."""
     if not isinstance(array, np.ndarray):
-        raise ScanWeaverError(f"{what} expects a numpy array for {spec}, got {type(array).__name__}")
+        raise ScanWeaverTypeError(f"{what} expects a numpy array for {spec}, got {type(array).__name__}")
     expected = _NUMPY_DTYPES[spec.dtype]
     if array.dtype != expected:
-        raise ScanWeaverError(f"{what} expects dtype {expected} for {spec}, got {array.dtype}")
+        raise ScanWeaverTypeError(f"{what} expects dtype {expected} for {spec}, got {array.dtype}")
     if array.ndim != spec.rank:
-        raise ScanWeaverError(f"{what} expects a {spec.rank}-D array for {spec}, got shape {array.shape}")
+        raise ScanWeaverValueError(f"{what} expects a {spec.rank}-D array for {spec}, got shape {array.shape}")
     if not array.flags.writeable:
         # Compiled code may store to any memref argument: never into read-only memory.
-        raise ScanWeaverError(f"{what} is read-only, and compiled code may write memref arguments: pass a copy")
+        raise ScanWeaverValueError(f"{what} is read-only, and compiled code may write memref arguments: pass a copy")
     for dim, (want, got) in enumerate(zip(spec.shape, array.shape)):
         if want is not None and want != got:
-            raise ScanWeaverError(f"{what} expects size {want} in dimension {dim} for {spec}, got shape {array.shape}")
+            raise ScanWeaverValueError(f"{what} expects size {want} in dimension {dim} for {spec}, got shape {array.shape}")
     itemsize = array.itemsize
     if any(s % itemsize for s in array.strides):
-        raise ScanWeaverError(
+        raise ScanWeaverValueError(
             f"{what} has byte strides {array.strides} that are not multiples of the item size {itemsize}: "
             "pass np.ascontiguousarray(...)"
         )
     strides = tuple(s // itemsize for s in array.strides)
     if any(s < 0 for s in strides):
         # MLIR's lowering multiplies index by stride with `nuw`: negative strides are UB.
-        raise ScanWeaverError(f"{what} has negative strides {strides}: pass np.ascontiguousarray(...)")
+        raise ScanWeaverValueError(f"{what} has negative strides {strides}: pass np.ascontiguousarray(...)")
     for dim, (want, got) in enumerate(zip(spec.static_strides(), strides)):
         # A size-1 dimension never uses its stride, whatever numpy says.
         if want is not None and want != got and array.shape[dim] > 1:
-            raise ScanWeaverError(
+            raise ScanWeaverValueError(
                 f"{what} has element strides {strides} but {spec} assumes stride {want} in dimension {dim}: "
                 "pass np.ascontiguousarray(...) or declare the argument with strided<[?, ...], offset: ?>"
             )
     if array.ctypes.data % itemsize:
-        raise ScanWeaverError(f"{what} is not aligned to its item size {itemsize}")
+        raise ScanWeaverValueError(f"{what} is not aligned to its item size {itemsize}")
     offset = spec.offset or 0
     base = array.ctypes.data - offset * itemsize  # so that aligned + offset = first element
     desc = memref_descriptor(spec.rank)()
@@ -213,15 +213,18 @@ def _descriptor(array: Any, spec: MemRef, what: str) -> ctypes.Structure:
 
 
 def _scalar_arg(value: Any, spec: Scalar, what: str) -> Any:
+    # Only numbers: float("1.5") or int(True-ish objects) would hide the caller's mistake.
+    if isinstance(value, (str, bytes)) or not isinstance(value, (int, float, np.number, np.bool_)):
+        raise ScanWeaverTypeError(f"{what} expects a number ({spec.dtype}), got {type(value).__name__} {value!r}")
     if spec.dtype in ("f32", "f64"):
         return float(value)
     if isinstance(value, (float, np.floating)) and not float(value).is_integer():
-        raise ScanWeaverError(f"{what} expects an integer ({spec.dtype}), got {value!r}")
+        raise ScanWeaverTypeError(f"{what} expects an integer ({spec.dtype}), got {value!r}")
     number = int(value)
     bits = {"i1": 1, "i8": 8, "i16": 16, "i32": 32}.get(spec.dtype, 64)
     low, high = (0, 1) if bits == 1 else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
     if not low <= number <= high:
-        raise ScanWeaverError(f"{what} value {number} does not fit in {spec.dtype}")
+        raise ScanWeaverValueError(f"{what} value {number} does not fit in {spec.dtype}")
     return number
 
 
@@ -405,7 +408,7 @@ class CpuProgram:
     def address(self, symbol: str) -> int:
         address = self.engine.get_function_address(symbol)
         if not address:
-            raise ScanWeaverError(f"symbol {symbol!r} is not defined in this program")
+            raise ScanWeaverValueError(f"symbol {symbol!r} is not defined in this program")
         return address
 
     def get(
@@ -427,7 +430,7 @@ class CpuProgram:
         result_types = [_as_type(r) for r in results]
         for result in result_types:
             if not isinstance(result, Scalar):
-                raise ScanWeaverError(f"{name}: memref results are not supported ({result}); pass an output argument")
+                raise ScanWeaverTypeError(f"{name}: memref results are not supported ({result}); pass an output argument")
         ciface = "_mlir_ciface_" + name
         address = self.engine.get_function_address(ciface)
         if not address:
@@ -436,7 +439,7 @@ class CpuProgram:
                 if self.engine.get_function_address(name)
                 else "no such function"
             )
-            raise ScanWeaverError(f"cannot call {name!r}: {hint}")
+            raise ScanWeaverValueError(f"cannot call {name!r}: {hint}")
 
         c_args: list[Any] = []
         result_struct = None
@@ -456,7 +459,7 @@ class CpuProgram:
 
         def call(*values: Any) -> Any:
             if len(values) != len(arg_types):
-                raise ScanWeaverError(f"{name} takes {len(arg_types)} arguments, got {len(values)}")
+                raise ScanWeaverTypeError(f"{name} takes {len(arg_types)} arguments, got {len(values)}")
             converted: list[Any] = []
             for index, (spec, value) in enumerate(zip(arg_types, values)):
                 what = f"argument {index} of {name}"

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cpu import CpuProgram, flush_denormals
 
 # ---------------------------------------------------------------------------
@@ -148,7 +148,7 @@ class Kernel:
         for spec, v in zip(self.spec, values, strict=True):
             if isinstance(spec, int):
                 if v.ndim != spec:
-                    raise ScanWeaverError(f"kernel expects a {spec}-D array, got shape {v.shape}")
+                    raise ScanWeaverValueError(f"kernel expects a {spec}-D array, got shape {v.shape}")
                 ptr = v.__array_interface__["data"][0]
                 item = v.itemsize
                 flat += [ptr, ptr, 0, *v.shape, *(s // item for s in v.strides)]
@@ -256,7 +256,7 @@ def _mlir_el(dtype: np.dtype) -> str:
     try:
         return _DTYPES[np.dtype(dtype)]
     except KeyError:
-        raise ScanWeaverError(
+        raise ScanWeaverTypeError(
             f"affine_scan_cpu: dtype {np.dtype(dtype)} is not supported (float32, float64, int32, int64)"
         ) from None
 
@@ -419,9 +419,9 @@ def affine_scan_cpu(
     """
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim != 2 or a.shape != b.shape:
-        raise ScanWeaverError(f"affine_scan_cpu: a and b must be 2-D of one shape, got {a.shape} and {b.shape}")
+        raise ScanWeaverValueError(f"affine_scan_cpu: a and b must be 2-D of one shape, got {a.shape} and {b.shape}")
     if a.dtype != b.dtype:
-        raise ScanWeaverError(f"affine_scan_cpu: a and b must have one dtype, got {a.dtype} and {b.dtype}")
+        raise ScanWeaverTypeError(f"affine_scan_cpu: a and b must have one dtype, got {a.dtype} and {b.dtype}")
     el = _mlir_el(a.dtype)
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     C, L = a.shape
@@ -431,7 +431,7 @@ def affine_scan_cpu(
         h = aligned_empty(a.shape, a.dtype)  # aligned rows: streaming stores of h
     else:
         if out.shape != a.shape or out.dtype != a.dtype or not out.flags.c_contiguous:
-            raise ScanWeaverError(
+            raise ScanWeaverValueError(
                 f"affine_scan_cpu: out must be a C-contiguous {a.shape} array of {a.dtype}, "
                 f"got {out.shape} {out.dtype}"
             )
@@ -458,7 +458,7 @@ def affine_scan_cpu(
 
         parallel_for([task(lo, hi) for lo, hi in parts], threads=1 if variant == "single" else threads)
     else:
-        raise ScanWeaverError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp)")
+        raise ScanWeaverValueError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp)")
     return (h, final) if return_final else h
 
 
@@ -675,20 +675,20 @@ def _bc_kind(x: np.ndarray, name: str, batch: int, D: int, N: int, L: int) -> tu
     """Classify B or C and put it in the kernel's layout (time before the state index)."""
     if x.ndim == 2:
         if x.shape != (D, N):
-            raise ScanWeaverError(f"selective_scan_cpu: {name} of shape {x.shape}: expected (D, N) = {(D, N)}")
+            raise ScanWeaverValueError(f"selective_scan_cpu: {name} of shape {x.shape}: expected (D, N) = {(D, N)}")
         return "const", np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim == 3:
         if x.shape != (batch, N, L):
-            raise ScanWeaverError(f"selective_scan_cpu: {name} of shape {x.shape}: expected (batch, N, L) = {(batch, N, L)}")
+            raise ScanWeaverValueError(f"selective_scan_cpu: {name} of shape {x.shape}: expected (batch, N, L) = {(batch, N, L)}")
         return "shared", np.ascontiguousarray(np.swapaxes(x, 1, 2), dtype=np.float32)
     if x.ndim == 4:
         G = x.shape[1]
         if x.shape[0] != batch or x.shape[2:] != (N, L) or G == 0 or D % G:
-            raise ScanWeaverError(
+            raise ScanWeaverValueError(
                 f"selective_scan_cpu: {name} of shape {x.shape}: expected (batch, G, N, L) with G dividing D = {D}"
             )
         return "grouped", np.ascontiguousarray(np.swapaxes(x, 2, 3), dtype=np.float32)
-    raise ScanWeaverError(f"selective_scan_cpu: {name} must be 2-D, 3-D or 4-D, got shape {x.shape}")
+    raise ScanWeaverValueError(f"selective_scan_cpu: {name} must be 2-D, 3-D or 4-D, got shape {x.shape}")
 
 
 def selective_scan_cpu(
@@ -717,17 +717,17 @@ def selective_scan_cpu(
     f32 = lambda x: np.ascontiguousarray(x, dtype=np.float32)  # noqa: E731
     u, delta = f32(u), f32(delta)
     if u.ndim != 3 or delta.shape != u.shape:
-        raise ScanWeaverError(f"selective_scan_cpu: u and delta must be (batch, D, L) of one shape, got {u.shape}, {delta.shape}")
+        raise ScanWeaverValueError(f"selective_scan_cpu: u and delta must be (batch, D, L) of one shape, got {u.shape}, {delta.shape}")
     batch, Dn, L = u.shape
     A = np.asarray(A)
     if np.iscomplexobj(A):
-        raise ScanWeaverError("selective_scan_cpu: complex A is not supported (real A only)")
+        raise ScanWeaverTypeError("selective_scan_cpu: complex A is not supported (real A only)")
     A = f32(A)
     if A.ndim != 2 or A.shape[0] != Dn:
-        raise ScanWeaverError(f"selective_scan_cpu: A must be (D, N) with D = {Dn}, got {A.shape}")
+        raise ScanWeaverValueError(f"selective_scan_cpu: A must be (D, N) with D = {Dn}, got {A.shape}")
     N = A.shape[1]
     if not 0 < N <= 64:
-        raise ScanWeaverError(f"selective_scan_cpu: state size N = {N} not supported (1..64)")
+        raise ScanWeaverValueError(f"selective_scan_cpu: state size N = {N} not supported (1..64)")
     b_kind, Bk = _bc_kind(np.asarray(B), "B", batch, Dn, N, L)
     c_kind, Ck = _bc_kind(np.asarray(C), "C", batch, Dn, N, L)
     vec = lambda x, name: None if x is None else _check_shape(f32(x), (Dn,), name)  # noqa: E731
@@ -757,5 +757,5 @@ def selective_scan_cpu(
 
 def _check_shape(x: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
     if x.shape != shape:
-        raise ScanWeaverError(f"selective_scan_cpu: {name} must have shape {shape}, got {x.shape}")
+        raise ScanWeaverValueError(f"selective_scan_cpu: {name} must have shape {shape}, got {x.shape}")
     return x

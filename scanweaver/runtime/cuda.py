@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.errors import BackendUnavailableError, ScanWeaverError
+from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.rewrites.launch import KernelLaunch
 
 # ----------------------------------------------------------------------- availability
@@ -88,7 +88,7 @@ class DeviceView:
                 for i in range(len(shape))
             )
         if any(s % dtype.itemsize for s in byte_strides):
-            raise ScanWeaverError(f"{what}: strides {byte_strides} are not whole elements")
+            raise ScanWeaverValueError(f"{what}: strides {byte_strides} are not whole elements")
         return DeviceView(
             int(iface["data"][0]),
             shape,
@@ -108,21 +108,21 @@ _ELEMENT = {
 def kernel_params(launch: KernelLaunch, views: Sequence[DeviceView]) -> list[Any]:
     """The ctypes values for `launch_kernel`, in MLIR's expanded-descriptor order."""
     if len(views) != len(launch.args):
-        raise ScanWeaverError(
+        raise ScanWeaverTypeError(
             f"kernel {launch.kernel_name} takes {len(launch.args)} arrays, got {len(views)}"
         )
     params: list[Any] = []
     for (name, _kind, dtype, shape), view in zip(launch.args, views):
         kinds, size = _ELEMENT.get(dtype, ("", 0))
         if view.kind not in kinds or view.itemsize != size:
-            raise ScanWeaverError(
+            raise ScanWeaverTypeError(
                 f"kernel {launch.kernel_name}: argument '{name}' must hold {dtype} elements, "
                 f"got items of kind '{view.kind}' and {view.itemsize} bytes"
             )
         if len(view.shape) != len(shape) or any(
             isinstance(d, int) and d != s for d, s in zip(shape, view.shape)
         ):
-            raise ScanWeaverError(
+            raise ScanWeaverValueError(
                 f"kernel {launch.kernel_name}: argument '{name}' has shape {view.shape}, "
                 f"expected {tuple(shape)}"
             )
@@ -183,9 +183,20 @@ class DeviceArguments:
             if hasattr(x, "__cuda_array_interface__"):
                 self.device.append(x)
                 continue
-            host = np.asarray(x)
+            if i in outputs and not isinstance(x, np.ndarray):
+                # A copy of a list would receive the results and be thrown away.
+                raise ScanWeaverTypeError(
+                    f"argument #{i} is written by the kernel: pass a numpy or device array, "
+                    f"not {type(x).__name__}"
+                )
+            try:
+                host = np.asarray(x)
+            except Exception as e:  # noqa: BLE001 - a ragged list or an odd object
+                raise ScanWeaverValueError(f"argument #{i} is not an array: {e}") from None
+            if host.dtype.kind not in "biufV":
+                raise ScanWeaverTypeError(f"argument #{i} must be an array of numbers, got {type(x).__name__} of {host.dtype}")
             if i in outputs and not host.flags.writeable:
-                raise ScanWeaverError(f"argument #{i} is written by the kernel but is read-only")
+                raise ScanWeaverValueError(f"argument #{i} is written by the kernel but is read-only")
             dev = cuda.to_device(np.ascontiguousarray(host))
             if i in outputs:
                 self._host.append((host, dev))

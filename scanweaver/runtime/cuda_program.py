@@ -15,7 +15,7 @@ from typing import Any
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.rewrites.launch import KernelLaunch, launch_descriptions
 
 # Ops allowed in a host function: they only compute launch sizes, or skip a launch
@@ -67,19 +67,19 @@ def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dic
             if op is fn:
                 continue
             if isinstance(op, scf.IfOp) and not _is_empty_grid_guard(op):
-                raise ScanWeaverError(
+                raise ScanWeaverValueError(
                     f"function @{name} chooses kernels at run time (scf.if); the CUDA runtime "
                     "only replays unconditional launches"
                 )
             if not isinstance(op, _HOST_OPS):
-                raise ScanWeaverError(
+                raise ScanWeaverValueError(
                     f"function @{name} needs host-side work that the CUDA runtime cannot run "
                     f"('{op.name}'); only scan kernels and their launches are supported"
                 )
             if isinstance(op, gpu.LaunchFuncOp):
                 kernel = op.kernel.nested_references.data[-1].data
                 if kernel not in by_kernel:
-                    raise ScanWeaverError(f"kernel {kernel} has no launch description")
+                    raise ScanWeaverValueError(f"kernel {kernel} has no launch description")
                 seq.append(by_kernel[kernel])
         launches[name] = seq
     return launches, counts
@@ -99,12 +99,26 @@ def _is_empty_grid_guard(op: scf.IfOp) -> bool:
     )
 
 
+def _parse_ptx_entry(payload: bytes) -> tuple[str, dict[str, dict[str, int]]]:
+    """A `ptx` cache entry; TypeError/ValueError/KeyError when malformed."""
+    data = json.loads(payload)
+    ptx, ptxas = data["ptx"], data["ptxas"]
+    if not isinstance(ptx, str) or not isinstance(ptxas, dict) or not all(
+        isinstance(k, str) and isinstance(f, dict) and all(isinstance(v, int) for v in f.values())
+        for k, f in ptxas.items()
+    ):
+        raise TypeError("malformed ptx entry")
+    return ptx, ptxas
+
+
 def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
     """Lower for the GPU and produce PTX + launch plans (no GPU needed; PTX is cached)."""
     from scanweaver import compiler
     from scanweaver.rewrites.gpu_export import export_gpu, print_generic
     from scanweaver.toolchain import cache
+    from scanweaver.toolchain.mlir import check_chip
 
+    check_chip(chip)
     lowered = compiler.lower(mlir_text, "gpu")
     launches, counts = _host_launches(lowered.module)
     key = cache.cache_key("ptx", print_generic(lowered.module), chip=chip)
@@ -112,14 +126,13 @@ def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
     def build() -> bytes:
         exported = export_gpu(lowered.module, chip=chip)
         if len(exported["ptx"]) != 1:
-            raise ScanWeaverError(f"expected one gpu.module, found {len(exported['ptx'])}")
+            raise ScanWeaverValueError(f"expected one gpu.module, found {len(exported['ptx'])}")
         return json.dumps({"ptx": next(iter(exported["ptx"].values())), "ptxas": exported["ptxas"]}).encode()
 
     if not any(launches.values()):
-        raise ScanWeaverError("the module has no recurrence or scan to run on the GPU")
-    payload, _ = cache.cached(key, build)
-    data = json.loads(payload)
-    return CudaArtifacts(data["ptx"], chip, launches, counts, lowered.stages, data["ptxas"])
+        raise ScanWeaverValueError("the module has no recurrence or scan to run on the GPU")
+    (ptx, ptxas), _ = cache.cached(key, build, parse=_parse_ptx_entry)
+    return CudaArtifacts(ptx, chip, launches, counts, lowered.stages, ptxas)
 
 
 class _CudaFunction:
@@ -133,7 +146,7 @@ class _CudaFunction:
         from scanweaver.runtime.cuda import DeviceArguments, launch, output_positions
 
         if len(arrays) != self._arg_count:
-            raise ScanWeaverError(f"@{self._name} takes {self._arg_count} arrays, got {len(arrays)}")
+            raise ScanWeaverTypeError(f"@{self._name} takes {self._arg_count} arrays, got {len(arrays)}")
         staged = DeviceArguments(arrays, output_positions(self._launches))
         for desc in self._launches:
             launch(self._module, desc, [staged.device[i] for i in desc.host_args])

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.workloads.scans import MLIR_ELEMENT, affine_scan_ir
 
 
@@ -87,10 +87,10 @@ def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
     shape = tuple(iface_a["shape"]) if on_device else a.shape
     dtype = np.dtype(iface_a["typestr"]) if on_device else a.dtype
     if dtype not in MLIR_ELEMENT:
-        raise ScanWeaverError(f"argument 'a' has dtype {dtype}; not supported on the GPU")
+        raise ScanWeaverTypeError(f"argument 'a' has dtype {dtype}; not supported on the GPU")
     ndim = len(shape)
     if ndim == 0 or not -ndim <= axis < ndim:
-        raise ScanWeaverError(f"axis {axis} is out of range for {ndim}-dimensional inputs")
+        raise ScanWeaverValueError(f"axis {axis} is out of range for {ndim}-dimensional inputs")
     axis %= ndim
     state = np.dtype(np.float32) if dtype == np.float16 else dtype
     length = shape[axis]
@@ -103,14 +103,14 @@ def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
             want = shape if name == "b" else shape[:-1]
             want_dtype = dtype if name == "b" else state
             if tuple(iface["shape"]) != tuple(want) or np.dtype(iface["typestr"]) != want_dtype:
-                raise ScanWeaverError(
+                raise ScanWeaverValueError(
                     f"argument '{name}' is a {np.dtype(iface['typestr'])} GPU array of shape "
                     f"{tuple(iface['shape'])}; expected {want_dtype} and shape {tuple(want)}"
                 )
         if axis != ndim - 1 or not all(
             _is_c_contiguous(x.__cuda_array_interface__) for x in (a, b)
         ):
-            raise ScanWeaverError(
+            raise ScanWeaverValueError(
                 "GPU arrays must be C-contiguous and scanned along their last axis "
                 "(axis=-1); make them contiguous or move the axis first"
             )
@@ -167,7 +167,7 @@ def selective_scan_cuda(
 ):
     """The selective scan compiled from its loop form for these shapes and options."""
     if initial_state is not None:
-        raise ScanWeaverError(
+        raise ScanWeaverValueError(
             "initial_state is not supported by the GPU kernel yet; use backend='cpu'"
         )
     named = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias}

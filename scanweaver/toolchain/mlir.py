@@ -15,7 +15,7 @@ from pathlib import Path
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 
-from scanweaver.errors import ToolFailedError
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError, ToolFailedError
 from scanweaver.toolchain.tools import find_tool
 
 _STDERR_LINES = 6
@@ -138,6 +138,32 @@ def default_ptx_features(chip: str) -> str:
     return _MIN_PTX.get(chip, "+ptx80")
 
 
+# What may reach mlir-opt's pipeline options and ptxas's -arch: the options are one
+# space-separated string, so a chip like "sm_90 cubin-format=bin" would add an option.
+_CHIP_NAME = re.compile(r"sm_[0-9]+a?")  # ASCII digits: \d also matches other scripts' digits
+_FEATURES = re.compile(r"[+-][A-Za-z0-9_.]+(,[+-][A-Za-z0-9_.]+)*")
+_FORMATS = ("isa", "bin", "fatbin")
+
+
+def check_chip(chip: object, what: str = "chip") -> str:
+    """`chip` if it names an NVIDIA architecture (sm_90, sm_90a, ...); else one clear error."""
+    if not isinstance(chip, str):
+        raise ScanWeaverTypeError(f"{what} must be a string like 'sm_90', got {chip!r}")
+    if not _CHIP_NAME.fullmatch(chip):
+        raise ScanWeaverValueError(f"{what} {chip!r} is not a GPU architecture: expected sm_NN or sm_NNa, e.g. sm_90")
+    return chip
+
+
+def _check_pipeline_options(chip: str, features: str, fmt: str, opt_level: int) -> None:
+    check_chip(chip)
+    if not isinstance(features, str) or not _FEATURES.fullmatch(features):
+        raise ScanWeaverValueError(f"PTX features {features!r} are not a list like '+ptx80' or '+ptx80,+sm_90'")
+    if fmt not in _FORMATS:
+        raise ScanWeaverValueError(f"binary format {fmt!r} is not one of {', '.join(_FORMATS)}")
+    if isinstance(opt_level, bool) or opt_level not in (0, 1, 2, 3):
+        raise ScanWeaverValueError(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+
+
 def GPU_PIPELINE(chip: str = "sm_90", features: str | None = None, fmt: str = "isa", opt_level: int = 3) -> str:
     """The mlir-opt argument that lowers a gpu.container_module to gpu.binary ops.
 
@@ -146,6 +172,7 @@ def GPU_PIPELINE(chip: str = "sm_90", features: str | None = None, fmt: str = "i
     Returned as one argv element: no shell quotes around the option list.
     """
     features = features or default_ptx_features(chip)
+    _check_pipeline_options(chip, features, fmt, opt_level)
     return (
         f"--gpu-lower-to-nvvm-pipeline=cubin-chip={chip} cubin-features={features} "
         f"cubin-format={fmt} opt-level={opt_level}"
@@ -227,6 +254,7 @@ _PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 
 def ptxas_info(ptx: str, arch: str = "sm_90") -> dict[str, dict[str, int]]:
     """Resource usage per kernel from `ptxas -v`: registers, spills, shared and stack bytes."""
+    check_chip(arch, "ptxas arch")
     with tempfile.TemporaryDirectory(prefix="scanweaver-ptxas-") as tmp:
         source = Path(tmp) / "kernel.ptx"
         source.write_text(ptx)
