@@ -360,6 +360,13 @@ def flush_denormals() -> Iterator[None]:
 # ------------------------------------------------------------------ the program
 
 
+def _object_file(payload: bytes) -> llvm.ObjectFileRef:
+    """A cached object file; ValueError (a cache miss) when it is not one."""
+    if not payload.startswith(b"\x7fELF"):
+        raise ValueError("not an ELF object file")
+    return llvm.ObjectFileRef.from_data(payload)
+
+
 def host_target_machine(opt_level: int = 3) -> llvm.TargetMachine:
     """Target machine for this CPU with all its features (AVX2/AVX-512 where present)."""
     _init_llvm()
@@ -373,7 +380,11 @@ def host_target_machine(opt_level: int = 3) -> llvm.TargetMachine:
 
 
 class CpuProgram:
-    """A JIT-compiled LLVM IR module; functions stay valid while this object lives."""
+    """A JIT-compiled LLVM IR module; functions stay valid while this object lives.
+
+    The machine code is cached on disk (`toolchain/cache.py`, keyed by the IR, the
+    optimisation level and this CPU's name and features): a new process that runs a
+    kernel it has run before loads the object file and skips O3 and code generation."""
 
     def __init__(self, llvm_ir: str, opt_level: int = 3, openmp: bool | None = None):
         _init_llvm()
@@ -382,28 +393,49 @@ class CpuProgram:
         else:
             self.openmp_runtime = None
         self.target_machine = host_target_machine(opt_level)
-        try:
-            module = llvm.parse_assembly(llvm_ir)
-            module.verify()
-        except RuntimeError as error:
-            first = str(error).strip().splitlines()[:6]
-            raise ToolFailedError("llvmlite rejected the LLVM IR:\n" + "\n".join(first)) from None
-        module.triple = self.target_machine.triple
-        module.data_layout = str(self.target_machine.target_data)
-        if opt_level > 0:
-            tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-            tuning.loop_vectorization = True
-            tuning.slp_vectorization = True
-            builder = llvm.create_pass_builder(self.target_machine, tuning)
-            builder.getModulePassManager().run(module, builder)
-        self.engine = llvm.create_mcjit_compiler(module, self.target_machine)
+        self._llvm_ir, self._opt_level = llvm_ir, opt_level
+        self._module: llvm.ModuleRef | None = None
+        from scanweaver.toolchain import cache
+
+        key = cache.cache_key(
+            "cpu-object", llvm_ir, opt_level=opt_level, triple=self.target_machine.triple,
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        )
+        obj, self.cache_hit = cache.cached(key, self._machine_code, parse=_object_file)
+        # An empty module carries the target; the code comes from the object file.
+        shell = llvm.parse_assembly("")
+        shell.triple = self.target_machine.triple
+        shell.data_layout = str(self.target_machine.target_data)
+        self.engine = llvm.create_mcjit_compiler(shell, self.target_machine)
+        self.engine.add_object_file(obj)
         self.engine.finalize_object()
         self.engine.run_static_constructors()
-        self._module = module  # owned by the engine; kept for optimized_ir()
+
+    def _optimized_module(self) -> llvm.ModuleRef:
+        if self._module is None:
+            try:
+                module = llvm.parse_assembly(self._llvm_ir)
+                module.verify()
+            except RuntimeError as error:
+                first = str(error).strip().splitlines()[:6]
+                raise ToolFailedError("llvmlite rejected the LLVM IR:\n" + "\n".join(first)) from None
+            module.triple = self.target_machine.triple
+            module.data_layout = str(self.target_machine.target_data)
+            if self._opt_level > 0:
+                tuning = llvm.create_pipeline_tuning_options(speed_level=self._opt_level)
+                tuning.loop_vectorization = True
+                tuning.slp_vectorization = True
+                builder = llvm.create_pass_builder(self.target_machine, tuning)
+                builder.getModulePassManager().run(module, builder)
+            self._module = module
+        return self._module
+
+    def _machine_code(self) -> bytes:
+        return self.target_machine.emit_object(self._optimized_module())
 
     def optimized_ir(self) -> str:
         """LLVM IR after the O3 pipeline (to check vectorisation, fusion, ...)."""
-        return str(self._module)
+        return str(self._optimized_module())
 
     def address(self, symbol: str) -> int:
         address = self.engine.get_function_address(symbol)

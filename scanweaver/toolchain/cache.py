@@ -50,6 +50,10 @@ def compiler_fingerprint() -> str:
     return digest.hexdigest()
 
 
+#: Artifacts for the host CPU: their keys need no GPU tool versions.
+CPU_KINDS = frozenset({"llvm-ir", "cpu-build", "cpu-object"})
+
+
 def cache_key(kind: str, text: str, **options: object) -> str:
     """A hex digest of everything the artifact depends on."""
     material = json.dumps(
@@ -57,7 +61,7 @@ def cache_key(kind: str, text: str, **options: object) -> str:
             "kind": kind,
             "text": text,
             "options": options,
-            "tools": tool_versions(),
+            "tools": tool_versions(gpu=kind not in CPU_KINDS),
             "compiler": compiler_fingerprint(),
         },
         sort_keys=True,

