@@ -527,7 +527,8 @@ class _Carry:
         self.lo = np.zeros_like(self.hi) if dd else None
 
     def start(self, dtype: np.dtype) -> np.ndarray:
-        return self.hi.astype(dtype)  # hi + lo rounds to hi: hi is the rounded sum
+        with np.errstate(over="ignore"):  # beyond the range of dtype: inf, as the loop gets
+            return self.hi.astype(dtype)  # hi + lo rounds to hi: hi is the rounded sum
 
     def combine(self, agg: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray | None]:
         """A_k * carry + B_k (not stored); non-finite where the combine is unsafe."""
