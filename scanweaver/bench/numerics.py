@@ -255,7 +255,8 @@ def run_chunked(batch: Batch) -> np.ndarray:
     old = cpu_scan.CHUNKED_TEST_MIN_CHUNK
     cpu_scan.CHUNKED_TEST_MIN_CHUNK = batch.forced_chunk
     try:
-        return cpu_scan.affine_scan_cpu(batch.a, batch.b, batch.h0, reverse=batch.reverse, variant="chunked")
+        return cpu_scan.affine_scan_cpu(batch.a, batch.b, batch.h0, reverse=batch.reverse, return_final=True,
+                                        variant="chunked")[0]
     finally:
         cpu_scan.CHUNKED_TEST_MIN_CHUNK = old
 
@@ -263,7 +264,7 @@ def run_chunked(batch: Batch) -> np.ndarray:
 def run_sequential(batch: Batch) -> np.ndarray:
     from scanweaver.runtime.cpu_scan import affine_scan_cpu
 
-    return affine_scan_cpu(batch.a, batch.b, batch.h0, reverse=batch.reverse, variant="single")
+    return affine_scan_cpu(batch.a, batch.b, batch.h0, reverse=batch.reverse, return_final=True, variant="single")[0]
 
 
 def run_gpu_sim(batch: Batch) -> np.ndarray:

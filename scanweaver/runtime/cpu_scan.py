@@ -289,23 +289,20 @@ def _affine_kernel(el: str, rank: int, init: bool, final: bool, reverse: bool) -
 
 @functools.lru_cache(maxsize=None)
 def _aggregate_kernel(el: str, reverse: bool) -> Kernel:
-    from scanweaver.rewrites.scan_to_cpu import AGGREGATE_MODES, aggregate_mode
-
+    """The chunk-aggregate kernel: built already lowered (vector/scf/arith), so it goes
+    straight to MLIR's CPU lowering (the xDSL stages would only re-parse it: ~8 s)."""
     from xdsl.dialects.builtin import f32, f64, i32, i64
 
+    from scanweaver.compiler import cpu_llvm_ir
+    from scanweaver.rewrites.scan_to_cpu import AGGREGATE_MODES, aggregate_mode, build_chunk_aggregate
+
     t = {"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el]
-    key = f"// chunk aggregate {el} reverse={reverse}\n"
-    ir = _AGGREGATE_IR.get(key)
-    if ir is None:
-        from scanweaver.ir import print_ir
-        from scanweaver.rewrites.scan_to_cpu import build_chunk_aggregate
-
-        ir = key + print_ir(build_chunk_aggregate(t, 3, reverse))
-        _AGGREGATE_IR[key] = ir
-    return kernel(ir, "aggregate", [3, 3] + [2] * len(AGGREGATE_MODES[aggregate_mode(t)]))
+    llvm_ir, _ = cpu_llvm_ir(build_chunk_aggregate(t, 3, reverse))
+    spec = [3, 3] + [2] * len(AGGREGATE_MODES[aggregate_mode(t)])
+    return Kernel(CpuProgram(llvm_ir), "aggregate", spec)
 
 
-_AGGREGATE_IR: dict[str, str] = {}
+
 
 
 @functools.lru_cache(maxsize=None)
