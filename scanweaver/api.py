@@ -386,10 +386,14 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
         from scanweaver.runtime.cuda_program import compile_cuda_program
 
         return compile_cuda_program(mlir_text)
+    from scanweaver.ir import parse_ir
+    from scanweaver.runtime.shape_contract import derive_contracts
+
     build = compiler.build_cpu(mlir_text)
     jit = CpuProgram(build.llvm_ir)
+    contracts = derive_contracts(parse_ir(mlir_text))  # shapes each function's accesses rely on
     functions = {
-        name: _without_aliasing(name, jit.get(name, args, results))
+        name: _without_aliasing(name, jit.get(name, args, results, contract=contracts.get(name)))
         for name, (args, results) in build.signatures.items()
     }
     return Program(

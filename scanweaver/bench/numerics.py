@@ -63,7 +63,7 @@ class Batch:
     forced_chunk: int | None  # CHUNKED_TEST_MIN_CHUNK for this batch (None: default chunks)
 
 
-def _row(rng: np.random.Generator, kind: str, L: int, dt: np.dtype) -> tuple[np.ndarray, np.ndarray, float]:
+def _row(rng: np.random.Generator, kind: str, L: int, dt: np.dtype, reverse: bool) -> tuple[np.ndarray, np.ndarray, float]:
     f32 = dt == np.float32
     tiny = np.finfo(dt).smallest_subnormal
     sign = rng.choice([-1.0, 1.0], L)
@@ -98,7 +98,17 @@ def _row(rng: np.random.Generator, kind: str, L: int, dt: np.dtype) -> tuple[np.
         a = sign * 10.0 ** rng.uniform(0.5, top / 8, L)
         b = np.where(rng.random(L) < 0.9, 0.0, b * 1e-30)
         h0 = 0.0
-        if rng.random() < 0.5:
+        r = rng.random()
+        if r < 0.4:  # issue 10's pattern: constant growth, b = 0 until the last k steps
+            g = 10.0 ** rng.uniform(0.1, 1.5 if f32 else 12)
+            a = np.full(L, g) * (sign if rng.random() < 0.3 else 1.0)
+            k = int(np.clip(rng.integers(1, max(2, int(30 / np.log10(g)) + 1)), 1, L))
+            b = np.zeros(L)
+            if reverse:
+                b[:k] = rng.standard_normal(k)
+            else:
+                b[L - k:] = rng.standard_normal(k)
+        elif r < 0.7:
             b[: max(0, L - 8)] = 0.0
     elif kind == "underflow":
         # Products sink below the range, then are amplified back; h0 large.
@@ -120,7 +130,9 @@ def _row(rng: np.random.Generator, kind: str, L: int, dt: np.dtype) -> tuple[np.
         return a.astype(dt), b.astype(dt), float(np.asarray(h0, dt))
 
 
-def _lengths(rng: np.random.Generator, n: int, long_rows: bool) -> list[int]:
+def _lengths(rng: np.random.Generator, n: int, long_rows: bool, max_length: int | None = None) -> list[int]:
+    if max_length is not None:
+        return [int(x) for x in rng.integers(1, max_length + 1, n)]
     out = []
     for _ in range(n):
         r = rng.random()
@@ -133,16 +145,17 @@ def _lengths(rng: np.random.Generator, n: int, long_rows: bool) -> list[int]:
     return out
 
 
-def make_batches(n_cases: int, seed: int = 0, rows: int = 24, long_rows: bool = True) -> list[Batch]:
+def make_batches(n_cases: int, seed: int = 0, rows: int = 24, long_rows: bool = True,
+                 max_length: int | None = None) -> list[Batch]:
     """About n_cases rows in batches of `rows`, all kinds, f32/f64, both directions."""
     rng = np.random.default_rng(seed)
     batches = []
     n_batches = max(1, -(-n_cases // rows))
-    for i, L in enumerate(_lengths(rng, n_batches, long_rows)):
+    for i, L in enumerate(_lengths(rng, n_batches, long_rows, max_length)):
         dt = np.dtype(np.float32 if i % 2 == 0 else np.float64)
         reverse = bool((i // 2) % 2)
         kinds = [KINDS[int(k)] for k in rng.integers(0, len(KINDS), rows)]
-        cols = [_row(rng, k, L, dt) for k in kinds]
+        cols = [_row(rng, k, L, dt, reverse) for k in kinds]
         a = np.stack([c[0] for c in cols])
         b = np.stack([c[1] for c in cols])
         h0 = np.array([c[2] for c in cols], dt)
@@ -341,10 +354,8 @@ def run(n_cases: int = 10_000, seed: int = 0, gpu_cases: int = 0, long_rows: boo
     start = time.perf_counter()
     records = evaluate(make_batches(n_cases, seed, long_rows=long_rows), "cpu-chunked")
     if gpu_cases:
-        small = make_batches(gpu_cases, seed + 1, rows=4, long_rows=False)
-        for bt in small:  # the simulator interprets every op: short rows only
-            L = min(bt.a.shape[1], 96)
-            bt.a, bt.b = np.ascontiguousarray(bt.a[:, :L]), np.ascontiguousarray(bt.b[:, :L])
+        # The simulator interprets every op: short rows only.
+        small = make_batches(gpu_cases, seed + 1, rows=4, long_rows=False, max_length=96)
         records += evaluate(small, "gpu-blelloch-sim")
     return {"seed": seed, "cases": len(records), "seconds": time.perf_counter() - start,
             "summary": summarise(records), "records": records}
