@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.errors import ScanWeaverError, ScanWeaverValueError
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.pipeline import stages_for
 from scanweaver.toolchain import cache
@@ -53,6 +53,7 @@ def lower(
 ) -> Lowered:
     """Run `scanweaver-lower{target=...}` stage by stage, recording each stage's IR."""
     module = parse_ir(text, source)
+    _refuse_nested_modules(module, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
     ctx = make_context()
     for stage in stages_for(target, openmp=openmp):
@@ -72,7 +73,10 @@ def lower(
 
 def cpu_llvm_ir(module: ModuleOp, openmp: bool = False) -> tuple[str, bool]:
     """LLVM IR for a CPU-lowered module (cached); returns (llvm_ir, cache_hit)."""
+    from scanweaver.rewrites.i1_memrefs import widen_i1_memrefs
+
     emit_c_interface(module)
+    module = widen_i1_memrefs(module)  # MLIR's CPU lowering has no sub-byte loads
     text = print_ir(module)
     key = cache.cache_key("llvm-ir", text, openmp=openmp)
     payload, hit = cache.cached(key, lambda: lower_to_llvm_ir(text, openmp=openmp).encode())
@@ -111,6 +115,19 @@ def build_cpu(text: str, source: str = "<input>", openmp: bool = False) -> CpuBu
     }
     cache.store(key, json.dumps({"llvm_ir": llvm_ir, "signatures": signatures}).encode())
     return CpuBuild(llvm_ir, signatures, False)
+
+
+def _refuse_nested_modules(module: ModuleOp, source: str) -> None:
+    """Several builtin.modules (or one nested in another) would compile to nothing:
+    refuse them rather than write empty output."""
+    nested = [op for op in module.walk() if isinstance(op, ModuleOp) and op is not module]
+    if nested:
+        names = sorted(f.sym_name.data for m in nested for f in m.walk() if isinstance(f, func.FuncOp))
+        raise ScanWeaverValueError(
+            f"{source}: holds {len(nested)} builtin.module op(s) inside the top-level module "
+            f"(functions {', '.join('@' + n for n in names) or 'none'}); ScanWeaver compiles one module: "
+            "put all functions in a single builtin.module"
+        )
 
 
 def public_functions(module: ModuleOp) -> dict[str, func.FuncOp]:
