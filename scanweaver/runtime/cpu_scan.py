@@ -18,11 +18,15 @@ Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
             Python pool's block
   chunked   parallel in time, for few channels and long sequences: each row is cut
             into K chunks; (1) per chunk the aggregate pair (prod a, scan from 0), in
-            parallel; (2) the carries chunk to chunk, sequentially (K steps, numpy);
-            (3) per chunk the scan seeded with its carry, in parallel.  Phase 1 runs
-            with denormals flushed to zero (products of many `a` underflow; 10x slower
-            otherwise).  Float results differ from the sequential scan by rounding
-            (a different association); integer results are identical (wrap-around
+            parallel, in more precision than the elements (f64 for f32 rows,
+            compensated double-double for f64 rows) with the product renormalised by
+            powers of two (no overflow, no denormals); (2) the carries chunk to chunk,
+            sequentially (K steps, numpy, same precision), and where a combine is not
+            finite (overflow, Inf/NaN inputs) that chunk scanned sequentially instead;
+            (3) per chunk the scan seeded with its carry (the loop's own arithmetic),
+            in parallel.  No flush to zero.  Float results differ from the sequential
+            scan by rounding, within the bound of README "Numerics" (measured in
+            benchmarks/numerics.md); integer results are identical (wrap-around
             arithmetic is associative).
 """
 
@@ -199,7 +203,8 @@ def _pool() -> ThreadPoolExecutor:
 def parallel_for(tasks: Sequence[Callable[[], None]], ftz: bool = False, threads: int | None = None) -> None:
     """Run `tasks` on this thread and the pool's workers, each taking the next task
     when done with one (dynamic balance: a core that another process slows down takes
-    fewer tasks); wait for all.  ftz: flush denormals to zero while the tasks run.
+    fewer tasks); wait for all.  ftz: flush denormals to zero while the tasks run (an
+    explicit option, off by default; no ScanWeaver variant uses it).
     """
     if not tasks:
         return
