@@ -71,15 +71,16 @@ def lower(
     return result
 
 
-def cpu_llvm_ir(module: ModuleOp, openmp: bool = False) -> tuple[str, bool]:
+def cpu_llvm_ir(module: ModuleOp, openmp: bool = False, bounds_checks: bool = False) -> tuple[str, bool]:
     """LLVM IR for a CPU-lowered module (cached); returns (llvm_ir, cache_hit)."""
     from scanweaver.rewrites.i1_memrefs import widen_i1_memrefs
 
     emit_c_interface(module)
     module = widen_i1_memrefs(module)  # MLIR's CPU lowering has no sub-byte loads
     text = print_ir(module)
-    key = cache.cache_key("llvm-ir", text, openmp=openmp)
-    payload, hit = cache.cached(key, lambda: lower_to_llvm_ir(text, openmp=openmp).encode())
+    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {})}
+    key = cache.cache_key("llvm-ir", text, **options)
+    payload, hit = cache.cached(key, lambda: lower_to_llvm_ir(text, openmp=openmp, bounds_checks=bounds_checks).encode())
     return payload.decode(), hit
 
 
@@ -92,20 +93,23 @@ class CpuBuild:
     cache_hit: bool
 
 
-def build_cpu(text: str, source: str = "<input>", openmp: bool = False) -> CpuBuild:
+def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_checks: bool = False) -> CpuBuild:
     """User IR → `scanweaver-lower{target=cpu}` → LLVM IR, cached on disk by input text.
 
     A hit skips every stage, the xDSL passes included: only the JIT remains to do.
     openmp: parallel channel-group loops through OpenMP (the JIT then needs libomp).
+    bounds_checks: runtime bounds checks on memref loads and stores (for accesses whose
+    shape relations `runtime/shape_contract.py` cannot derive).
     """
-    key = cache.cache_key("cpu-build", text, openmp=openmp)
+    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {})}
+    key = cache.cache_key("cpu-build", text, **options)
     payload = cache.load(key)
     if payload is not None:
         data = json.loads(payload)
         sigs = {k: (v[0], v[1]) for k, v in data["signatures"].items()}
         return CpuBuild(data["llvm_ir"], sigs, True)
     lowered = lower(text, "cpu", source, keep_stages=False, openmp=openmp)
-    llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp)
+    llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp, bounds_checks=bounds_checks)
     signatures = {
         name: (
             [str(t) for t in fn.function_type.inputs.data],

@@ -120,3 +120,44 @@ def test_random_shape_mismatches_are_refused_or_safe(ema, shifted, shapes, seed)
         run_function(text, name, *expected)
         for got, want in zip(args, expected):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+GATHER = """
+func.func @g(%x: memref<?xf32>, %y: memref<?xf32>, %idx: memref<?xindex>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %L = memref.dim %idx, %c0 : memref<?xindex>
+  scf.for %t = %c0 to %L step %c1 {
+    %i = memref.load %idx[%t] : memref<?xindex>
+    %v = memref.load %x[%i] : memref<?xf32>
+    memref.store %v, %y[%t] : memref<?xf32>
+  }
+  func.return
+}
+"""
+
+
+def test_unfollowable_index_gets_runtime_bounds_checks(tmp_path):
+    """x[idx[t]]: no shape relation to derive; that build checks bounds at run time
+    (upstream -generate-runtime-verification): out of bounds aborts, never writes."""
+    c = derive_contracts(parse_ir(GATHER))["g"]
+    assert len(c.unchecked) == 1 and "%x" in c.unchecked[0]
+    program = scanweaver.compile(GATHER, target="cpu")
+    x, y = np.arange(8, dtype=np.float32), np.zeros(4, np.float32)
+    program.g(x, y, np.array([1, 2, 3, 7]))
+    np.testing.assert_array_equal(y, [1, 2, 3, 7])
+    with pytest.raises(ScanWeaverValueError, match="'y' \\(#1\\)"):
+        program.g(x, np.zeros(3, np.float32), np.array([1, 2, 3, 7]))  # y too short: refused
+    script = tmp_path / "oob.py"
+    script.write_text(
+        "import numpy as np, scanweaver\n"
+        f"p = scanweaver.compile({GATHER!r})\n"
+        "p.g(np.arange(8, dtype=np.float32), np.zeros(4, np.float32), np.array([1, 2, 3, 9]))\n"
+        "print('returned')\n"
+    )
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert r.returncode != 0 and "returned" not in r.stdout
+    assert "out-of-bounds" in r.stdout + r.stderr  # the runtime check prints to stdout
