@@ -100,9 +100,13 @@ def _row(rng: np.random.Generator, kind: str, L: int, dt: np.dtype, reverse: boo
         h0 = 0.0
         r = rng.random()
         if r < 0.4:  # issue 10's pattern: constant growth, b = 0 until the last k steps
-            g = 10.0 ** rng.uniform(0.1, 1.5 if f32 else 12)
+            # g large enough that products over a few steps (a chunk, a GPU subtree)
+            # overflow: the loop never forms them
+            top = 38 if f32 else 308
+            lo = max(0.1, 1.2 * top / min(max(L, 1), 8))
+            g = 10.0 ** rng.uniform(lo, lo + (1.5 if f32 else 8))
             a = np.full(L, g) * (sign if rng.random() < 0.3 else 1.0)
-            k = int(np.clip(rng.integers(1, max(2, int(30 / np.log10(g)) + 1)), 1, L))
+            k = int(np.clip(rng.integers(1, max(2, int(0.8 * top / np.log10(g)) + 1)), 1, L))
             b = np.zeros(L)
             if reverse:
                 b[:k] = rng.standard_normal(k)
