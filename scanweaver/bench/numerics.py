@@ -37,7 +37,6 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

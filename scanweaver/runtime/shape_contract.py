@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.dialects import arith, func, memref, scf, vector
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from scanweaver.errors import ScanWeaverValueError
@@ -165,7 +165,8 @@ class _Analysis:
         x, y = self.expr(op.operands[0]), self.expr(op.operands[1])
         return _Expr(_combine(sym, x, y), f"({x.text} {sym} {y.text})", x.sources | y.sources)
 
-    def loop_scope(self, op: Operation, iv: SSAValue, lb: SSAValue, ub: SSAValue, step: SSAValue) -> _Loop | None:
+    def loop_scope(self, iv: SSAValue, lb: SSAValue, ub: SSAValue, step: SSAValue) -> _Loop | None:
+        """Record the interval of a loop's induction variable (None: bounds not followed)."""
         try:
             s = self.expr(step).eval(())
         except Exception:  # noqa: BLE001 - a step that is not a constant
@@ -191,7 +192,7 @@ class _Analysis:
 
         if isinstance(op, scf.ForOp):
             body = op.body.blocks[0]
-            loop = self.loop_scope(op, body.args[0], op.lb, op.ub, op.step)
+            loop = self.loop_scope(body.args[0], op.lb, op.ub, op.step)
             self.walk(body, loops + [loop], guarded)
             return
         if isinstance(op, scan.RecurrenceOp | scan.LinearRecurrenceOp):
@@ -201,7 +202,7 @@ class _Analysis:
             n = shape[0] if shape and shape[0] != DYNAMIC_INDEX else None
             for region in op.regions:
                 blk = region.blocks[0]
-                loop = self.loop_scope(op, blk.args[0], op.lb, op.ub, op.step)
+                loop = self.loop_scope(blk.args[0], op.lb, op.ub, op.step)
                 if len(blk.args) > 1 and isinstance(blk.args[1].type, IndexType):
                     # coeffs' state index k runs over the static state size
                     self.loops[blk.args[1]] = _Loop(blk.args[1], _const(0), _const(n)) if n else None  # type: ignore[assignment]
@@ -210,9 +211,11 @@ class _Analysis:
         if isinstance(op, scan.AffineOp):
             self.scan_affine(op)
             return
+        # Any other op with regions (scf.if, scf.while, scf.parallel, ...): its accesses
+        # may be guarded or iterate in ways not followed here, so they are unchecked.
         for region in op.regions:
             for blk in region.blocks:
-                self.walk(blk, loops, guarded or isinstance(op, scf.IfOp) or not isinstance(op, scf.ForOp))
+                self.walk(blk, loops, True)
 
     def arg_index(self, v: SSAValue) -> int | None:
         if isinstance(v, BlockArgument) and v.owner is self.fn.body.blocks[0]:
