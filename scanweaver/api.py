@@ -442,10 +442,15 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
         from scanweaver.runtime.cuda_program import compile_cuda_program
 
         return compile_cuda_program(mlir_text)
-    build = compiler.build_cpu(mlir_text)
+    from scanweaver.ir import parse_ir
+    from scanweaver.runtime.shape_contract import derive_contracts
+
+    contracts = derive_contracts(parse_ir(mlir_text))  # shapes each function's accesses rely on
+    # Accesses the contract cannot follow: upstream runtime bounds checks on this build.
+    build = compiler.build_cpu(mlir_text, bounds_checks=any(c.unchecked for c in contracts.values()))
     jit = CpuProgram(build.llvm_ir)
     functions = {
-        name: _without_aliasing(name, jit.get(name, args, results))
+        name: _without_aliasing(name, jit.get(name, args, results, contract=contracts.get(name)))
         for name, (args, results) in build.signatures.items()
     }
     return Program(

@@ -2,7 +2,7 @@
 
     scanweaver compile FILE.mlir --target {ptx,cubin,llvm,mlir} -o OUT
     scanweaver demo
-    scanweaver bench [--full]
+    scanweaver bench [--full | --numerics]
 
 User errors print one line (`scanweaver: error: ...`) and exit 1; Ctrl-C exits 130
 with one line.  Output files follow `scanweaver.outputs`: written whole or not at all,
@@ -144,6 +144,10 @@ def cmd_demo(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.numerics:
+        from scanweaver.bench.numerics import main as numerics_main
+
+        return numerics_main([])
     from scanweaver.bench.harness import main as bench_main
 
     return bench_main(["--full"] if args.full else [])
@@ -184,6 +188,7 @@ def build_parser():
 
     p = sub.add_parser("bench", help="benchmark against other tools")
     p.add_argument("--full", action="store_true", help="the whole grid (slow)")
+    p.add_argument("--numerics", action="store_true", help="the numerics run of the parallel variants instead")
     p.set_defaults(run=cmd_bench)
     return parser
 

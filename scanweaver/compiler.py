@@ -60,6 +60,7 @@ def lower(
 
 def _lower(text, target, source, progress, keep_stages, openmp) -> Lowered:
     module = parse_ir(text, source)
+    _refuse_nested_modules(module, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
     ctx = make_context()
     for stage in stages_for(target, openmp=openmp):
@@ -77,12 +78,18 @@ def _lower(text, target, source, progress, keep_stages, openmp) -> Lowered:
     return result
 
 
-def cpu_llvm_ir(module: ModuleOp, openmp: bool = False) -> tuple[str, bool]:
+def cpu_llvm_ir(module: ModuleOp, openmp: bool = False, bounds_checks: bool = False) -> tuple[str, bool]:
     """LLVM IR for a CPU-lowered module (cached); returns (llvm_ir, cache_hit)."""
+    from scanweaver.rewrites.i1_memrefs import widen_i1_memrefs
+
     emit_c_interface(module)
+    module = widen_i1_memrefs(module)  # MLIR's CPU lowering has no sub-byte loads
     text = print_ir(module)
-    key = cache.cache_key("llvm-ir", text, openmp=openmp)
-    return cache.cached(key, lambda: lower_to_llvm_ir(text, openmp=openmp).encode(), parse=_utf8)
+    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {})}
+    key = cache.cache_key("llvm-ir", text, **options)
+    return cache.cached(
+        key, lambda: lower_to_llvm_ir(text, openmp=openmp, bounds_checks=bounds_checks).encode(), parse=_utf8
+    )
 
 
 def _utf8(payload: bytes) -> str:
@@ -113,17 +120,20 @@ class CpuBuild:
     cache_hit: bool
 
 
-def build_cpu(text: str, source: str = "<input>", openmp: bool = False) -> CpuBuild:
+def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_checks: bool = False) -> CpuBuild:
     """User IR → `scanweaver-lower{target=cpu}` → LLVM IR, cached on disk by input text.
 
     A hit skips every stage, the xDSL passes included: only the JIT remains to do.
     openmp: parallel channel-group loops through OpenMP (the JIT then needs libomp).
+    bounds_checks: runtime bounds checks on memref loads and stores (for accesses whose
+    shape relations `runtime/shape_contract.py` cannot derive).
     """
-    key = cache.cache_key("cpu-build", text, openmp=openmp)
+    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {})}
+    key = cache.cache_key("cpu-build", text, **options)
 
     def build() -> bytes:
         lowered = lower(text, "cpu", source, keep_stages=False, openmp=openmp)
-        llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp)
+        llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp, bounds_checks=bounds_checks)
         signatures = {
             name: (
                 [str(t) for t in fn.function_type.inputs.data],
@@ -135,6 +145,19 @@ def build_cpu(text: str, source: str = "<input>", openmp: bool = False) -> CpuBu
 
     (llvm_ir, signatures), hit = cache.cached(key, build, parse=_parse_cpu_build)
     return CpuBuild(llvm_ir, signatures, hit)
+
+
+def _refuse_nested_modules(module: ModuleOp, source: str) -> None:
+    """Several builtin.modules (or one nested in another) would compile to nothing:
+    refuse them rather than write empty output."""
+    nested = [op for op in module.walk() if isinstance(op, ModuleOp) and op is not module]
+    if nested:
+        names = sorted(f.sym_name.data for m in nested for f in m.walk() if isinstance(f, func.FuncOp))
+        raise ScanWeaverValueError(
+            f"{source}: holds {len(nested)} builtin.module op(s) inside the top-level module "
+            f"(functions {', '.join('@' + n for n in names) or 'none'}); ScanWeaver compiles one module: "
+            "put all functions in a single builtin.module"
+        )
 
 
 def public_functions(module: ModuleOp) -> dict[str, func.FuncOp]:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 
 from xdsl.builder import Builder
 from xdsl.context import Context
-from xdsl.dialects import arith, func, memref, scf, vector
+from xdsl.dialects import arith, func, math, memref, scf, vector
 from xdsl.dialects.builtin import (
     BoolAttr,
     i32,
@@ -279,6 +279,7 @@ class _Tiles:
     vt: VectorType
     partial: bool  # channels c0.. past C are masked off
     aggregate: bool = False  # compute (prod a, scan from 0) per row, store no h
+    agg_mode: str = "exact"  # aggregate arithmetic: see AGGREGATE_MODES
     prefetch: int = 0  # software prefetch distance in time blocks (0: none)
     prefetch_h: bool = False  # also prefetch the output rows for writing
     long_rows: SSAValue | None = None  # i1: rows long enough to prefetch
@@ -389,11 +390,8 @@ def _tile_body(
         a_t = transpose_rows(b, a_rows[q], vt)
         b_t = transpose_rows(b, b_rows[q], vt)
         if tl.aggregate:
-            prod, acc = hs
-            for j in (range(G - 1, -1, -1) if tl.reverse else range(G)):
-                prod = _mul(b, a_t[j], prod)
-                acc = _step(b, a_t[j], acc, b_t[j])
-            hs = [prod, acc]
+            steps = range(G - 1, -1, -1) if tl.reverse else range(G)
+            hs = _aggregate_block(b, tl.agg_mode, [a_t[j] for j in steps], [b_t[j] for j in steps], hs)
             continue
         h = hs[0]
         states: list[SSAValue] = [h] * G
@@ -479,7 +477,7 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
         op_if = b.insert(scf.IfOp(tl.nt_ok, [v.type for v in hs], blocks[0], blocks[1]))
         return list(op_if.results)
 
-    h0s = [bb.splat_const(1, vt), zero_v] if tl.aggregate else [h0]
+    h0s = _aggregate_init(bb, tl.agg_mode, vt) if tl.aggregate else [h0]
     if tl.partial:
         hs = run(bb.idx(0), total, h0s, True)
     else:
@@ -492,7 +490,7 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
         hs = run(bb.idx(0), first, h0s, True)
         hs = steady(first, steady_end, hs)
         hs = run(steady_end, total, hs, True)
-    outs = [op.final] if not tl.aggregate else [op.init, op.final]  # aggregate: (A, B)
+    outs = [op.final] if not tl.aggregate else op.aggregate_outputs()
     for out, h in zip(outs, hs):
         if out is None:
             continue
@@ -530,6 +528,10 @@ class _AffineOperands:
     init: SSAValue | None  # aggregate: the A output
     final: SSAValue | None  # aggregate: the B output
     is_reverse: bool
+    agg_outs: tuple[SSAValue, ...] = ()  # aggregate: all outputs, in AGGREGATE_MODES order
+
+    def aggregate_outputs(self) -> list[SSAValue | None]:
+        return list(self.agg_outs) if self.agg_outs else [self.init, self.final]
 
 
 def lower_affine_tiled(
@@ -541,6 +543,7 @@ def lower_affine_tiled(
     prefetch_h: bool = False,
     parallel: bool = False,
     nontemporal: bool = False,
+    agg_mode: str = "exact",
 ) -> None:
     """Channels (dim rank-2) in groups of G lanes, time (dim rank-1) in tiles of T = 2G.
 
@@ -580,8 +583,8 @@ def lower_affine_tiled(
             _tile_group(
                 gb,
                 _Tiles(
-                    op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, False, aggregate, prefetch, prefetch_h,
-                    prefetch_rows, nt_ok,
+                    op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, False, aggregate, agg_mode, prefetch,
+                    prefetch_h, prefetch_rows, nt_ok,
                 ),
             )
             return []
@@ -596,7 +599,7 @@ def lower_affine_tiled(
             for_loop(ob, obb.idx(0), full_c, obb.idx(G), [], group)
         # The partial group, if any: a loop of 0 or 1 trip.
         def partial(gb: Builder, c0: SSAValue, _carried):
-            _tile_group(gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, True, aggregate))
+            _tile_group(gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, True, aggregate, agg_mode))
             return []
 
         for_loop(ob, full_c, C, obb.idx(G), [], partial)
@@ -703,22 +706,151 @@ def lower_affine_channels(b: Builder, op: scan.AffineOp, unroll: int = 4) -> Non
     loop_nest(b, [sizes[d] for d in others], per_outer)
 
 
-def build_chunk_aggregate(el: Attribute, rank: int = 3, reverse: bool = False, skew: int = 1) -> ModuleOp:
-    """`func.func @aggregate(a, b, A, B)` for the chunked (parallel-in-time) scan.
+# ---------------------------------------------------------------------------
+# Chunk aggregates for the parallel-in-time (chunked) scan
+# ---------------------------------------------------------------------------
 
-    a, b: `memref<?x..x?xT>` of rank >= 2, time innermost; A, B: the same without the
-    time dim.  Per row: A = product of a over time, B = the scan's last value from
-    h = 0, i.e. the row's combined pair (a1, b1) . (a2, b2) . ... applied in time order
-    (from the end when `reverse`).  Uses the same skewed tiles as `scan.affine`.
+#: Aggregate arithmetic by mode, and the outputs of `@aggregate` in order.
+#:   exact  integers: (A, B) in the element type (wrap-around arithmetic is exact)
+#:   wide   f32 inputs: f64 arithmetic; A = A_m * 2^E
+#:   dd     f64 inputs: compensated arithmetic (error-free FMA products and TwoSum,
+#:          the errors carried in a second chain, as in compensated Horner): A and B
+#:          as unevaluated sums hi + lo, about twice the f64 precision; A = A_m * 2^E
+#: The main chains keep the sequential loop's latency (one multiply, or multiply and
+#: add, per step); the error terms run beside them.
+#: The product of `a` over a chunk never overflows to inf or underflows into
+#: denormals where the sequential loop never forms it (nor runs at denormal speed):
+#: every `a` is split into an exact power of two, whose exponent is added to E (i64),
+#: and a mantissa near 1; the product of mantissas is renormalised by a power of two
+#: once per tile of time steps, chosen from its value at the start of the tile (off
+#: the critical path).  The carry code (runtime/cpu_scan.py) applies 2^E when it
+#: multiplies A by a carry.  B is the scan from 0 at its true scale; where it
+#: overflows (inf), or the inputs hold Inf/NaN, the runtime runs that chunk sequentially.
+AGGREGATE_MODES = {
+    "exact": ("A", "B"),
+    "wide": ("A", "E", "B"),
+    "dd": ("A_hi", "A_lo", "E", "B_hi", "B_lo"),
+}
+
+
+def aggregate_mode(el: Attribute) -> str:
+    if isinstance(el, Float32Type):
+        return "wide"
+    if isinstance(el, Float64Type):
+        return "dd"
+    return "exact"
+
+
+def _fop(b: Builder, cls: type, *operands: SSAValue) -> SSAValue:
+    return _res(b.insert(cls(*operands)))
+
+
+def _two_sum(b: Builder, x: SSAValue, y: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """s + e == x + y exactly (Knuth's TwoSum, any order of magnitudes)."""
+    s = _fop(b, arith.AddfOp, x, y)
+    z = _fop(b, arith.SubfOp, s, x)
+    e1 = _fop(b, arith.SubfOp, x, _fop(b, arith.SubfOp, s, z))
+    e2 = _fop(b, arith.SubfOp, y, z)
+    return s, _fop(b, arith.AddfOp, e1, e2)
+
+
+def _prod_err(b: Builder, x: SSAValue, y: SSAValue, p: SSAValue) -> SSAValue:
+    """x*y - p exactly, for p = fl(x*y) (FMA; exact unless the product underflows)."""
+    return _fop(b, math.FmaOp, x, y, _fop(b, arith.NegfOp, p))
+
+
+def _exponent_split(b: Builder, x: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """(2^-k, k) for f64 vector x, k its unbiased exponent clamped to [-1023, 1022]:
+    x * 2^-k is exact and in [1, 2) for normal x (in [2^-52, 1) for denormals); zero
+    keeps 0, inf and NaN stay non-finite."""
+    bb = _B(b)
+    vt = x.type
+    assert isinstance(vt, VectorType)
+    it = VectorType(i64, vt.get_shape())
+    bits = _fop(b, lambda v: arith.BitcastOp(v, it), x)
+    field = bb.ins(arith.AndIOp(bb.ins(arith.ShRUIOp(bits, bb.splat_const(52, it))), bb.splat_const(0x7FF, it)))
+    k = bb.ins(arith.SubiOp(field, bb.splat_const(1023, it)))
+    k = bb.ins(arith.MaxSIOp(bb.ins(arith.MinSIOp(k, bb.splat_const(1022, it))), bb.splat_const(-1023, it)))
+    # 2^-k has the biased exponent 1023 - k in [1, 2046]: a normal power of two.
+    fbits = bb.ins(arith.ShLIOp(bb.ins(arith.SubiOp(bb.splat_const(1023, it), k)), bb.splat_const(52, it)))
+    return _fop(b, lambda v: arith.BitcastOp(v, vt), fbits), k
+
+
+def _aggregate_init(bb: _B, mode: str, vt: VectorType) -> list[SSAValue]:
+    """The identity aggregate (A = 1, E = 0, B = 0) in the mode's representation."""
+    if mode == "exact":
+        return [bb.splat_const(1, vt), bb.splat_const(0, vt)]
+    wt = VectorType(Float64Type(), vt.get_shape())
+    one, zero = bb.splat_const(1.0, wt), bb.splat_const(0.0, wt)
+    e0 = bb.splat_const(0, VectorType(i64, vt.get_shape()))
+    return [one, e0, zero] if mode == "wide" else [one, zero, e0, zero, zero]
+
+
+def _aggregate_block(
+    b: Builder, mode: str, a_steps: Sequence[SSAValue], x_steps: Sequence[SSAValue], hs: list[SSAValue]
+) -> list[SSAValue]:
+    """Time steps (A, B) <- (A*a, a*B + x) over one tile, in the mode's arithmetic."""
+    if mode == "exact":
+        prod, acc = hs
+        for a, x in zip(a_steps, x_steps):
+            prod, acc = _mul(b, a, prod), _step(b, a, acc, x)
+        return [prod, acc]
+    bb = _B(b)
+    if mode == "wide":
+        ph, e, bh = hs
+        wt = ph.type
+        factor, k = _exponent_split(b, ph)  # from the tile's start: off the chain
+        for a, x in zip(a_steps, x_steps):
+            a = _fop(b, lambda v: arith.ExtFOp(v, wt), a)
+            x = _fop(b, lambda v: arith.ExtFOp(v, wt), x)
+            bh = _step(b, a, bh, x)
+            inv, ka = _exponent_split(b, a)  # f32 values are normal f64: mantissa in [1, 2)
+            ph = _fop(b, arith.MulfOp, ph, _fop(b, arith.MulfOp, a, inv))
+            e = bb.ins(arith.AddiOp(e, ka))
+        return [_fop(b, arith.MulfOp, ph, factor), bb.ins(arith.AddiOp(e, k)), bh]
+    ph, pl, e, bh, bl = hs
+    factor, k = _exponent_split(b, ph)
+    for a, x in zip(a_steps, x_steps):
+        # B: compensated Horner step; bh is the sequential loop's own f64 chain.
+        p = _fop(b, arith.MulfOp, a, bh)
+        s, sigma = _two_sum(b, p, x)
+        pi = _prod_err(b, a, bh, p)
+        bl = _fop(b, math.FmaOp, a, bl, _fop(b, arith.AddfOp, pi, sigma))
+        bh = s
+        # A: compensated product of the mantissas of a (in [2^-52, 2): no under/overflow).
+        inv, ka = _exponent_split(b, a)
+        an = _fop(b, arith.MulfOp, a, inv)
+        p = _fop(b, arith.MulfOp, ph, an)
+        pl = _fop(b, math.FmaOp, pl, an, _prod_err(b, ph, an, p))
+        ph = p
+        e = bb.ins(arith.AddiOp(e, ka))
+    ph, pl = _fop(b, arith.MulfOp, ph, factor), _fop(b, arith.MulfOp, pl, factor)
+    return [ph, pl, bb.ins(arith.AddiOp(e, k)), bh, bl]
+
+
+def build_chunk_aggregate(el: Attribute, rank: int = 3, reverse: bool = False, skew: int = 1) -> ModuleOp:
+    """`func.func @aggregate(a, b, outs...)` for the chunked (parallel-in-time) scan.
+
+    a, b: `memref<?x..x?xT>` of rank >= 2, time innermost; outs: the same without the
+    time dim, one per entry of AGGREGATE_MODES[aggregate_mode(T)] (f64 for floats, i64 for E).
+    Per row: A = product of a over time, B = the scan's last value from h = 0, i.e.
+    the row's combined pair (a1, b1) . (a2, b2) . ... applied in time order (from the
+    end when `reverse`), f32 rows in f64, f64 rows in double-double, the product
+    renormalised (see AGGREGATE_MODES).  Uses the same skewed tiles as `scan.affine`.
     """
+    mode = aggregate_mode(el)
     dyn = [DYNAMIC_INDEX] * rank
-    full_t, chan_t = MemRefType(el, dyn), MemRefType(el, dyn[:-1])
-    block = Block(arg_types=[full_t, full_t, chan_t, chan_t])
-    a, x, prod, acc = block.args
+    full_t = MemRefType(el, dyn)
+    acc_el = el if mode == "exact" else Float64Type()
+    out_ts = [MemRefType(i64 if name == "E" else acc_el, dyn[:-1]) for name in AGGREGATE_MODES[mode]]
+    arg_types = [full_t, full_t] + out_ts
+    block = Block(arg_types=arg_types)
+    a, x, *outs = block.args
     b = Builder(InsertPoint.at_end(block))
-    lower_affine_tiled(b, _AffineOperands(a, x, a, prod, acc, reverse), skew, aggregate=True)
+    operands = _AffineOperands(a, x, a, outs[0], outs[-1], reverse, tuple(outs))
+    lower_affine_tiled(b, operands, skew, aggregate=True, agg_mode=mode)
     b.insert(func.ReturnOp())
-    fn = func.FuncOp("aggregate", ([full_t, full_t, chan_t, chan_t], []), Region(block))
+    fn = func.FuncOp("aggregate", (arg_types, []), Region(block))
     return ModuleOp([fn])
 
 
@@ -1361,4 +1493,11 @@ class ScanToCpu(ModulePass):
         ).rewrite_module(op)
 
 
-__all__ = ["ScanToCpu", "affine_fast_path", "build_chunk_aggregate", "transpose_rows"]
+__all__ = [
+    "AGGREGATE_MODES",
+    "ScanToCpu",
+    "affine_fast_path",
+    "aggregate_mode",
+    "build_chunk_aggregate",
+    "transpose_rows",
+]

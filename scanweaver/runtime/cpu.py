@@ -192,8 +192,8 @@ def _descriptor(array: Any, spec: MemRef, what: str) -> ctypes.Structure:
         # MLIR's lowering multiplies index by stride with `nuw`: negative strides are UB.
         raise ScanWeaverValueError(f"{what} has negative strides {strides}: pass np.ascontiguousarray(...)")
     for dim, (want, got) in enumerate(zip(spec.static_strides(), strides)):
-        # A size-1 dimension never uses its stride, whatever numpy says.
-        if want is not None and want != got and array.shape[dim] > 1:
+        # A size-1 dimension never uses its stride, whatever numpy says; nor does an empty array.
+        if want is not None and want != got and array.shape[dim] > 1 and array.size:
             raise ScanWeaverValueError(
                 f"{what} has element strides {strides} but {spec} assumes stride {want} in dimension {dim}: "
                 "pass np.ascontiguousarray(...) or declare the argument with strided<[?, ...], offset: ?>"
@@ -449,14 +449,17 @@ class CpuProgram:
         args: Sequence[ArgType | str],
         results: Sequence[Scalar | str] = (),
         ftz: bool = False,
+        contract: Any = None,
     ) -> Callable[..., Any]:
         """Python callable for func.func @name through `_mlir_ciface_name`.
 
         args/results: types as `MemRef`/`Scalar` or MLIR type strings
         ("memref<?x?xf32>", "f32", ...). The callable takes numpy arrays (zero copy,
         any non-negative strides that the declared layout allows) and Python scalars;
-        returns None, one value, or a tuple of values. ftz=True flushes denormals to
-        zero during each call (see `flush_denormals`).
+        returns None, one value, or a tuple of values. ftz=True (off by default, an explicit
+        numerics option) flushes denormals to zero during each call (see `flush_denormals`).
+        contract: a `shape_contract.ShapeContract` checked before each call (refuses
+        shapes that would make the code access memory outside its arrays).
         """
         arg_types = [_as_type(a) for a in args]
         result_types = [_as_type(r) for r in results]
@@ -500,6 +503,8 @@ class CpuProgram:
                     converted.append(ctypes.byref(_descriptor(value, spec, what)))
                 else:
                     converted.append(_scalar_arg(value, spec, what))
+            if contract is not None:
+                contract.check(values)
             out = result_struct() if result_struct is not None else None
             if out is not None:
                 converted.insert(0, ctypes.byref(out))

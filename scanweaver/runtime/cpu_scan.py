@@ -18,11 +18,15 @@ Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
             Python pool's block
   chunked   parallel in time, for few channels and long sequences: each row is cut
             into K chunks; (1) per chunk the aggregate pair (prod a, scan from 0), in
-            parallel; (2) the carries chunk to chunk, sequentially (K steps, numpy);
-            (3) per chunk the scan seeded with its carry, in parallel.  Phase 1 runs
-            with denormals flushed to zero (products of many `a` underflow; 10x slower
-            otherwise).  Float results differ from the sequential scan by rounding
-            (a different association); integer results are identical (wrap-around
+            parallel, in more precision than the elements (f64 for f32 rows,
+            compensated double-double for f64 rows) with the product renormalised by
+            powers of two (no overflow, no denormals); (2) the carries chunk to chunk,
+            sequentially (K steps, numpy, same precision), and where a combine is not
+            finite (overflow, Inf/NaN inputs) that chunk scanned sequentially instead;
+            (3) per chunk the scan seeded with its carry (the loop's own arithmetic),
+            in parallel.  No flush to zero.  Float results differ from the sequential
+            scan by rounding, within the bound of README "Numerics" (measured in
+            benchmarks/numerics.md); integer results are identical (wrap-around
             arithmetic is associative).
 """
 
@@ -199,7 +203,8 @@ def _pool() -> ThreadPoolExecutor:
 def parallel_for(tasks: Sequence[Callable[[], None]], ftz: bool = False, threads: int | None = None) -> None:
     """Run `tasks` on this thread and the pool's workers, each taking the next task
     when done with one (dynamic balance: a core that another process slows down takes
-    fewer tasks); wait for all.  ftz: flush denormals to zero while the tasks run.
+    fewer tasks); wait for all.  ftz: flush denormals to zero while the tasks run (an
+    explicit option, off by default; no ScanWeaver variant uses it).
     """
     if not tasks:
         return
@@ -289,21 +294,20 @@ def _affine_kernel(el: str, rank: int, init: bool, final: bool, reverse: bool) -
 
 @functools.lru_cache(maxsize=None)
 def _aggregate_kernel(el: str, reverse: bool) -> Kernel:
-    key = f"// chunk aggregate {el} reverse={reverse}\n"
-    ir = _AGGREGATE_IR.get(key)
-    if ir is None:
-        from xdsl.dialects.builtin import f32, f64, i32, i64
+    """The chunk-aggregate kernel: built already lowered (vector/scf/arith), so it goes
+    straight to MLIR's CPU lowering (the xDSL stages would only re-parse it: ~8 s)."""
+    from xdsl.dialects.builtin import f32, f64, i32, i64
 
-        from scanweaver.ir import print_ir
-        from scanweaver.rewrites.scan_to_cpu import build_chunk_aggregate
+    from scanweaver.compiler import cpu_llvm_ir
+    from scanweaver.rewrites.scan_to_cpu import AGGREGATE_MODES, aggregate_mode, build_chunk_aggregate
 
-        t = {"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el]
-        ir = key + print_ir(build_chunk_aggregate(t, 3, reverse))
-        _AGGREGATE_IR[key] = ir
-    return kernel(ir, "aggregate", [3, 3, 2, 2])
+    t = {"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el]
+    llvm_ir, _ = cpu_llvm_ir(build_chunk_aggregate(t, 3, reverse))
+    spec = [3, 3] + [2] * len(AGGREGATE_MODES[aggregate_mode(t)])
+    return Kernel(CpuProgram(llvm_ir), "aggregate", spec)
 
 
-_AGGREGATE_IR: dict[str, str] = {}
+
 
 
 @functools.lru_cache(maxsize=None)
@@ -367,18 +371,22 @@ def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: 
     """
     threads = num_threads() if threads is None else threads
     total = channels * length
+    # f64 rows are never cut in time: their compensated chunk aggregates cost what the
+    # time parallelism saves (measured here, 2 cores, 1x2^20: 3.3 ms chunked, 3.3 ms
+    # single; 3x2^20: 6.9 ms vs 3.6 ms), and the single variant is bit-identical.
+    chunkable = np.dtype(dtype) != np.float64
     if threads > 1 and channels >= 2 * _lanes(dtype) * threads and total >= OPENMP_MIN_ELEMENTS and openmp_available():
         return "openmp"
     small = total < THREAD_MIN_ELEMENTS or 3 * total * np.dtype(dtype).itemsize < THREAD_MIN_BYTES
     if threads <= 1 or small:
         # One thread: still cut long rows in time when there are too few channels to
         # fill the vector lanes (latency-bound otherwise).
-        if channels < _lanes(dtype) and length >= CHUNKED_MIN_LENGTH and total >= THREAD_MIN_ELEMENTS:
+        if chunkable and channels < _lanes(dtype) and length >= CHUNKED_MIN_LENGTH and total >= THREAD_MIN_ELEMENTS:
             return "chunked"
         return "single"
     if channels >= 2 * _lanes(dtype) * threads:
         return "channels"
-    if length >= CHUNKED_MIN_LENGTH:
+    if chunkable and length >= CHUNKED_MIN_LENGTH:
         return "chunked"
     return "channels" if channels >= 2 * threads else "single"
 
@@ -462,12 +470,83 @@ def affine_scan_cpu(
     return (h, final) if return_final else h
 
 
+#: Chunked-scan knob: when set (tests), rows at least this long may be chunked
+#: whatever their size, and chunks are at least this long, so that small inputs
+#: exercise the chunked code (every chunk boundary, the tail, the overflow guard).
+CHUNKED_TEST_MIN_CHUNK: int | None = None
+
+
 def _chunk_count(C: int, L: int, lanes: int, threads: int) -> int:
     """Chunks per row: enough rows of chunks to fill the lanes on every thread."""
     want = max(2 * lanes, -(-lanes * threads * 2 // max(C, 1)))
     want = -(-want // lanes) * lanes  # a multiple of the lanes
     # Chunks of at least 4 tiles of time each.
-    return max(1, min(want, L // (8 * lanes)))
+    min_chunk = 8 * lanes if CHUNKED_TEST_MIN_CHUNK is None else max(1, CHUNKED_TEST_MIN_CHUNK)
+    return max(1, min(want, L // min_chunk))
+
+
+# ---- Carries between chunks (phase 2), in more precision than the element type.
+#
+# Chunk k's aggregate (A_k, B_k) maps the state entering the chunk to the state
+# leaving it: h_out = A_k * h_in + B_k.  f32 rows: A, B in f64; f64 rows: A, B in
+# double-double (hi + lo).  A is renormalised: A = A_m * 2^E (E: i64).  The
+# carry is kept in the same precision from chunk to chunk and rounded to the element
+# type only as each chunk's start.  Where the combine is not finite (the product of
+# `a` left the exponent range, B overflowed, the inputs hold Inf/NaN, or the carry
+# itself overflows) the chunk is scanned sequentially from its start instead: the
+# sequential loop's own arithmetic, so no Inf*0 the loop never forms.
+
+_SPLIT = 134217729.0  # 2^27 + 1: Dekker's split of a double into 26-bit halves
+
+
+def _two_prod(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """p + e == x * y exactly (Dekker; numpy has no FMA).  Non-finite for |x|, |y| > 2^995."""
+    p = x * y
+    tx = _SPLIT * x
+    xh = tx - (tx - x)
+    xl = x - xh
+    ty = _SPLIT * y
+    yh = ty - (ty - y)
+    yl = y - yh
+    e = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+    return p, e
+
+
+def _dd_add(ah, al, bh, bl):
+    s = ah + bh
+    z = s - ah
+    e = (ah - (s - z)) + (bh - z) + al + bl
+    hi = s + e
+    return hi, e - (hi - s)
+
+
+def _scale2(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """x * 2^e, exact unless it leaves the range (0 or inf then)."""
+    return np.ldexp(x, np.clip(e, -1 << 20, 1 << 20).astype(np.int32))
+
+
+class _Carry:
+    """The carry entering a chunk, per row, in the carry precision."""
+
+    def __init__(self, start: np.ndarray, dd: bool):
+        self.hi = start.astype(np.float64)
+        self.lo = np.zeros_like(self.hi) if dd else None
+
+    def start(self, dtype: np.dtype) -> np.ndarray:
+        with np.errstate(over="ignore"):  # beyond the range of dtype: inf, as the loop gets
+            return self.hi.astype(dtype)  # hi + lo rounds to hi: hi is the rounded sum
+
+    def combine(self, agg: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """A_k * carry + B_k (not stored); non-finite where the combine is unsafe."""
+        if self.lo is None:  # wide: A, E, B
+            A, E, B = (x[:, k] for x in agg)
+            return _scale2(A * self.hi, E) + B, None
+        Ah, Al, E, Bh, Bl = (x[:, k] for x in agg)
+        p, e = _two_prod(Ah, self.hi)
+        e = e + (Ah * self.lo + Al * self.hi)
+        ph = p + e
+        pl = e - (ph - p)
+        return _dd_add(_scale2(ph, E), _scale2(pl, E), Bh, Bl)
 
 
 def _chunked(a, b, h0, h, final, reverse: bool, threads: int) -> None:
@@ -490,32 +569,56 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int) -> None:
         t_final = np.empty(C, a.dtype)
         ka(a[:, main:], b[:, main:], carry, h[:, main:], t_final)
         carry = t_final
-    # Phase 1: aggregates per chunk, in parallel over the chunk dim.
-    A = np.empty((C, K), a.dtype)
-    B = np.empty((C, K), a.dtype)
-    agg = _aggregate_kernel(el, reverse)
+    # Phase 1: aggregates per chunk, in parallel over the chunk dim.  No flush to zero:
+    # denormal inputs count (the rescaled product never goes denormal itself).
+    from scanweaver.rewrites.scan_to_cpu import AGGREGATE_MODES, aggregate_mode
+
+    from xdsl.dialects.builtin import f32, f64, i32, i64
+
+    mode = aggregate_mode({"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el])
+    agg_dtype = a.dtype if mode == "exact" else np.dtype(np.float64)
+    agg = [np.empty((C, K), np.int64 if name == "E" else agg_dtype) for name in AGGREGATE_MODES[mode]]
+    kagg = _aggregate_kernel(el, reverse)
     parts = split_range(K, threads, lanes)
-    parallel_for([(lambda lo=lo, hi=hi: agg(av[:, lo:hi], bv[:, lo:hi], A[:, lo:hi], B[:, lo:hi])) for lo, hi in parts],
-                 ftz=True, threads=threads)
-    # Phase 2: carries (exact integer wrap-around; float64 for floats).
+    parallel_for([kagg.bind(av[:, lo:hi], bv[:, lo:hi], *(x[:, lo:hi] for x in agg)) for lo, hi in parts],
+                 threads=threads)
+    # Phase 2: carries, chunk to chunk.
     starts = np.empty((C, K), a.dtype)
     order = range(K - 1, -1, -1) if reverse else range(K)
-    if a.dtype.kind == "f":
-        c = carry.astype(np.float64)
-        for k in order:
-            starts[:, k] = c
-            c = A[:, k] * c + B[:, k]
-        carry = c.astype(a.dtype)
-    else:
+    done = np.zeros(K, bool)  # chunks already scanned (sequentially, in phase 2)
+    if mode == "exact":
         c = carry.copy()
+        A, B = agg
         with np.errstate(over="ignore"):
             for k in order:
                 starts[:, k] = c
                 c = A[:, k] * c + B[:, k]
         carry = c
+    else:
+        cr = _Carry(carry, dd=mode == "dd")
+        seq = None
+        with np.errstate(all="ignore"):
+            for k in order:
+                starts[:, k] = cr.start(a.dtype)
+                hi, lo = cr.combine(agg, k)
+                unsafe = ~np.isfinite(hi)
+                if lo is not None:
+                    unsafe |= ~np.isfinite(lo)
+                if unsafe.any():
+                    # The sequential loop's own steps for this chunk, from its start.
+                    seq = seq or _affine_kernel(el, 2, True, True, reverse)
+                    last = np.empty(C, a.dtype)
+                    seq(av[:, k], bv[:, k], starts[:, k].copy(), hv[:, k], last)
+                    done[k] = True
+                    hi = np.where(unsafe, last.astype(np.float64), hi)
+                    if lo is not None:
+                        lo = np.where(unsafe, 0.0, lo)
+                cr.hi, cr.lo = hi, lo
+        carry = cr.start(a.dtype)
     # Phase 3: each chunk scanned from its carry, in parallel.
     ks = _affine_kernel(el, 3, True, False, reverse)
-    tasks = [(lambda lo=lo, hi=hi: ks(av[:, lo:hi], bv[:, lo:hi], starts[:, lo:hi], hv[:, lo:hi])) for lo, hi in parts]
+    runs = [(lo, hi) for lo, hi in _runs_without(done, parts)]
+    tasks = [ks.bind(av[:, lo:hi], bv[:, lo:hi], starts[:, lo:hi], hv[:, lo:hi]) for lo, hi in runs]
     if tail and not reverse:
         ka = _affine_kernel(el, 2, True, final is not None, False)
         t_args = [a[:, main:], b[:, main:], carry, h[:, main:]] + ([final] if final is not None else [])
@@ -525,6 +628,20 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int) -> None:
     parallel_for(tasks, threads=threads)
     if final is not None:
         final[...] = carry
+
+
+def _runs_without(done: np.ndarray, parts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ranges of `parts` with the chunks marked done cut out."""
+    runs = []
+    for lo, hi in parts:
+        start = None
+        for k in range(lo, hi + 1):
+            if k < hi and not done[k]:
+                start = k if start is None else start
+            elif start is not None:
+                runs.append((start, k))
+                start = None
+    return runs
 
 
 # ---------------------------------------------------------------------------

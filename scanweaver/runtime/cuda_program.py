@@ -136,9 +136,10 @@ def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
 
 
 class _CudaFunction:
-    def __init__(self, module, name: str, launches: list[KernelLaunch], arg_count: int):
+    def __init__(self, module, name: str, launches: list[KernelLaunch], arg_count: int, contract=None):
         self._module, self._name = module, name
         self._launches, self._arg_count = launches, arg_count
+        self._contract = contract  # shape_contract.ShapeContract: checked before the launch
 
     def __call__(self, *arrays: Any) -> None:
         from numba import cuda
@@ -147,6 +148,8 @@ class _CudaFunction:
 
         if len(arrays) != self._arg_count:
             raise ScanWeaverTypeError(f"@{self._name} takes {self._arg_count} arrays, got {len(arrays)}")
+        if self._contract is not None:
+            self._contract.check(arrays)
         staged = DeviceArguments(arrays, output_positions(self._launches))
         for desc in self._launches:
             launch(self._module, desc, [staged.device[i] for i in desc.host_args])
@@ -161,9 +164,13 @@ def compile_cuda_program(mlir_text: str):
 
     require_cuda()
     artifacts = build_cuda_artifacts(mlir_text, device_chip())
+    from scanweaver.ir import parse_ir
+    from scanweaver.runtime.shape_contract import derive_contracts
+
     module = CudaModule(artifacts.ptx)
+    contracts = derive_contracts(parse_ir(mlir_text))
     functions = {
-        name: _CudaFunction(module, name, seq, artifacts.arg_counts[name])
+        name: _CudaFunction(module, name, seq, artifacts.arg_counts[name], contracts.get(name))
         for name, seq in artifacts.launches.items()
     }
     return Program(functions, artifacts.stages, artifacts.ptx)

@@ -99,14 +99,18 @@ def mlir_translate_to_llvmir(text: str) -> str:
     return run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=text)
 
 
-def lower_to_llvm_ir(mlir_text: str, openmp: bool = False) -> str:
+def lower_to_llvm_ir(mlir_text: str, openmp: bool = False, bounds_checks: bool = False) -> str:
     """Lower a module of func/scf/memref/arith/math/vector ops to LLVM IR text.
 
     Functions that should be callable from the CPU runtime must carry
     `llvm.emit_c_interface` (see `emit_c_interface`). With `openmp=True`,
     scf.parallel loops become OpenMP regions that need libomp at run time.
+    `bounds_checks`: upstream `--generate-runtime-verification` first (every memref
+    load/store checks its indices; out of bounds aborts the process with a message).
     """
     flags = CPU_OPENMP_LOWERING_FLAGS if openmp else CPU_LOWERING_FLAGS
+    if bounds_checks:
+        flags = ["--generate-runtime-verification", *flags]
     return mlir_translate_to_llvmir(mlir_opt(mlir_text, flags))
 
 

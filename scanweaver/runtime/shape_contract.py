@@ -1,0 +1,306 @@
+"""Shape contracts: the argument shapes a compiled function's memory accesses rely on.
+
+Compiled code does not check bounds.  A function like
+
+    %L = memref.dim %x, %c1
+    scf.for %t = %c0 to %L step %c1 { ... memref.store %v, %y[%c, %t] ... }
+
+relies on dim 1 of %y being at least dim 1 of %x.  `derive_contracts` walks the input
+IR once and records, for every load and store of a memref argument, the index
+expressions as intervals over loop bounds (constants, `memref.dim` of arguments,
+index scalar arguments, +, -, * and division by constants, min/max); before each call,
+`ShapeContract.check` evaluates them with the actual shapes and refuses the call
+(ScanWeaverValueError naming both arguments and dimensions) when an index could leave
+its array.  scan ops in the input add their own relations (a, b, h of one shape).
+
+Accesses whose index the analysis does not follow (a loaded index, an access under
+`scf.if`) are listed in `unchecked`; `check` cannot vouch for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.dialects import arith, func, memref, scf, vector
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+
+from scanweaver.errors import ScanWeaverValueError
+
+Interval = tuple[int, int]
+Env = Sequence[Any]  # the call's argument values
+
+
+@dataclass
+class _Expr:
+    """An index value as an interval, evaluated per call; `text` for messages."""
+
+    eval: Callable[[Env], Interval]
+    text: str
+    sources: frozenset[str] = frozenset()  # "dim 1 of argument 'x' (#0)" and the like
+
+
+class _Unknown(Exception):
+    pass
+
+
+@dataclass
+class _Loop:
+    iv: SSAValue
+    lb: _Expr
+    ub: _Expr
+
+
+@dataclass
+class _Access:
+    op_text: str
+    arg: int
+    indices: list[_Expr]
+    extents: list[int]  # elements touched from each index (vector loads: the vector length)
+    loops: list[_Loop]
+    write: bool
+
+
+@dataclass
+class ShapeContract:
+    name: str
+    arg_names: list[str]
+    accesses: list[_Access] = field(default_factory=list)
+    same_shape: list[tuple[int, int, list[int], list[int]]] = field(default_factory=list)  # (i, j, dims i, dims j)
+    unchecked: list[str] = field(default_factory=list)
+
+    def _arg(self, i: int) -> str:
+        return f"argument '{self.arg_names[i]}' (#{i})"
+
+    def check(self, values: Env) -> None:
+        """Raise ScanWeaverValueError when these arguments could be accessed out of bounds."""
+        shape = lambda i: tuple(getattr(values[i], "shape", ()))  # noqa: E731
+        for i, j, di, dj in self.same_shape:
+            si, sj = shape(i), shape(j)
+            if [si[d] for d in di] != [sj[d] for d in dj]:
+                raise ScanWeaverValueError(
+                    f"@{self.name}: {self._arg(i)} has shape {si} and {self._arg(j)} has shape {sj}: "
+                    f"dimensions {di} of the first must equal dimensions {dj} of the second"
+                )
+        for acc in self.accesses:
+            if any(_empty(loop, values) for loop in acc.loops):
+                continue  # never executed with these sizes
+            sizes = shape(acc.arg)
+            for d, (ix, ext) in enumerate(zip(acc.indices, acc.extents)):
+                lo, hi = ix.eval(values)
+                hi += ext - 1
+                if lo < 0 or hi >= sizes[d]:
+                    src = f" (from {', '.join(sorted(ix.sources))})" if ix.sources else ""
+                    raise ScanWeaverValueError(
+                        f"@{self.name}: {self._arg(acc.arg)} has shape {sizes}, but `{acc.op_text}` "
+                        f"{'writes' if acc.write else 'reads'} dimension {d} at indices {lo}..{hi} "
+                        f"(index {ix.text}{src}); the call would touch memory outside the array"
+                    )
+
+
+def _empty(loop: _Loop, values: Env) -> bool:
+    lb_lo, _ = loop.lb.eval(values)
+    _, ub_hi = loop.ub.eval(values)
+    return ub_hi <= lb_lo
+
+
+def _const(v: int) -> _Expr:
+    return _Expr(lambda env: (v, v), str(v))
+
+
+class _Analysis:
+    def __init__(self, fn: func.FuncOp):
+        self.fn = fn
+        self.args = list(fn.body.blocks[0].args)
+        names = [a.name_hint or f"arg{i}" for i, a in enumerate(self.args)]
+        self.contract = ShapeContract(fn.sym_name.data, names)
+        self.exprs: dict[SSAValue, _Expr] = {}
+        self.loops: dict[SSAValue, _Loop] = {}
+
+    def arg_text(self, i: int) -> str:
+        return f"argument '{self.contract.arg_names[i]}' (#{i})"
+
+    def expr(self, v: SSAValue) -> _Expr:
+        if v in self.exprs:
+            return self.exprs[v]
+        e = self._expr(v)
+        self.exprs[v] = e
+        return e
+
+    def _expr(self, v: SSAValue) -> _Expr:
+        if isinstance(v, BlockArgument):
+            if v in self.loops:
+                loop = self.loops[v]
+                if loop is None:
+                    raise _Unknown
+                lb, ub = loop.lb, loop.ub
+                return _Expr(lambda env: (lb.eval(env)[0], ub.eval(env)[1] - 1),
+                             f"{lb.text}..{ub.text}-1", lb.sources | ub.sources)
+            if v.owner is self.fn.body.blocks[0]:
+                i = v.index
+                return _Expr(lambda env: (int(env[i]), int(env[i])), self.contract.arg_names[i],
+                             frozenset({self.arg_text(i)}))
+            raise _Unknown
+        op = v.owner
+        if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+            return _const(op.value.value.data)
+        if isinstance(op, memref.DimOp):
+            src, dim = op.source, self.expr(op.index)
+            if not (isinstance(src, BlockArgument) and src.owner is self.fn.body.blocks[0]):
+                raise _Unknown
+            i = src.index
+            d = dim.eval(())[0]  # a constant dim index
+            return _Expr(lambda env: (env[i].shape[d], env[i].shape[d]), f"dim({self.contract.arg_names[i]}, {d})",
+                         frozenset({f"dim {d} of {self.arg_text(i)}"}))
+        if isinstance(op, arith.IndexCastOp):
+            return self.expr(op.input)
+        binary = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.MinSIOp: "min", arith.MaxSIOp: "max",
+                  arith.MinUIOp: "min", arith.MaxUIOp: "max", arith.DivUIOp: "/", arith.DivSIOp: "/",
+                  arith.FloorDivSIOp: "/", arith.RemUIOp: "%", arith.RemSIOp: "%"}
+        sym = binary.get(type(op))
+        if sym is None:
+            raise _Unknown
+        x, y = self.expr(op.operands[0]), self.expr(op.operands[1])
+        return _Expr(_combine(sym, x, y), f"({x.text} {sym} {y.text})", x.sources | y.sources)
+
+    def loop_scope(self, iv: SSAValue, lb: SSAValue, ub: SSAValue, step: SSAValue) -> _Loop | None:
+        """Record the interval of a loop's induction variable (None: bounds not followed)."""
+        try:
+            s = self.expr(step).eval(())
+        except Exception:  # noqa: BLE001 - a step that is not a constant
+            s = (0, 0)
+        try:
+            loop = _Loop(iv, self.expr(lb), self.expr(ub))
+        except _Unknown:
+            return None
+        if s[0] <= 0:
+            return None
+        self.loops[iv] = loop
+        return loop
+
+    def walk(self, block: Block, loops: list[_Loop | None], guarded: bool) -> None:
+        for op in block.ops:
+            self.visit(op, loops, guarded)
+
+    def visit(self, op: Operation, loops: list[_Loop | None], guarded: bool) -> None:
+        if isinstance(op, memref.LoadOp | memref.StoreOp | vector.LoadOp | vector.StoreOp):
+            self.access(op, loops, guarded)
+            return
+        from scanweaver.dialects import scan
+
+        if isinstance(op, scf.ForOp):
+            body = op.body.blocks[0]
+            loop = self.loop_scope(body.args[0], op.lb, op.ub, op.step)
+            self.walk(body, loops + [loop], guarded)
+            return
+        if isinstance(op, scan.RecurrenceOp | scan.LinearRecurrenceOp):
+            from xdsl.dialects.builtin import IndexType
+
+            shape = op.state.type.get_shape()
+            n = shape[0] if shape and shape[0] != DYNAMIC_INDEX else None
+            for region in op.regions:
+                blk = region.blocks[0]
+                loop = self.loop_scope(blk.args[0], op.lb, op.ub, op.step)
+                if len(blk.args) > 1 and isinstance(blk.args[1].type, IndexType):
+                    # coeffs' state index k runs over the static state size
+                    self.loops[blk.args[1]] = _Loop(blk.args[1], _const(0), _const(n)) if n else None  # type: ignore[assignment]
+                self.walk(blk, loops + [loop], guarded)
+            return
+        if isinstance(op, scan.AffineOp):
+            self.scan_affine(op)
+            return
+        # Any other op with regions (scf.if, scf.while, scf.parallel, ...): its accesses
+        # may be guarded or iterate in ways not followed here, so they are unchecked.
+        for region in op.regions:
+            for blk in region.blocks:
+                self.walk(blk, loops, True)
+
+    def arg_index(self, v: SSAValue) -> int | None:
+        if isinstance(v, BlockArgument) and v.owner is self.fn.body.blocks[0]:
+            return v.index
+        return None
+
+    def scan_affine(self, op) -> None:
+        h = self.arg_index(op.h)
+        axis = op.axis_value
+        rank = op.h.type.get_num_dims()
+        full = list(range(rank))
+        chan = [d for d in full if d != axis]
+        for v, dims in ((op.a, full), (op.b, full), (op.init, list(range(rank - 1))), (op.final, list(range(rank - 1)))):
+            i = self.arg_index(v) if v is not None else None
+            if i is not None and h is not None and i != h:
+                self.contract.same_shape.append((i, h, dims, full if dims is full else chan))
+
+    def access(self, op: Operation, loops: list[_Loop | None], guarded: bool) -> None:
+        ref = op.memref if hasattr(op, "memref") else op.base  # type: ignore[attr-defined]
+        i = self.arg_index(ref)
+        if i is None:
+            return  # a local buffer (alloca) or a view: not an argument
+        text = _op_text(op)
+        if guarded or any(loop is None for loop in loops):
+            self.contract.unchecked.append(text)
+            return
+        try:
+            indices = [self.expr(x) for x in op.indices]  # type: ignore[attr-defined]
+        except _Unknown:
+            self.contract.unchecked.append(text)
+            return
+        extents = [1] * len(indices)
+        vt = op.result.type if isinstance(op, vector.LoadOp) else (op.vector.type if isinstance(op, vector.StoreOp) else None)
+        if vt is not None and indices:
+            extents[-1] = vt.get_shape()[-1]
+        write = isinstance(op, memref.StoreOp | vector.StoreOp)
+        self.contract.accesses.append(_Access(text, i, indices, extents, [lp for lp in loops if lp], write))
+
+
+def _combine(sym: str, x: _Expr, y: _Expr) -> Callable[[Env], Interval]:
+    def ev(env: Env) -> Interval:
+        a, b = x.eval(env), y.eval(env)
+        if sym == "+":
+            return a[0] + b[0], a[1] + b[1]
+        if sym == "-":
+            return a[0] - b[1], a[1] - b[0]
+        if sym == "*":
+            p = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
+            return min(p), max(p)
+        if sym == "min":
+            return min(a[0], b[0]), min(a[1], b[1])
+        if sym == "max":
+            return max(a[0], b[0]), max(a[1], b[1])
+        if b[0] <= 0:  # division or remainder by a value that may be <= 0: no bound
+            return -(1 << 62), 1 << 62
+        if sym == "/":
+            q = [a[0] // b[0], a[0] // b[1], a[1] // b[0], a[1] // b[1]]
+            return min(q), max(q)
+        return (0, b[1] - 1) if a[0] >= 0 else (-(b[1] - 1), b[1] - 1)
+
+    return ev
+
+
+def _op_text(op: Operation) -> str:
+    from scanweaver.ir import print_ir
+
+    try:
+        return print_ir(op).strip().splitlines()[0][:160]
+    except Exception:  # noqa: BLE001 - a message only
+        return op.name
+
+
+def derive_contract(fn: func.FuncOp) -> ShapeContract:
+    analysis = _Analysis(fn)
+    analysis.walk(fn.body.blocks[0], [], False)
+    return analysis.contract
+
+
+def derive_contracts(module: ModuleOp) -> dict[str, ShapeContract]:
+    """A contract per public function with a body."""
+    return {
+        op.sym_name.data: derive_contract(op)
+        for op in module.walk()
+        if isinstance(op, func.FuncOp) and not op.is_declaration
+    }
+
+
+__all__ = ["ShapeContract", "derive_contract", "derive_contracts"]

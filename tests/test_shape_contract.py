@@ -1,0 +1,173 @@
+"""Issue 10 item 4: compiled programs never touch memory outside their arrays: shapes
+that the IR's accesses rely on are derived from the IR and checked before each call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import scanweaver
+from scanweaver.errors import ScanWeaverValueError
+from scanweaver.interp.run import run_function
+from scanweaver.ir import parse_ir
+from scanweaver.runtime.shape_contract import derive_contracts
+
+EMA = """
+func.func @ema(%x: memref<?x?xf32>, %y: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %alpha = arith.constant 0.9 : f32
+  %beta = arith.constant 0.1 : f32
+  %zero = arith.constant 0.0 : f32
+  %C = memref.dim %x, %c0 : memref<?x?xf32>
+  %L = memref.dim %x, %c1 : memref<?x?xf32>
+  scf.for %c = %c0 to %C step %c1 {
+    %r = scf.for %t = %c0 to %L step %c1 iter_args(%h = %zero) -> (f32) {
+      %xv = memref.load %x[%c, %t] : memref<?x?xf32>
+      %ah = arith.mulf %alpha, %h : f32
+      %bx = arith.mulf %beta, %xv : f32
+      %hn = arith.addf %ah, %bx : f32
+      memref.store %hn, %y[%c, %t] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+  }
+  func.return
+}
+"""
+
+# y[c, t] = a[c, t] * y[c, t-1] + x[c, t] for t >= 1: an offset index (t - 1).
+SHIFTED = """
+func.func @shifted(%a: memref<?x?xf32>, %x: memref<?x?xf32>, %y: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %C = memref.dim %y, %c0 : memref<?x?xf32>
+  %L = memref.dim %y, %c1 : memref<?x?xf32>
+  scf.for %c = %c0 to %C step %c1 {
+    scf.for %t = %c1 to %L step %c1 {
+      %tm = arith.subi %t, %c1 : index
+      %p = memref.load %y[%c, %tm] : memref<?x?xf32>
+      %av = memref.load %a[%c, %t] : memref<?x?xf32>
+      %xv = memref.load %x[%c, %t] : memref<?x?xf32>
+      %m = arith.mulf %av, %p : f32
+      %n = arith.addf %m, %xv : f32
+      memref.store %n, %y[%c, %t] : memref<?x?xf32>
+    }
+  }
+  func.return
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def ema():
+    return scanweaver.compile(EMA, target="cpu")
+
+
+@pytest.fixture(scope="module")
+def shifted():
+    return scanweaver.compile(SHIFTED, target="cpu")
+
+
+def test_issue_example_is_refused_naming_both_arguments(ema):
+    x = np.ones((4, 64), np.float32)
+    y = np.zeros((4, 32), np.float32)
+    with pytest.raises(ScanWeaverValueError) as info:
+        ema.ema(x, y)
+    msg = str(info.value)
+    assert "'y' (#1)" in msg and "dim 1 of argument 'x' (#0)" in msg and "(4, 32)" in msg
+    assert isinstance(info.value, ValueError)
+
+
+def test_contract_of_the_ema_is_complete():
+    c = derive_contracts(parse_ir(EMA))["ema"]
+    assert not c.unchecked and len(c.accesses) == 2
+
+
+def _inputs(rng, shapes):
+    return [rng.uniform(0.5, 1.0, s).astype(np.float32) for s in shapes]
+
+
+def _ema_in_bounds(x, y):
+    C, L = x.shape
+    return C == 0 or L == 0 or (y.shape[0] >= C and y.shape[1] >= L)
+
+
+def _shifted_in_bounds(a, x, y):
+    C, L = y.shape
+    return C == 0 or L <= 1 or all(m.shape[0] >= C and m.shape[1] >= L for m in (a, x))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 40)), min_size=3, max_size=3), st.integers(0, 2**31))
+def test_random_shape_mismatches_are_refused_or_safe(ema, shifted, shapes, seed):
+    """Random shapes never crash: refused exactly when some access would leave its array
+    (an independent model of each loop nest's accesses), else the results equal the
+    interpreter's."""
+    rng = np.random.default_rng(seed)
+    cases = ((ema, "ema", EMA, 2, _ema_in_bounds), (shifted, "shifted", SHIFTED, 3, _shifted_in_bounds))
+    for program, name, text, n, in_bounds in cases:
+        args = _inputs(rng, shapes[:n])
+        expected = [x.copy() for x in args]
+        safe = in_bounds(*args)
+        try:
+            program[name](*args)
+        except ScanWeaverValueError:
+            assert not safe, f"{name} refused in-bounds shapes {[x.shape for x in args]}"
+            continue
+        assert safe, f"{name} accepted out-of-bounds shapes {[x.shape for x in args]}"
+        run_function(text, name, *expected)
+        for got, want in zip(args, expected):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+GATHER = """
+func.func @g(%x: memref<?xf32>, %y: memref<?xf32>, %idx: memref<?xindex>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %L = memref.dim %idx, %c0 : memref<?xindex>
+  scf.for %t = %c0 to %L step %c1 {
+    %i = memref.load %idx[%t] : memref<?xindex>
+    %v = memref.load %x[%i] : memref<?xf32>
+    memref.store %v, %y[%t] : memref<?xf32>
+  }
+  func.return
+}
+"""
+
+
+def test_unfollowable_index_gets_runtime_bounds_checks(tmp_path):
+    """x[idx[t]]: no shape relation to derive; that build checks bounds at run time
+    (upstream -generate-runtime-verification): out of bounds aborts, never writes."""
+    c = derive_contracts(parse_ir(GATHER))["g"]
+    assert len(c.unchecked) == 1 and "%x" in c.unchecked[0]
+    program = scanweaver.compile(GATHER, target="cpu")
+    x, y = np.arange(8, dtype=np.float32), np.zeros(4, np.float32)
+    program.g(x, y, np.array([1, 2, 3, 7]))
+    np.testing.assert_array_equal(y, [1, 2, 3, 7])
+    with pytest.raises(ScanWeaverValueError, match="'y' \\(#1\\)"):
+        program.g(x, np.zeros(3, np.float32), np.array([1, 2, 3, 7]))  # y too short: refused
+    script = tmp_path / "oob.py"
+    script.write_text(
+        "import numpy as np, scanweaver\n"
+        f"p = scanweaver.compile({GATHER!r})\n"
+        "p.g(np.arange(8, dtype=np.float32), np.zeros(4, np.float32), np.array([1, 2, 3, 9]))\n"
+        "print('returned')\n"
+    )
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert r.returncode != 0 and "returned" not in r.stdout
+    assert "out-of-bounds" in r.stdout + r.stderr  # the runtime check prints to stdout
+
+
+def test_cuda_program_checks_the_contract_before_any_launch():
+    """The CUDA caller's hook (no GPU needed: the check comes before staging)."""
+    from scanweaver.runtime.cuda_program import _CudaFunction
+
+    contract = derive_contracts(parse_ir(EMA))["ema"]
+    fn = _CudaFunction(module=None, name="ema", launches=[], arg_count=2, contract=contract)
+    with pytest.raises(ScanWeaverValueError, match="'y' \\(#1\\)"):
+        fn(np.ones((4, 64), np.float32), np.zeros((4, 32), np.float32))
