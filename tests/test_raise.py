@@ -373,12 +373,20 @@ def test_inner_loop_carried_value_in_coefficient_is_rejected():
     assert "loop-carried value of an inner loop" in decisions[0].reason
 
 
-def test_channel_loop_with_dynamic_bound_is_rejected():
+def test_channel_loop_with_dynamic_bound():
+    # Issue 14: a loop-invariant channel count is raised (a dynamic temporary state);
+    # one computed inside the time loop is refused.
     src = VECTOR_2D.replace(
         "func.func @v(%x: memref<5x3xf32>", "func.func @v(%nn: index, %x: memref<5x3xf32>"
     ).replace("scf.for %n = %c0 to %c3", "scf.for %n = %c0 to %nn")
     decision = loop_decisions(src)[0]
-    assert not decision.affine and "constant" in decision.reason
+    assert decision.affine and decision.kind == "vector"
+    bad = src.replace(
+        "%s = scf.for %n = %c0 to %nn",
+        "%nt = arith.addi %t, %c1 : index\n    %s = scf.for %n = %c0 to %nt",
+    )
+    decision = loop_decisions(bad)[0]
+    assert not decision.affine and "loop-invariant" in decision.reason
 
 
 def test_loops_inside_raised_regions_are_left_alone():

@@ -52,6 +52,7 @@ from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     FileLineColLoc,
     IndexType,
     IntegerAttr,
@@ -99,7 +100,8 @@ class _Plan:
     forms: list[AffineForm]  # one per state variable (K of them)
     chan_loop: scf.ForOp | None = None  # inner channel loop (vector kind)
     store: memref.StoreOp | None = None  # the state store (memref kinds)
-    channels: int = 0  # vector kind: trip count of the channel loop
+    channels: int = 0  # vector kind: constant trip count of the channel loop, 0 if dynamic
+    chan_ub: SSAValue | None = None  # vector kind: the channel count (defined before the loop)
     direct: bool = False  # memref kinds: the user's memref is the recurrence state
     # Shifted-index state (`m[.., t] = f(m[.., t-1])`): the loads of the previous
     # element (state sources) and the position of the time index in the indices.
@@ -273,22 +275,27 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
         plan.chan_loop = chan
         civ = chan.body.block.args[0]
         lb, ub, step = (_const_index(v) for v in (chan.lb, chan.ub, chan.step))
-        if lb != 0 or step != 1 or ub is None or ub < 1:
+        if lb != 0 or step != 1:
+            raise _Reject("the channel loop must run from constant 0 step 1", kind)
+        if ub is not None and ub < 1:
+            raise _Reject("the channel loop must run a constant N > 0 or a "
+                          "loop-invariant number of times", kind)
+        if ub is None and _inside(chan.ub, loop):
             raise _Reject(
-                "the channel loop must run from constant 0 to a constant N > 0 step 1",
+                "the channel count is computed inside the time loop (it must be "
+                "loop-invariant, e.g. a memref.dim before the loop)",
                 kind,
             )
         if sum(x is civ for x in store.indices) != 1:
             raise _Reject("the state index must use the channel index exactly once", kind)
-        plan.channels = ub
+        plan.channels = ub or 0
+        plan.chan_ub = chan.ub
     if time_pos is not None:
         _check_shifted(plan, loads, time_pos)
         return _with_forms(plan, loads, written)
     if in_chan:
         civ = plan.chan_loop.body.block.args[0]  # type: ignore[union-attr]
-        ub = plan.channels
-        shape = m.type.get_shape()  # type: ignore[attr-defined]
-        direct = shape == (ub,) and list(store.indices) == [civ]
+        direct = list(store.indices) == [civ] and _is_extent_of(plan, m)
     else:
         direct = not store.indices
     # Every other write to the state memref, or read of it that would observe a
@@ -301,6 +308,22 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
                 direct = False
     plan.direct = direct
     return _with_forms(plan, loads, written)
+
+
+def _is_extent_of(plan: _Plan, m: SSAValue) -> bool:
+    """Whether the channel loop runs over exactly the (rank-1) memref `m`: a constant
+    equal to its static size, or `memref.dim m, 0`."""
+    shape = m.type.get_shape()  # type: ignore[attr-defined]
+    if len(shape) != 1:
+        return False
+    if plan.channels:
+        return shape == (plan.channels,)
+    dim = plan.chan_ub.owner if plan.chan_ub is not None else None
+    return (
+        isinstance(dim, memref.DimOp)
+        and dim.source is m
+        and _const_index(dim.index) == 0
+    )
 
 
 def _with_forms(plan: _Plan, loads: list[memref.LoadOp], written: set[SSAValue]) -> _Plan:
@@ -696,15 +719,14 @@ def raise_loop(plan: _Plan) -> Operation:
         if plan.direct:
             state = m
         elif plan.time_pos is not None:
-            shape = [] if plan.kind == "memref" else [plan.channels]
-            state = before.insert(memref.AllocaOp.get(el, shape=shape)).memref
+            state = _state_alloca(before, plan)
             _shifted_copy_in(before, plan, m, state)
         elif plan.kind == "memref":
             state = before.insert(memref.AllocaOp.get(el, shape=[])).memref
             v = before.insert(memref.LoadOp.get(m, list(plan.store.indices))).res
             before.insert(memref.StoreOp.get(v, state, []))
         else:
-            state = before.insert(memref.AllocaOp.get(el, shape=[plan.channels])).memref
+            state = _state_alloca(before, plan)
             _copy_in(before, plan, m, state)
     coeffs = _build_coeffs(plan)
     emit = _build_emit(plan, state)
@@ -720,6 +742,26 @@ def raise_loop(plan: _Plan) -> Operation:
     return rec
 
 
+def _state_alloca(b: Builder, plan: _Plan) -> SSAValue:
+    """A temporary state: rank 0, or the channel shape (dynamic when the count is)."""
+    el = plan.element_type
+    if plan.kind == "memref":
+        return b.insert(memref.AllocaOp.get(el, shape=[])).memref
+    if plan.channels:
+        return b.insert(memref.AllocaOp.get(el, shape=[plan.channels])).memref
+    assert plan.chan_ub is not None
+    return b.insert(
+        memref.AllocaOp.get(el, shape=[DYNAMIC_INDEX], dynamic_sizes=[plan.chan_ub])
+    ).memref
+
+
+def _channel_count(b: Builder, plan: _Plan) -> SSAValue:
+    if plan.channels:
+        return _index(b, plan.channels)
+    assert plan.chan_ub is not None
+    return plan.chan_ub
+
+
 def _copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
     assert plan.store is not None and plan.chan_loop is not None
     civ = plan.chan_loop.body.block.args[0]
@@ -730,7 +772,7 @@ def _copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
     v = inner.insert(memref.LoadOp.get(m, idx)).res
     inner.insert(memref.StoreOp.get(v, state, [n]))
     inner.insert(scf.YieldOp())
-    lb, ub, one = _index(b, 0), _index(b, plan.channels), _index(b, 1)
+    lb, ub, one = _index(b, 0), _channel_count(b, plan), _index(b, 1)
     b.insert(scf.ForOp(lb, ub, one, [], Region(block)))
 
 
@@ -781,7 +823,7 @@ def _shifted_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> N
         v = inner.insert(memref.LoadOp.get(m, idx)).res
         inner.insert(memref.StoreOp.get(v, state, [n]))
         inner.insert(scf.YieldOp())
-        zero, chans, one = (_index(target, k) for k in (0, plan.channels, 1))
+        zero, chans, one = _index(target, 0), _channel_count(target, plan), _index(target, 1)
         target.insert(scf.ForOp(zero, chans, one, [], Region(block)))
     if target is not b:
         target.insert(scf.YieldOp())
