@@ -119,3 +119,132 @@ def test_channel_count_computed_inside_the_time_loop_is_refused():
 @pytest.mark.parametrize("nc", ["%nc = memref.dim %h, %c0 : memref<?xf32>", DYN_NC_OF_X])
 def test_dynamic_channels_cpu_end_to_end(nc):
     cpu_matches_interpreter(dyn_channels(nc), "ema", dyn_args(40, 13, 13), raised_op="scan.recurrence")
+
+
+def gpu_kernels(text):
+    """Build for the GPU (PTX; ptxas when installed): the kernel names per function,
+    after checking that ptxas reports no spills."""
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+
+    art = build_cuda_artifacts(text, "sm_90")
+    for name, info in art.ptxas.items():
+        assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (name, info)
+    return {f: [d.kernel_name for d in launches] for f, launches in art.launches.items()}
+
+
+# ---------------------------------------------------------------------------
+# 2. Multi-lag recurrences y[t] = a1*y[t-1] + ... + ak*y[t-k] + x[t]
+# ---------------------------------------------------------------------------
+
+
+def multilag(el="f32", lags=(1, 2, 3), reverse=False, channels=False) -> str:
+    """`y[t] = sum_j a_j * y[t -+ j] + x[t]` (one series, or 4 series with the channel
+    loop outside the time loop); the products are summed left to right, then x."""
+    mul, add = ("mulf", "addf") if el.startswith("f") else ("muli", "addi")
+    k = max(lags)
+    sub = "addi" if reverse else "subi"
+    ty = f"memref<4x64x{el}>" if channels else f"memref<?x{el}>"
+    ch = "%c, " if channels else ""
+    lines = []
+    for j in lags:
+        lines.append(f"%cj{j} = arith.constant {j} : index")
+        lines.append(f"%t{j} = arith.{sub} %t, %cj{j} : index")
+        lines.append(f"%y{j} = memref.load %y[{ch}%t{j}] : {ty}")
+        lines.append(f"%p{j} = arith.{mul} %a{j}, %y{j} : {el}")
+    acc = f"%p{lags[0]}"
+    for j in lags[1:]:
+        lines.append(f"%s{j} = arith.{add} {acc}, %p{j} : {el}")
+        acc = f"%s{j}"
+    body = "\n      ".join(lines)
+    coeffs = "\n    ".join(
+        f"%ci{j} = arith.constant {j - 1} : index\n    %a{j} = memref.load %a[{ch}%ci{j}] : "
+        + (f"memref<4x{k}x{el}>" if channels else f"memref<{k}x{el}>")
+        for j in lags
+    )
+    if reverse:
+        time = f"""%n = memref.dim %y, %c0 : {ty}
+  %nk = arith.subi %n, %ck : index
+  scf.for %i = %c0 to %nk step %c1 {{
+      %last = arith.subi %nk, %c1 : index
+      %t = arith.subi %last, %i : index"""
+    else:
+        time = f"""%n = memref.dim %y, %c0 : {ty}
+  scf.for %t = %ck to %n step %c1 {{"""
+    if channels:
+        time = time.replace(f"%n = memref.dim %y, %c0 : {ty}", "%n = arith.constant 64 : index")
+    loop = f"""{time}
+      {body}
+      %xv = memref.load %x[{ch}%t] : {ty}
+      %yn = arith.{add} {acc}, %xv : {el}
+      memref.store %yn, %y[{ch}%t] : {ty}
+    }}"""
+    a_ty = f"memref<4x{k}x{el}>" if channels else f"memref<{k}x{el}>"
+    if channels:
+        loop = f"""%c4 = arith.constant 4 : index
+  scf.for %c = %c0 to %c4 step %c1 {{
+    {coeffs}
+    {loop}
+  }}"""
+    else:
+        loop = f"{coeffs}\n  {loop}"
+    return f"""
+func.func @iir(%x: {ty}, %a: {a_ty}, %y: {ty}) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ck = arith.constant {k} : index
+  {loop}
+  func.return
+}}
+"""
+
+
+def multilag_args(el, k, channels=False, n=40):
+    shape = (4, 64) if channels else (n,)
+    a_shape = (4, k) if channels else (k,)
+    if el == "f32":
+        return [rand(shape), rand(a_shape, lo=-0.3, hi=0.3), rand(shape)]
+    dt = np.int32 if el == "i32" else np.int64
+    return [ints(shape, dt), ints(a_shape, dt, -50, 50), ints(shape, dt)]
+
+
+@pytest.mark.parametrize("el", ["f32", "i32", "i64"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_multilag_becomes_a_linear_recurrence_on_the_companion_state(el, reverse):
+    src = multilag(el, reverse=reverse)
+    _, _, (rec,) = raised(src)
+    assert rec.name == "scan.linear_recurrence" and rec.size == 3
+    golden(src, "iir", multilag_args(el, 3), exact=True)
+
+
+def test_multilag_with_a_missing_lag_reads_only_what_the_loop_reads():
+    # y[t] = a2*y[t-2] + x[t]: lag 1 is never read at the first step, but it is part
+    # of the state; it holds y[t0-1], which the loop reads one step later as lag 2.
+    src = multilag(lags=(2,))
+    _, _, (rec,) = raised(src)
+    assert rec.size == 2
+    golden(src, "iir", multilag_args("f32", 2), exact=True)
+    # A one-step loop (t = 2 only) never reads y[1]: a NaN there must not leak in.
+    x, a, y = rand(3), rand(2), rand(3)
+    y[1] = np.nan
+    y_out = golden(src, "iir", [x, a, y], exact=True)[1][2]
+    assert np.isfinite(y_out[2]) and np.isnan(y_out[1])
+
+
+def test_multilag_beyond_the_limit_is_refused():
+    src = multilag(lags=(1, 9))
+    d = loop_decisions(src)[0]
+    assert not d.affine and "1 to 8 loop steps" in d.reason
+
+
+@pytest.mark.parametrize("el", ["f32", "i32"])
+def test_multilag_cpu_end_to_end(el):
+    cpu_matches_interpreter(multilag(el), "iir", multilag_args(el, 3, n=200),
+                            raised_op="scan.linear_recurrence")
+
+
+def test_multilag_over_channels_cpu_and_gpu():
+    src = multilag(channels=True)
+    golden(src, "iir", multilag_args("f32", 3, channels=True), exact=True)
+    cpu_matches_interpreter(src, "iir", multilag_args("f32", 3, channels=True),
+                            raised_op="scan.linear_recurrence")
+    assert gpu_kernels(src) == {"iir": ["scan_linear_0"]}

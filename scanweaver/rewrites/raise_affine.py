@@ -70,6 +70,7 @@ from scanweaver.dialects.scan import is_supported_state_type
 from scanweaver.dialects.scan import LinearRecurrenceOp
 from scanweaver.rewrites import affine_form as af
 from scanweaver.rewrites.affine_form import AffineForm, Materializer
+from scanweaver.rewrites.loop_utils import const_scalar
 
 # ---------------------------------------------------------------------------
 # Decision and plan
@@ -107,6 +108,19 @@ class _Plan:
     # element (state sources) and the position of the time index in the indices.
     shift_loads: list[memref.LoadOp] = field(default_factory=list)
     time_pos: int | None = None
+    # Multi-lag shifted state (`m[t] = sum_j a_j m[t - j*step] + x`): the lag of each
+    # shift load, and the order K = the largest lag (the companion state has K values).
+    lags: list[int] = field(default_factory=list)
+    lag_stride: int = 0  # the time index of lag 1 minus the stored one (-step forwards)
+
+    @property
+    def order(self) -> int:
+        return max(self.lags, default=1)
+
+    @property
+    def is_linear(self) -> bool:
+        """Raised to scan.linear_recurrence (a K-vector state without channels)."""
+        return self.kind == "linear" or self.order > 1
 
 
 class _Reject(Exception):
@@ -327,16 +341,21 @@ def _is_extent_of(plan: _Plan, m: SSAValue) -> bool:
 
 
 def _with_forms(plan: _Plan, loads: list[memref.LoadOp], written: set[SSAValue]) -> _Plan:
-    """The affine forms of the stored value in the loaded state; coefficients checked."""
+    """The affine forms of the stored value in the loaded state; coefficients checked.
+
+    With K > 1 lags, state variable j-1 is the element stored j steps back; the
+    companion rows shift them (`s'_j = s_{j-1}`)."""
     assert plan.store is not None
     body = plan.loop.body.block
+    lags = plan.lags or [1] * len(loads)
     plan.forms = _compute_forms(
         plan.loop,
-        {ld.res: 0 for ld in loads},
+        {ld.res: lag - 1 for ld, lag in zip(loads, lags)},
         [plan.store.value],
         {body} | ({plan.chan_loop.body.block} if plan.chan_loop else set()),
         plan.kind,
     )
+    plan.forms += [AffineForm.state(j - 1) for j in range(1, plan.order)]
     _check_coefficients(plan, written)
     return plan
 
@@ -421,6 +440,10 @@ def _same_indices(
     return True
 
 
+#: The largest lag `y[t - K*step]` a multi-lag shifted recurrence may read.
+MAX_LAGS = 8
+
+
 def _offset(d: int) -> str:
     return "t" if d == 0 else f"t{d:+d}"
 
@@ -449,6 +472,7 @@ def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
             kind,
         )
     expected = -se.coef * step  # the previous step stored t + expected
+    lags: list[int] = []
     for ld in loads:
         le = _time_expr(ld.indices[pos], loop)
         if le is None or not le.same_base(se):
@@ -459,6 +483,10 @@ def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
             )
         d = le.const - se.const
         if d == expected:
+            lags.append(1)
+            continue
+        if d % expected == 0 and 1 < d // expected <= MAX_LAGS:
+            lags.append(d // expected)  # y[t - j*step]: a multi-lag recurrence
             continue
         if d == 0 or (d > 0) != (expected > 0):
             walk = "forward" if expected < 0 else "backward"
@@ -469,7 +497,14 @@ def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
             )
         raise _Reject(
             f"the state is loaded at {_offset(d)} but the previous step stored "
-            f"{_offset(expected)} (the shift must equal the loop step)",
+            f"{_offset(expected)} (the shift must be 1 to {MAX_LAGS} loop steps)",
+            kind,
+        )
+    if max(lags) > 1 and plan.chan_loop is not None:
+        raise _Reject(
+            "a multi-lag recurrence inside a channel loop is not supported "
+            "(scan.linear_recurrence has no channel dimension; put the channel loop "
+            "outside the time loop)",
             kind,
         )
     m = store.memref
@@ -495,6 +530,8 @@ def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
         )
     plan.shift_loads = list(loads)
     plan.time_pos = pos
+    plan.lags = lags
+    plan.lag_stride = expected
 
 
 def _reads_updated_state(load: memref.LoadOp, store: memref.StoreOp, loop: scf.ForOp) -> bool:
@@ -730,7 +767,7 @@ def raise_loop(plan: _Plan) -> Operation:
             _copy_in(before, plan, m, state)
     coeffs = _build_coeffs(plan)
     emit = _build_emit(plan, state)
-    op_type = LinearRecurrenceOp if plan.kind == "linear" else scan.RecurrenceOp
+    op_type = LinearRecurrenceOp if plan.is_linear else scan.RecurrenceOp
     rec = before.insert(op_type(loop.lb, loop.ub, loop.step, state, coeffs, emit))
     if loop.res:
         after = Builder(InsertPoint.after(rec))
@@ -746,7 +783,8 @@ def _state_alloca(b: Builder, plan: _Plan) -> SSAValue:
     """A temporary state: rank 0, or the channel shape (dynamic when the count is)."""
     el = plan.element_type
     if plan.kind == "memref":
-        return b.insert(memref.AllocaOp.get(el, shape=[])).memref
+        shape = [plan.order] if plan.is_linear else []
+        return b.insert(memref.AllocaOp.get(el, shape=shape)).memref
     if plan.channels:
         return b.insert(memref.AllocaOp.get(el, shape=[plan.channels])).memref
     assert plan.chan_ub is not None
@@ -792,12 +830,64 @@ def _clone_index(
     return mapper[v]
 
 
+def _multilag_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
+    """state[j-1] <- m[.., t(lb) + j*d] (d = -step forwards): the element the loop
+    reads j steps back at its first step, j = 1..K.
+
+    The loop reads that element at step K - j (as lag K) or at step 0 (when it reads
+    lag j), so it exists only if the loop runs that many steps; otherwise the state
+    value is never used and starts at 0 (never garbage: 0 * NaN would leak into the
+    companion rows)."""
+    loop = plan.loop
+    el = plan.element_type
+    k = plan.order
+    ld0, lag0 = plan.shift_loads[0], plan.lags[0]
+    pos = plan.time_pos
+    assert pos is not None
+    stride = plan.lag_stride
+    loaded = set(plan.lags)
+    lb, ub, step = (_const_index(v) for v in (loop.lb, loop.ub, loop.step))
+    assert step is not None
+    for j in range(1, k + 1):
+        first_read = 0 if j in loaded else k - j  # the step that reads it first
+        target, branch = b, None
+        if lb is not None and ub is not None:
+            if lb + first_read * step >= ub:
+                v = const_scalar(b, 0, el)
+                b.insert(memref.StoreOp.get(v, state, [_index(b, j - 1)]))
+                continue
+        else:
+            start = loop.lb
+            if first_read:
+                off = _index(b, first_read * step)
+                start = b.insert(arith.AddiOp(loop.lb, off)).result
+            cond = b.insert(arith.CmpiOp(start, loop.ub, "slt")).result
+            then, other = Block(), Block()
+            branch = b.insert(scf.IfOp(cond, [el], Region(then), Region(other)))
+            target = Builder(InsertPoint.at_end(then))
+        mapper: dict[SSAValue, SSAValue] = {loop.body.block.args[0]: loop.lb}
+        idx = [_clone_index(x, mapper, target, loop) for x in ld0.indices]
+        if j != lag0:
+            shift = _index(target, (j - lag0) * stride)
+            idx[pos] = target.insert(arith.AddiOp(idx[pos], shift)).result
+        v = target.insert(memref.LoadOp.get(m, idx)).res
+        if branch is not None:
+            target.insert(scf.YieldOp(v))
+            other_b = Builder(InsertPoint.at_end(branch.false_region.block))
+            other_b.insert(scf.YieldOp(const_scalar(other_b, 0, el)))
+            v = branch.results[0]
+        b.insert(memref.StoreOp.get(v, state, [_index(b, j - 1)]))
+
+
 def _shifted_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
     """state <- m[.., t(lb) - step]: what the first step's state loads read.
 
     Guarded by `lb < ub` (the element may not exist when the loop runs no step);
     with constant bounds the guard is decided here."""
     loop = plan.loop
+    if plan.is_linear:
+        _multilag_copy_in(b, plan, m, state)
+        return
     ld0 = plan.shift_loads[0]
     lb, ub = _const_index(loop.lb), _const_index(loop.ub)
     if lb is not None and ub is not None:
@@ -856,7 +946,7 @@ def _build_coeffs(plan: _Plan) -> Region:
 
     mat = Materializer(b, plan.element_type, leaf_value)
     k = len(plan.forms)
-    if plan.kind == "linear":
+    if plan.is_linear:
         values = [mat.emit(plan.forms[j].coef(c)) for j in range(k) for c in range(k)]
         values += [mat.emit(f.const) for f in plan.forms]
     else:
@@ -902,7 +992,10 @@ def _build_emit(plan: _Plan, state: SSAValue) -> Region:
         store = clone_of[plan.store]
         assert isinstance(store, memref.StoreOp)
         idx: list[SSAValue] = []
-        if plan.chan_loop is not None:
+        if plan.is_linear:
+            # the newest element of the companion state
+            idx = [_index(Builder(InsertPoint.before(store)), 0)]
+        elif plan.chan_loop is not None:
             chan_clone = clone_of[plan.chan_loop]
             assert isinstance(chan_clone, scf.ForOp)
             idx = [chan_clone.body.block.args[0]]
