@@ -111,6 +111,7 @@ class _Plan:
     # Multi-lag shifted state (`m[t] = sum_j a_j m[t - j*step] + x`): the lag of each
     # shift load, and the order K = the largest lag (the companion state has K values).
     lags: list[int] = field(default_factory=list)
+    escapes: list[SSAValue] = field(default_factory=list)  # extra state components
     lag_stride: int = 0  # the time index of lag 1 minus the stored one (-step forwards)
 
     @property
@@ -220,8 +221,14 @@ def _plan_iter_args(loop: scf.ForOp, kind: str) -> _Plan:
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
     new = list(yield_op.arguments)
-    forms = _compute_forms(loop, sources, new, {body}, kind)
-    plan = _Plan(loop, kind, loop.iter_args[0].type, forms)
+    escapes: list[SSAValue] = []
+    forms = _compute_forms(loop, sources, new, {body}, kind, escapes)
+    if escapes:
+        # Previous-state values that escape the update (`y = b0*x + s1` stored, as in
+        # a transposed direct form II filter): extra state components.
+        kind = "linear"
+        forms += _compute_forms(loop, sources, new + escapes, {body}, kind, [])[len(new):]
+    plan = _Plan(loop, kind, loop.iter_args[0].type, forms, escapes=escapes)
     _check_coefficients(plan, written)
     return plan
 
@@ -556,6 +563,7 @@ def _compute_forms(
     new: list[SSAValue],
     blocks: set[Block],
     kind: str,
+    escapes: list[SSAValue] | None = None,
 ) -> list[AffineForm]:
     """Affine forms of the new state values in terms of the state `sources`.
 
@@ -563,8 +571,14 @@ def _compute_forms(
     other than through a new state value must be affine (else reject); forms of
     consumers of new state values are computed when possible (a new state may be
     built from another one) but failure there only matters if a new state needs it.
+
+    With `escapes` (a list), a value affine in the previous state that is used other
+    than affinely (stored, passed to math.tanh, ...) is appended to it instead of
+    rejecting the loop: the caller makes it an extra state component, so that emit can
+    read it; the op using it is then a consumer, like one of a new state value.
     """
     new_set = set(new)
+    feeds_new = _backward_slice(new, loop) if escapes is not None else set()
     forms: dict[SSAValue, AffineForm] = {v: AffineForm.state(k) for v, k in sources.items()}
     dep: set[SSAValue] = set(sources)
     old_dep = set(sources)  # depends on the previous state not only through `new`
@@ -595,6 +609,17 @@ def _compute_forms(
             continue
         form = _transfer(op, forms, dep)
         dep.update(op.results)
+        if (
+            old
+            and isinstance(form, str)
+            and escapes is not None
+            and op not in feeds_new
+            and _escapable(op, old, forms)
+        ):
+            for u in old:
+                if u not in escapes:
+                    escapes.append(u)
+            continue  # a consumer of the escaping values: not old-dependent any more
         if old:
             old_dep.update(op.results)
             if isinstance(form, str):
@@ -612,6 +637,40 @@ def _compute_forms(
         else:
             out.append(AffineForm.constant(af.leaf(v)))
     return out
+
+
+def _backward_slice(values: list[SSAValue], loop: scf.ForOp) -> set[Operation]:
+    """The ops of `loop` whose results `values` depend on (through operands and the
+    ops enclosing them)."""
+    seen: set[Operation] = set()
+    todo = [v for v in values]
+    while todo:
+        v = todo.pop()
+        op = v.owner
+        if not isinstance(op, Operation) or op in seen or not loop.is_ancestor(op):
+            continue
+        seen.add(op)
+        todo.extend(op.operands)
+        for inner in op.walk():
+            if inner is not op and inner not in seen:
+                seen.add(inner)
+                todo.extend(inner.operands)
+    return seen
+
+
+def _escapable(op: Operation, old: list[SSAValue], forms: dict[SSAValue, AffineForm]) -> bool:
+    """Whether `op` may consume the previous-state values `old` as extra state
+    components: each has an affine form, none is used as an index or a condition,
+    and `op` has no regions (it runs once per step in emit)."""
+    if op.regions or isinstance(op, scf.YieldOp):
+        return False
+    if isinstance(op, memref.StoreOp) and any(u is op.memref or u in op.indices for u in old):
+        return False
+    if isinstance(op, arith.SelectOp) and op.cond in old:
+        return False
+    if isinstance(op, memref.LoadOp | arith.IndexCastOp):
+        return False
+    return all(u in forms for u in old)
 
 
 def _transfer(
@@ -750,6 +809,9 @@ def raise_loop(plan: _Plan) -> Operation:
         for j, init in enumerate(loop.iter_args):
             idx = [] if plan.kind == "scalar" else [_index(before, j)]
             before.insert(memref.StoreOp.get(init, state, idx))
+        for j in range(len(loop.iter_args), k):  # escaping values: set every step
+            zero = const_scalar(before, 0, el)
+            before.insert(memref.StoreOp.get(zero, state, [_index(before, j)]))
     else:
         assert plan.store is not None
         m = plan.store.memref
@@ -982,6 +1044,14 @@ def _build_emit(plan: _Plan, state: SSAValue) -> Region:
         clones.append(c)
     clone_of = dict(zip(originals, [x for c in clones for x in c.walk()]))
     if plan.kind in ("scalar", "linear"):
+        # Escaping previous-state values first (while a placeholder still stands for
+        # the previous state only): every cloned use reads their state component.
+        after = Builder(InsertPoint.after(placeholders[-1].owner))
+        for e, v in enumerate(plan.escapes):
+            j = len(placeholders) + e
+            ld = after.insert(memref.LoadOp.get(s, [_index(after, j)])).res
+            mapper[v].replace_all_uses_with(ld)
+            after = Builder(InsertPoint.after(ld.owner))
         yield_op = loop.body.block.last_op
         assert isinstance(yield_op, scf.YieldOp)
         for v, ld in zip(yield_op.arguments, placeholders):
