@@ -370,3 +370,137 @@ def test_lfilter_over_channels_gpu_kernel():
     src = lfilter("f32", channels=True)
     golden(src, "lfilter", lfilter_args("f32", 12, channels=True))
     assert gpu_kernels(src) == {"lfilter": ["scan_linear_0"]}
+
+
+# ---------------------------------------------------------------------------
+# 4. Masked updates (scf.if on a state-independent condition) and math.fma
+# ---------------------------------------------------------------------------
+
+
+def masked(el="f32", channels=False, mask="i1") -> str:
+    """`if mask[t] { h = a[t]*h + x[t] }`, h carried as an iter_arg and stored every step.
+    The loads of a and x happen only under the mask (i1, or i32 compared with 0)."""
+    f = el.startswith("f")
+    mul, add = ("mulf", "addf") if f else ("muli", "addi")
+    ty = f"memref<3x?x{el}>" if channels else f"memref<?x{el}>"
+    mty = f"memref<3x?x{mask}>" if channels else f"memref<?x{mask}>"
+    ch = "%c, " if channels else ""
+    loop = f"""%n = memref.dim %x, %cd : {ty}
+  %r = scf.for %t = %c0 to %n step %c1 iter_args(%h = %h0) -> ({el}) {{
+    %mv = memref.load %mask[{ch}%t] : {mty}
+    {"%m = arith.andi %mv, %mv : i1" if mask == "i1" else "%zm = arith.constant 0 : i32"}
+    {"" if mask == "i1" else "%m = arith.cmpi ne, %mv, %zm : i32"}
+    %hn = scf.if %m -> ({el}) {{
+      %av = memref.load %a[{ch}%t] : {ty}
+      %xv = memref.load %x[{ch}%t] : {ty}
+      %p = arith.{mul} %av, %h : {el}
+      %q = arith.{add} %p, %xv : {el}
+      scf.yield %q : {el}
+    }} else {{
+      scf.yield %h : {el}
+    }}
+    memref.store %hn, %y[{ch}%t] : {ty}
+    scf.yield %hn : {el}
+  }}"""
+    if channels:
+        return f"""
+func.func @masked(%x: {ty}, %a: {ty}, %mask: {mty}, %y: {ty}, %hs: memref<3x{el}>) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %cd = arith.constant 1 : index
+  scf.for %c = %c0 to %c3 step %c1 {{
+  %h0 = memref.load %hs[%c] : memref<3x{el}>
+  {loop}
+  memref.store %r, %hs[%c] : memref<3x{el}>
+  }}
+  func.return
+}}
+"""
+    return f"""
+func.func @masked(%x: {ty}, %a: {ty}, %mask: {mty}, %y: {ty}, %h0: {el}) -> {el} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %cd = arith.constant 0 : index
+  {loop}
+  func.return %r : {el}
+}}
+"""
+
+
+def masked_args(el, n=20, channels=False, mask_dtype=np.bool_):
+    pre = (3,) if channels else ()
+    mask = RNG.integers(0, 2, size=pre + (n,)).astype(mask_dtype)
+    if el.startswith("f"):
+        dt = np.float32 if el == "f32" else np.float64
+        args = [rand(pre + (n,), dt), rand(pre + (n,), dt), mask, np.zeros(pre + (n,), dt)]
+        h0 = rand(3, dt) if channels else -0.0  # masked-off steps keep the sign of zero
+    else:
+        dt = np.int32 if el == "i32" else np.int64
+        args = [ints(pre + (n,), dt), ints(pre + (n,), dt), mask, np.zeros(pre + (n,), dt)]
+        h0 = ints(3, dt) if channels else 77
+    return args + [h0]
+
+
+@pytest.mark.parametrize("el", ["f32", "f64", "i32", "i64"])
+def test_masked_update_is_raised_with_conditional_coefficients(el):
+    src = masked(el)
+    _, _, (rec,) = raised(src)
+    assert rec.name == "scan.recurrence"
+    # The masked loads stay under the condition: one scf.if per coefficient.
+    ifs = [op for op in rec.coeffs.walk() if op.name == "scf.if"]
+    assert len(ifs) == 2
+    assert all(op.parent_op().name == "scf.if" for op in rec.coeffs.walk() if op.name == "memref.load"
+               and op.memref.name_hint in ("a", "x"))
+    golden(src, "masked", masked_args(el), exact=True)
+    mask_all_off = masked_args(el)
+    mask_all_off[2][:] = False
+    _, _, r = golden(src, "masked", mask_all_off, exact=True)
+    if el.startswith("f"):
+        assert np.signbit(r[0])  # h0 = -0.0 survives every masked-off step
+
+
+def test_masked_update_cpu_end_to_end():
+    # (An i32 mask: memref<?xi1> loads crash mlir-opt's memref-to-llvm, raised or not.)
+    cpu_matches_interpreter(masked("f32", mask="i32"), "masked",
+                            masked_args("f32", 200, mask_dtype=np.int32), raised_op="scan.recurrence")
+
+
+def test_masked_update_over_channels_golden():
+    golden(masked("f32", channels=True), "masked", masked_args("f32", 12, channels=True), exact=True)
+
+
+FMA = """
+func.func @fma(%x: memref<?xf32>, %a: memref<?xf32>, %h0: f32) -> f32 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %r = scf.for %t = %c0 to %n step %c1 iter_args(%h = %h0) -> (f32) {
+    %av = memref.load %a[%t] : memref<?xf32>
+    %xv = memref.load %x[%t] : memref<?xf32>
+    %hn = math.fma %av, %h, %xv : f32
+    scf.yield %hn : f32
+  }
+  func.return %r : f32
+}
+"""
+
+
+def test_fma_update_is_raised():
+    _, _, (rec,) = raised(FMA)
+    assert rec.name == "scan.recurrence"
+    # fma rounds once, the scan rounds product and sum: equal within rounding.
+    golden(FMA, "fma", [rand(50), rand(50), 0.5])
+    cpu_matches_interpreter(FMA, "fma", [rand(300), rand(300), 0.5], raised_op="scan.recurrence",
+                            exact=False)
+
+
+def test_fma_of_state_by_state_is_refused():
+    d = loop_decisions(FMA.replace("math.fma %av, %h, %xv", "math.fma %h, %h, %xv"))[0]
+    assert not d.affine and "math.fma h*h" in d.reason
+
+
+def test_masked_update_over_channels_gpu_kernel():
+    src = masked("f32", channels=True, mask="i32")
+    golden(src, "masked", masked_args("f32", 12, channels=True, mask_dtype=np.int32), exact=True)
+    assert gpu_kernels(src) == {"masked": ["scan_recurrence_0"]}

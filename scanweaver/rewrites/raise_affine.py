@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     FileLineColLoc,
@@ -582,8 +583,15 @@ def _compute_forms(
     forms: dict[SSAValue, AffineForm] = {v: AffineForm.state(k) for v, k in sources.items()}
     dep: set[SSAValue] = set(sources)
     old_dep = set(sources)  # depends on the previous state not only through `new`
-    for op in loop.body.walk():
+    allowed = set(blocks)  # grows by the blocks of masked scf.if ops
+    masked: set[scf.IfOp] = set()
+    for op in _ordered_ops(loop.body.block, dep, allowed, masked):
         if op is loop:
+            continue
+        if op in masked:
+            _masked_if_forms(op, forms, dep, old_dep, kind)
+            continue
+        if isinstance(op, scf.YieldOp) and op.parent_op() in masked:
             continue
         dep_ops = [u for u in op.operands if u in dep]
         if not dep_ops:
@@ -596,7 +604,7 @@ def _compute_forms(
             parent = parent.parent_op()
         if isinstance(op, scf.YieldOp) and op.parent_op() is loop:
             continue
-        if old and op.parent_block() not in blocks:
+        if old and op.parent_block() not in allowed:
             owner = op.parent_op()
             raise _Reject(
                 f"the state is used inside a nested region of "
@@ -615,6 +623,7 @@ def _compute_forms(
             and escapes is not None
             and op not in feeds_new
             and _escapable(op, old, forms)
+            and all(not isinstance(u, OpResult) or u.op.parent_block() in blocks for u in old)
         ):
             for u in old:
                 if u not in escapes:
@@ -637,6 +646,56 @@ def _compute_forms(
         else:
             out.append(AffineForm.constant(af.leaf(v)))
     return out
+
+
+def _ordered_ops(block: Block, dep: set[SSAValue], allowed: set[Block], masked: set[scf.IfOp]):
+    """The ops under `block` in program order, nested ops after their parent, except
+    that an `scf.if` on a state-independent condition in an allowed block (a masked
+    update) comes after its branches, and its blocks become allowed."""
+    for op in block.ops:
+        is_mask = (
+            isinstance(op, scf.IfOp)
+            and op.cond not in dep
+            and block in allowed
+            and bool(op.false_region.blocks)
+        )
+        if is_mask:
+            masked.add(op)
+            allowed.update(b for r in op.regions for b in r.blocks)
+        else:
+            yield op
+        for r in op.regions:
+            for b in r.blocks:
+                yield from _ordered_ops(b, dep, allowed, masked)
+        if is_mask:
+            yield op
+
+
+def _masked_if_forms(
+    op: scf.IfOp,
+    forms: dict[SSAValue, AffineForm],
+    dep: set[SSAValue],
+    old_dep: set[SSAValue],
+    kind: str,
+) -> None:
+    """Forms of the results of a masked `scf.if`: `cond ? then : else`, branch-wise.
+    Leaves computed inside the branches keep them conditional ("if" terms)."""
+    then_yield, else_yield = op.true_region.block.last_op, op.false_region.block.last_op
+    assert isinstance(then_yield, scf.YieldOp) and isinstance(else_yield, scf.YieldOp)
+    for r, tv, ev in zip(op.results, then_yield.operands, else_yield.operands):
+        if tv not in dep and ev not in dep:
+            continue
+        dep.add(r)
+        if tv in old_dep or ev in old_dep:
+            old_dep.add(r)
+        ft = forms.get(tv) if tv in dep else AffineForm.constant(af.leaf(tv))
+        fe = forms.get(ev) if ev in dep else AffineForm.constant(af.leaf(ev))
+        if ft is None or fe is None:
+            if r in old_dep:
+                raise _Reject("the state flows through scf.if non-affinely", kind)
+            continue
+        inner = any(_inside(v, op) for v in ft.all_leaves() + fe.all_leaves())
+        forms[r] = ft.branch(op.cond, fe) if inner else ft.select(op.cond, fe)
 
 
 def _backward_slice(values: list[SSAValue], loop: scf.ForOp) -> set[Operation]:
@@ -700,6 +759,17 @@ def _transfer(
         if x is None:
             return f"the state flows into {name} through a non-affine value"
         return x.scale(af.leaf(c))
+    if isinstance(op, mathd.FmaOp):
+        # fma(a, h, b) = a*h + b, rounded once; the scan ops round the product and
+        # the sum separately (at most 1 ulp apart per step).
+        x, y, z = op.operands
+        if is_dep(x) and is_dep(y):
+            return "the state is multiplied by a state-dependent value (math.fma h*h)"
+        d, c = (x, y) if is_dep(x) else (y, x)
+        fd, fz = form(d), form(z)
+        if fd is None or fz is None:
+            return f"the state flows into {name} through a non-affine value"
+        return fd.scale(af.leaf(c)) + fz
     if isinstance(op, arith.DivfOp):
         if is_dep(op.rhs):
             return "the state is used as a divisor (arith.divf by a state-dependent value)"
@@ -745,6 +815,14 @@ def _transfer(
     return f"the state is used by {name}, which is not affine"
 
 
+def _outer_block(op: Operation) -> Block | None:
+    """The block `op` is in, or for an op in branches of scf.if, the if's block."""
+    block = op.parent_block()
+    while block is not None and isinstance(block.parent_op(), scf.IfOp):
+        block = block.parent_op().parent_block()  # type: ignore[union-attr]
+    return block
+
+
 def _check_coefficients(plan: _Plan, written: set[SSAValue]) -> None:
     """Every SSA leaf of the forms must be clonable into the coeffs region."""
     loop = plan.loop
@@ -768,7 +846,7 @@ def _check_coefficients(plan: _Plan, written: set[SSAValue]) -> None:
             )
         op = v.owner
         assert isinstance(op, Operation)
-        if op.parent_block() not in allowed:
+        if _outer_block(op) not in allowed:
             raise _Reject("a coefficient is computed inside a nested region", plan.kind)
         if isinstance(op, memref.LoadOp):
             if op.memref in written:
@@ -993,26 +1071,35 @@ def _build_coeffs(plan: _Plan) -> Region:
         mapper[plan.chan_loop.body.block.args[0]] = block.args[1]
     b = Builder(InsertPoint.at_end(block))
 
-    def leaf_value(v: SSAValue) -> SSAValue:
-        if v in mapper:
-            return mapper[v]
-        if not _inside(v, loop):
-            return v
-        op = v.owner
-        assert isinstance(op, Operation)
-        for u in op.operands:
-            leaf_value(u)
-        clone = op.clone(value_mapper=mapper)
-        b.insert(clone)
-        return mapper[v]
+    def cloner(at: Builder, mapper: dict[SSAValue, SSAValue]):
+        """Clones a leaf's state-independent slice at `at` (once per mapper)."""
 
-    mat = Materializer(b, plan.element_type, leaf_value)
+        def leaf_value(v: SSAValue) -> SSAValue:
+            if v in mapper:
+                return mapper[v]
+            if not _inside(v, loop):
+                return v
+            op = v.owner
+            assert isinstance(op, Operation)
+            for u in op.operands:
+                leaf_value(u)
+            at.insert(op.clone(value_mapper=mapper))
+            return mapper[v]
+
+        return leaf_value
+
+    # Branches of masked updates clone into their own block, with their own mapper.
+    mat = Materializer(
+        b, plan.element_type, cloner(b, mapper), lambda at: cloner(at, dict(mapper))
+    )
     k = len(plan.forms)
     if plan.is_linear:
         values = [mat.emit(plan.forms[j].coef(c)) for j in range(k) for c in range(k)]
+        # (A -0.0 addend would not make the companion rows exact: their 0*s terms
+        # already lose the sign of a zero; keep the plain 0.)
         values += [mat.emit(f.const) for f in plan.forms]
     else:
-        values = [mat.emit(plan.forms[0].coef(0)), mat.emit(plan.forms[0].const)]
+        values = [mat.emit(plan.forms[0].coef(0)), mat.emit_addend(plan.forms[0].const)]
     b.insert(scan.YieldOp(*values))
     return Region(block)
 
