@@ -504,3 +504,78 @@ def test_masked_update_over_channels_gpu_kernel():
     src = masked("f32", channels=True, mask="i32")
     golden(src, "masked", masked_args("f32", 12, channels=True, mask_dtype=np.int32), exact=True)
     assert gpu_kernels(src) == {"masked": ["scan_recurrence_0"]}
+
+
+# ---------------------------------------------------------------------------
+# 5. f16 / bf16 state: refused with the reason (never silently widened)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("el", ["f16", "bf16"])
+def test_low_precision_state_is_refused_with_its_reason(el):
+    src = f"""
+func.func @f(%x: memref<8x{el}>, %a: {el}, %h0: {el}) -> {el} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %r = scf.for %t = %c0 to %c8 step %c1 iter_args(%h = %h0) -> ({el}) {{
+    %xv = memref.load %x[%t] : memref<8x{el}>
+    %p = arith.mulf %a, %h : {el}
+    %hn = arith.addf %p, %xv : {el}
+    scf.yield %hn : {el}
+  }}
+  func.return %r : {el}
+}}
+"""
+    (d,) = loop_decisions(src)
+    assert not d.affine
+    assert f"carried value #0 is {el}" in d.reason and "widening it would change the results" in d.reason
+    mem = f"""
+func.func @g(%x: memref<8x{el}>, %h: memref<{el}>) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  scf.for %t = %c0 to %c8 step %c1 {{
+    %hv = memref.load %h[] : memref<{el}>
+    %xv = memref.load %x[%t] : memref<8x{el}>
+    %hn = arith.addf %hv, %xv : {el}
+    memref.store %hn, %h[] : memref<{el}>
+  }}
+  func.return
+}}
+"""
+    (d,) = loop_decisions(mem)
+    assert not d.affine and f"the state is {el}" in d.reason
+
+
+# ---------------------------------------------------------------------------
+# 6. math.powf in a coefficient (the interpreter oracle runs it)
+# ---------------------------------------------------------------------------
+
+POWF = """
+func.func @decay(%x: memref<?xf32>, %dt: memref<?xf32>, %gamma: f32, %y: memref<?xf32>, %h0: f32) -> f32 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %r = scf.for %t = %c0 to %n step %c1 iter_args(%h = %h0) -> (f32) {
+    %d = memref.load %dt[%t] : memref<?xf32>
+    %g = math.powf %gamma, %d : f32
+    %xv = memref.load %x[%t] : memref<?xf32>
+    %p = arith.mulf %g, %h : f32
+    %hn = arith.addf %p, %xv : f32
+    memref.store %hn, %y[%t] : memref<?xf32>
+    scf.yield %hn : f32
+  }
+  func.return %r : f32
+}
+"""
+
+
+def test_powf_decay_is_raised_and_agrees():
+    _, _, (rec,) = raised(POWF)
+    assert any(op.name == "math.powf" for op in rec.coeffs.walk())
+    args = [rand(30), rand(30, lo=0, hi=2), 0.9, np.zeros(30, np.float32), 0.5]
+    golden(POWF, "decay", args, exact=True)
+    # Compiled powf (libm) and the oracle's (binary64, rounded) may differ by an ulp.
+    args = [rand(300), rand(300, lo=0, hi=2), 0.9, np.zeros(300, np.float32), 0.5]
+    cpu_matches_interpreter(POWF, "decay", args, raised_op="scan.recurrence", exact=False)

@@ -54,13 +54,15 @@ from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
+    BFloat16Type,
+    Float16Type,
     FileLineColLoc,
     IndexType,
     IntegerAttr,
     MemRefType,
     ModuleOp,
 )
-from xdsl.ir import Block, BlockArgument, Operation, OpResult, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 from xdsl.traits import is_side_effect_free
@@ -205,17 +207,23 @@ def _check_body(loop: scf.ForOp, kind: str) -> set[SSAValue]:
     return written
 
 
+def _state_type_reason(what: str, t: Attribute) -> str:
+    if isinstance(t, Float16Type | BFloat16Type):
+        return (
+            f"{what} is {t}: a low-precision state is rounded to {t} after every step, "
+            "and the scan ops carry f32, f64, i32 or i64 state; widening it would "
+            "change the results, so it is not raised"
+        )
+    return f"{what} has type {t}, not a supported state type (f32, f64, i32, i64)"
+
+
 def _plan_iter_args(loop: scf.ForOp, kind: str) -> _Plan:
     written = _check_body(loop, kind)
     body = loop.body.block
     types = {a.type for a in loop.iter_args}
     for k, arg in enumerate(loop.iter_args):
         if not is_supported_state_type(arg.type):
-            raise _Reject(
-                f"carried value #{k} has type {arg.type}, not a supported state type "
-                "(f32, f64, i32, i64)",
-                kind,
-            )
+            raise _Reject(_state_type_reason(f"carried value #{k}", arg.type), kind)
     if len(types) != 1:
         raise _Reject("carried values have different types", kind)
     sources = {arg: k for k, arg in enumerate(body.args[1:])}
@@ -289,7 +297,7 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
     written = _check_body(loop, kind)
     el = m.type.element_type  # type: ignore[attr-defined]
     if not is_supported_state_type(el):
-        raise _Reject(f"state element type {el} is not supported", kind)
+        raise _Reject(_state_type_reason("the state", el), kind)
     plan = _Plan(loop, kind, el, [], store=store)
     if in_chan:
         chan = store.parent_op()
