@@ -579,3 +579,101 @@ def test_powf_decay_is_raised_and_agrees():
     # Compiled powf (libm) and the oracle's (binary64, rounded) may differ by an ulp.
     args = [rand(300), rand(300, lo=0, hi=2), 0.9, np.zeros(300, np.float32), 0.5]
     cpu_matches_interpreter(POWF, "decay", args, raised_op="scan.recurrence", exact=False)
+
+
+# ---------------------------------------------------------------------------
+# 7. Two-dimensional channel state (linear attention / RetNet S[d, e])
+# ---------------------------------------------------------------------------
+
+
+def retnet(T=6, D=4, E=3, dynamic=False) -> str:
+    """S[d, e] = gamma * S[d, e] + k[t, d] * v[t, e]; out[t, e] = sum_d q[t, d] * S[d, e]."""
+    if dynamic:
+        tq, tv, ts = "memref<?x?xf32>", "memref<?x?xf32>", "memref<?x?xf32>"
+        sizes = """%T = memref.dim %q, %c0 : memref<?x?xf32>
+  %D = memref.dim %S, %c0 : memref<?x?xf32>
+  %E = memref.dim %S, %c1 : memref<?x?xf32>"""
+    else:
+        tq, tv, ts = f"memref<{T}x{D}xf32>", f"memref<{T}x{E}xf32>", f"memref<{D}x{E}xf32>"
+        sizes = f"""%T = arith.constant {T} : index
+  %D = arith.constant {D} : index
+  %E = arith.constant {E} : index"""
+    return f"""
+func.func @retnet(%q: {tq}, %k: {tq}, %v: {tv}, %g: memref<{"?" if dynamic else T}xf32>, %S: {ts}, %out: {tv}) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  {sizes}
+  %zero = arith.constant 0.0 : f32
+  scf.for %t = %c0 to %T step %c1 {{
+    %gamma = memref.load %g[%t] : memref<{"?" if dynamic else T}xf32>
+    scf.for %d = %c0 to %D step %c1 {{
+      %kd = memref.load %k[%t, %d] : {tq}
+      scf.for %e = %c0 to %E step %c1 {{
+        %s = memref.load %S[%d, %e] : {ts}
+        %ve = memref.load %v[%t, %e] : {tv}
+        %kv = arith.mulf %kd, %ve : f32
+        %gs = arith.mulf %gamma, %s : f32
+        %sn = arith.addf %gs, %kv : f32
+        memref.store %sn, %S[%d, %e] : {ts}
+      }}
+    }}
+    scf.for %e = %c0 to %E step %c1 {{
+      %acc = scf.for %d = %c0 to %D step %c1 iter_args(%a = %zero) -> (f32) {{
+        %qd = memref.load %q[%t, %d] : {tq}
+        %s = memref.load %S[%d, %e] : {ts}
+        %p = arith.mulf %qd, %s : f32
+        %an = arith.addf %a, %p : f32
+        scf.yield %an : f32
+      }}
+      memref.store %acc, %out[%t, %e] : {tv}
+    }}
+  }}
+  func.return
+}}
+"""
+
+
+def retnet_args(T=6, D=4, E=3):
+    return [rand((T, D)), rand((T, D)), rand((T, E)), rand(T, lo=0.5, hi=1), rand((D, E)),
+            np.zeros((T, E), np.float32)]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_two_dimensional_state_is_raised_with_its_readout_in_emit(dynamic):
+    src = retnet(dynamic=dynamic)
+    _, module, (rec,) = raised(src)
+    fn = next(op for op in module.walk() if op.name == "func.func")
+    assert rec.name == "scan.recurrence" and rec.state is fn.body.block.args[4]
+    assert len(rec.coeffs.block.args) == 3  # (t, d, e)
+    # The readout reduction over d is a consumer in emit, not a scan of its own.
+    assert [op.name for op in module.walk() if op.name.startswith("scan.") and op.name != "scan.yield"] == [
+        "scan.recurrence"]
+    golden(src, "retnet", retnet_args(), exact=True)
+
+
+def test_two_dimensional_state_slice_uses_a_temporary():
+    # S is head 1 of a (2, D, E) memref: a (D, E) temporary, written through.
+    src = retnet().replace("%S: memref<4x3xf32>", "%S: memref<2x4x3xf32>").replace(
+        "%S[%d, %e] : memref<4x3xf32>", "%S[%c1, %d, %e] : memref<2x4x3xf32>")
+    _, _, (rec,) = raised(src)
+    assert rec.state.owner.name == "memref.alloca" and rec.state.type.get_shape() == (4, 3)
+    args = retnet_args()
+    args[4] = rand((2, 4, 3))
+    golden(src, "retnet", args, exact=True)
+
+
+def test_a_readout_reduction_alone_is_not_a_scan():
+    # S*S: the time loop is refused, and the reduction over the channel index d is
+    # left as a loop (it would be a pointless scan).
+    src = retnet().replace("%gs = arith.mulf %gamma, %s", "%gs = arith.mulf %s, %s")
+    _, _, ops = raised(src)
+    assert ops == []
+    reasons = [d.reason for d in loop_decisions(src) if d.kind != "none"]
+    assert any("h*h" in r for r in reasons)
+    assert sum("reduction nested in another loop" in r for r in reasons) == 1
+
+
+def test_two_dimensional_state_cpu_and_gpu():
+    src = retnet(T=20, D=8, E=4)
+    cpu_matches_interpreter(src, "retnet", retnet_args(20, 8, 4), raised_op="scan.recurrence")
+    assert gpu_kernels(src) == {"retnet": ["scan_recurrence_0"]}

@@ -73,7 +73,7 @@ from scanweaver.dialects.scan import is_supported_state_type
 from scanweaver.dialects.scan import LinearRecurrenceOp
 from scanweaver.rewrites import affine_form as af
 from scanweaver.rewrites.affine_form import AffineForm, Materializer
-from scanweaver.rewrites.loop_utils import const_scalar
+from scanweaver.rewrites.loop_utils import const_scalar, loop_nest
 
 # ---------------------------------------------------------------------------
 # Decision and plan
@@ -106,6 +106,9 @@ class _Plan:
     store: memref.StoreOp | None = None  # the state store (memref kinds)
     channels: int = 0  # vector kind: constant trip count of the channel loop, 0 if dynamic
     chan_ub: SSAValue | None = None  # vector kind: the channel count (defined before the loop)
+    # Vector kind: every channel loop around the store, in the order the store
+    # indexes them (the state's dimensions); chan_loop is the innermost one.
+    chan_order: list[scf.ForOp] = field(default_factory=list)
     direct: bool = False  # memref kinds: the user's memref is the recurrence state
     # Shifted-index state (`m[.., t] = f(m[.., t-1])`): the loads of the previous
     # element (state sources) and the position of the time index in the indices.
@@ -230,6 +233,13 @@ def _plan_iter_args(loop: scf.ForOp, kind: str) -> _Plan:
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
     new = list(yield_op.arguments)
+    if _is_nested_reduction(loop):
+        raise _Reject(
+            "a reduction nested in another loop whose running values are never used "
+            "(a sum over a channel index, e.g. a readout) is left as a loop: a scan "
+            "would only add work",
+            kind,
+        )
     escapes: list[SSAValue] = []
     forms = _compute_forms(loop, sources, new, {body}, kind, escapes)
     if escapes:
@@ -242,19 +252,45 @@ def _plan_iter_args(loop: scf.ForOp, kind: str) -> _Plan:
     return plan
 
 
+def _is_nested_reduction(loop: scf.ForOp) -> bool:
+    """A loop inside another scf.for whose body has no side effects and whose carried
+    values are used only by its own scf.yield: only the final value matters."""
+    parent = loop.parent_op()
+    while parent is not None and not isinstance(parent, scf.ForOp | func.FuncOp):
+        parent = parent.parent_op()
+    if not isinstance(parent, scf.ForOp):
+        return False
+    yield_op = loop.body.block.last_op
+    if any(isinstance(op, memref.StoreOp | memref.CopyOp) for op in loop.body.walk()):
+        return False
+    return all(
+        use.operation is yield_op
+        for v in (yield_op.operands if yield_op is not None else ())
+        for use in v.uses
+    )
+
+
 def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
     """Find `m[idx] = f(m[idx])` with idx loop-invariant, or in one inner channel loop."""
     body = loop.body.block
-    blocks = [body] + [
-        op.body.block for op in body.ops if isinstance(op, scf.ForOp)
-    ]
+    # The time-loop body, channel-loop bodies in it, and channel-loop bodies in
+    # those (a two-dimensional state S[d, e]).
+    blocks = [body]
+    for depth in range(MAX_CHANNEL_RANK):
+        blocks += [
+            op.body.block
+            for b in blocks
+            if _channel_depth(b, loop) == depth
+            for op in b.ops
+            if isinstance(op, scf.ForOp)
+        ]
     candidates: list[tuple[memref.StoreOp, list[memref.LoadOp], int | None]] = []
     for block in blocks:
-        chan_iv = block.args[0] if block is not body else None
+        chan_ivs = [lp.body.block.args[0] for lp in _channel_chain(block, loop)]
         for op in block.ops:
             if not isinstance(op, memref.StoreOp) or _inside(op.memref, loop):
                 continue
-            fixed = [not _inside(x, loop) or (x is chan_iv) for x in op.indices]
+            fixed = [not _inside(x, loop) or any(x is c for c in chan_ivs) for x in op.indices]
             if all(fixed):
                 loads = [
                     ld
@@ -300,32 +336,39 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
         raise _Reject(_state_type_reason("the state", el), kind)
     plan = _Plan(loop, kind, el, [], store=store)
     if in_chan:
-        chan = store.parent_op()
-        assert isinstance(chan, scf.ForOp)
-        plan.chan_loop = chan
-        civ = chan.body.block.args[0]
-        lb, ub, step = (_const_index(v) for v in (chan.lb, chan.ub, chan.step))
-        if lb != 0 or step != 1:
-            raise _Reject("the channel loop must run from constant 0 step 1", kind)
-        if ub is not None and ub < 1:
-            raise _Reject("the channel loop must run a constant N > 0 or a "
-                          "loop-invariant number of times", kind)
-        if ub is None and _inside(chan.ub, loop):
+        chain = _channel_chain(store.parent_block(), loop)
+        plan.chan_loop = chain[-1]
+        for chan in chain:
+            civ = chan.body.block.args[0]
+            lb, ub, step = (_const_index(v) for v in (chan.lb, chan.ub, chan.step))
+            if lb != 0 or step != 1:
+                raise _Reject("the channel loop must run from constant 0 step 1", kind)
+            if ub is not None and ub < 1:
+                raise _Reject("the channel loop must run a constant N > 0 or a "
+                              "loop-invariant number of times", kind)
+            if ub is None and _inside(chan.ub, loop):
+                raise _Reject(
+                    "the channel count is computed inside the time loop (it must be "
+                    "loop-invariant, e.g. a memref.dim before the loop)",
+                    kind,
+                )
+            if sum(x is civ for x in store.indices) != 1:
+                raise _Reject("the state index must use the channel index exactly once", kind)
+        # State dimensions in the order the store indexes them.
+        pos = {id(x): k for k, x in enumerate(store.indices)}
+        plan.chan_order = sorted(chain, key=lambda c: pos[id(c.body.block.args[0])])
+        plan.channels = _const_index(chain[-1].ub) or 0
+        plan.chan_ub = chain[-1].ub
+        if len(chain) > 1 and time_pos is not None:
             raise _Reject(
-                "the channel count is computed inside the time loop (it must be "
-                "loop-invariant, e.g. a memref.dim before the loop)",
-                kind,
+                "a shifted-index state over several channel loops is not supported", kind
             )
-        if sum(x is civ for x in store.indices) != 1:
-            raise _Reject("the state index must use the channel index exactly once", kind)
-        plan.channels = ub or 0
-        plan.chan_ub = chan.ub
     if time_pos is not None:
         _check_shifted(plan, loads, time_pos)
         return _with_forms(plan, loads, written)
     if in_chan:
-        civ = plan.chan_loop.body.block.args[0]  # type: ignore[union-attr]
-        direct = list(store.indices) == [civ] and _is_extent_of(plan, m)
+        ivs = [c.body.block.args[0] for c in plan.chan_order]
+        direct = list(store.indices) == ivs and _is_extent_of(plan, m)
     else:
         direct = not store.indices
     # Every other write to the state memref, or read of it that would observe a
@@ -340,20 +383,41 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
     return _with_forms(plan, loads, written)
 
 
+def _channel_chain(block: Block, loop: scf.ForOp) -> list[scf.ForOp]:
+    """The scf.for loops between `loop` and `block` (outer to inner)."""
+    chain: list[scf.ForOp] = []
+    op = block.parent_op()
+    while op is not None and op is not loop:
+        if isinstance(op, scf.ForOp):
+            chain.append(op)
+        op = op.parent_op()
+    return chain[::-1]
+
+
+def _channel_depth(block: Block, loop: scf.ForOp) -> int:
+    return len(_channel_chain(block, loop))
+
+
 def _is_extent_of(plan: _Plan, m: SSAValue) -> bool:
-    """Whether the channel loop runs over exactly the (rank-1) memref `m`: a constant
-    equal to its static size, or `memref.dim m, 0`."""
+    """Whether the channel loops run over exactly the memref `m`, dimension by
+    dimension: a constant equal to its static size, or `memref.dim m, j`."""
     shape = m.type.get_shape()  # type: ignore[attr-defined]
-    if len(shape) != 1:
+    if len(shape) != len(plan.chan_order):
         return False
-    if plan.channels:
-        return shape == (plan.channels,)
-    dim = plan.chan_ub.owner if plan.chan_ub is not None else None
-    return (
-        isinstance(dim, memref.DimOp)
-        and dim.source is m
-        and _const_index(dim.index) == 0
-    )
+    for j, (size, chan) in enumerate(zip(shape, plan.chan_order)):
+        count = _const_index(chan.ub)
+        if count is not None:
+            if size != count:
+                return False
+            continue
+        dim = chan.ub.owner
+        if not (
+            isinstance(dim, memref.DimOp)
+            and dim.source is m
+            and _const_index(dim.index) == j
+        ):
+            return False
+    return True
 
 
 def _with_forms(plan: _Plan, loads: list[memref.LoadOp], written: set[SSAValue]) -> _Plan:
@@ -368,7 +432,7 @@ def _with_forms(plan: _Plan, loads: list[memref.LoadOp], written: set[SSAValue])
         plan.loop,
         {ld.res: lag - 1 for ld, lag in zip(loads, lags)},
         [plan.store.value],
-        {body} | ({plan.chan_loop.body.block} if plan.chan_loop else set()),
+        {body} | {c.body.block for c in plan.chan_order},
         plan.kind,
     )
     plan.forms += [AffineForm.state(j - 1) for j in range(1, plan.order)]
@@ -455,6 +519,9 @@ def _same_indices(
             return False
     return True
 
+
+#: Channel loops (state dimensions) a memref state may be updated in.
+MAX_CHANNEL_RANK = 2
 
 #: The largest lag `y[t - K*step]` a multi-lag shifted recurrence may read.
 MAX_LAGS = 8
@@ -557,8 +624,10 @@ def _reads_updated_state(load: memref.LoadOp, store: memref.StoreOp, loop: scf.F
         return store.is_before_in_block(load) and list(load.indices) == list(
             store.indices
         )
-    # After the channel loop (or the store) in the time-loop body.
-    top_store = store if block is loop.body.block else store.parent_op()
+    # After the channel loops (or the store) in the time-loop body.
+    top_store: Operation | None = store
+    while top_store is not None and top_store.parent_block() is not loop.body.block:
+        top_store = top_store.parent_op()
     top_load: Operation | None = load
     while top_load is not None and top_load.parent_block() is not loop.body.block:
         top_load = top_load.parent_op()
@@ -834,18 +903,15 @@ def _outer_block(op: Operation) -> Block | None:
 def _check_coefficients(plan: _Plan, written: set[SSAValue]) -> None:
     """Every SSA leaf of the forms must be clonable into the coeffs region."""
     loop = plan.loop
-    allowed = {loop.body.block}
-    chan_iv = None
-    if plan.chan_loop is not None:
-        allowed.add(plan.chan_loop.body.block)
-        chan_iv = plan.chan_loop.body.block.args[0]
+    allowed = {loop.body.block} | {c.body.block for c in plan.chan_order}
+    chan_ivs = {c.body.block.args[0] for c in plan.chan_order}
     seen: set[SSAValue] = set()
 
     def check(v: SSAValue) -> None:
         if v in seen or not _inside(v, loop):
             return
         seen.add(v)
-        if v is loop.body.block.args[0] or v is chan_iv:
+        if v is loop.body.block.args[0] or v in chan_ivs:
             return
         if isinstance(v, BlockArgument):
             raise _Reject(
@@ -933,12 +999,10 @@ def _state_alloca(b: Builder, plan: _Plan) -> SSAValue:
     if plan.kind == "memref":
         shape = [plan.order] if plan.is_linear else []
         return b.insert(memref.AllocaOp.get(el, shape=shape)).memref
-    if plan.channels:
-        return b.insert(memref.AllocaOp.get(el, shape=[plan.channels])).memref
-    assert plan.chan_ub is not None
-    return b.insert(
-        memref.AllocaOp.get(el, shape=[DYNAMIC_INDEX], dynamic_sizes=[plan.chan_ub])
-    ).memref
+    counts = [_const_index(c.ub) for c in plan.chan_order]
+    shape = [DYNAMIC_INDEX if n is None else n for n in counts]
+    dynamic = [c.ub for c, n in zip(plan.chan_order, counts) if n is None]
+    return b.insert(memref.AllocaOp.get(el, shape=shape, dynamic_sizes=dynamic)).memref
 
 
 def _channel_count(b: Builder, plan: _Plan) -> SSAValue:
@@ -949,17 +1013,21 @@ def _channel_count(b: Builder, plan: _Plan) -> SSAValue:
 
 
 def _copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
+    """state[n...] <- m[the store's indices, channel indices replaced by n...]."""
     assert plan.store is not None and plan.chan_loop is not None
-    civ = plan.chan_loop.body.block.args[0]
-    block = Block(arg_types=[IndexType()])
-    n = block.args[0]
-    inner = Builder(InsertPoint.at_end(block))
-    idx = [n if x is civ else x for x in plan.store.indices]
-    v = inner.insert(memref.LoadOp.get(m, idx)).res
-    inner.insert(memref.StoreOp.get(v, state, [n]))
-    inner.insert(scf.YieldOp())
-    lb, ub, one = _index(b, 0), _channel_count(b, plan), _index(b, 1)
-    b.insert(scf.ForOp(lb, ub, one, [], Region(block)))
+    ivs = [c.body.block.args[0] for c in plan.chan_order]
+    counts = [
+        _index(b, n) if (n := _const_index(c.ub)) is not None else c.ub
+        for c in plan.chan_order
+    ]
+
+    def body(inner: Builder, ns) -> None:
+        by_iv = dict(zip(ivs, ns))
+        idx = [by_iv.get(x, x) for x in plan.store.indices]
+        v = inner.insert(memref.LoadOp.get(m, idx)).res
+        inner.insert(memref.StoreOp.get(v, state, list(ns)))
+
+    loop_nest(b, counts, body)
 
 
 def _clone_index(
@@ -1069,14 +1137,13 @@ def _shifted_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> N
 
 def _build_coeffs(plan: _Plan) -> Region:
     loop = plan.loop
-    rank = 1 if plan.kind == "vector" else 0
+    rank = len(plan.chan_order) if plan.kind == "vector" else 0
     block = Block(arg_types=[IndexType()] * (1 + rank))
     _copy_hint(loop, block.args[0])
-    if plan.chan_loop is not None:
-        _copy_hint(plan.chan_loop, block.args[1])
     mapper: dict[SSAValue, SSAValue] = {loop.body.block.args[0]: block.args[0]}
-    if plan.chan_loop is not None:
-        mapper[plan.chan_loop.body.block.args[0]] = block.args[1]
+    for chan, arg in zip(plan.chan_order, block.args[1:]):
+        _copy_hint(chan, arg)
+        mapper[chan.body.block.args[0]] = arg
     b = Builder(InsertPoint.at_end(block))
 
     def cloner(at: Builder, mapper: dict[SSAValue, SSAValue]):
@@ -1161,9 +1228,7 @@ def _build_emit(plan: _Plan, state: SSAValue) -> Region:
             # the newest element of the companion state
             idx = [_index(Builder(InsertPoint.before(store)), 0)]
         elif plan.chan_loop is not None:
-            chan_clone = clone_of[plan.chan_loop]
-            assert isinstance(chan_clone, scf.ForOp)
-            idx = [chan_clone.body.block.args[0]]
+            idx = [clone_of[c].body.block.args[0] for c in plan.chan_order]  # type: ignore[union-attr]
         ld = memref.LoadOp.get(s, idx)
         Builder(InsertPoint.before(store)).insert(ld)
         v = store.value
