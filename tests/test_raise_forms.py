@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_raise import golden, loop_decisions, raised
+from test_raise import golden, loop_decisions, raised, run_both
 
 import scanweaver
 from scanweaver.interp.run import run_function
@@ -39,14 +39,17 @@ def cpu_matches_interpreter(text, fname, args, *, raised_op, exact=True):
     r_ref = run_function(text, fname, *a_ref)
     for x, y in zip(a_cpu, a_ref):
         if isinstance(x, np.ndarray):
-            if exact:
-                np.testing.assert_array_equal(x, y)
+            if exact:  # bit for bit: signed zeros and NaN included
+                assert x.tobytes() == y.tobytes(), (x, y)
             else:
                 np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
     if r_ref:
         got = r_cpu if isinstance(r_cpu, tuple) else (r_cpu,)
         for x, y in zip(got, r_ref):
-            assert (x == y) if exact else np.isclose(x, y, rtol=1e-5, atol=1e-6)
+            if exact:
+                assert np.float64(x).tobytes() == np.float64(y).tobytes(), (x, y)
+            else:
+                assert np.isclose(x, y, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------
@@ -677,3 +680,122 @@ def test_two_dimensional_state_cpu_and_gpu():
     src = retnet(T=20, D=8, E=4)
     cpu_matches_interpreter(src, "retnet", retnet_args(20, 8, 4), raised_op="scan.recurrence")
     assert gpu_kernels(src) == {"retnet": ["scan_recurrence_0"]}
+
+
+# ---------------------------------------------------------------------------
+# 8. Associative, not affine: running max/min, and/or/xor, log-sum-exp -> scan.scan
+# ---------------------------------------------------------------------------
+
+
+def running(op: str, el: str, swap: bool = False) -> str:
+    """`h = op(h, x[t])` carried as an iter_arg, every running value stored."""
+    a, b = ("%xv", "%h") if swap else ("%h", "%xv")
+    return f"""
+func.func @run(%x: memref<?x{el}>, %y: memref<?x{el}>, %h0: {el}) -> {el} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?x{el}>
+  %r = scf.for %t = %c0 to %n step %c1 iter_args(%h = %h0) -> ({el}) {{
+    %xv = memref.load %x[%t] : memref<?x{el}>
+    %hn = {op} {a}, {b} : {el}
+    memref.store %hn, %y[%t] : memref<?x{el}>
+    scf.yield %hn : {el}
+  }}
+  func.return %r : {el}
+}}
+"""
+
+
+def running_args(el, n=25):
+    if el.startswith("f"):
+        x = rand(n, np.float32 if el == "f32" else np.float64)
+        x[[3, 4]] = [0.0, -0.0]  # signed zeros: maximumf orders -0 < +0
+        x[17] = np.nan
+        return [x, np.zeros_like(x), -0.0]
+    dt = np.int32 if el == "i32" else np.int64
+    x = ints(n, dt)
+    return [x, np.zeros_like(x), int(ints(1, dt)[0])]
+
+
+ASSOC_OPS = [("arith.maximumf", "f32"), ("arith.minimumf", "f64"), ("arith.maxsi", "i32"),
+             ("arith.minsi", "i64"), ("arith.maxui", "i32"), ("arith.minui", "i64"),
+             ("arith.andi", "i32"), ("arith.ori", "i64"), ("arith.xori", "i32")]
+
+
+@pytest.mark.parametrize("op,el", ASSOC_OPS)
+@pytest.mark.parametrize("swap", [False, True])
+def test_associative_running_op_becomes_a_generic_scan(op, el, swap):
+    src = running(op, el, swap)
+    _, module, (sc,) = raised(src)
+    assert sc.name == "scan.scan"
+    assert [o.name for o in sc.combine.block.ops] == [op, "scan.yield"]
+    assert not any(o.name == "scan.recurrence" for o in module.walk())
+    # Bit for bit against the interpreted loop, signed zeros and NaN included.
+    original, module, _ = raised(src)
+    (a1, r1), (a2, r2) = run_both(original, module, "run", running_args(el))
+    assert a1[1].tobytes() == a2[1].tobytes()
+    assert np.float64(r1[0]).tobytes() == np.float64(r2[0]).tobytes()
+
+
+@pytest.mark.parametrize("op,el", [("arith.maximumf", "f32"), ("arith.xori", "i64")])
+def test_associative_running_op_cpu_end_to_end(op, el):
+    cpu_matches_interpreter(running(op, el), "run", running_args(el, 300), raised_op="scan.scan")
+
+
+def test_running_max_with_an_empty_loop_returns_the_init():
+    golden(running("arith.maxsi", "i32"), "run",
+           [np.zeros(0, np.int32), np.zeros(0, np.int32), 5], exact=True)
+
+
+def test_maxnumf_is_refused_with_its_reason():
+    (d,) = loop_decisions(running("arith.maxnumf", "f32"))
+    assert not d.affine
+    _, diags = __import__("scanweaver.rewrites.raise_affine", fromlist=["x"]).raise_recurrences(
+        raised(running("arith.maxnumf", "f32"))[0])
+    assert len(diags) == 1 and "use arith.maximumf" in diags[0]
+
+
+@pytest.mark.parametrize("update", [
+    "%sq = arith.muli %h, %h : i32\n    %hn = arith.addi %sq, %xv : i32",  # h*h + x
+    "%hn = arith.maxsi %h, %h : i32",  # no element
+])
+def test_non_associative_updates_stay_refused(update):
+    src = running("arith.maxsi", "i32").replace("%hn = arith.maxsi %h, %xv : i32", update)
+    _, _, ops = raised(src)
+    assert ops == []
+
+
+LSE = """
+func.func @lse(%x: memref<?xf32>, %m0: f32, %s0: f32) -> (f32, f32) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %r:2 = scf.for %t = %c0 to %n step %c1 iter_args(%m = %m0, %s = %s0) -> (f32, f32) {
+    %xv = memref.load %x[%t] : memref<?xf32>
+    %mn = arith.maximumf %m, %xv : f32
+    %d1 = arith.subf %m, %mn : f32
+    %e1 = math.exp %d1 : f32
+    %sc = arith.mulf %s, %e1 : f32
+    %d2 = arith.subf %xv, %mn : f32
+    %e2 = math.exp %d2 : f32
+    %sn = arith.addf %sc, %e2 : f32
+    scf.yield %mn, %sn : f32, f32
+  }
+  func.return %r#0, %r#1 : f32, f32
+}
+"""
+
+
+def test_online_logsumexp_needs_the_reassociation_option():
+    from scanweaver.ir import parse_ir
+    from scanweaver.rewrites.raise_affine import raise_recurrences
+
+    ops, diags = raise_recurrences(parse_ir(LSE))
+    assert ops == [] and "reassociate=true" in diags[0]
+    module = parse_ir(LSE)
+    ops, _ = raise_recurrences(module, reassociate=True)
+    assert [op.name for op in ops] == ["scan.scan"]
+    x = rand(40, lo=-5, hi=5)
+    (_, r1), (_, r2) = run_both(parse_ir(LSE), module, "lse", [x, -np.inf, 0.0])
+    assert r1 == r2  # the sequential fold of the combine is the loop, bit for bit
+    assert np.isclose(r1[0] + np.log(r1[1]), np.log(np.exp(x.astype(np.float64)).sum()), rtol=1e-5)

@@ -256,6 +256,20 @@ class UpstreamFunctions(InterpreterFunctions):
         mask = _mask(op)
         return _result(op, min(args[0] & mask, args[1] & mask))
 
+    @impl(arith.CeilDivUIOp)
+    def run_ceildivui(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        mask = _mask(op)
+        x, y = args[0] & mask, args[1] & mask
+        return _result(op, -(-x // y))
+
+    @impl(arith.CeilDivSIOp)
+    def run_ceildivsi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        x, y = args
+        q = abs(x) // abs(y)
+        if (x % y != 0) and ((x < 0) == (y < 0)):
+            q += 1
+        return _result(op, q if (x < 0) == (y < 0) else -q)
+
     @impl(arith.ShRUIOp)
     def run_shrui(self, interpreter: Interpreter, op: Operation, args: PythonValues):
         return _result(op, (args[0] & _mask(op)) >> args[1])

@@ -1292,8 +1292,20 @@ def _labels(module: Operation) -> dict[Operation, str]:
     return labels
 
 
-def raise_recurrences(module: Operation) -> tuple[list[Operation], list[str]]:
-    """Raise every affine loop in `module`; return the new ops and the diagnostics."""
+def raise_recurrences(
+    module: Operation, reassociate: bool = False
+) -> tuple[list[Operation], list[str]]:
+    """Raise every affine loop in `module` (and associative `iter_args` loops to
+    scan.scan, see raise_assoc.py); return the new ops and the diagnostics.
+
+    `reassociate`: also raise associative recurrences whose combine sums or
+    multiplies floats (the online log-sum-exp pair)."""
+    from scanweaver.rewrites.raise_assoc import (
+        NotAssociative,
+        analyze_associative,
+        raise_associative,
+    )
+
     labels = _labels(module)
     tried: set[Operation] = set()
     raised: list[Operation] = []
@@ -1307,6 +1319,15 @@ def raise_recurrences(module: Operation) -> tuple[list[Operation], list[str]]:
                     assert decision.plan is not None
                     raised.append(raise_loop(decision.plan))
                     break
+                if decision.kind in ("scalar", "linear") and op.iter_args:
+                    try:
+                        assoc = analyze_associative(op, reassociate)
+                    except NotAssociative as e:
+                        if str(e):
+                            decision = RaiseDecision(False, str(e), kind=decision.kind)
+                    else:
+                        raised.append(raise_associative(assoc))
+                        break
                 if decision.kind != "none":
                     label = labels.get(op, "<unknown>")
                     diags.append(
@@ -1324,9 +1345,10 @@ class RaiseRecurrences(ModulePass):
     name = "scanweaver-raise"
 
     diagnose: bool = False
+    reassociate: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _, diags = raise_recurrences(op)
+        _, diags = raise_recurrences(op, self.reassociate)
         if self.diagnose:
             for d in diags:
                 print(d, file=sys.stderr)
