@@ -78,6 +78,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.target == "llvm" and pipeline == "gpu":
         raise ScanWeaverError("--target llvm needs the cpu or loops lowering, not 'gpu'")
     started = time.perf_counter()
+    if args.verbose:
+        _say_raise_report(text, args.file)
     lowered = compiler.lower(
         text, pipeline, source=args.file, progress=lambda s: _say(f"[scanweaver] pass {s}")
     )
@@ -93,6 +95,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
         _write_gpu(lowered.module, args, out)
     _say(f"[scanweaver] wrote {out} in {time.perf_counter() - started:.2f} s")
     return 0
+
+
+def _say_raise_report(text: str, source: str) -> None:
+    """-v: one line per loop that carries state: raised to what, or why not."""
+    from scanweaver.ir import parse_ir
+    from scanweaver.rewrites.raise_affine import raise_recurrences
+
+    report: list[str] = []
+    raise_recurrences(parse_ir(text, source=source), report=report)
+    for line in report:
+        _say(line)
 
 
 def _write_gpu(module, args: argparse.Namespace, out: Path) -> None:
@@ -173,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--lower-for",
         choices=["gpu", "cpu", "loops"],
         help="which lowering to run (default: gpu for ptx/cubin, cpu for llvm/mlir)",
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="say for every loop that carries state whether it was raised (and why not)",
     )
     p.set_defaults(run=cmd_compile)
 

@@ -39,8 +39,9 @@ The raised op gets:
 
 Assumptions: distinct memref SSA values do not alias; coefficients may only read
 memrefs that the loop never writes.  Loops nested inside a scan op are left alone.
-With `diagnose=true`, each loop that carries state but is not raised gets one line on
-stderr: `<loc>: scanweaver-raise: loop not raised: <reason>`.
+With `diagnose=true`, each loop that carries state gets one line on stderr:
+`<loc>: scanweaver-raise: loop raised to <op> (<shape>)` or
+`<loc>: scanweaver-raise: loop not raised: <reason>`.
 """
 
 from __future__ import annotations
@@ -1292,14 +1293,40 @@ def _labels(module: Operation) -> dict[Operation, str]:
     return labels
 
 
+def describe(plan: _Plan) -> str:
+    """What a plan raises to, in words (for diagnostics)."""
+    if plan.kind == "scalar":
+        return "scan.recurrence (one carried value)"
+    if plan.kind == "linear":
+        k = len(plan.loop.iter_args)
+        extra = (
+            f" and {len(plan.escapes)} escaping value(s) as extra state" if plan.escapes else ""
+        )
+        return f"scan.linear_recurrence ({k} coupled carried value(s){extra})"
+    if plan.time_pos is not None and plan.is_linear:
+        return f"scan.linear_recurrence (a {plan.order}-lag recurrence on its companion state)"
+    if plan.time_pos is not None:
+        where = "channel vector" if plan.kind == "vector" else "scalar"
+        return f"scan.recurrence ({where} state at a shifted index)"
+    if plan.kind == "memref":
+        return "scan.recurrence (state at one memref location)"
+    rank = len(plan.chan_order)
+    dyn = any(_const_index(c.ub) is None for c in plan.chan_order)
+    return (
+        f"scan.recurrence ({rank}-d channel state{', dynamic channel count' if dyn else ''}"
+        f"{', the memref itself' if plan.direct else ', a temporary written through'})"
+    )
+
+
 def raise_recurrences(
-    module: Operation, reassociate: bool = False
+    module: Operation, reassociate: bool = False, report: list[str] | None = None
 ) -> tuple[list[Operation], list[str]]:
     """Raise every affine loop in `module` (and associative `iter_args` loops to
     scan.scan, see raise_assoc.py); return the new ops and the diagnostics.
 
     `reassociate`: also raise associative recurrences whose combine sums or
-    multiplies floats (the online log-sum-exp pair)."""
+    multiplies floats (the online log-sum-exp pair).  `report`, when given, gets one
+    line per loop that carries state, raised or not, in program order."""
     from scanweaver.rewrites.raise_assoc import (
         NotAssociative,
         analyze_associative,
@@ -1315,9 +1342,13 @@ def raise_recurrences(
             if isinstance(op, scf.ForOp) and op not in tried and not _in_scan_op(op):
                 tried.add(op)
                 decision = analyze_loop(op)
+                label = labels.get(op, "<unknown>")
                 if decision.affine:
                     assert decision.plan is not None
+                    what = describe(decision.plan)
                     raised.append(raise_loop(decision.plan))
+                    if report is not None:
+                        report.append(f"{label}: scanweaver-raise: loop raised to {what}")
                     break
                 if decision.kind in ("scalar", "linear") and op.iter_args:
                     try:
@@ -1326,13 +1357,16 @@ def raise_recurrences(
                         if str(e):
                             decision = RaiseDecision(False, str(e), kind=decision.kind)
                     else:
+                        what = assoc.description
                         raised.append(raise_associative(assoc))
+                        if report is not None:
+                            report.append(f"{label}: scanweaver-raise: loop raised to {what}")
                         break
                 if decision.kind != "none":
-                    label = labels.get(op, "<unknown>")
-                    diags.append(
-                        f"{label}: scanweaver-raise: loop not raised: {decision.reason}"
-                    )
+                    line = f"{label}: scanweaver-raise: loop not raised: {decision.reason}"
+                    diags.append(line)
+                    if report is not None:
+                        report.append(line)
         else:
             return raised, diags
 
@@ -1348,7 +1382,8 @@ class RaiseRecurrences(ModulePass):
     reassociate: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _, diags = raise_recurrences(op, self.reassociate)
+        report: list[str] = []
+        raise_recurrences(op, self.reassociate, report)
         if self.diagnose:
-            for d in diags:
-                print(d, file=sys.stderr)
+            for line in report:
+                print(line, file=sys.stderr)

@@ -66,6 +66,13 @@ class AssocPlan:
     state_first: bool = True  # single: the state is the op's first operand
     element: list[SSAValue] | None = None  # state-independent element per value
 
+    @property
+    def description(self) -> str:
+        if self.kind == "logsumexp":
+            return "scan.scan (the online log-sum-exp pair, reassociated)"
+        assert self.combine_op is not None
+        return f"scan.scan (associative {self.combine_op.name})"
+
 
 class NotAssociative(Exception):
     """Why a loop is not an associative recurrence (a reason worth reporting), or
