@@ -3,8 +3,11 @@
 Each form gets: the decision (raised, with which op), a golden check (the raised IR
 against the interpreted original on random inputs: bit for bit where the association
 is unchanged, exact for integers), and an end-to-end CPU build compared with the
-interpreted original.  GPU builds (PTX, ptxas) are checked where the GPU lowering
-accepts the raised form; `test_gpu_refusals_are_recorded` pins the forms it refuses.
+interpreted original.  GPU builds (PTX, ptxas without spills) are checked where the
+GPU lowering accepts the raised form: the forms nested in a channel loop whose state
+is a function argument or an alloca in that loop (the kernel shape of
+recurrence_gpu.py / linear_gpu.py).  The others are refused there today (host-side
+work around the scan op, or a dynamic state shape); see the issue 14 report.
 """
 
 from __future__ import annotations
@@ -250,7 +253,6 @@ def test_multilag_over_channels_cpu_and_gpu():
     golden(src, "iir", multilag_args("f32", 3, channels=True), exact=True)
     cpu_matches_interpreter(src, "iir", multilag_args("f32", 3, channels=True),
                             raised_op="scan.linear_recurrence")
-    assert gpu_kernels(src) == {"iir": ["scan_linear_0"]}
 
 
 # ---------------------------------------------------------------------------
@@ -369,10 +371,8 @@ func.func @f(%x: memref<6xf32>, %h: memref<f32>, %y: memref<6xf32>) {
     assert not d.affine and "escapes the update" in d.reason
 
 
-def test_lfilter_over_channels_gpu_kernel():
-    src = lfilter("f32", channels=True)
-    golden(src, "lfilter", lfilter_args("f32", 12, channels=True))
-    assert gpu_kernels(src) == {"lfilter": ["scan_linear_0"]}
+def test_lfilter_over_channels_golden():
+    golden(lfilter("f32", channels=True), "lfilter", lfilter_args("f32", 12, channels=True))
 
 
 # ---------------------------------------------------------------------------
@@ -503,10 +503,9 @@ def test_fma_of_state_by_state_is_refused():
     assert not d.affine and "math.fma h*h" in d.reason
 
 
-def test_masked_update_over_channels_gpu_kernel():
+def test_masked_update_over_channels_i32_mask_golden():
     src = masked("f32", channels=True, mask="i32")
     golden(src, "masked", masked_args("f32", 12, channels=True, mask_dtype=np.int32), exact=True)
-    assert gpu_kernels(src) == {"masked": ["scan_recurrence_0"]}
 
 
 # ---------------------------------------------------------------------------
@@ -676,10 +675,9 @@ def test_a_readout_reduction_alone_is_not_a_scan():
     assert sum("reduction nested in another loop" in r for r in reasons) == 1
 
 
-def test_two_dimensional_state_cpu_and_gpu():
-    src = retnet(T=20, D=8, E=4)
-    cpu_matches_interpreter(src, "retnet", retnet_args(20, 8, 4), raised_op="scan.recurrence")
-    assert gpu_kernels(src) == {"retnet": ["scan_recurrence_0"]}
+def test_two_dimensional_state_cpu_end_to_end():
+    src = retnet(T=10, D=4, E=3)
+    cpu_matches_interpreter(src, "retnet", retnet_args(10, 4, 3), raised_op="scan.recurrence")
 
 
 # ---------------------------------------------------------------------------
@@ -799,3 +797,29 @@ def test_online_logsumexp_needs_the_reassociation_option():
     (_, r1), (_, r2) = run_both(parse_ir(LSE), module, "lse", [x, -np.inf, 0.0])
     assert r1 == r2  # the sequential fold of the combine is the loop, bit for bit
     assert np.isclose(r1[0] + np.log(r1[1]), np.log(np.exp(x.astype(np.float64)).sum()), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# GPU: the raised forms the GPU lowering accepts, built to PTX in one module
+# ---------------------------------------------------------------------------
+
+
+def _one_module(*funcs: str) -> str:
+    return "\n".join(funcs)
+
+
+def test_gpu_kernels_for_the_raised_forms():
+    """Multi-lag, lfilter and masked updates over an outer channel loop, and the 2-D
+    RetNet state: each raised op becomes one kernel, ptxas reports no spills (when
+    installed).  (Each function's golden check is above.)"""
+    src = _one_module(
+        multilag(channels=True),
+        lfilter("f32", channels=True),
+        masked("f32", channels=True, mask="i32"),
+        retnet(T=10, D=4, E=3),
+    )
+    kernels = gpu_kernels(src)
+    assert sorted(kernels) == ["iir", "lfilter", "masked", "retnet"]
+    assert [k[0].rsplit("_", 1)[0] for k in map(kernels.get, sorted(kernels))] == [
+        "scan_linear", "scan_linear", "scan_recurrence", "scan_recurrence"]
+    assert all(len(k) == 1 for k in kernels.values())
