@@ -473,6 +473,45 @@ def test_masked_update_over_channels_golden():
     golden(masked("f32", channels=True), "masked", masked_args("f32", 12, channels=True), exact=True)
 
 
+MASKED_CHANNELS = """
+func.func @vm(%x: memref<6x3xf32>, %a: memref<6x3xf32>, %mask: memref<6xi32>, %h: memref<3xf32>, %y: memref<6x3xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c6 = arith.constant 6 : index
+  %z = arith.constant 0 : i32
+  scf.for %t = %c0 to %c6 step %c1 {
+    %mv = memref.load %mask[%t] : memref<6xi32>
+    %m = arith.cmpi ne, %mv, %z : i32
+    scf.for %c = %c0 to %c3 step %c1 {
+      %hv = memref.load %h[%c] : memref<3xf32>
+      %hn = scf.if %m -> (f32) {
+        %av = memref.load %a[%t, %c] : memref<6x3xf32>
+        %xv = memref.load %x[%t, %c] : memref<6x3xf32>
+        %p = arith.mulf %av, %hv : f32
+        %q = arith.addf %p, %xv : f32
+        scf.yield %q : f32
+      } else {
+        scf.yield %hv : f32
+      }
+      memref.store %hn, %h[%c] : memref<3xf32>
+      memref.store %hn, %y[%t, %c] : memref<6x3xf32>
+    }
+  }
+  func.return
+}
+"""
+
+
+def test_masked_update_of_a_channel_vector_in_memory():
+    # h[c] updated under a per-step mask inside the channel loop: h is the state.
+    _, _, (rec,) = raised(MASKED_CHANNELS)
+    assert rec.name == "scan.recurrence" and len(rec.coeffs.block.args) == 2
+    mask = RNG.integers(0, 2, 6).astype(np.int32)
+    golden(MASKED_CHANNELS, "vm", [rand((6, 3)), rand((6, 3)), mask, rand(3),
+                                   np.zeros((6, 3), np.float32)], exact=True)
+
+
 FMA = """
 func.func @fma(%x: memref<?xf32>, %a: memref<?xf32>, %h0: f32) -> f32 {
   %c0 = arith.constant 0 : index
