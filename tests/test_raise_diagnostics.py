@@ -159,3 +159,29 @@ def test_diagnose_pass_option_and_compile_verbose_print_the_report(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stderr.splitlines() if "scanweaver-raise:" in x]
     assert lines == want
+
+
+def test_memref_state_updated_under_scf_if_says_so():
+    src = """
+func.func @f(%x: memref<6xf32>, %m: memref<6xi32>, %h: memref<f32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c6 = arith.constant 6 : index
+  %z = arith.constant 0 : i32
+  scf.for %t = %c0 to %c6 step %c1 {
+    %mv = memref.load %m[%t] : memref<6xi32>
+    %p = arith.cmpi ne, %mv, %z : i32
+    scf.if %p {
+      %hv = memref.load %h[] : memref<f32>
+      %xv = memref.load %x[%t] : memref<6xf32>
+      %hn = arith.addf %hv, %xv : f32
+      memref.store %hn, %h[] : memref<f32>
+    }
+  }
+  func.return
+}
+"""
+    assert report_of(src) == [NOT_RAISED + (
+        "the state in memory is updated under scf.if (a masked update of a memref state is "
+        "not supported: carry the state as an iter_arg, or select the new value with "
+        "arith.select / an scf.if yielding it)")]

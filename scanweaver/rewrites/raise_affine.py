@@ -253,6 +253,34 @@ def _plan_iter_args(loop: scf.ForOp, kind: str) -> _Plan:
     return plan
 
 
+def _reject_state_under_if(loop: scf.ForOp) -> None:
+    """A memref element loaded and stored back under an scf.if (`if m { h[c] = ... }`)
+    carries state, but only iter_args express a masked update: say so."""
+    iv = loop.body.block.args[0]
+    for op in loop.body.walk():
+        if not isinstance(op, memref.StoreOp) or _inside(op.memref, loop):
+            continue
+        if any(x is iv for x in op.indices):
+            continue
+        parent = op.parent_op()
+        under_if = False
+        while parent is not None and parent is not loop:
+            under_if |= isinstance(parent, scf.IfOp)
+            parent = parent.parent_op()
+        if under_if and any(
+            isinstance(ld, memref.LoadOp)
+            and ld.memref is op.memref
+            and list(ld.indices) == list(op.indices)
+            for ld in loop.body.walk()
+        ):
+            raise _Reject(
+                "the state in memory is updated under scf.if (a masked update of a "
+                "memref state is not supported: carry the state as an iter_arg, or "
+                "select the new value with arith.select / an scf.if yielding it)",
+                "memref",
+            )
+
+
 def _is_nested_reduction(loop: scf.ForOp) -> bool:
     """A loop inside another scf.for whose body has no side effects and whose carried
     values are used only by its own scf.yield: only the final value matters."""
@@ -320,6 +348,7 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
                 pos = min(shifted)
                 candidates.append((op, shifted[pos], pos))
     if not candidates:
+        _reject_state_under_if(loop)
         return None
     if len(candidates) > 1:
         raise _Reject(
