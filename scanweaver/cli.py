@@ -1,6 +1,6 @@
 """The `scanweaver` command.
 
-    scanweaver compile FILE.mlir --target {ptx,cubin,llvm,mlir} -o OUT
+    scanweaver compile FILE.mlir --target {ptx,cubin,llvm,mlir} -o OUT [-v]
     scanweaver demo
     scanweaver bench [--full]
 
