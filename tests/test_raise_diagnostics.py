@@ -161,7 +161,7 @@ def test_diagnose_pass_option_and_compile_verbose_print_the_report(tmp_path):
     assert lines == want
 
 
-def test_memref_state_updated_under_scf_if_says_so():
+def test_memref_state_updated_under_scf_if_reasons():
     src = """
 func.func @f(%x: memref<6xf32>, %m: memref<6xi32>, %h: memref<f32>) {
   %c0 = arith.constant 0 : index
@@ -171,17 +171,33 @@ func.func @f(%x: memref<6xf32>, %m: memref<6xi32>, %h: memref<f32>) {
   scf.for %t = %c0 to %c6 step %c1 {
     %mv = memref.load %m[%t] : memref<6xi32>
     %p = arith.cmpi ne, %mv, %z : i32
+    %hv = memref.load %h[] : memref<f32>
     scf.if %p {
-      %hv = memref.load %h[] : memref<f32>
       %xv = memref.load %x[%t] : memref<6xf32>
       %hn = arith.addf %hv, %xv : f32
+      memref.store %hn, %h[] : memref<f32>
+    } else {
+      %hn = arith.subf %hv, %hv : f32
       memref.store %hn, %h[] : memref<f32>
     }
   }
   func.return
 }
 """
+    # An else branch that writes the state too: not searched for state, said so.
     assert report_of(src) == [NOT_RAISED + (
-        "the state in memory is updated under scf.if (a masked update of a memref state is "
-        "not supported: carry the state as an iter_arg, or select the new value with "
-        "arith.select / an scf.if yielding it)")]
+        "the state in memory is updated under scf.if, but not as `if m { load; store }` (an "
+        "else branch, or the state loaded outside the scf.if): carry the state as an iter_arg, "
+        "or select the new value with arith.select / an scf.if yielding it")]
+    # Without the else branch, but the state loaded before the scf.if.
+    no_else = src[: src.index("    } else {")] + "    }\n  }\n  func.return\n}\n"
+    assert report_of(no_else) == report_of(src)
+    # Loaded inside: raised (test_raise_forms.py); the state read in the condition is not.
+    inside = no_else.replace("    %hv = memref.load %h[] : memref<f32>\n    scf.if %p {",
+                             "    scf.if %p {\n      %hv = memref.load %h[] : memref<f32>")
+    # The state read in the condition.
+    assert report_of(inside)[0].endswith("loop raised to scan.recurrence (state at one memref location)")
+    cond = inside.replace("%p = arith.cmpi ne, %mv, %z : i32",
+                          "%h1 = memref.load %h[] : memref<f32>\n    %zf = arith.constant 0.0 : f32\n"
+                          "    %p = arith.cmpf ogt, %h1, %zf : f32")
+    assert report_of(cond) == [NOT_RAISED + "the state is used in a condition (scf.if)"]

@@ -512,6 +512,76 @@ def test_masked_update_of_a_channel_vector_in_memory():
                                    np.zeros((6, 3), np.float32)], exact=True)
 
 
+MASKED_MEMORY = """
+func.func @mm(%x: memref<6x3xf32>, %a: memref<6x3xf32>, %mask: memref<6xi32>, %h: memref<3xf32>, %y: memref<6x3xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c6 = arith.constant 6 : index
+  %z = arith.constant 0 : i32
+  scf.for %t = %c0 to %c6 step %c1 {
+    %mv = memref.load %mask[%t] : memref<6xi32>
+    %m = arith.cmpi ne, %mv, %z : i32
+    scf.if %m {
+      scf.for %c = %c0 to %c3 step %c1 {
+        %hv = memref.load %h[%c] : memref<3xf32>
+        %av = memref.load %a[%t, %c] : memref<6x3xf32>
+        %xv = memref.load %x[%t, %c] : memref<6x3xf32>
+        %p = arith.mulf %av, %hv : f32
+        %q = arith.addf %p, %xv : f32
+        memref.store %q, %h[%c] : memref<3xf32>
+      }
+    }
+    scf.for %c = %c0 to %c3 step %c1 {
+      %hn = memref.load %h[%c] : memref<3xf32>
+      memref.store %hn, %y[%t, %c] : memref<6x3xf32>
+    }
+  }
+  func.return
+}
+"""
+
+MASKED_MEMORY_SCALAR = """
+func.func @ms(%x: memref<6xf32>, %m: memref<6xi32>, %h: memref<2xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c6 = arith.constant 6 : index
+  %z = arith.constant 0 : i32
+  %half = arith.constant 0.5 : f32
+  scf.for %t = %c0 to %c6 step %c1 {
+    %mv = memref.load %m[%t] : memref<6xi32>
+    %p = arith.cmpi ne, %mv, %z : i32
+    scf.if %p {
+      %hv = memref.load %h[%c1] : memref<2xf32>
+      %xv = memref.load %x[%t] : memref<6xf32>
+      %s = arith.mulf %half, %hv : f32
+      %hn = arith.addf %s, %xv : f32
+      memref.store %hn, %h[%c1] : memref<2xf32>
+    }
+  }
+  func.return
+}
+"""
+
+
+@pytest.mark.parametrize("where", ["around the channel loop", "scalar memref"])
+def test_masked_update_of_memory_state_under_scf_if(where):
+    # `if m[t] { for c { h[c] = a*h[c] + x } }` and `if m[t] { h[1] = 0.5*h[1] + x }`.
+    mask = RNG.integers(0, 2, 6).astype(np.int32)
+    if where == "scalar memref":
+        _, _, (rec,) = raised(MASKED_MEMORY_SCALAR)
+        assert rec.state.owner.name == "memref.alloca"  # h[1]: a temporary, written through
+        golden(MASKED_MEMORY_SCALAR, "ms", [rand(6), mask, rand(2)], exact=True)
+        return
+    _, _, (rec,) = raised(MASKED_MEMORY)
+    assert rec.name == "scan.recurrence"
+    golden(MASKED_MEMORY, "mm", [rand((6, 3)), rand((6, 3)), mask, rand(3),
+                                 np.zeros((6, 3), np.float32)], exact=True)
+    cpu_matches_interpreter(MASKED_MEMORY, "mm", [rand((6, 3)), rand((6, 3)), mask, rand(3),
+                                                  np.zeros((6, 3), np.float32)],
+                            raised_op="scan.recurrence")
+
+
 FMA = """
 func.func @fma(%x: memref<?xf32>, %a: memref<?xf32>, %h0: f32) -> f32 {
   %c0 = arith.constant 0 : index

@@ -98,3 +98,44 @@ func.func @fma(%x: memref<8xf32>, %a: memref<8xf32>, %h0: f32) -> f32 {
 // CHECK-NEXT:      %[[AV3:.*]] = memref.load %a[%[[T3]]] : memref<8xf32>
 // CHECK-NEXT:      %[[XV3:.*]] = memref.load %x[%[[T3]]] : memref<8xf32>
 // CHECK-NEXT:      scan.yield %[[AV3]], %[[XV3]] : f32, f32
+
+// A masked update of a state in memory: `if m[t] { for c { h[c] = a*h[c] + x } }`.
+// h is the state; the guard becomes conditional coefficients, as above.
+
+func.func @masked_memory(%x: memref<6x3xf32>, %a: memref<6x3xf32>, %mask: memref<6xi32>, %h: memref<3xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c6 = arith.constant 6 : index
+  %z = arith.constant 0 : i32
+  scf.for %t = %c0 to %c6 step %c1 {
+    %mv = memref.load %mask[%t] : memref<6xi32>
+    %m = arith.cmpi ne, %mv, %z : i32
+    scf.if %m {
+      scf.for %c = %c0 to %c3 step %c1 {
+        %hv = memref.load %h[%c] : memref<3xf32>
+        %av = memref.load %a[%t, %c] : memref<6x3xf32>
+        %xv = memref.load %x[%t, %c] : memref<6x3xf32>
+        %p = arith.mulf %av, %hv : f32
+        %q = arith.addf %p, %xv : f32
+        memref.store %q, %h[%c] : memref<3xf32>
+      }
+    }
+  }
+  func.return
+}
+
+// CHECK-LABEL: func.func @masked_memory
+// CHECK:         scan.recurrence %c0 to %c6 step %c1 state(%h : memref<3xf32>) coeffs {
+// CHECK-NEXT:    ^{{.*}}(%[[T4:.*]]: index, %[[C4:.*]]: index):
+// CHECK-NEXT:      %[[MV:.*]] = memref.load %mask[%[[T4]]] : memref<6xi32>
+// CHECK-NEXT:      %[[M4:.*]] = arith.cmpi ne, %[[MV]], %z : i32
+// CHECK-NEXT:      %[[A4:.*]] = scf.if %[[M4]] -> (f32) {
+// CHECK-NEXT:        %[[AV4:.*]] = memref.load %a[%[[T4]], %[[C4]]] : memref<6x3xf32>
+// CHECK-NEXT:        scf.yield %[[AV4]] : f32
+// CHECK:           %[[B4:.*]] = scf.if %[[M4]] -> (f32) {
+// CHECK-NEXT:        %[[XV4:.*]] = memref.load %x[%[[T4]], %[[C4]]] : memref<6x3xf32>
+// CHECK:           scan.yield %[[A4]], %[[B4]] : f32, f32
+// CHECK-NEXT:    } emit {
+// CHECK-NEXT:    ^{{.*}}(%{{.*}}: index, %{{.*}}: memref<3xf32>):
+// CHECK-NEXT:      scan.yield

@@ -253,9 +253,26 @@ def _plan_iter_args(loop: scf.ForOp, kind: str) -> _Plan:
     return plan
 
 
+def _has_else(op: scf.IfOp) -> bool:
+    return any(
+        not isinstance(o, scf.YieldOp) for b in op.false_region.blocks for o in b.ops
+    )
+
+
+def _guards(store: memref.StoreOp, loop: scf.ForOp) -> list[scf.IfOp]:
+    """The scf.if ops around the state store inside `loop` (inner first)."""
+    out: list[scf.IfOp] = []
+    op = store.parent_op()
+    while op is not None and op is not loop:
+        if isinstance(op, scf.IfOp):
+            out.append(op)
+        op = op.parent_op()
+    return out
+
+
 def _reject_state_under_if(loop: scf.ForOp) -> None:
-    """A memref element loaded and stored back under an scf.if (`if m { h[c] = ... }`)
-    carries state, but only iter_args express a masked update: say so."""
+    """A memref element loaded and stored back under an scf.if carries state even when
+    the finder above does not take the form: say so rather than 'no state'."""
     iv = loop.body.block.args[0]
     for op in loop.body.walk():
         if not isinstance(op, memref.StoreOp) or _inside(op.memref, loop):
@@ -274,11 +291,30 @@ def _reject_state_under_if(loop: scf.ForOp) -> None:
             for ld in loop.body.walk()
         ):
             raise _Reject(
-                "the state in memory is updated under scf.if (a masked update of a "
-                "memref state is not supported: carry the state as an iter_arg, or "
-                "select the new value with arith.select / an scf.if yielding it)",
+                "the state in memory is updated under scf.if, but not as "
+                "`if m { load; store }` (an else branch, or the state loaded outside the "
+                "scf.if): carry the state as an iter_arg, or select the new value with "
+                "arith.select / an scf.if yielding it",
                 "memref",
             )
+
+
+def _check_guards(plan: _Plan, guards: list[scf.IfOp]) -> None:
+    """Masked memref updates: each condition is independent of the state (it reads no
+    state memref).  (The state loads are in the store's block, under the same guards.)"""
+    m = plan.store.memref  # type: ignore[union-attr]
+    for g in guards:
+        todo, seen = [g.cond], set()
+        while todo:
+            v = todo.pop()
+            if v in seen or not _inside(v, plan.loop):
+                continue
+            seen.add(v)
+            op = v.owner
+            if isinstance(op, memref.LoadOp) and op.memref is m:
+                raise _Reject("the state is used in a condition (scf.if)", plan.kind)
+            if isinstance(op, Operation):
+                todo.extend(op.operands)
 
 
 def _is_nested_reduction(loop: scf.ForOp) -> bool:
@@ -304,15 +340,21 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
     body = loop.body.block
     # The time-loop body, channel-loop bodies in it, and channel-loop bodies in
     # those (a two-dimensional state S[d, e]).
+    # Also the then-blocks of scf.if ops without results or else-branch there (a
+    # masked update `if m { h[c] = ... }`).
     blocks = [body]
-    for depth in range(MAX_CHANNEL_RANK):
-        blocks += [
-            op.body.block
-            for b in blocks
-            if _channel_depth(b, loop) == depth
-            for op in b.ops
-            if isinstance(op, scf.ForOp)
-        ]
+    todo = [body]
+    while todo:
+        b = todo.pop(0)
+        for op in b.ops:
+            if isinstance(op, scf.ForOp) and _channel_depth(b, loop) < MAX_CHANNEL_RANK:
+                inner = [op.body.block]
+            elif isinstance(op, scf.IfOp) and not op.results and not _has_else(op):
+                inner = list(op.true_region.blocks)
+            else:
+                continue
+            blocks += inner
+            todo += inner
     candidates: list[tuple[memref.StoreOp, list[memref.LoadOp], int | None]] = []
     for block in blocks:
         chan_ivs = [lp.body.block.args[0] for lp in _channel_chain(block, loop)]
@@ -358,7 +400,7 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
         )
     store, loads, time_pos = candidates[0]
     m = store.memref
-    in_chan = store.parent_block() is not body
+    in_chan = bool(_channel_chain(store.parent_block(), loop))
     kind = "vector" if in_chan else "memref"
     written = _check_body(loop, kind)
     el = m.type.element_type  # type: ignore[attr-defined]
@@ -458,13 +500,27 @@ def _with_forms(plan: _Plan, loads: list[memref.LoadOp], written: set[SSAValue])
     assert plan.store is not None
     body = plan.loop.body.block
     lags = plan.lags or [1] * len(loads)
+    guards = _guards(plan.store, plan.loop)
+    if guards and (plan.time_pos is not None or plan.order > 1):
+        raise _Reject("a shifted-index state updated under scf.if is not supported", plan.kind)
+    if guards:
+        _check_guards(plan, guards)
     plan.forms = _compute_forms(
         plan.loop,
         {ld.res: lag - 1 for ld, lag in zip(loads, lags)},
         [plan.store.value],
-        {body} | {c.body.block for c in plan.chan_order},
+        {body}
+        | {c.body.block for c in plan.chan_order}
+        | {b for g in guards for b in g.true_region.blocks},
         plan.kind,
     )
+    # Under `if m { h = f(h) }` the new state is `m ? f(h) : h`, each guard in turn;
+    # leaves computed under a guard stay under it ("if" terms).
+    for g in guards:
+        f = plan.forms[0]
+        inner = any(_inside(v, g) for v in f.all_leaves())
+        keep = AffineForm.state(0)
+        plan.forms[0] = f.branch(g.cond, keep) if inner else f.select(g.cond, keep)
     plan.forms += [AffineForm.state(j - 1) for j in range(1, plan.order)]
     _check_coefficients(plan, written)
     return plan
