@@ -292,7 +292,7 @@ free_trees = st.recursive(
 ASSOC = ["maxsi", "minsi", "maxui", "minui", "andi", "ori", "xori"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     op=st.sampled_from(ASSOC + ["bad_square", "bad_divsi"]),
     tree=free_trees,
