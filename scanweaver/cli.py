@@ -1,6 +1,6 @@
 """The `scanweaver` command.
 
-    scanweaver compile FILE.mlir --target {ptx,cubin,llvm,mlir} -o OUT
+    scanweaver compile FILE.mlir --target {ptx,cubin,llvm,mlir} -o OUT [-v]
     scanweaver demo
     scanweaver bench [--full | --numerics]
 
@@ -51,6 +51,8 @@ def cmd_compile(args) -> int:
         raise ScanWeaverError(f"--launch-json is for --target ptx or cubin, not {args.target}")
     check_outputs(outputs, inputs)  # before the work: a refused output costs nothing
     started = time.perf_counter()
+    if args.verbose:
+        _say_raise_report(text, args.file)
     lowered = compiler.lower(
         text, pipeline, source=args.file, progress=lambda s: _say(f"[scanweaver] pass {s}")
     )
@@ -67,6 +69,17 @@ def cmd_compile(args) -> int:
     where = "standard output" if args.output == STDIO else args.output
     _say(f"[scanweaver] wrote {where} in {time.perf_counter() - started:.2f} s")
     return 0
+
+
+def _say_raise_report(text: str, source: str) -> None:
+    """-v: one line per loop that carries state: raised to what, or why not."""
+    from scanweaver.ir import parse_ir
+    from scanweaver.rewrites.raise_affine import raise_recurrences
+
+    report: list[str] = []
+    raise_recurrences(parse_ir(text, source=source), report=report)
+    for line in report:
+        _say(line)
 
 
 def _launch_json_path(args) -> str | None:
@@ -179,6 +192,10 @@ def build_parser():
         "--lower-for",
         choices=["gpu", "cpu", "loops"],
         help="which lowering to run (default: gpu for ptx/cubin, cpu for llvm/mlir)",
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="say for every loop that carries state whether it was raised (and why not)",
     )
     p.set_defaults(run=cmd_compile)
 

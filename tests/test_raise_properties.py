@@ -6,6 +6,14 @@ and the loop index, combined with addi/subi/muli/negation/select/divsi, in i32 o
 state-dependent operands, no select condition depends on the state and no division
 touches the state.  The pass must raise exactly the affine ones, and the raised IR must
 compute bit for bit what the loop computes.
+
+Forms (issue 14 added the last four): the state as an iter_arg, at a memref location,
+as a channel vector over an inner loop, the vector over a dynamic channel count
+(`memref.dim`), a 2x2 matrix over two nested channel loops, a masked update (the
+body under `scf.if` on a state-independent condition), and a two-lag recurrence read
+from memory (`y[t] = f(y[t-1], y[t-2])`, each `h` leaf reading one of the lags).
+A second property checks running associative reductions (max/min/and/or/xor) against
+the generic scan.scan they are raised to.
 """
 
 from __future__ import annotations
@@ -56,8 +64,9 @@ def affine(t) -> bool:
 
 
 class Emitter:
-    def __init__(self, el: str):
+    def __init__(self, el: str, state_names=("%h",)):
         self.el, self.lines, self.n = el, [], 0
+        self.state_names, self.uses = state_names, 0
 
     def fresh(self) -> str:
         self.n += 1
@@ -66,7 +75,10 @@ class Emitter:
     def emit(self, t) -> str:
         el = self.el
         if isinstance(t, str):
-            return {"h": "%h", "x": "%x", "c": "%c", "k": "%k", "i": "%iv"}[t]
+            if t == "h":  # alternate between the state variables (the lags)
+                self.uses += 1
+                return self.state_names[(self.uses - 1) % len(self.state_names)]
+            return {"x": "%x", "c": "%c", "k": "%k", "i": "%iv"}[t]
         kind, *kids = t
         args = [self.emit(c) for c in kids]
         r = self.fresh()
@@ -84,7 +96,7 @@ class Emitter:
 
 
 def program(tree, el: str, form: str) -> str:
-    e = Emitter(el)
+    e = Emitter(el, ("%h1", "%h2") if form == "multilag" else ("%h",))
     hn = e.emit(tree)
     body = "\n    ".join(e.lines)
     m = f"memref<{L}x{el}>"
@@ -102,6 +114,70 @@ def program(tree, el: str, form: str) -> str:
     consumers = f"""memref.store {hn}, %y[%i] : {m}
     %sq = arith.muli {hn}, {hn} : {el}
     memref.store %sq, %z[%i] : {m}"""
+    if form == "masked":
+        # The update runs only where x < c; the loop carries h unchanged elsewhere.
+        return f"""
+func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: memref<1x{el}>, %h0: {el}) -> {el} {{{pre}
+  %r = scf.for %i = %c0 to %cl step %c1 iter_args(%h = %h0) -> ({el}) {{
+    {loads}
+    %mk = arith.cmpi slt, %x, %c : {el}
+    %hm = scf.if %mk -> ({el}) {{
+      {body}
+      scf.yield {hn} : {el}
+    }} else {{
+      scf.yield %h : {el}
+    }}
+    {consumers.replace(hn, "%hm")}
+    scf.yield %hm : {el}
+  }}
+  func.return %r : {el}
+}}
+"""
+    if form == "multilag":
+        # y[t] = f(y[t-1], y[t-2]) for t = 2 .. L+1 (y has L + 2 elements).
+        ym = f"memref<{L + 2}x{el}>"
+        return f"""
+func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: {ym}, %h0: {el}) -> {el} {{{pre}
+  %c2 = arith.constant 2 : index
+  scf.for %i = %c0 to %cl step %c1 {{
+    {loads}
+    %t = arith.addi %i, %c2 : index
+    %t1 = arith.subi %t, %c1 : index
+    %t2 = arith.subi %t, %c2 : index
+    %h1 = memref.load %st[%t1] : {ym}
+    %h2 = memref.load %st[%t2] : {ym}
+    {body}
+    memref.store {hn}, %st[%t] : {ym}
+    {consumers}
+  }}
+  func.return %h0 : {el}
+}}
+"""
+    if form == "matrix":
+        # A 2x2 state st[a, b] over two nested channel loops; x read at [t + a + b].
+        return f"""
+func.func @f(%xs: memref<{L + 2}x{el}>, %cs: {m}, %y: {m}, %z: {m}, %st: memref<2x2x{el}>, %h0: {el}) -> {el} {{{pre}
+  %c2 = arith.constant 2 : index
+  scf.for %t = %c0 to %cl step %c1 {{
+    scf.for %a = %c0 to %c2 step %c1 {{
+      scf.for %b = %c0 to %c2 step %c1 {{
+        %ab = arith.addi %a, %b : index
+        %ti = arith.addi %t, %ab : index
+        %x = memref.load %xs[%ti] : memref<{L + 2}x{el}>
+        %c = memref.load %cs[%t] : {m}
+        %ii = arith.index_cast %ti : index to {el}
+        %iv = arith.addi %ii, %k : {el}
+        %h = memref.load %st[%a, %b] : memref<2x2x{el}>
+        {body}
+        memref.store {hn}, %st[%a, %b] : memref<2x2x{el}>
+        %sq = arith.muli {hn}, {hn} : {el}
+        memref.store %sq, %z[%t] : {m}
+      }}
+    }}
+  }}
+  func.return %h0 : {el}
+}}
+"""
     if form == "iter_args":
         return f"""
 func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: memref<1x{el}>, %h0: {el}) -> {el} {{{pre}
@@ -114,6 +190,13 @@ func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: memref<1x{el}>, %h0: {el
   func.return %r : {el}
 }}
 """
+    if form == "vector_dyn":
+        text = program(tree, el, "vector")
+        return text.replace(f"%st: memref<2x{el}>", f"%st: memref<?x{el}>").replace(
+            f"memref<2x{el}>", f"memref<?x{el}>").replace(
+            "scf.for %i = %c0 to %c2", "scf.for %i = %c0 to %nd", 1).replace(
+            "%c2 = arith.constant 2 : index",
+            f"%c2 = arith.constant 2 : index\n  %nd = memref.dim %st, %c0 : memref<?x{el}>", 1)
     if form == "vector":
         # State vector st[n] over an inner channel loop; consumers reduce over n.
         return f"""
@@ -158,7 +241,9 @@ func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: memref<1x{el}>, %h0: {el
 @given(
     tree=trees,
     el=st.sampled_from(["i32", "i64"]),
-    form=st.sampled_from(["iter_args", "memref", "vector"]),
+    form=st.sampled_from(
+        ["iter_args", "memref", "vector", "vector_dyn", "matrix", "masked", "multilag"]
+    ),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_random_bodies_raise_iff_affine_and_agree(tree, el, form, seed):
@@ -174,8 +259,9 @@ def test_random_bodies_raise_iff_affine_and_agree(tree, el, form, seed):
     assert len(ops) == (1 if expected else 0)
     # Rejected vector loops also report their inner channel loop (its reduction reads
     # the state memref the loop writes).
+    vector = form in ("vector", "vector_dyn")
     assert [d.split(":")[1] for d in diags] == (
-        [] if expected else ["scf.for#0"] + (["scf.for#1"] if form == "vector" else [])
+        [] if expected else ["scf.for#0"] + (["scf.for#1"] if vector else [])
     )
     if not expected:
         assert print_ir(module) == print_ir(original)
@@ -183,7 +269,8 @@ def test_random_bodies_raise_iff_affine_and_agree(tree, el, form, seed):
     dtype = np.int32 if el == "i32" else np.int64
     rng = np.random.default_rng(seed)
     info = np.iinfo(dtype)
-    nx, ns = (L + 1, 2) if form == "vector" else (L, 1)
+    nx, ns = {"vector": (L + 1, 2), "vector_dyn": (L + 1, 2), "matrix": (L + 2, (2, 2)),
+              "multilag": (L, L + 2)}.get(form, (L, 1))
     args = [rng.integers(info.min, info.max, size=nx, dtype=dtype)]
     args += [rng.integers(info.min, info.max, size=L, dtype=dtype)]
     args += [np.zeros(L, dtype), np.zeros(L, dtype)]
@@ -192,4 +279,72 @@ def test_random_bodies_raise_iff_affine_and_agree(tree, el, form, seed):
     for x, y in zip(a1, a2):
         if isinstance(x, np.ndarray):
             np.testing.assert_array_equal(x, y)
+    assert r1 == r2
+
+
+# ---------------------------------------------------------------------------
+# Associative, not affine: running op(h, e(x, c, i)) -> scan.scan
+# ---------------------------------------------------------------------------
+
+free_trees = st.recursive(
+    st.sampled_from(["x", "c", "k", "i"]), _extend, max_leaves=5
+)
+ASSOC = ["maxsi", "minsi", "maxui", "minui", "andi", "ori", "xori"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    op=st.sampled_from(ASSOC + ["bad_square", "bad_divsi"]),
+    tree=free_trees,
+    swap=st.booleans(),
+    el=st.sampled_from(["i32", "i64"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_random_running_reductions_raise_iff_associative_and_agree(op, tree, swap, el, seed):
+    e = Emitter(el)
+    elem = e.emit(tree)
+    a, b = (elem, "%h") if swap else ("%h", elem)
+    if op == "bad_square":  # h*h + e: not associative
+        e.lines += [f"%sq = arith.muli %h, %h : {el}", f"%hn = arith.addi %sq, {elem} : {el}"]
+    elif op == "bad_divsi":  # h / e: not associative
+        e.lines += [f"%hn = arith.divsi %h, %seven : {el}"]
+    else:
+        e.lines.append(f"%hn = arith.{op} {a}, {b} : {el}")
+    body = "\n    ".join(e.lines)
+    m = f"memref<{L}x{el}>"
+    src = f"""
+func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %h0: {el}) -> {el} {{
+  %c0 = arith.constant 0 : index
+  %cl = arith.constant {L} : index
+  %c1 = arith.constant 1 : index
+  %k = arith.constant -3 : {el}
+  %zero = arith.constant 0 : {el}
+  %seven = arith.constant 7 : {el}
+  %r = scf.for %i = %c0 to %cl step %c1 iter_args(%h = %h0) -> ({el}) {{
+    %x = memref.load %xs[%i] : {m}
+    %c = memref.load %cs[%i] : {m}
+    %ii = arith.index_cast %i : index to {el}
+    %iv = arith.addi %ii, %k : {el}
+    {body}
+    memref.store %hn, %y[%i] : {m}
+    scf.yield %hn : {el}
+  }}
+  func.return %r : {el}
+}}
+"""
+    module = parse_ir(src)
+    original = parse_ir(src)
+    ops, diags = raise_recurrences(module)
+    module.verify()
+    if op.startswith("bad"):
+        assert ops == [] and len(diags) == 1
+        return
+    assert [o.name for o in ops] == ["scan.scan"] and diags == []
+    dtype = np.int32 if el == "i32" else np.int64
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    args = [rng.integers(info.min, info.max, size=L, dtype=dtype) for _ in range(2)]
+    args += [np.zeros(L, dtype), int(rng.integers(info.min, info.max))]
+    (a1, r1), (a2, r2) = run_both(original, module, "f", args)
+    np.testing.assert_array_equal(a1[2], a2[2])
     assert r1 == r2

@@ -26,7 +26,7 @@ from xdsl.interpreters.shaped_array import ShapedArray
 from xdsl.interpreters.utils.ptr import TypedPtr
 from xdsl.ir import Operation
 
-from scanweaver.interp.numerics import round_to
+from scanweaver.interp.numerics import round_to, wrap_int
 
 
 def _result(op: Operation, value: Any) -> PythonValues:
@@ -68,7 +68,50 @@ _UNARY_MATH = {
     mathd.FloorOp: _safe(lambda x: float(math.floor(x))),
     mathd.CeilOp: _safe(lambda x: float(math.ceil(x))),
     mathd.ErfOp: math.erf,
+    mathd.TanOp: _safe(math.tan),
+    mathd.AtanOp: math.atan,
+    mathd.AsinOp: _safe(math.asin),
+    mathd.AcosOp: _safe(math.acos),
+    mathd.SinhOp: _safe(math.sinh),
+    mathd.CoshOp: _safe(math.cosh),
+    mathd.AsinhOp: math.asinh,
+    mathd.AcoshOp: _safe(math.acosh),
+    mathd.AtanhOp: _safe(lambda x: math.copysign(math.inf, x) if abs(x) == 1 else math.atanh(x)),
+    mathd.CbrtOp: lambda x: math.copysign(abs(x) ** (1.0 / 3.0), x) if math.isfinite(x) else x,
+    mathd.TruncOp: lambda x: float(math.trunc(x)) if math.isfinite(x) else x,
+    mathd.RoundOp: lambda x: (
+        math.copysign(math.floor(abs(x) + 0.5), x) if math.isfinite(x) else x
+    ),
+    mathd.RoundEvenOp: lambda x: math.copysign(float(round(x)), x) if math.isfinite(x) else x,
 }
+
+
+def _powf(x: float, y: float) -> float:
+    """IEEE pow (C99 Annex F) where Python raises: 0**-y -> inf, x<0 ** non-integer
+    -> NaN, overflow -> inf."""
+    try:
+        r = math.pow(x, y)
+    except OverflowError:
+        odd = float(y).is_integer() and int(y) % 2 == 1
+        return -math.inf if (x < 0 and odd) else math.inf
+    except ValueError:
+        if x == 0:
+            odd = float(y).is_integer() and int(y) % 2 == 1
+            return math.copysign(math.inf, x) if odd else math.inf
+        return math.nan
+    return r
+
+
+def _ipowi(base: int, exp: int, width: int) -> int:
+    """math.ipowi: wrap-around power; a negative exponent gives 0 except for the
+    bases 1 and -1 (MLIR's definition), and division by zero for base 0 (here 0)."""
+    if exp < 0:
+        if base == 1:
+            return 1
+        if base == -1:
+            return -1 if exp % 2 else 1
+        return 0
+    return wrap_int(pow(base, exp, 1 << width), width)
 
 
 def _maxnum(x: float, y: float) -> float:
@@ -130,6 +173,32 @@ class UpstreamFunctions(InterpreterFunctions):
         a, b, c = args
         return _result(op, math.fma(a, b, c) if hasattr(math, "fma") else a * b + c)
 
+    @impl(mathd.PowFOp)
+    def run_powf(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, _powf(args[0], args[1]))
+
+    @impl(mathd.FPowIOp)
+    def run_fpowi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, _powf(args[0], float(args[1])))
+
+    @impl(mathd.IPowIOp)
+    def run_ipowi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        t = op.results[0].type
+        width = t.width.data if isinstance(t, IntegerType) else 64
+        return (_ipowi(int(args[0]), int(args[1]), width),)
+
+    @impl(mathd.Atan2Op)
+    def run_atan2(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, math.atan2(args[0], args[1]))
+
+    @impl(mathd.CopySignOp)
+    def run_copysign(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, math.copysign(args[0], args[1]))
+
+    @impl(mathd.AbsIOp)
+    def run_absi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, abs(args[0]))  # wraps: abs(INT_MIN) == INT_MIN
+
     # -- conversions ---------------------------------------------------------------
     @impl(arith.ExtFOp)
     def run_extf(self, interpreter: Interpreter, op: arith.ExtFOp, args: PythonValues):
@@ -177,6 +246,40 @@ class UpstreamFunctions(InterpreterFunctions):
     def run_minsi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
         return (min(args[0], args[1]),)
 
+    @impl(arith.MaxUIOp)
+    def run_maxui(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        mask = _mask(op)
+        return _result(op, max(args[0] & mask, args[1] & mask))
+
+    @impl(arith.MinUIOp)
+    def run_minui(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        mask = _mask(op)
+        return _result(op, min(args[0] & mask, args[1] & mask))
+
+    @impl(arith.CeilDivUIOp)
+    def run_ceildivui(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        mask = _mask(op)
+        x, y = args[0] & mask, args[1] & mask
+        return _result(op, -(-x // y))
+
+    @impl(arith.CeilDivSIOp)
+    def run_ceildivsi(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        x, y = args
+        q = abs(x) // abs(y)
+        if (x % y != 0) and ((x < 0) == (y < 0)):
+            q += 1
+        return _result(op, q if (x < 0) == (y < 0) else -q)
+
+    @impl(arith.ShRUIOp)
+    def run_shrui(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        return _result(op, (args[0] & _mask(op)) >> args[1])
+
+    @impl(arith.UIToFPOp)
+    def run_uitofp(self, interpreter: Interpreter, op: Operation, args: PythonValues):
+        t = op.operands[0].type
+        width = t.width.data if isinstance(t, IntegerType) else 64
+        return _result(op, float(args[0] & ((1 << width) - 1)))
+
     # -- memref -------------------------------------------------------------------
     @impl(memref.AllocOp)
     def run_alloc(self, interpreter: Interpreter, op: memref.AllocOp, args: PythonValues):
@@ -201,6 +304,11 @@ class UpstreamFunctions(InterpreterFunctions):
     @impl(memref.CastOp)
     def run_cast(self, interpreter: Interpreter, op: memref.CastOp, args: PythonValues):
         return (args[0],)
+
+
+def _mask(op: Operation) -> int:
+    t = op.results[0].type
+    return (1 << (t.width.data if isinstance(t, IntegerType) else 64)) - 1
 
 
 def _allocate(interpreter: Interpreter, op, args: PythonValues) -> PythonValues:

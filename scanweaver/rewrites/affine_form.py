@@ -11,7 +11,10 @@ the IR; `Materializer` turns terms into arith ops (in the `coeffs` region of the
 op) once the loop is known to be affine.
 
 Terms are tuples:  ZERO, ONE, ("v", ssa), ("add"|"sub"|"mul"|"div", x, y), ("neg", x),
-("sel", cond_ssa, x, y).  The smart constructors fold the 0/1 identities, so the common
+("sel", cond_ssa, x, y), ("if", cond_ssa, x, y).  "if" is a select whose branches may
+read values computed under an `scf.if` (a masked update): it is materialised as an
+`scf.if` yielding the branch terms, so that nothing the loop ran conditionally (a load
+that may be out of bounds when the mask is off) runs unconditionally.  The smart constructors fold the 0/1 identities, so the common
 `a*h + b` keeps `a` and `b` as they are and the raised op computes the very same
 `round(round(a*h) + b)` as the loop.
 """
@@ -23,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.builder import Builder
-from xdsl.dialects import arith
+from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.rewriter import InsertPoint
 
 Term = tuple
 ZERO: Term = ("0",)
@@ -105,6 +109,12 @@ def select(cond: SSAValue, x: Term, y: Term) -> Term:
     return ("sel", cond, x, y)
 
 
+def if_(cond: SSAValue, x: Term, y: Term) -> Term:
+    if same(x, y):
+        return x
+    return ("if", cond, x, y)
+
+
 def leaves(t: Term) -> list[SSAValue]:
     """Every SSA value a term reads (leaves and select conditions)."""
     out: list[SSAValue] = []
@@ -160,6 +170,10 @@ class AffineForm:
     def select(self, cond: SSAValue, other: AffineForm) -> AffineForm:
         return self._combine(other, lambda x, y: select(cond, x, y))
 
+    def branch(self, cond: SSAValue, other: AffineForm) -> AffineForm:
+        """`cond ? self : other` with each side evaluated only when taken."""
+        return self._combine(other, lambda x, y: if_(cond, x, y))
+
     @property
     def is_constant(self) -> bool:
         return not self.coefs
@@ -176,7 +190,8 @@ class Materializer:
 
     `leaf_value` maps an original SSA leaf to its value at the insertion point (the
     raise pass clones the leaf's state-independent slice there).  Common subterms are
-    emitted once.
+    emitted once.  `scope(builder)` gives the `leaf_value` for a nested block (the
+    branches of an "if" term); without it "if" terms cannot be materialised.
     """
 
     def __init__(
@@ -184,12 +199,14 @@ class Materializer:
         builder: Builder,
         element_type: Attribute,
         leaf_value: Callable[[SSAValue], SSAValue],
+        scope: Callable[[Builder], Callable[[SSAValue], SSAValue]] | None = None,
     ):
         self.builder = builder
         self.type = element_type
         self.leaf_value = leaf_value
+        self.scope = scope
         self.is_int = isinstance(element_type, IntegerType)
-        self._consts: dict[int, SSAValue] = {}
+        self._consts: dict[int | str, SSAValue] = {}
         self._done: list[tuple[Term, SSAValue]] = []
 
     def _const(self, v: int) -> SSAValue:
@@ -199,6 +216,23 @@ class Materializer:
             )
             self._consts[v] = self.builder.insert(arith.ConstantOp(attr)).result
         return self._consts[v]
+
+    def emit_addend(self, t: Term) -> SSAValue:
+        """`t` as the `b` of `a*h + b`: a zero there is -0.0 for floats, the exact
+        additive identity (`x + -0.0 == x` for every x, -0.0 included), so that steps
+        without an addend (a masked-off step, `h = a*h`) keep the sign of a zero."""
+        if self.is_int or t[0] not in ("0", "sel", "if"):
+            return self.emit(t)
+        if t is ZERO:
+            if "-0" not in self._consts:
+                attr = FloatAttr(-0.0, self.type)
+                self._consts["-0"] = self.builder.insert(arith.ConstantOp(attr)).result
+            return self._consts["-0"]
+        if t[0] == "sel":
+            cond = self.leaf_value(t[1])
+            x, y = self.emit_addend(t[2]), self.emit_addend(t[3])
+            return self.builder.insert(arith.SelectOp(cond, x, y)).result
+        return self._emit_if(t, addend=True)
 
     def emit(self, t: Term) -> SSAValue:
         if t is ZERO:
@@ -211,6 +245,19 @@ class Materializer:
         value = self._emit(t)
         self._done.append((t, value))
         return value
+
+    def _emit_if(self, t: Term, addend: bool) -> SSAValue:
+        assert self.scope is not None, "an 'if' term needs a scope for its branches"
+        cond = self.leaf_value(t[1])
+        regions = []
+        for branch in t[2:]:
+            block = Block()
+            inner = Builder(InsertPoint.at_end(block))
+            sub = Materializer(inner, self.type, self.scope(inner), self.scope)
+            v = sub.emit_addend(branch) if addend else sub.emit(branch)
+            inner.insert(scf.YieldOp(v))
+            regions.append(Region(block))
+        return self.builder.insert(scf.IfOp(cond, [self.type], *regions)).results[0]
 
     def _emit(self, t: Term) -> SSAValue:
         kind = t[0]
@@ -226,6 +273,8 @@ class Materializer:
             cond = self.leaf_value(t[1])
             x, y = self.emit(t[2]), self.emit(t[3])
             return b.insert(arith.SelectOp(cond, x, y)).result
+        if kind == "if":
+            return self._emit_if(t, addend=False)
         x, y = self.emit(t[1]), self.emit(t[2])
         op_type = {
             ("add", False): arith.AddfOp,

@@ -39,8 +39,9 @@ The raised op gets:
 
 Assumptions: distinct memref SSA values do not alias; coefficients may only read
 memrefs that the loop never writes.  Loops nested inside a scan op are left alone.
-With `diagnose=true`, each loop that carries state but is not raised gets one line on
-stderr: `<loc>: scanweaver-raise: loop not raised: <reason>`.
+With `diagnose=true`, each loop that carries state gets one line on stderr:
+`<loc>: scanweaver-raise: loop raised to <op> (<shape>)` or
+`<loc>: scanweaver-raise: loop not raised: <reason>`.
 """
 
 from __future__ import annotations
@@ -51,14 +52,18 @@ from dataclasses import dataclass, field
 from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BFloat16Type,
+    Float16Type,
     FileLineColLoc,
     IndexType,
     IntegerAttr,
     MemRefType,
     ModuleOp,
 )
-from xdsl.ir import Block, BlockArgument, Operation, OpResult, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 from xdsl.traits import is_side_effect_free
@@ -69,6 +74,7 @@ from scanweaver.dialects.scan import is_supported_state_type
 from scanweaver.dialects.scan import LinearRecurrenceOp
 from scanweaver.rewrites import affine_form as af
 from scanweaver.rewrites.affine_form import AffineForm, Materializer
+from scanweaver.rewrites.loop_utils import const_scalar, loop_nest
 
 # ---------------------------------------------------------------------------
 # Decision and plan
@@ -99,12 +105,30 @@ class _Plan:
     forms: list[AffineForm]  # one per state variable (K of them)
     chan_loop: scf.ForOp | None = None  # inner channel loop (vector kind)
     store: memref.StoreOp | None = None  # the state store (memref kinds)
-    channels: int = 0  # vector kind: trip count of the channel loop
+    channels: int = 0  # vector kind: constant trip count of the channel loop, 0 if dynamic
+    chan_ub: SSAValue | None = None  # vector kind: the channel count (defined before the loop)
+    # Vector kind: every channel loop around the store, in the order the store
+    # indexes them (the state's dimensions); chan_loop is the innermost one.
+    chan_order: list[scf.ForOp] = field(default_factory=list)
     direct: bool = False  # memref kinds: the user's memref is the recurrence state
     # Shifted-index state (`m[.., t] = f(m[.., t-1])`): the loads of the previous
     # element (state sources) and the position of the time index in the indices.
     shift_loads: list[memref.LoadOp] = field(default_factory=list)
     time_pos: int | None = None
+    # Multi-lag shifted state (`m[t] = sum_j a_j m[t - j*step] + x`): the lag of each
+    # shift load, and the order K = the largest lag (the companion state has K values).
+    lags: list[int] = field(default_factory=list)
+    escapes: list[SSAValue] = field(default_factory=list)  # extra state components
+    lag_stride: int = 0  # the time index of lag 1 minus the stored one (-step forwards)
+
+    @property
+    def order(self) -> int:
+        return max(self.lags, default=1)
+
+    @property
+    def is_linear(self) -> bool:
+        """Raised to scan.linear_recurrence (a K-vector state without channels)."""
+        return self.kind == "linear" or self.order > 1
 
 
 class _Reject(Exception):
@@ -187,42 +211,157 @@ def _check_body(loop: scf.ForOp, kind: str) -> set[SSAValue]:
     return written
 
 
+def _state_type_reason(what: str, t: Attribute) -> str:
+    if isinstance(t, Float16Type | BFloat16Type):
+        return (
+            f"{what} is {t}: a low-precision state is rounded to {t} after every step, "
+            "and the scan ops carry f32, f64, i32 or i64 state; widening it would "
+            "change the results, so it is not raised"
+        )
+    return f"{what} has type {t}, not a supported state type (f32, f64, i32, i64)"
+
+
 def _plan_iter_args(loop: scf.ForOp, kind: str) -> _Plan:
     written = _check_body(loop, kind)
     body = loop.body.block
     types = {a.type for a in loop.iter_args}
     for k, arg in enumerate(loop.iter_args):
         if not is_supported_state_type(arg.type):
-            raise _Reject(
-                f"carried value #{k} has type {arg.type}, not a supported state type "
-                "(f32, f64, i32, i64)",
-                kind,
-            )
+            raise _Reject(_state_type_reason(f"carried value #{k}", arg.type), kind)
     if len(types) != 1:
         raise _Reject("carried values have different types", kind)
     sources = {arg: k for k, arg in enumerate(body.args[1:])}
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
     new = list(yield_op.arguments)
-    forms = _compute_forms(loop, sources, new, {body}, kind)
-    plan = _Plan(loop, kind, loop.iter_args[0].type, forms)
+    if _is_nested_reduction(loop):
+        raise _Reject(
+            "a reduction nested in another loop whose running values are never used "
+            "(a sum over a channel index, e.g. a readout) is left as a loop: a scan "
+            "would only add work",
+            kind,
+        )
+    escapes: list[SSAValue] = []
+    forms = _compute_forms(loop, sources, new, {body}, kind, escapes)
+    if escapes:
+        # Previous-state values that escape the update (`y = b0*x + s1` stored, as in
+        # a transposed direct form II filter): extra state components.
+        kind = "linear"
+        forms += _compute_forms(loop, sources, new + escapes, {body}, kind, [])[len(new):]
+    plan = _Plan(loop, kind, loop.iter_args[0].type, forms, escapes=escapes)
     _check_coefficients(plan, written)
     return plan
+
+
+def _has_else(op: scf.IfOp) -> bool:
+    return any(
+        not isinstance(o, scf.YieldOp) for b in op.false_region.blocks for o in b.ops
+    )
+
+
+def _guards(store: memref.StoreOp, loop: scf.ForOp) -> list[scf.IfOp]:
+    """The scf.if ops around the state store inside `loop` (inner first)."""
+    out: list[scf.IfOp] = []
+    op = store.parent_op()
+    while op is not None and op is not loop:
+        if isinstance(op, scf.IfOp):
+            out.append(op)
+        op = op.parent_op()
+    return out
+
+
+def _reject_state_under_if(loop: scf.ForOp) -> None:
+    """A memref element loaded and stored back under an scf.if carries state even when
+    the finder above does not take the form: say so rather than 'no state'."""
+    iv = loop.body.block.args[0]
+    for op in loop.body.walk():
+        if not isinstance(op, memref.StoreOp) or _inside(op.memref, loop):
+            continue
+        if any(x is iv for x in op.indices):
+            continue
+        parent = op.parent_op()
+        under_if = False
+        while parent is not None and parent is not loop:
+            under_if |= isinstance(parent, scf.IfOp)
+            parent = parent.parent_op()
+        if under_if and any(
+            isinstance(ld, memref.LoadOp)
+            and ld.memref is op.memref
+            and list(ld.indices) == list(op.indices)
+            for ld in loop.body.walk()
+        ):
+            raise _Reject(
+                "the state in memory is updated under scf.if, but not as "
+                "`if m { load; store }` (an else branch, or the state loaded outside the "
+                "scf.if): carry the state as an iter_arg, or select the new value with "
+                "arith.select / an scf.if yielding it",
+                "memref",
+            )
+
+
+def _check_guards(plan: _Plan, guards: list[scf.IfOp]) -> None:
+    """Masked memref updates: each condition is independent of the state (it reads no
+    state memref).  (The state loads are in the store's block, under the same guards.)"""
+    m = plan.store.memref  # type: ignore[union-attr]
+    for g in guards:
+        todo, seen = [g.cond], set()
+        while todo:
+            v = todo.pop()
+            if v in seen or not _inside(v, plan.loop):
+                continue
+            seen.add(v)
+            op = v.owner
+            if isinstance(op, memref.LoadOp) and op.memref is m:
+                raise _Reject("the state is used in a condition (scf.if)", plan.kind)
+            if isinstance(op, Operation):
+                todo.extend(op.operands)
+
+
+def _is_nested_reduction(loop: scf.ForOp) -> bool:
+    """A loop inside another scf.for whose body has no side effects and whose carried
+    values are used only by its own scf.yield: only the final value matters."""
+    parent = loop.parent_op()
+    while parent is not None and not isinstance(parent, scf.ForOp | func.FuncOp):
+        parent = parent.parent_op()
+    if not isinstance(parent, scf.ForOp):
+        return False
+    yield_op = loop.body.block.last_op
+    if any(isinstance(op, memref.StoreOp | memref.CopyOp) for op in loop.body.walk()):
+        return False
+    return all(
+        use.operation is yield_op
+        for v in (yield_op.operands if yield_op is not None else ())
+        for use in v.uses
+    )
 
 
 def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
     """Find `m[idx] = f(m[idx])` with idx loop-invariant, or in one inner channel loop."""
     body = loop.body.block
-    blocks = [body] + [
-        op.body.block for op in body.ops if isinstance(op, scf.ForOp)
-    ]
+    # The time-loop body, channel-loop bodies in it, and channel-loop bodies in
+    # those (a two-dimensional state S[d, e]).
+    # Also the then-blocks of scf.if ops without results or else-branch there (a
+    # masked update `if m { h[c] = ... }`).
+    blocks = [body]
+    todo = [body]
+    while todo:
+        b = todo.pop(0)
+        for op in b.ops:
+            if isinstance(op, scf.ForOp) and _channel_depth(b, loop) < MAX_CHANNEL_RANK:
+                inner = [op.body.block]
+            elif isinstance(op, scf.IfOp) and not op.results and not _has_else(op):
+                inner = list(op.true_region.blocks)
+            else:
+                continue
+            blocks += inner
+            todo += inner
     candidates: list[tuple[memref.StoreOp, list[memref.LoadOp], int | None]] = []
     for block in blocks:
-        chan_iv = block.args[0] if block is not body else None
+        chan_ivs = [lp.body.block.args[0] for lp in _channel_chain(block, loop)]
         for op in block.ops:
             if not isinstance(op, memref.StoreOp) or _inside(op.memref, loop):
                 continue
-            fixed = [not _inside(x, loop) or (x is chan_iv) for x in op.indices]
+            fixed = [not _inside(x, loop) or any(x is c for c in chan_ivs) for x in op.indices]
             if all(fixed):
                 loads = [
                     ld
@@ -251,6 +390,7 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
                 pos = min(shifted)
                 candidates.append((op, shifted[pos], pos))
     if not candidates:
+        _reject_state_under_if(loop)
         return None
     if len(candidates) > 1:
         raise _Reject(
@@ -260,35 +400,47 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
         )
     store, loads, time_pos = candidates[0]
     m = store.memref
-    in_chan = store.parent_block() is not body
+    in_chan = bool(_channel_chain(store.parent_block(), loop))
     kind = "vector" if in_chan else "memref"
     written = _check_body(loop, kind)
     el = m.type.element_type  # type: ignore[attr-defined]
     if not is_supported_state_type(el):
-        raise _Reject(f"state element type {el} is not supported", kind)
+        raise _Reject(_state_type_reason("the state", el), kind)
     plan = _Plan(loop, kind, el, [], store=store)
     if in_chan:
-        chan = store.parent_op()
-        assert isinstance(chan, scf.ForOp)
-        plan.chan_loop = chan
-        civ = chan.body.block.args[0]
-        lb, ub, step = (_const_index(v) for v in (chan.lb, chan.ub, chan.step))
-        if lb != 0 or step != 1 or ub is None or ub < 1:
+        chain = _channel_chain(store.parent_block(), loop)
+        plan.chan_loop = chain[-1]
+        for chan in chain:
+            civ = chan.body.block.args[0]
+            lb, ub, step = (_const_index(v) for v in (chan.lb, chan.ub, chan.step))
+            if lb != 0 or step != 1:
+                raise _Reject("the channel loop must run from constant 0 step 1", kind)
+            if ub is not None and ub < 1:
+                raise _Reject("the channel loop must run a constant N > 0 or a "
+                              "loop-invariant number of times", kind)
+            if ub is None and _inside(chan.ub, loop):
+                raise _Reject(
+                    "the channel count is computed inside the time loop (it must be "
+                    "loop-invariant, e.g. a memref.dim before the loop)",
+                    kind,
+                )
+            if sum(x is civ for x in store.indices) != 1:
+                raise _Reject("the state index must use the channel index exactly once", kind)
+        # State dimensions in the order the store indexes them.
+        pos = {id(x): k for k, x in enumerate(store.indices)}
+        plan.chan_order = sorted(chain, key=lambda c: pos[id(c.body.block.args[0])])
+        plan.channels = _const_index(chain[-1].ub) or 0
+        plan.chan_ub = chain[-1].ub
+        if len(chain) > 1 and time_pos is not None:
             raise _Reject(
-                "the channel loop must run from constant 0 to a constant N > 0 step 1",
-                kind,
+                "a shifted-index state over several channel loops is not supported", kind
             )
-        if sum(x is civ for x in store.indices) != 1:
-            raise _Reject("the state index must use the channel index exactly once", kind)
-        plan.channels = ub
     if time_pos is not None:
         _check_shifted(plan, loads, time_pos)
         return _with_forms(plan, loads, written)
     if in_chan:
-        civ = plan.chan_loop.body.block.args[0]  # type: ignore[union-attr]
-        ub = plan.channels
-        shape = m.type.get_shape()  # type: ignore[attr-defined]
-        direct = shape == (ub,) and list(store.indices) == [civ]
+        ivs = [c.body.block.args[0] for c in plan.chan_order]
+        direct = list(store.indices) == ivs and _is_extent_of(plan, m)
     else:
         direct = not store.indices
     # Every other write to the state memref, or read of it that would observe a
@@ -303,17 +455,73 @@ def _find_memref_state(loop: scf.ForOp) -> _Plan | None:
     return _with_forms(plan, loads, written)
 
 
+def _channel_chain(block: Block, loop: scf.ForOp) -> list[scf.ForOp]:
+    """The scf.for loops between `loop` and `block` (outer to inner)."""
+    chain: list[scf.ForOp] = []
+    op = block.parent_op()
+    while op is not None and op is not loop:
+        if isinstance(op, scf.ForOp):
+            chain.append(op)
+        op = op.parent_op()
+    return chain[::-1]
+
+
+def _channel_depth(block: Block, loop: scf.ForOp) -> int:
+    return len(_channel_chain(block, loop))
+
+
+def _is_extent_of(plan: _Plan, m: SSAValue) -> bool:
+    """Whether the channel loops run over exactly the memref `m`, dimension by
+    dimension: a constant equal to its static size, or `memref.dim m, j`."""
+    shape = m.type.get_shape()  # type: ignore[attr-defined]
+    if len(shape) != len(plan.chan_order):
+        return False
+    for j, (size, chan) in enumerate(zip(shape, plan.chan_order)):
+        count = _const_index(chan.ub)
+        if count is not None:
+            if size != count:
+                return False
+            continue
+        dim = chan.ub.owner
+        if not (
+            isinstance(dim, memref.DimOp)
+            and dim.source is m
+            and _const_index(dim.index) == j
+        ):
+            return False
+    return True
+
+
 def _with_forms(plan: _Plan, loads: list[memref.LoadOp], written: set[SSAValue]) -> _Plan:
-    """The affine forms of the stored value in the loaded state; coefficients checked."""
+    """The affine forms of the stored value in the loaded state; coefficients checked.
+
+    With K > 1 lags, state variable j-1 is the element stored j steps back; the
+    companion rows shift them (`s'_j = s_{j-1}`)."""
     assert plan.store is not None
     body = plan.loop.body.block
+    lags = plan.lags or [1] * len(loads)
+    guards = _guards(plan.store, plan.loop)
+    if guards and (plan.time_pos is not None or plan.order > 1):
+        raise _Reject("a shifted-index state updated under scf.if is not supported", plan.kind)
+    if guards:
+        _check_guards(plan, guards)
     plan.forms = _compute_forms(
         plan.loop,
-        {ld.res: 0 for ld in loads},
+        {ld.res: lag - 1 for ld, lag in zip(loads, lags)},
         [plan.store.value],
-        {body} | ({plan.chan_loop.body.block} if plan.chan_loop else set()),
+        {body}
+        | {c.body.block for c in plan.chan_order}
+        | {b for g in guards for b in g.true_region.blocks},
         plan.kind,
     )
+    # Under `if m { h = f(h) }` the new state is `m ? f(h) : h`, each guard in turn;
+    # leaves computed under a guard stay under it ("if" terms).
+    for g in guards:
+        f = plan.forms[0]
+        inner = any(_inside(v, g) for v in f.all_leaves())
+        keep = AffineForm.state(0)
+        plan.forms[0] = f.branch(g.cond, keep) if inner else f.select(g.cond, keep)
+    plan.forms += [AffineForm.state(j - 1) for j in range(1, plan.order)]
     _check_coefficients(plan, written)
     return plan
 
@@ -398,6 +606,13 @@ def _same_indices(
     return True
 
 
+#: Channel loops (state dimensions) a memref state may be updated in.
+MAX_CHANNEL_RANK = 2
+
+#: The largest lag `y[t - K*step]` a multi-lag shifted recurrence may read.
+MAX_LAGS = 8
+
+
 def _offset(d: int) -> str:
     return "t" if d == 0 else f"t{d:+d}"
 
@@ -426,6 +641,7 @@ def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
             kind,
         )
     expected = -se.coef * step  # the previous step stored t + expected
+    lags: list[int] = []
     for ld in loads:
         le = _time_expr(ld.indices[pos], loop)
         if le is None or not le.same_base(se):
@@ -436,6 +652,10 @@ def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
             )
         d = le.const - se.const
         if d == expected:
+            lags.append(1)
+            continue
+        if d % expected == 0 and 1 < d // expected <= MAX_LAGS:
+            lags.append(d // expected)  # y[t - j*step]: a multi-lag recurrence
             continue
         if d == 0 or (d > 0) != (expected > 0):
             walk = "forward" if expected < 0 else "backward"
@@ -446,7 +666,14 @@ def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
             )
         raise _Reject(
             f"the state is loaded at {_offset(d)} but the previous step stored "
-            f"{_offset(expected)} (the shift must equal the loop step)",
+            f"{_offset(expected)} (the shift must be 1 to {MAX_LAGS} loop steps)",
+            kind,
+        )
+    if max(lags) > 1 and plan.chan_loop is not None:
+        raise _Reject(
+            "a multi-lag recurrence inside a channel loop is not supported "
+            "(scan.linear_recurrence has no channel dimension; put the channel loop "
+            "outside the time loop)",
             kind,
         )
     m = store.memref
@@ -472,6 +699,8 @@ def _check_shifted(plan: _Plan, loads: list[memref.LoadOp], pos: int) -> None:
         )
     plan.shift_loads = list(loads)
     plan.time_pos = pos
+    plan.lags = lags
+    plan.lag_stride = expected
 
 
 def _reads_updated_state(load: memref.LoadOp, store: memref.StoreOp, loop: scf.ForOp) -> bool:
@@ -481,8 +710,10 @@ def _reads_updated_state(load: memref.LoadOp, store: memref.StoreOp, loop: scf.F
         return store.is_before_in_block(load) and list(load.indices) == list(
             store.indices
         )
-    # After the channel loop (or the store) in the time-loop body.
-    top_store = store if block is loop.body.block else store.parent_op()
+    # After the channel loops (or the store) in the time-loop body.
+    top_store: Operation | None = store
+    while top_store is not None and top_store.parent_block() is not loop.body.block:
+        top_store = top_store.parent_op()
     top_load: Operation | None = load
     while top_load is not None and top_load.parent_block() is not loop.body.block:
         top_load = top_load.parent_op()
@@ -496,6 +727,7 @@ def _compute_forms(
     new: list[SSAValue],
     blocks: set[Block],
     kind: str,
+    escapes: list[SSAValue] | None = None,
 ) -> list[AffineForm]:
     """Affine forms of the new state values in terms of the state `sources`.
 
@@ -503,13 +735,26 @@ def _compute_forms(
     other than through a new state value must be affine (else reject); forms of
     consumers of new state values are computed when possible (a new state may be
     built from another one) but failure there only matters if a new state needs it.
+
+    With `escapes` (a list), a value affine in the previous state that is used other
+    than affinely (stored, passed to math.tanh, ...) is appended to it instead of
+    rejecting the loop: the caller makes it an extra state component, so that emit can
+    read it; the op using it is then a consumer, like one of a new state value.
     """
     new_set = set(new)
+    feeds_new = _backward_slice(new, loop) if escapes is not None else set()
     forms: dict[SSAValue, AffineForm] = {v: AffineForm.state(k) for v, k in sources.items()}
     dep: set[SSAValue] = set(sources)
     old_dep = set(sources)  # depends on the previous state not only through `new`
-    for op in loop.body.walk():
+    allowed = set(blocks)  # grows by the blocks of masked scf.if ops
+    masked: set[scf.IfOp] = set()
+    for op in _ordered_ops(loop.body.block, dep, allowed, masked):
         if op is loop:
+            continue
+        if op in masked:
+            _masked_if_forms(op, forms, dep, old_dep, kind)
+            continue
+        if isinstance(op, scf.YieldOp) and op.parent_op() in masked:
             continue
         dep_ops = [u for u in op.operands if u in dep]
         if not dep_ops:
@@ -522,7 +767,7 @@ def _compute_forms(
             parent = parent.parent_op()
         if isinstance(op, scf.YieldOp) and op.parent_op() is loop:
             continue
-        if old and op.parent_block() not in blocks:
+        if old and op.parent_block() not in allowed:
             owner = op.parent_op()
             raise _Reject(
                 f"the state is used inside a nested region of "
@@ -535,6 +780,18 @@ def _compute_forms(
             continue
         form = _transfer(op, forms, dep)
         dep.update(op.results)
+        if (
+            old
+            and isinstance(form, str)
+            and escapes is not None
+            and op not in feeds_new
+            and _escapable(op, old, forms)
+            and all(not isinstance(u, OpResult) or u.op.parent_block() in blocks for u in old)
+        ):
+            for u in old:
+                if u not in escapes:
+                    escapes.append(u)
+            continue  # a consumer of the escaping values: not old-dependent any more
         if old:
             old_dep.update(op.results)
             if isinstance(form, str):
@@ -552,6 +809,90 @@ def _compute_forms(
         else:
             out.append(AffineForm.constant(af.leaf(v)))
     return out
+
+
+def _ordered_ops(block: Block, dep: set[SSAValue], allowed: set[Block], masked: set[scf.IfOp]):
+    """The ops under `block` in program order, nested ops after their parent, except
+    that an `scf.if` on a state-independent condition in an allowed block (a masked
+    update) comes after its branches, and its blocks become allowed."""
+    for op in block.ops:
+        is_mask = (
+            isinstance(op, scf.IfOp)
+            and op.cond not in dep
+            and block in allowed
+            and bool(op.false_region.blocks)
+        )
+        if is_mask:
+            masked.add(op)
+            allowed.update(b for r in op.regions for b in r.blocks)
+        else:
+            yield op
+        for r in op.regions:
+            for b in r.blocks:
+                yield from _ordered_ops(b, dep, allowed, masked)
+        if is_mask:
+            yield op
+
+
+def _masked_if_forms(
+    op: scf.IfOp,
+    forms: dict[SSAValue, AffineForm],
+    dep: set[SSAValue],
+    old_dep: set[SSAValue],
+    kind: str,
+) -> None:
+    """Forms of the results of a masked `scf.if`: `cond ? then : else`, branch-wise.
+    Leaves computed inside the branches keep them conditional ("if" terms)."""
+    then_yield, else_yield = op.true_region.block.last_op, op.false_region.block.last_op
+    assert isinstance(then_yield, scf.YieldOp) and isinstance(else_yield, scf.YieldOp)
+    for r, tv, ev in zip(op.results, then_yield.operands, else_yield.operands):
+        if tv not in dep and ev not in dep:
+            continue
+        dep.add(r)
+        if tv in old_dep or ev in old_dep:
+            old_dep.add(r)
+        ft = forms.get(tv) if tv in dep else AffineForm.constant(af.leaf(tv))
+        fe = forms.get(ev) if ev in dep else AffineForm.constant(af.leaf(ev))
+        if ft is None or fe is None:
+            if r in old_dep:
+                raise _Reject("the state flows through scf.if non-affinely", kind)
+            continue
+        inner = any(_inside(v, op) for v in ft.all_leaves() + fe.all_leaves())
+        forms[r] = ft.branch(op.cond, fe) if inner else ft.select(op.cond, fe)
+
+
+def _backward_slice(values: list[SSAValue], loop: scf.ForOp) -> set[Operation]:
+    """The ops of `loop` whose results `values` depend on (through operands and the
+    ops enclosing them)."""
+    seen: set[Operation] = set()
+    todo = [v for v in values]
+    while todo:
+        v = todo.pop()
+        op = v.owner
+        if not isinstance(op, Operation) or op in seen or not loop.is_ancestor(op):
+            continue
+        seen.add(op)
+        todo.extend(op.operands)
+        for inner in op.walk():
+            if inner is not op and inner not in seen:
+                seen.add(inner)
+                todo.extend(inner.operands)
+    return seen
+
+
+def _escapable(op: Operation, old: list[SSAValue], forms: dict[SSAValue, AffineForm]) -> bool:
+    """Whether `op` may consume the previous-state values `old` as extra state
+    components: each has an affine form, none is used as an index or a condition,
+    and `op` has no regions (it runs once per step in emit)."""
+    if op.regions or isinstance(op, scf.YieldOp):
+        return False
+    if isinstance(op, memref.StoreOp) and any(u is op.memref or u in op.indices for u in old):
+        return False
+    if isinstance(op, arith.SelectOp) and op.cond in old:
+        return False
+    if isinstance(op, memref.LoadOp | arith.IndexCastOp):
+        return False
+    return all(u in forms for u in old)
 
 
 def _transfer(
@@ -581,6 +922,17 @@ def _transfer(
         if x is None:
             return f"the state flows into {name} through a non-affine value"
         return x.scale(af.leaf(c))
+    if isinstance(op, mathd.FmaOp):
+        # fma(a, h, b) = a*h + b, rounded once; the scan ops round the product and
+        # the sum separately (at most 1 ulp apart per step).
+        x, y, z = op.operands
+        if is_dep(x) and is_dep(y):
+            return "the state is multiplied by a state-dependent value (math.fma h*h)"
+        d, c = (x, y) if is_dep(x) else (y, x)
+        fd, fz = form(d), form(z)
+        if fd is None or fz is None:
+            return f"the state flows into {name} through a non-affine value"
+        return fd.scale(af.leaf(c)) + fz
     if isinstance(op, arith.DivfOp):
         if is_dep(op.rhs):
             return "the state is used as a divisor (arith.divf by a state-dependent value)"
@@ -626,21 +978,26 @@ def _transfer(
     return f"the state is used by {name}, which is not affine"
 
 
+def _outer_block(op: Operation) -> Block | None:
+    """The block `op` is in, or for an op in branches of scf.if, the if's block."""
+    block = op.parent_block()
+    while block is not None and isinstance(block.parent_op(), scf.IfOp):
+        block = block.parent_op().parent_block()  # type: ignore[union-attr]
+    return block
+
+
 def _check_coefficients(plan: _Plan, written: set[SSAValue]) -> None:
     """Every SSA leaf of the forms must be clonable into the coeffs region."""
     loop = plan.loop
-    allowed = {loop.body.block}
-    chan_iv = None
-    if plan.chan_loop is not None:
-        allowed.add(plan.chan_loop.body.block)
-        chan_iv = plan.chan_loop.body.block.args[0]
+    allowed = {loop.body.block} | {c.body.block for c in plan.chan_order}
+    chan_ivs = {c.body.block.args[0] for c in plan.chan_order}
     seen: set[SSAValue] = set()
 
     def check(v: SSAValue) -> None:
         if v in seen or not _inside(v, loop):
             return
         seen.add(v)
-        if v is loop.body.block.args[0] or v is chan_iv:
+        if v is loop.body.block.args[0] or v in chan_ivs:
             return
         if isinstance(v, BlockArgument):
             raise _Reject(
@@ -649,7 +1006,7 @@ def _check_coefficients(plan: _Plan, written: set[SSAValue]) -> None:
             )
         op = v.owner
         assert isinstance(op, Operation)
-        if op.parent_block() not in allowed:
+        if _outer_block(op) not in allowed:
             raise _Reject("a coefficient is computed inside a nested region", plan.kind)
         if isinstance(op, memref.LoadOp):
             if op.memref in written:
@@ -690,25 +1047,27 @@ def raise_loop(plan: _Plan) -> Operation:
         for j, init in enumerate(loop.iter_args):
             idx = [] if plan.kind == "scalar" else [_index(before, j)]
             before.insert(memref.StoreOp.get(init, state, idx))
+        for j in range(len(loop.iter_args), k):  # escaping values: set every step
+            zero = const_scalar(before, 0, el)
+            before.insert(memref.StoreOp.get(zero, state, [_index(before, j)]))
     else:
         assert plan.store is not None
         m = plan.store.memref
         if plan.direct:
             state = m
         elif plan.time_pos is not None:
-            shape = [] if plan.kind == "memref" else [plan.channels]
-            state = before.insert(memref.AllocaOp.get(el, shape=shape)).memref
+            state = _state_alloca(before, plan)
             _shifted_copy_in(before, plan, m, state)
         elif plan.kind == "memref":
             state = before.insert(memref.AllocaOp.get(el, shape=[])).memref
             v = before.insert(memref.LoadOp.get(m, list(plan.store.indices))).res
             before.insert(memref.StoreOp.get(v, state, []))
         else:
-            state = before.insert(memref.AllocaOp.get(el, shape=[plan.channels])).memref
+            state = _state_alloca(before, plan)
             _copy_in(before, plan, m, state)
     coeffs = _build_coeffs(plan)
     emit = _build_emit(plan, state)
-    op_type = LinearRecurrenceOp if plan.kind == "linear" else scan.RecurrenceOp
+    op_type = LinearRecurrenceOp if plan.is_linear else scan.RecurrenceOp
     rec = before.insert(op_type(loop.lb, loop.ub, loop.step, state, coeffs, emit))
     if loop.res:
         after = Builder(InsertPoint.after(rec))
@@ -720,18 +1079,41 @@ def raise_loop(plan: _Plan) -> Operation:
     return rec
 
 
+def _state_alloca(b: Builder, plan: _Plan) -> SSAValue:
+    """A temporary state: rank 0, or the channel shape (dynamic when the count is)."""
+    el = plan.element_type
+    if plan.kind == "memref":
+        shape = [plan.order] if plan.is_linear else []
+        return b.insert(memref.AllocaOp.get(el, shape=shape)).memref
+    counts = [_const_index(c.ub) for c in plan.chan_order]
+    shape = [DYNAMIC_INDEX if n is None else n for n in counts]
+    dynamic = [c.ub for c, n in zip(plan.chan_order, counts) if n is None]
+    return b.insert(memref.AllocaOp.get(el, shape=shape, dynamic_sizes=dynamic)).memref
+
+
+def _channel_count(b: Builder, plan: _Plan) -> SSAValue:
+    if plan.channels:
+        return _index(b, plan.channels)
+    assert plan.chan_ub is not None
+    return plan.chan_ub
+
+
 def _copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
+    """state[n...] <- m[the store's indices, channel indices replaced by n...]."""
     assert plan.store is not None and plan.chan_loop is not None
-    civ = plan.chan_loop.body.block.args[0]
-    block = Block(arg_types=[IndexType()])
-    n = block.args[0]
-    inner = Builder(InsertPoint.at_end(block))
-    idx = [n if x is civ else x for x in plan.store.indices]
-    v = inner.insert(memref.LoadOp.get(m, idx)).res
-    inner.insert(memref.StoreOp.get(v, state, [n]))
-    inner.insert(scf.YieldOp())
-    lb, ub, one = _index(b, 0), _index(b, plan.channels), _index(b, 1)
-    b.insert(scf.ForOp(lb, ub, one, [], Region(block)))
+    ivs = [c.body.block.args[0] for c in plan.chan_order]
+    counts = [
+        _index(b, n) if (n := _const_index(c.ub)) is not None else c.ub
+        for c in plan.chan_order
+    ]
+
+    def body(inner: Builder, ns) -> None:
+        by_iv = dict(zip(ivs, ns))
+        idx = [by_iv.get(x, x) for x in plan.store.indices]
+        v = inner.insert(memref.LoadOp.get(m, idx)).res
+        inner.insert(memref.StoreOp.get(v, state, list(ns)))
+
+    loop_nest(b, counts, body)
 
 
 def _clone_index(
@@ -750,12 +1132,64 @@ def _clone_index(
     return mapper[v]
 
 
+def _multilag_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
+    """state[j-1] <- m[.., t(lb) + j*d] (d = -step forwards): the element the loop
+    reads j steps back at its first step, j = 1..K.
+
+    The loop reads that element at step K - j (as lag K) or at step 0 (when it reads
+    lag j), so it exists only if the loop runs that many steps; otherwise the state
+    value is never used and starts at 0 (never garbage: 0 * NaN would leak into the
+    companion rows)."""
+    loop = plan.loop
+    el = plan.element_type
+    k = plan.order
+    ld0, lag0 = plan.shift_loads[0], plan.lags[0]
+    pos = plan.time_pos
+    assert pos is not None
+    stride = plan.lag_stride
+    loaded = set(plan.lags)
+    lb, ub, step = (_const_index(v) for v in (loop.lb, loop.ub, loop.step))
+    assert step is not None
+    for j in range(1, k + 1):
+        first_read = 0 if j in loaded else k - j  # the step that reads it first
+        target, branch = b, None
+        if lb is not None and ub is not None:
+            if lb + first_read * step >= ub:
+                v = const_scalar(b, 0, el)
+                b.insert(memref.StoreOp.get(v, state, [_index(b, j - 1)]))
+                continue
+        else:
+            start = loop.lb
+            if first_read:
+                off = _index(b, first_read * step)
+                start = b.insert(arith.AddiOp(loop.lb, off)).result
+            cond = b.insert(arith.CmpiOp(start, loop.ub, "slt")).result
+            then, other = Block(), Block()
+            branch = b.insert(scf.IfOp(cond, [el], Region(then), Region(other)))
+            target = Builder(InsertPoint.at_end(then))
+        mapper: dict[SSAValue, SSAValue] = {loop.body.block.args[0]: loop.lb}
+        idx = [_clone_index(x, mapper, target, loop) for x in ld0.indices]
+        if j != lag0:
+            shift = _index(target, (j - lag0) * stride)
+            idx[pos] = target.insert(arith.AddiOp(idx[pos], shift)).result
+        v = target.insert(memref.LoadOp.get(m, idx)).res
+        if branch is not None:
+            target.insert(scf.YieldOp(v))
+            other_b = Builder(InsertPoint.at_end(branch.false_region.block))
+            other_b.insert(scf.YieldOp(const_scalar(other_b, 0, el)))
+            v = branch.results[0]
+        b.insert(memref.StoreOp.get(v, state, [_index(b, j - 1)]))
+
+
 def _shifted_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
     """state <- m[.., t(lb) - step]: what the first step's state loads read.
 
     Guarded by `lb < ub` (the element may not exist when the loop runs no step);
     with constant bounds the guard is decided here."""
     loop = plan.loop
+    if plan.is_linear:
+        _multilag_copy_in(b, plan, m, state)
+        return
     ld0 = plan.shift_loads[0]
     lb, ub = _const_index(loop.lb), _const_index(loop.ub)
     if lb is not None and ub is not None:
@@ -781,7 +1215,7 @@ def _shifted_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> N
         v = inner.insert(memref.LoadOp.get(m, idx)).res
         inner.insert(memref.StoreOp.get(v, state, [n]))
         inner.insert(scf.YieldOp())
-        zero, chans, one = (_index(target, k) for k in (0, plan.channels, 1))
+        zero, chans, one = _index(target, 0), _channel_count(target, plan), _index(target, 1)
         target.insert(scf.ForOp(zero, chans, one, [], Region(block)))
     if target is not b:
         target.insert(scf.YieldOp())
@@ -789,36 +1223,44 @@ def _shifted_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> N
 
 def _build_coeffs(plan: _Plan) -> Region:
     loop = plan.loop
-    rank = 1 if plan.kind == "vector" else 0
+    rank = len(plan.chan_order) if plan.kind == "vector" else 0
     block = Block(arg_types=[IndexType()] * (1 + rank))
     _copy_hint(loop, block.args[0])
-    if plan.chan_loop is not None:
-        _copy_hint(plan.chan_loop, block.args[1])
     mapper: dict[SSAValue, SSAValue] = {loop.body.block.args[0]: block.args[0]}
-    if plan.chan_loop is not None:
-        mapper[plan.chan_loop.body.block.args[0]] = block.args[1]
+    for chan, arg in zip(plan.chan_order, block.args[1:]):
+        _copy_hint(chan, arg)
+        mapper[chan.body.block.args[0]] = arg
     b = Builder(InsertPoint.at_end(block))
 
-    def leaf_value(v: SSAValue) -> SSAValue:
-        if v in mapper:
-            return mapper[v]
-        if not _inside(v, loop):
-            return v
-        op = v.owner
-        assert isinstance(op, Operation)
-        for u in op.operands:
-            leaf_value(u)
-        clone = op.clone(value_mapper=mapper)
-        b.insert(clone)
-        return mapper[v]
+    def cloner(at: Builder, mapper: dict[SSAValue, SSAValue]):
+        """Clones a leaf's state-independent slice at `at` (once per mapper)."""
 
-    mat = Materializer(b, plan.element_type, leaf_value)
+        def leaf_value(v: SSAValue) -> SSAValue:
+            if v in mapper:
+                return mapper[v]
+            if not _inside(v, loop):
+                return v
+            op = v.owner
+            assert isinstance(op, Operation)
+            for u in op.operands:
+                leaf_value(u)
+            at.insert(op.clone(value_mapper=mapper))
+            return mapper[v]
+
+        return leaf_value
+
+    # Branches of masked updates clone into their own block, with their own mapper.
+    mat = Materializer(
+        b, plan.element_type, cloner(b, mapper), lambda at: cloner(at, dict(mapper))
+    )
     k = len(plan.forms)
-    if plan.kind == "linear":
+    if plan.is_linear:
         values = [mat.emit(plan.forms[j].coef(c)) for j in range(k) for c in range(k)]
+        # (A -0.0 addend would not make the companion rows exact: their 0*s terms
+        # already lose the sign of a zero; keep the plain 0.)
         values += [mat.emit(f.const) for f in plan.forms]
     else:
-        values = [mat.emit(plan.forms[0].coef(0)), mat.emit(plan.forms[0].const)]
+        values = [mat.emit(plan.forms[0].coef(0)), mat.emit_addend(plan.forms[0].const)]
     b.insert(scan.YieldOp(*values))
     return Region(block)
 
@@ -850,6 +1292,14 @@ def _build_emit(plan: _Plan, state: SSAValue) -> Region:
         clones.append(c)
     clone_of = dict(zip(originals, [x for c in clones for x in c.walk()]))
     if plan.kind in ("scalar", "linear"):
+        # Escaping previous-state values first (while a placeholder still stands for
+        # the previous state only): every cloned use reads their state component.
+        after = Builder(InsertPoint.after(placeholders[-1].owner))
+        for e, v in enumerate(plan.escapes):
+            j = len(placeholders) + e
+            ld = after.insert(memref.LoadOp.get(s, [_index(after, j)])).res
+            mapper[v].replace_all_uses_with(ld)
+            after = Builder(InsertPoint.after(ld.owner))
         yield_op = loop.body.block.last_op
         assert isinstance(yield_op, scf.YieldOp)
         for v, ld in zip(yield_op.arguments, placeholders):
@@ -860,10 +1310,11 @@ def _build_emit(plan: _Plan, state: SSAValue) -> Region:
         store = clone_of[plan.store]
         assert isinstance(store, memref.StoreOp)
         idx: list[SSAValue] = []
-        if plan.chan_loop is not None:
-            chan_clone = clone_of[plan.chan_loop]
-            assert isinstance(chan_clone, scf.ForOp)
-            idx = [chan_clone.body.block.args[0]]
+        if plan.is_linear:
+            # the newest element of the companion state
+            idx = [_index(Builder(InsertPoint.before(store)), 0)]
+        elif plan.chan_loop is not None:
+            idx = [clone_of[c].body.block.args[0] for c in plan.chan_order]  # type: ignore[union-attr]
         ld = memref.LoadOp.get(s, idx)
         Builder(InsertPoint.before(store)).insert(ld)
         v = store.value
@@ -927,8 +1378,46 @@ def _labels(module: Operation) -> dict[Operation, str]:
     return labels
 
 
-def raise_recurrences(module: Operation) -> tuple[list[Operation], list[str]]:
-    """Raise every affine loop in `module`; return the new ops and the diagnostics."""
+def describe(plan: _Plan) -> str:
+    """What a plan raises to, in words (for diagnostics)."""
+    if plan.kind == "scalar":
+        return "scan.recurrence (one carried value)"
+    if plan.kind == "linear":
+        k = len(plan.loop.iter_args)
+        extra = (
+            f" and {len(plan.escapes)} escaping value(s) as extra state" if plan.escapes else ""
+        )
+        return f"scan.linear_recurrence ({k} coupled carried value(s){extra})"
+    if plan.time_pos is not None and plan.is_linear:
+        return f"scan.linear_recurrence (a {plan.order}-lag recurrence on its companion state)"
+    if plan.time_pos is not None:
+        where = "channel vector" if plan.kind == "vector" else "scalar"
+        return f"scan.recurrence ({where} state at a shifted index)"
+    if plan.kind == "memref":
+        return "scan.recurrence (state at one memref location)"
+    rank = len(plan.chan_order)
+    dyn = any(_const_index(c.ub) is None for c in plan.chan_order)
+    return (
+        f"scan.recurrence ({rank}-d channel state{', dynamic channel count' if dyn else ''}"
+        f"{', the memref itself' if plan.direct else ', a temporary written through'})"
+    )
+
+
+def raise_recurrences(
+    module: Operation, reassociate: bool = False, report: list[str] | None = None
+) -> tuple[list[Operation], list[str]]:
+    """Raise every affine loop in `module` (and associative `iter_args` loops to
+    scan.scan, see raise_assoc.py); return the new ops and the diagnostics.
+
+    `reassociate`: also raise associative recurrences whose combine sums or
+    multiplies floats (the online log-sum-exp pair).  `report`, when given, gets one
+    line per loop that carries state, raised or not, in program order."""
+    from scanweaver.rewrites.raise_assoc import (
+        NotAssociative,
+        analyze_associative,
+        raise_associative,
+    )
+
     labels = _labels(module)
     tried: set[Operation] = set()
     raised: list[Operation] = []
@@ -938,15 +1427,31 @@ def raise_recurrences(module: Operation) -> tuple[list[Operation], list[str]]:
             if isinstance(op, scf.ForOp) and op not in tried and not _in_scan_op(op):
                 tried.add(op)
                 decision = analyze_loop(op)
+                label = labels.get(op, "<unknown>")
                 if decision.affine:
                     assert decision.plan is not None
+                    what = describe(decision.plan)
                     raised.append(raise_loop(decision.plan))
+                    if report is not None:
+                        report.append(f"{label}: scanweaver-raise: loop raised to {what}")
                     break
+                if decision.kind in ("scalar", "linear") and op.iter_args:
+                    try:
+                        assoc = analyze_associative(op, reassociate)
+                    except NotAssociative as e:
+                        if str(e):
+                            decision = RaiseDecision(False, str(e), kind=decision.kind)
+                    else:
+                        what = assoc.description
+                        raised.append(raise_associative(assoc))
+                        if report is not None:
+                            report.append(f"{label}: scanweaver-raise: loop raised to {what}")
+                        break
                 if decision.kind != "none":
-                    label = labels.get(op, "<unknown>")
-                    diags.append(
-                        f"{label}: scanweaver-raise: loop not raised: {decision.reason}"
-                    )
+                    line = f"{label}: scanweaver-raise: loop not raised: {decision.reason}"
+                    diags.append(line)
+                    if report is not None:
+                        report.append(line)
         else:
             return raised, diags
 
@@ -959,9 +1464,11 @@ class RaiseRecurrences(ModulePass):
     name = "scanweaver-raise"
 
     diagnose: bool = False
+    reassociate: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        _, diags = raise_recurrences(op)
+        report: list[str] = []
+        raise_recurrences(op, self.reassociate, report)
         if self.diagnose:
-            for d in diags:
-                print(d, file=sys.stderr)
+            for line in report:
+                print(line, file=sys.stderr)
