@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.launch import KernelLaunch, launch_descriptions
+from scanweaver.runtime.cuda import CudaFunction
 
 # Ops allowed in a host function: they only compute launch sizes, or skip a launch
 # whose grid is empty (`launch` skips those itself).
@@ -47,10 +48,9 @@ class CudaArtifacts:
 
 
 def device_chip() -> str:
-    from numba import cuda
+    from scanweaver.runtime.cuda import device_chip as chip
 
-    major, minor = cuda.get_current_device().compute_capability
-    return f"sm_{major}{minor}"
+    return chip()
 
 
 def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dict[str, int]]:
@@ -122,23 +122,8 @@ def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
     return CudaArtifacts(data["ptx"], chip, launches, counts, lowered.stages, data["ptxas"])
 
 
-class _CudaFunction:
-    def __init__(self, module, name: str, launches: list[KernelLaunch], arg_count: int):
-        self._module, self._name = module, name
-        self._launches, self._arg_count = launches, arg_count
-
-    def __call__(self, *arrays: Any) -> None:
-        from numba import cuda
-
-        from scanweaver.runtime.cuda import DeviceArguments, launch, output_positions
-
-        if len(arrays) != self._arg_count:
-            raise ScanWeaverError(f"@{self._name} takes {self._arg_count} arrays, got {len(arrays)}")
-        staged = DeviceArguments(arrays, output_positions(self._launches))
-        for desc in self._launches:
-            launch(self._module, desc, [staged.device[i] for i in desc.host_args])
-        cuda.synchronize()
-        staged.copy_back()
+class _CudaFunction(CudaFunction):
+    """A host function of a compiled program (launches replayed in IR order)."""
 
 
 def compile_cuda_program(mlir_text: str):
