@@ -6,6 +6,7 @@
         "ptxas": {kernel name: {registers, spill_stores, spill_loads, shared_bytes,
                                 stack_bytes}}  (empty when ptxas is not installed),
         "launches": [KernelLaunch, ...],
+        "shared": {kernel name: {"static": bytes from the PTX, "dynamic": bytes the launch asks}},
         "warnings": [str, ...]   (spills, missing ptxas),
         "chip": chip, "features": PTX feature string used,
     }
@@ -23,8 +24,10 @@ from typing import Any
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 
-from scanweaver.errors import ToolNotFoundError
+from scanweaver.errors import ScanWeaverValueError, ToolNotFoundError
 from scanweaver.rewrites.launch import launch_descriptions
+from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, KernelLaunch
+from scanweaver.toolchain.ptx import static_shared_bytes
 from scanweaver.toolchain.mlir import default_ptx_features, gpu_to_ptx, ptxas_info
 from scanweaver.toolchain.tools import find_tool
 
@@ -75,12 +78,41 @@ def export_gpu(
                 )
     else:
         warnings.append("ptxas not found on PATH: register and spill figures not checked")
+    launches = launch_descriptions(module)
+    shared = check_shared_memory(ptx, launches)
     return {
         "mlir": text,
         "ptx": ptx,
         "ptxas": info,
-        "launches": launch_descriptions(module),
+        "launches": launches,
+        "shared": shared,
         "warnings": warnings,
         "chip": chip,
         "features": features,
     }
+
+
+def check_shared_memory(ptx: dict[str, str], launches: list[KernelLaunch]) -> dict[str, dict[str, int]]:
+    """Static shared bytes (read from the PTX) plus the dynamic bytes each launch asks
+    for must fit one block's limit without opt-in, and the description must not claim
+    less than the PTX declares; raises `ScanWeaverValueError` otherwise."""
+    static: dict[str, int] = {}
+    for text in ptx.values():
+        static.update(static_shared_bytes(text))
+    out = {}
+    for desc in launches:
+        s = static.get(desc.kernel_name, 0)
+        total = s + desc.dynamic_shared_bytes
+        if total > SHARED_PER_BLOCK_LIMIT:
+            raise ScanWeaverValueError(
+                f"kernel {desc.kernel_name} needs {total} bytes of shared memory per block ({s} static "
+                f"+ {desc.dynamic_shared_bytes} dynamic), over the {SHARED_PER_BLOCK_LIMIT} bytes a "
+                "block may use without opting in; use a smaller block-size"
+            )
+        if s > desc.shared_bytes:
+            raise ScanWeaverValueError(
+                f"kernel {desc.kernel_name}: its launch description says {desc.shared_bytes} bytes of "
+                f"static shared memory but the PTX declares {s}"
+            )
+        out[desc.kernel_name] = {"static": s, "dynamic": desc.dynamic_shared_bytes}
+    return out
