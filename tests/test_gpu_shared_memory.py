@@ -55,7 +55,7 @@ PTX = """
 
 
 def test_static_shared_bytes_read_from_ptx():
-    assert static_shared_bytes(PTX) == {"k": 41008 + 9000 + 4,  # k_sB aligned to 16 "small": 4}
+    assert static_shared_bytes(PTX) == {"k": 41008 + 9000 + 4, "small": 4}  # k_sB aligned to 16
 
 
 def test_over_the_limit_or_understated_is_refused():
