@@ -247,6 +247,8 @@ def test_structure_and_launch_description():
         ],
         func_name="f",
         host_args=(0, 1, 2, 3, 4),
+        equal_dims=(("a", 0, "h", 0), ("a", 1, "h", 1), ("b", 0, "h", 0), ("b", 1, "h", 1),
+                    ("init", 0, "h", 0), ("final", 0, "h", 0)),
         notes=desc.notes,
     )
     assert desc.param_count() == 31  # 3 + 2 * rank per memref, as in the PTX

@@ -188,3 +188,22 @@ def test_device_arrays_strided_or_overlapping_are_refused():
     view = DeviceView.from_interface(_Dev((2, 4), 0x1000), "x")
     with pytest.raises(Exception, match="argument 'gamma' must be a f32 number"):
         kernel_params(DESC, [view, "x", view])
+
+
+def test_mismatched_lengths_are_refused_before_launch():
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+    from scanweaver.workloads.scans import affine_scan_ir
+
+    art = build_cuda_artifacts(affine_scan_ir(("?", "?"), 1, "f32", "f32", final=True), "sm_90")
+    (desc,) = art.launches["f"]
+    assert ("b", 1, "h", 1) in desc.equal_dims and ("final", 0, "h", 0) in desc.equal_dims
+    drv = fake_cuda_bindings_driver([8] * 26)
+    fn = CudaFunction(CudaModule(art.ptx, driver=CudaPythonDriver(drv)), "f", art.launches["f"], 4)
+    a, h = np.ones((3, 10), np.float32), np.zeros((3, 10), np.float32)
+    with pytest.raises(ScanWeaverValueError, match=r"'b' has shape \(3, 9\) and 'h' has shape \(3, 10\); b.shape\[1\] must equal h.shape\[1\]"):
+        fn(a, np.ones((3, 9), np.float32), h, np.zeros(3, np.float32))
+    with pytest.raises(ScanWeaverValueError, match=r"final.shape\[0\] must equal h.shape\[0\]"):
+        fn(a, a.copy(), h, np.zeros(4, np.float32))
+    assert not drv.launches
+    fn(a, a.copy(), h, np.zeros(3, np.float32))
+    assert len(drv.launches) == 1 and drv.launches[0].grid == (3, 1, 1)

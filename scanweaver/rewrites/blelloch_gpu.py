@@ -92,6 +92,7 @@ from scanweaver.dialects import scan
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.launch import KernelLaunch
+from scanweaver.runtime.cuda_launch import grid_terms
 
 KERNEL_MODULE = "scanweaver_kernels"
 SHARED_SPACE = IntegerAttr(3, i64)
@@ -261,6 +262,18 @@ def channel_indices(e: Emitter, ref: SSAValue, axis: int, bid: SSAValue) -> list
     return channel
 
 
+def emit_grid_size(host: Emitter, expr: int | str, values: dict[str, SSAValue]) -> SSAValue:
+    """The host IR value of one launch-description grid entry, built from the same
+    terms the runtime evaluates (`grid_terms`): one formula for the IR's
+    `gpu.launch_func` and for `KernelLaunch.resolve_grid`."""
+    acc: SSAValue | None = None
+    for term in grid_terms(expr):
+        v = host.index(term) if isinstance(term, int) else host.dim(values[term[0]], term[1])
+        acc = v if acc is None else host.mul(acc, v)
+    assert acc is not None
+    return acc
+
+
 def launch_over_channels(
     op: Operation, ref: SSAValue, ref_name: str, axis: int, name: str, operands: Sequence[SSAValue], bs: int
 ) -> tuple[int | str, tuple[int, ...], str]:
@@ -271,12 +284,19 @@ def launch_over_channels(
     ref_t = ref.type
     assert isinstance(ref_t, MemRefType)
     rank = ref_t.get_num_dims()
-    host = Emitter(InsertPoint.before(op))
     channel_dims = [i for i in range(rank) if i != axis]
-    sizes = [host.dim(ref, i) for i in channel_dims]
-    nch = sizes[0] if sizes else host.index(1)
-    for s in sizes[1:]:
-        nch = host.mul(nch, s)
+    shape = ref_t.get_shape()
+    static_channels = all(shape[i] != DYNAMIC_INDEX for i in channel_dims)
+    if static_channels:
+        grid0: int | str = 1
+        for i in channel_dims:
+            grid0 *= shape[i]
+    else:
+        grid0 = "*".join(
+            str(shape[i]) if shape[i] != DYNAMIC_INDEX else f"{ref_name}.shape[{i}]" for i in channel_dims
+        )
+    host = Emitter(InsertPoint.before(op))
+    nch = emit_grid_size(host, grid0, {ref_name: ref})
     one = host.index(1)
     threads = host.index(bs)
     kernel_ref = SymbolRefAttr(KERNEL_MODULE, [name])
@@ -284,8 +304,6 @@ def launch_over_channels(
     def launch(le: Emitter) -> None:
         le.op(gpu.LaunchFuncOp(kernel_ref, [nch, one, one], [threads, one, one], kernelOperands=list(operands)))
 
-    shape = ref_t.get_shape()
-    static_channels = all(shape[i] != DYNAMIC_INDEX for i in channel_dims)
     if static_channels:
         launch(host)
     else:
@@ -300,14 +318,6 @@ def launch_over_channels(
         if parent_func is not None and v.owner is parent_func.body.block:  # type: ignore[attr-defined]
             pos = v.index  # type: ignore[attr-defined]
         host_args.append(pos)
-    if static_channels:
-        grid0: int | str = 1
-        for i in channel_dims:
-            grid0 *= shape[i]
-    else:
-        grid0 = "*".join(
-            str(shape[i]) if shape[i] != DYNAMIC_INDEX else f"{ref_name}.shape[{i}]" for i in channel_dims
-        )
     return grid0, tuple(host_args), parent_func.sym_name.data if parent_func is not None else ""
 
 
@@ -389,6 +399,14 @@ class ScanToGpu(ModulePass):
                 for n, k, t in zip(names, kinds, types)
             ],
             host_args=host_args,
+            equal_dims=tuple(
+                [(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
+                + [
+                    (n, j, "h", i)
+                    for n in names if n in ("init", "final")
+                    for j, i in enumerate(d for d in range(rank) if d != axis)
+                ]
+            ),
             notes=(
                 f"scan.affine axis {axis}{' reverse' if op.is_reverse else ''}; "
                 f"{in_t} inputs, {state_t} state; block_size={bs} items_per_thread={ipt}; "

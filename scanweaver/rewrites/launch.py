@@ -55,6 +55,12 @@ def launch_to_attr(desc: KernelLaunch) -> DictionaryAttr:
             ),
             "host_args": ArrayAttr([IntegerAttr(i, i64) for i in desc.host_args]),
             "abi": StringAttr(desc.abi),
+            "equal_dims": ArrayAttr(
+                [
+                    ArrayAttr([StringAttr(a), IntegerAttr(i, i64), StringAttr(b), IntegerAttr(j, i64)])
+                    for a, i, b, j in desc.equal_dims
+                ]
+            ),
             "notes": StringAttr(desc.notes),
         }
     )
@@ -84,6 +90,7 @@ def launch_from_attr(attr: DictionaryAttr) -> KernelLaunch:
         args=args,
         host_args=val(d["host_args"]) if "host_args" in d else (),
         abi=val(d["abi"]) if "abi" in d else "memref-descriptor",
+        equal_dims=val(d["equal_dims"]) if "equal_dims" in d else (),
         notes=val(d["notes"]) if "notes" in d else "",
     )
 

@@ -995,19 +995,12 @@ def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_b
     host = Emitter(InsertPoint.before(nest.root))
     if static:
         grid0: int | str = math.prod(nest.trips)  # type: ignore[arg-type]
-        nblocks = host.index(grid0) if grid0 else None
     else:
-        terms = []
-        nblocks = None
-        for t in nest.trips:
-            if isinstance(t, int):
-                terms.append(str(t))
-                size = host.index(t)
-            else:
-                terms.append(f"{names[args.index(t[0])]}.shape[{t[1]}]")
-                size = host.dim(t[0], t[1])
-            nblocks = size if nblocks is None else host.mul(nblocks, size)
-        grid0 = "*".join(terms)
+        grid0 = "*".join(
+            str(t) if isinstance(t, int) else f"{names[args.index(t[0])]}.shape[{t[1]}]" for t in nest.trips
+        )
+    # the host IR's grid comes from the description's formula (one formula for both)
+    nblocks = bg.emit_grid_size(host, grid0, dict(zip(names, args))) if grid0 != 0 else None
     if nblocks is not None:
         one = host.index(1)
         host.op(

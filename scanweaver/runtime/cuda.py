@@ -252,7 +252,9 @@ def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream
             views.append(x)
         else:
             views.append(DeviceView.from_interface(x, f"argument '{name}' of {desc.kernel_name}"))
-    grid = desc.resolve_grid({a[0]: v.shape for a, v in zip(desc.args, views) if isinstance(v, DeviceView)})
+    shapes = {a[0]: v.shape for a, v in zip(desc.args, views) if isinstance(v, DeviceView)}
+    desc.check_shapes(shapes)
+    grid = desc.resolve_grid(shapes)
     params = kernel_params(desc, views)
     if 0 in grid:
         return  # nothing to do for empty inputs; a zero-sized grid is a CUDA error

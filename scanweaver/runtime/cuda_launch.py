@@ -88,6 +88,9 @@ class KernelLaunch:
     abi: str = "memref-descriptor"
     notes: str = ""
     dynamic_shared_bytes: int = 0  # what the launch asks for on top (always 0 here)
+    # sizes the kernel assumes equal: (arg, dim, other arg, other dim); a kernel that
+    # reads `a` with the sizes of `h` would read out of bounds if they differed
+    equal_dims: tuple[tuple[str, int, str, int], ...] = ()
 
     # -- runtime helpers ------------------------------------------------------------
     def arg_shapes(self, arrays: list[Any]) -> dict[str, tuple[int, ...]]:
@@ -96,6 +99,15 @@ class KernelLaunch:
     def resolve_grid(self, shapes: dict[str, tuple[int, ...]]) -> tuple[int, int, int]:
         """Evaluate the grid for concrete argument shapes (name -> shape)."""
         return tuple(eval_grid_entry(g, shapes) for g in self.grid)  # type: ignore[return-value]
+
+    def check_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Raise `ScanWeaverValueError` unless the sizes in `equal_dims` agree."""
+        for a, i, b, j in self.equal_dims:
+            if a in shapes and b in shapes and shapes[a][i] != shapes[b][j]:
+                raise ScanWeaverValueError(
+                    f"kernel {self.kernel_name}: argument '{a}' has shape {shapes[a]} and '{b}' has "
+                    f"shape {shapes[b]}; {a}.shape[{i}] must equal {b}.shape[{j}]"
+                )
 
     def param_count(self) -> int:
         """Number of kernel parameters after MLIR's memref-descriptor expansion."""
@@ -114,6 +126,7 @@ class KernelLaunch:
             "args": [[n, k, t, list(s)] for n, k, t, s in self.args],
             "host_args": list(self.host_args),
             "abi": self.abi,
+            "equal_dims": [list(e) for e in self.equal_dims],
             "notes": self.notes,
         }
 
@@ -130,6 +143,7 @@ class KernelLaunch:
             args=[(n, k, t, tuple(s)) for n, k, t, s in d["args"]],
             host_args=tuple(d.get("host_args", ())),
             abi=d.get("abi", "memref-descriptor"),
+            equal_dims=tuple(tuple(e) for e in d.get("equal_dims", ())),  # type: ignore[misc]
             notes=d.get("notes", ""),
         )
 
