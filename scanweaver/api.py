@@ -398,3 +398,11 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
         build.llvm_ir,
         cache_hit=build.cache_hit,
     )
+
+
+def load(path: str, driver: Any = None) -> Program:
+    """A GPU program built by `scanweaver compile FILE --target ptx|cubin -o OUT`, from
+    OUT (or OUT.launch.json): needs numpy and a CUDA driver binding, not the compiler."""
+    from scanweaver.runtime.cuda_artifact import load as load_artifact
+
+    return load_artifact(path, driver)

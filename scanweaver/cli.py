@@ -90,53 +90,33 @@ def cmd_compile(args: argparse.Namespace) -> int:
             _say("[scanweaver] (toolchain output taken from the compile cache)")
         write_atomically(out, llvm_ir)
     else:
-        _write_gpu(lowered.module, args, out)
+        _write_gpu(lowered, args, out)
     _say(f"[scanweaver] wrote {out} in {time.perf_counter() - started:.2f} s")
     return 0
 
 
-def _write_gpu(module, args: argparse.Namespace, out: Path) -> None:
-    from scanweaver.rewrites.gpu_export import export_gpu
-    from scanweaver.toolchain.mlir import gpu_to_cubin
+def _write_gpu(lowered, args: argparse.Namespace, out: Path) -> None:
+    """OUT (PTX or cubin) and OUT.launch.json: everything `scanweaver.load` needs."""
+    from scanweaver.runtime.cuda_artifact import describe, write_artifact
+    from scanweaver.runtime.cuda_program import artifacts_from_module
+    from scanweaver.toolchain.mlir import ptx_to_cubin
 
     _say(f"[scanweaver] mlir-opt gpu-lower-to-nvvm-pipeline for {args.chip}")
-    exported = export_gpu(module, chip=args.chip)
-    if not exported["ptx"]:
-        raise ScanWeaverError(f"{args.file}: nothing to compile for the GPU (no scan or recurrence found)")
-    if len(exported["ptx"]) != 1:
-        raise ScanWeaverError(
-            f"{args.file}: expected one gpu.module, found {len(exported['ptx'])}"
-        )
-    for kernel, f in sorted(exported["ptxas"].items()):
+    art = artifacts_from_module(lowered.module, lowered.stages, chip=args.chip)
+    for kernel, f in sorted(art.ptxas.items()):
         _say(
             f"[scanweaver] ptxas {args.chip}: {kernel}: {f['registers']} registers, "
             f"{f['spill_stores']}+{f['spill_loads']} bytes spilled, {f['shared_bytes']} bytes shared"
         )
-    for warning in exported["warnings"]:
+    for warning in art.warnings:
         _say(f"[scanweaver] warning: {warning}")
-    if args.target == "ptx":
-        payload: str | bytes = next(iter(exported["ptx"].values()))
-    else:
+    payload: str | bytes = art.ptx
+    if args.target == "cubin":
         _say("[scanweaver] ptxas -> cubin")
-        payload = next(iter(gpu_to_cubin(exported["mlir"], args.chip).values()))
-    launches = [
-        {
-            "kernel": d.kernel_name,
-            "module": d.module_name,
-            "function": d.func_name,
-            "grid": list(d.grid),
-            "block": list(d.block),
-            "shared_bytes": d.shared_bytes,
-            "args": [list(a[:3]) + [list(a[3])] for a in d.args],
-            "host_args": list(d.host_args),
-            "abi": d.abi,
-        }
-        for d in exported["launches"]
-    ]
-    launch_path = out.with_name(out.name + ".launch.json")
-    write_atomically(out, payload)
-    write_atomically(launch_path, json.dumps({"chip": args.chip, "kernels": launches}, indent=2))
-    _say(f"[scanweaver] launch description: {launch_path}")
+        payload = ptx_to_cubin(art.ptx, args.chip)
+    doc = describe(payload, out.name, args.chip, art.launches, art.arg_counts, art.ptxas)
+    meta = write_artifact(out, payload, doc)
+    _say(f"[scanweaver] launch description: {meta}")
 
 
 # ------------------------------------------------------------------------ demo / bench

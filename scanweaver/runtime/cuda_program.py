@@ -9,7 +9,7 @@ descriptions, so no host code is compiled or interpreted.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.dialects import arith, func, gpu, memref, scf
@@ -45,6 +45,7 @@ class CudaArtifacts:
     arg_counts: dict[str, int]
     stages: list[Any]
     ptxas: dict[str, dict[str, int]]
+    warnings: list[str] = field(default_factory=list)
 
 
 def device_chip() -> str:
@@ -102,24 +103,32 @@ def _is_empty_grid_guard(op: scf.IfOp) -> bool:
 def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
     """Lower for the GPU and produce PTX + launch plans (no GPU needed; PTX is cached)."""
     from scanweaver import compiler
+
+    lowered = compiler.lower(mlir_text, "gpu")
+    return artifacts_from_module(lowered.module, lowered.stages, chip)
+
+
+def artifacts_from_module(module: ModuleOp, stages: list[Any], chip: str = "sm_90") -> CudaArtifacts:
+    """PTX + launch plans for a module already lowered for the GPU."""
     from scanweaver.rewrites.gpu_export import export_gpu, print_generic
     from scanweaver.toolchain import cache
 
-    lowered = compiler.lower(mlir_text, "gpu")
-    launches, counts = _host_launches(lowered.module)
-    key = cache.cache_key("ptx", print_generic(lowered.module), chip=chip)
+    launches, counts = _host_launches(module)
+    key = cache.cache_key("ptx", print_generic(module), chip=chip)
 
     def build() -> bytes:
-        exported = export_gpu(lowered.module, chip=chip)
+        exported = export_gpu(module, chip=chip)
         if len(exported["ptx"]) != 1:
             raise ScanWeaverError(f"expected one gpu.module, found {len(exported['ptx'])}")
-        return json.dumps({"ptx": next(iter(exported["ptx"].values())), "ptxas": exported["ptxas"]}).encode()
+        return json.dumps(
+            {"ptx": next(iter(exported["ptx"].values())), "ptxas": exported["ptxas"], "warnings": exported["warnings"]}
+        ).encode()
 
     if not any(launches.values()):
         raise ScanWeaverError("the module has no recurrence or scan to run on the GPU")
     payload, _ = cache.cached(key, build)
     data = json.loads(payload)
-    return CudaArtifacts(data["ptx"], chip, launches, counts, lowered.stages, data["ptxas"])
+    return CudaArtifacts(data["ptx"], chip, launches, counts, stages, data["ptxas"], data.get("warnings", []))
 
 
 class _CudaFunction(CudaFunction):
