@@ -31,6 +31,20 @@ def read_params(params_address: int, sizes: list[int]) -> list[bytes]:
     return [ctypes.string_at(p, n) for p, n in zip(ptrs, sizes)]
 
 
+SCALAR_BYTES = {"f32": 4, "f64": 8, "i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "index": 8}
+
+
+def param_sizes_of(launch_json_kernels: list[dict]) -> dict[str, list[int]]:
+    """Kernel name -> bytes of each kernel parameter, from launch.json kernel entries."""
+    out = {}
+    for k in launch_json_kernels:
+        sizes: list[int] = []
+        for _, kind, dtype, shape in k["args"]:
+            sizes += [SCALAR_BYTES[dtype]] if kind == "scalar" else [8] * (3 + 2 * len(shape))
+        out[k["kernel"]] = sizes
+    return out
+
+
 class HostMemory:
     """cuMemAlloc-like allocations in host memory, kept alive by address."""
 
@@ -64,7 +78,7 @@ def fake_cuda_bindings_driver(param_sizes: list[int], cc=(9, 0), fail: dict[str,
     """A module object with the `cuda.bindings.driver` calls ScanWeaver makes.
 
     `param_sizes` says how many bytes each kernel parameter has (the fake reads them
-    at launch); `fail` maps a call name to an error code it returns; `kernel(bytes
+    at launch): a list, or `sizes(image, kernel name)`; `fail` maps a call name to an error code it returns; `kernel(bytes
     of each parameter)` runs at each launch, standing in for the GPU."""
     mem = HostMemory()
     calls: list[tuple] = []
@@ -91,11 +105,15 @@ def fake_cuda_bindings_driver(param_sizes: list[int], cc=(9, 0), fail: dict[str,
     )
     api("cuDeviceGetAttribute", lambda attr, dev: cc[0] if attr == "major" else cc[1])
     m.images = []
-    api("cuModuleLoadData", lambda addr: m.images.append(ctypes.string_at(addr)) or "module")
+    api("cuModuleLoadData", lambda addr: m.images.append(ctypes.string_at(addr)) or ("module", len(m.images) - 1))
     api("cuModuleGetFunction", lambda mod, name: ("fn", mod, name))
 
     def launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
-        launches.append(Launch(f, (gx, gy, gz), (bx, by, bz), shmem, stream, read_params(params, param_sizes)))
+        if callable(param_sizes):  # (image bytes, kernel name) -> sizes
+            sizes = param_sizes(m.images[f[1][1]], f[2].decode())
+        else:
+            sizes = param_sizes
+        launches.append(Launch(f, (gx, gy, gz), (bx, by, bz), shmem, stream, read_params(params, sizes)))
         if kernel is not None:
             kernel(launches[-1].param_bytes)
 
@@ -104,6 +122,7 @@ def fake_cuda_bindings_driver(param_sizes: list[int], cc=(9, 0), fail: dict[str,
     api("cuMemFree", lambda p: mem.freed.append(p))
     api("cuMemcpyHtoD", lambda dst, src, n: ctypes.memmove(dst, src, n) and None)
     api("cuMemcpyDtoH", lambda dst, src, n: ctypes.memmove(dst, src, n) and None)
+    api("cuMemcpyDtoD", lambda dst, src, n: ctypes.memmove(dst, src, n) and None)
     api("cuCtxSynchronize")
     api("cuStreamCreate", lambda flags: 0xABC)
     api("cuEventCreate", lambda flags: object())

@@ -68,7 +68,7 @@ def test_cuda_python_binding_packs_descriptors_and_scalars():
     assert launch.grid == (3, 1, 1) and launch.block == (128, 1, 1)
     assert launch.dynamic_shared == 0  # static shared memory is not asked for twice
     assert launch.stream == 0
-    assert launch.function == ("fn", "module", b"k0")
+    assert launch.function == ("fn", ("module", 0), b"k0")
     # the device pointers are the two allocations, in argument order
     allocs = [c[1] for c in drv.calls if c[0] == "cuMemAlloc"]
     assert allocs == [48, 48]

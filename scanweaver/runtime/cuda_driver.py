@@ -133,6 +133,10 @@ class CudaDriver:
     def download(self, host: np.ndarray, buffer: DeviceBuffer) -> None:
         raise NotImplementedError
 
+    def copy_device(self, dst: DeviceBuffer, src: DeviceBuffer, nbytes: int) -> None:
+        """Device-to-device copy of `nbytes` (the bandwidth baseline of the GPU check)."""
+        raise NotImplementedError
+
     def synchronize(self) -> None:
         raise NotImplementedError
 
@@ -230,6 +234,9 @@ class CudaPythonDriver(CudaDriver):
         view = _as_bytes_view(host)
         self._call("cuMemcpyDtoH", view.ctypes.data, buffer.ptr, view.nbytes)
 
+    def copy_device(self, dst: DeviceBuffer, src: DeviceBuffer, nbytes: int) -> None:
+        self._call("cuMemcpyDtoD", dst.ptr, src.ptr, nbytes)
+
     def synchronize(self) -> None:
         self._call("cuCtxSynchronize")
 
@@ -268,6 +275,9 @@ class _NumbaMemory:
     def download(self, host: np.ndarray, buffer: DeviceBuffer) -> None:
         view = _as_bytes_view(host)
         buffer.owner[: view.nbytes].copy_to_host(view)
+
+    def copy_device(self, dst: DeviceBuffer, src: DeviceBuffer, nbytes: int) -> None:
+        dst.owner[:nbytes].copy_to_device(src.owner[:nbytes])
 
     def synchronize(self) -> None:
         self._cuda.synchronize()
