@@ -327,6 +327,18 @@ class _Nest:
         return self.loops[0] if self.loops else self.rec
 
 
+def _reads_own_element(load: Operation, ref: SSAValue, idx: Sequence[SSAValue], accesses, kinds: set) -> bool:
+    """`y[i] += ...` in emit: the load reads exactly the element that every store to
+    `ref` in the same block writes, and those stores write one element per step (so no
+    step reads what another step writes)."""
+    if kinds == {("last",)}:
+        return False
+    stores = [(o, i) for o, r, i, st in accesses if st and r == ref]
+    return all(
+        o.parent_block() is load.parent_block() and tuple(i) == tuple(idx) for o, i in stores
+    )
+
+
 def _arg_dim(v: SSAValue, fn_args: set[SSAValue]) -> tuple[BlockArgument, int] | None:
     op = v.owner
     if isinstance(op, memref.DimOp) and op.source in fn_args:
@@ -446,8 +458,8 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
         if len(ks) > 1:
             raise Unsupported(f"emit stores to {_name_of(ref)} at different per-step positions")
     emit_written = set(kinds)
-    for _, ref, _, is_store in emit_acc:
-        if not is_store and ref in emit_written:
+    for o, ref, idx, is_store in emit_acc:
+        if not is_store and ref in emit_written and not _reads_own_element(o, ref, idx, emit_acc, kinds[ref]):
             raise Unsupported(f"emit reads {_name_of(ref)}, which it writes (a dependence between steps)")
     for _, ref, _, _ in _accesses(coeffs_ops):
         if ref in emit_written:
@@ -496,9 +508,10 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
             continue
         seen.add(v)
         if v in fn_args:
-            if not isinstance(v.type, MemRefType):
-                raise Unsupported("the nest uses a scalar function argument (kernels take memrefs only)")
-            args.add(v)  # type: ignore[arg-type]
+            if not isinstance(v.type, (MemRefType, IntegerType, IndexType, Float32Type, Float64Type)):
+                raise Unsupported(f"the nest uses a function argument of type {v.type} (kernels take memrefs, "
+                                  "integers, index, f32 and f64)")
+            args.add(v)  # type: ignore[arg-type]  # scalars become kernel parameters
             continue
         op = v.owner
         if isinstance(op, Operation) and not op.regions and (
@@ -515,6 +528,131 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
         nest.stored_args.add(state_arg)
         nest.loaded_args.add(state_arg)
     return nest
+
+
+# ---------------------------------------------------------------------------
+# Depth 0: a one-iteration channel loop around the recurrence
+# ---------------------------------------------------------------------------
+
+
+def _capturable(v: SSAValue, fn_args: set[SSAValue]) -> bool:
+    """Whether the kernel builder can clone `v` (constants, dims, pure arith)."""
+    if v in fn_args:
+        return isinstance(v.type, (MemRefType, IntegerType, IndexType, Float32Type, Float64Type))
+    op = v.owner
+    if not isinstance(op, Operation) or op.regions:
+        return False
+    if isinstance(op, (arith.ConstantOp, memref.DimOp)) or (
+        op.dialect_name() == "arith" and is_side_effect_free(op)
+    ):
+        return all(_capturable(x, fn_args) for x in op.operands)
+    return False
+
+
+def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
+    """Move a depth-0 recurrence with an alloca state (no channel loop: one long
+    sequence) into a one-trip `scf.for` together with the alloca, its initial stores,
+    the loads (and pure ops) they need, and the final loads of the state with their
+    stores to function arguments (all moved only across ops without memory writes):
+    that loop is then an ordinary one-block nest.  None when the recurrence is not of
+    that form (nothing changed); `unwrap_depth0` dissolves the loop again."""
+    fn = rec.parent_op()
+    block = rec.parent_block()
+    alloca = rec.state.owner
+    if not isinstance(fn, func.FuncOp) or block is None:
+        return None
+    if not isinstance(alloca, memref.AllocaOp) or alloca.parent_block() is not block:
+        return None
+    fn_args: set[SSAValue] = set(fn.body.block.args)
+    ops = list(block.ops)
+    pos = {o: i for i, o in enumerate(ops)}
+    r = pos[rec]
+
+    def top(o: Operation) -> Operation:
+        while o.parent_block() is not block:
+            o = o.parent_op()  # type: ignore[assignment]
+        return o
+
+    moved: set[Operation] = {alloca, rec}
+    for use in rec.state.uses:
+        user = top(use.operation)
+        if user is rec or user is alloca:
+            continue
+        if pos[user] < r and isinstance(user, memref.StoreOp) and user.memref == rec.state:
+            moved.add(user)
+        elif pos[user] > r and isinstance(user, memref.LoadOp) and user.memref == rec.state:
+            moved.add(user)
+            for u in user.res.uses:
+                st = u.operation
+                if not (
+                    isinstance(st, memref.StoreOp)
+                    and st.parent_block() is block
+                    and st.value == user.res
+                    and st.memref in fn_args
+                ):
+                    raise Unsupported("a final value of the state is used other than stored to an argument")
+                moved.add(st)
+        else:
+            raise Unsupported(f"the state is used by '{user.name}' outside the recurrence")
+
+    # Values the moved ops need from the block: capturable ones stay, the rest (loads
+    # and pure ops on them) move along, provided nothing else uses them.
+    work = _free_values(list(moved))
+    while work:
+        v = work.pop()
+        op = v.owner
+        after = isinstance(op, Operation) and op.parent_block() is block and pos[op] > r
+        if _capturable(v, fn_args) and not after:
+            continue
+        if not isinstance(op, Operation) or op.parent_block() is not block:
+            raise Unsupported("the recurrence uses a value it cannot take into a kernel")
+        if op in moved:
+            continue
+        if op.regions or not (is_side_effect_free(op) or isinstance(op, memref.LoadOp)):
+            raise Unsupported(f"the recurrence needs '{op.name}' from the function body")
+        moved.add(op)
+        work.extend(op.operands)
+    for o in moved:
+        for res in o.results:
+            if any(top(u.operation) not in moved for u in res.uses):
+                raise Unsupported(f"'{o.name}' is also used outside the recurrence")
+
+    # Moving keeps the order of the moved ops; what they move across must not care:
+    # no writes before the recurrence, nothing but pure ops after it.
+    span = [ops[i] for i in range(min(pos[o] for o in moved), max(pos[o] for o in moved) + 1)]
+    for o in span:
+        if o in moved:
+            continue
+        if pos[o] < r and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+            raise Unsupported(f"'{o.name}' between the recurrence's setup and the recurrence writes memory")
+        if pos[o] > r and not is_side_effect_free(o):
+            raise Unsupported(f"'{o.name}' between the recurrence and its final stores touches memory")
+
+    e = Emitter(InsertPoint.before(rec))
+    zero, one = e.index(0), e.index(1)
+    body = Block(arg_types=[zero.type])
+    for o in span:
+        if o in moved:
+            o.detach()
+            body.add_op(o)
+    body.add_op(scf.YieldOp())
+    loop = scf.ForOp(zero, one, one, [], body)
+    # `e`'s constants went before the original position of `rec`, which now is gone from
+    # the block: put the loop right after the last op left of the span.
+    Rewriter.insert_op(loop, InsertPoint.after(one.owner))  # type: ignore[arg-type]
+    return loop
+
+
+def unwrap_depth0(loop: scf.ForOp) -> None:
+    body = loop.body.block
+    for o in list(body.ops)[:-1]:
+        o.detach()
+        Rewriter.insert_op(o, InsertPoint.before(loop))
+    consts = [loop.lb.owner, loop.ub.owner]
+    Rewriter.erase_op(loop)
+    for c in consts:
+        if isinstance(c, Operation) and not any(r.uses for r in c.results):
+            Rewriter.erase_op(c)
 
 
 # ---------------------------------------------------------------------------
@@ -957,11 +1095,19 @@ def lower_recurrence(
     items_per_thread: int,
     keep_pairs: bool | None = None,
 ) -> None:
-    """Lower one `scan.recurrence` and its loop nest, or raise `Unsupported`."""
-    nest = match_recurrence(rec)
-    name = _kernel_name(top, "scan_recurrence")
-    gen = _KernelGen(nest, name, block_size, items_per_thread, keep_pairs)
-    kfunc = gen.build()
+    """Lower one `scan.recurrence` and its loop nest, or raise `Unsupported` (leaving
+    the IR as it was).  Without channel loops (one long sequence) the recurrence is
+    wrapped into a one-trip loop first: one block runs it."""
+    wrapper = wrap_depth0(rec)
+    try:
+        nest = match_recurrence(rec)
+        name = _kernel_name(top, "scan_recurrence")
+        gen = _KernelGen(nest, name, block_size, items_per_thread, keep_pairs)
+        kfunc = gen.build()
+    except Unsupported:
+        if wrapper is not None:
+            unwrap_depth0(wrapper)
+        raise
 
     # -- commit: kernel, shared arrays, launch -----------------------------------------------
     kmod = bg.get_kernel_module(top)
@@ -977,7 +1123,8 @@ def lower_recurrence(
         block_size,
         gen.shared_bytes,
         notes=(
-            f"scan.recurrence over {len(nest.loops)} channel loop(s), state "
+            f"scan.recurrence over "
+            f"{'no channel loop (one block)' if wrapper is not None else f'{len(nest.loops)} channel loop(s)'}, state "
             f"{'x'.join(map(str, gen.shape)) or 'scalar'} {gen.el}; block_size={block_size} "
             f"items_per_thread={items_per_thread}; fused coeffs/emit, "
             f"{'kept' if gen.keep else 'recomputed'} pairs, {gen.group} components per sweep"
@@ -1025,6 +1172,8 @@ def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_b
         shared_bytes=shared_bytes,
         args=[
             (n, kind(a), bg.type_name(a.type.element_type), bg._shape_entries(a.type))  # type: ignore[attr-defined]
+            if isinstance(a.type, MemRefType)
+            else (n, "scalar", bg.type_name(a.type), ())
             for n, a in zip(names, args)
         ],
         host_args=tuple(a.index for a in args),
