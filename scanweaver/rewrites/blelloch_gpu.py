@@ -6,6 +6,9 @@ plus a `gpu.launch_func` in its place; the top module gets `gpu.container_module
 Options (`xdsl-opt -p 'scan-to-gpu{block-size=128 items-per-thread=4}'`):
   block_size        threads per block (power of two, 1..1024; default 128)
   items_per_thread  consecutive elements each thread owns per tile (default 4)
+  diagnose          say on stderr why each scan op left for the sequential
+                    lowering was not lowered (always noted on its function as the
+                    `scanweaver.gpu_refused` attribute)
 
 Kernel design
 -------------
@@ -62,6 +65,7 @@ lowering.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -69,6 +73,7 @@ from xdsl.context import Context
 from xdsl.dialects import func, gpu, memref
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
+    ArrayAttr,
     BFloat16Type,
     Float16Type,
     Float32Type,
@@ -321,6 +326,33 @@ def launch_over_channels(
     return grid0, tuple(host_args), parent_func.sym_name.data if parent_func is not None else ""
 
 
+#: Function attribute listing the scan ops the GPU lowering left (and why); the
+#: runtime and `scanweaver compile` name them when a function cannot run on the GPU.
+REFUSED_ATTR = "scanweaver.gpu_refused"
+
+
+def record_refusals(refused: dict[Operation, str], diagnose: bool = False) -> None:
+    """Note on each op's function why the op stays for the sequential lowering; with
+    `diagnose`, also one line each on stderr."""
+    for scan_op, why in refused.items():
+        fn = scan_op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            fn = fn.parent_op()
+        if fn is None:
+            continue
+        line = f"{scan_op.name}: {why}"
+        old = fn.attributes.get(REFUSED_ATTR)
+        fn.attributes[REFUSED_ATTR] = ArrayAttr([*(old.data if isinstance(old, ArrayAttr) else ()), StringAttr(line)])
+        if diagnose:
+            print(f"@{fn.sym_name.data}: scan-to-gpu: not lowered for the GPU: {line}", file=sys.stderr)
+
+
+def refusals(fn: func.FuncOp) -> list[str]:
+    """What `record_refusals` noted on `fn`."""
+    attr = fn.attributes.get(REFUSED_ATTR)
+    return [a.data for a in attr.data] if isinstance(attr, ArrayAttr) else []  # type: ignore[union-attr]
+
+
 @dataclass(frozen=True)
 class ScanToGpu(ModulePass):
     """Lower `scan.affine`, `scan.recurrence` / `scan.linear_recurrence` nests and generic
@@ -330,6 +362,7 @@ class ScanToGpu(ModulePass):
 
     block_size: int = 128
     items_per_thread: int = 4
+    diagnose: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         bs, ipt = self.block_size, self.items_per_thread
@@ -345,13 +378,14 @@ class ScanToGpu(ModulePass):
         # Fused producer/consumer recurrences (loop nests around scan.recurrence).
         from scanweaver.rewrites.recurrence_gpu import lower_recurrences
 
-        lower_recurrences(op, bs, ipt)
+        refused: dict[Operation, str] = dict(lower_recurrences(op, bs, ipt))
         # Coupled (matrix-valued) recurrences, then generic combines.
         from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
         from scanweaver.rewrites.scan_gpu import lower_scans
 
-        lower_linear_recurrences(op, bs, ipt)
-        lower_scans(op, bs, ipt)
+        refused.update(lower_linear_recurrences(op, bs, ipt))
+        refused.update(lower_scans(op, bs, ipt))
+        record_refusals(refused, diagnose=self.diagnose)
 
     # ------------------------------------------------------------------ one scan.affine
     def _lower_affine(self, op: scan.AffineOp, kmod: gpu.ModuleOp) -> None:

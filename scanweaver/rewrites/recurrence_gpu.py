@@ -321,10 +321,20 @@ class _Nest:
     kernel_args: list[BlockArgument] = field(default_factory=list)
     stored_args: set[SSAValue] = field(default_factory=set)
     loaded_args: set[SSAValue] = field(default_factory=set)
+    outside_loads: list[Operation] = field(default_factory=list)  # host loads cloned into the kernel
 
     @property
     def root(self) -> Operation:
         return self.loops[0] if self.loops else self.rec
+
+
+def _check_nothing_written_between(first: Operation, last: Operation) -> None:
+    block = first.parent_block()
+    assert block is not None
+    ops = list(block.ops)
+    for o in ops[ops.index(first) + 1 : ops.index(last)]:
+        if not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+            raise Unsupported(f"'{o.name}' between a load the nest needs and the nest may write memory")
 
 
 def _reads_own_element(load: Operation, ref: SSAValue, idx: Sequence[SSAValue], accesses, kinds: set) -> bool:
@@ -520,10 +530,21 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
         ):
             work.extend(op.operands)
             continue
+        if isinstance(op, memref.LoadOp) and op.memref in fn_args and op.parent_block() is nest.root.parent_block():
+            # a scalar read before the nest (`%alpha = memref.load %p[%c0]`): every thread
+            # reads it again in the kernel, if nothing in between writes memory
+            _check_nothing_written_between(op, nest.root)
+            nest.outside_loads.append(op)
+            work.extend(op.operands)
+            continue
         raise Unsupported(f"the nest uses a value defined by '{getattr(op, 'name', '?')}' outside it")
     nest.kernel_args = sorted(args, key=lambda a: a.index)
     for _, ref, _, is_store in _accesses([nest.root]):
         (nest.stored_args if is_store else nest.loaded_args).add(ref)
+    for load in nest.outside_loads:
+        if load.memref in nest.stored_args:  # type: ignore[attr-defined]
+            raise Unsupported(f"the nest writes {_name_of(load.memref)}, which is read before it")  # type: ignore[attr-defined]
+        nest.loaded_args.add(load.memref)  # type: ignore[attr-defined]
     if state_arg is not None:
         nest.stored_args.add(state_arg)
         nest.loaded_args.add(state_arg)
@@ -1181,6 +1202,9 @@ def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_b
     )
     kfunc.attributes["scanweaver.launch"] = desc.to_attr()
     Rewriter.erase_op(nest.root)
+    for load in nest.outside_loads:  # now read in the kernel; the host keeps only launches
+        if not load.results[0].uses:
+            Rewriter.erase_op(load)
 
 
 def lower_recurrences(

@@ -70,12 +70,12 @@ def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dic
             if isinstance(op, scf.IfOp) and not _is_empty_grid_guard(op):
                 raise ScanWeaverError(
                     f"function @{name} chooses kernels at run time (scf.if); the CUDA runtime "
-                    "only replays unconditional launches"
+                    "only replays unconditional launches" + _why_not_lowered(fn)
                 )
             if not isinstance(op, _HOST_OPS):
                 raise ScanWeaverError(
                     f"function @{name} needs host-side work that the CUDA runtime cannot run "
-                    f"('{op.name}'); only scan kernels and their launches are supported"
+                    f"('{op.name}'); only scan kernels and their launches are supported" + _why_not_lowered(fn)
                 )
             if isinstance(op, gpu.LaunchFuncOp):
                 kernel = op.kernel.nested_references.data[-1].data
@@ -84,6 +84,19 @@ def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dic
                 seq.append(by_kernel[kernel])
         launches[name] = seq
     return launches, counts
+
+
+def _why_not_lowered(fn: func.FuncOp) -> str:
+    """The GPU lowering's reasons for the scan ops it left in `fn` (see scan-to-gpu)."""
+    from scanweaver.rewrites.blelloch_gpu import refusals
+
+    reasons = refusals(fn)
+    if reasons:
+        return "; the GPU lowering left " + "; ".join(reasons)
+    return (
+        "; no scan op was left there, so the raise did not turn that loop into a recurrence "
+        "(xdsl-opt -p 'scanweaver-raise{diagnose=true}' says why)"
+    )
 
 
 def _is_empty_grid_guard(op: scf.IfOp) -> bool:
@@ -125,7 +138,10 @@ def artifacts_from_module(module: ModuleOp, stages: list[Any], chip: str = "sm_9
         ).encode()
 
     if not any(launches.values()):
-        raise ScanWeaverError("the module has no recurrence or scan to run on the GPU")
+        raise ScanWeaverError(
+            "the module has no recurrence or scan to run on the GPU (the raise found no affine "
+            "recurrence in its loops)"
+        )
     payload, _ = cache.cached(key, build)
     data = json.loads(payload)
     return CudaArtifacts(data["ptx"], chip, launches, counts, stages, data["ptxas"], data.get("warnings", []))
