@@ -39,7 +39,6 @@ def launch_to_attr(desc: KernelLaunch) -> DictionaryAttr:
             "grid": ArrayAttr([entry(g) for g in desc.grid]),
             "block": ArrayAttr([IntegerAttr(b, i64) for b in desc.block]),
             "shared_bytes": IntegerAttr(desc.shared_bytes, i64),
-            "dynamic_shared_bytes": IntegerAttr(desc.dynamic_shared_bytes, i64),
             "args": ArrayAttr(
                 [
                     ArrayAttr(
@@ -55,13 +54,15 @@ def launch_to_attr(desc: KernelLaunch) -> DictionaryAttr:
             ),
             "host_args": ArrayAttr([IntegerAttr(i, i64) for i in desc.host_args]),
             "abi": StringAttr(desc.abi),
+            "notes": StringAttr(desc.notes),
+            # added later: after the older fields, so their printed order stays
+            "dynamic_shared_bytes": IntegerAttr(desc.dynamic_shared_bytes, i64),
             "equal_dims": ArrayAttr(
                 [
                     ArrayAttr([StringAttr(a), IntegerAttr(i, i64), StringAttr(b), IntegerAttr(j, i64)])
                     for a, i, b, j in desc.equal_dims
                 ]
             ),
-            "notes": StringAttr(desc.notes),
         }
     )
 
