@@ -3,7 +3,8 @@ against the interpreter on the original loops: scalar function arguments as kern
 parameters, one long sequence (no channel loop, scalar iter_args state: one block),
 `y[t] += ...` in emit, time loops with step 2, reversed indexing (advantage
 estimation), two EMAs in one loop, f16 I/O, bias correction, RG-LRU-like gates,
-thresholds, a scalar loaded before the loops; then all of them to PTX for sm_80 and sm_90 with no spills.  The forms
+thresholds, a scalar loaded before the loops, Mamba-2's scalar decay over a vector
+state; then all of them to PTX for sm_80 and sm_90 with no spills.  The forms
 the GPU lowering still refuses are pinned with their reasons."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from scanweaver.rewrites.scan_to_loops import ScanToLoops
 from scanweaver.runtime.cuda_program import _host_launches
 
 FORMS = Path(__file__).parent / "gpu_loop_forms"
-SOURCES = ["ema_alpha", "single_seq", "accumulate", "step2", "more", "outside_load"]
+SOURCES = ["ema_alpha", "single_seq", "accumulate", "step2", "more", "outside_load", "mamba2"]
 TEXT = "\n".join((FORMS / f"{n}.mlir").read_text() for n in SOURCES)
 
 C, L = 3, 11
@@ -49,13 +50,15 @@ def _args(name: str, rng) -> list:
                   np.log(dec(C)), np.float32(8.0), np.zeros((C, L), np.float32)],
         "reset_thr": [f32(C, L), np.float32(0.5), np.float32(0.8), np.zeros((C, L), np.float32)],
         "outside_load": [f32(C, L), np.array([0.7], np.float32), np.full((C, L), 7, np.float32)],
+        "mamba2": [f32(C, L), rng.uniform(0.01, 0.2, (C, L)).astype(np.float32), -dec(C), f32(L, 8), f32(L, 8),
+                   np.full((C, L), 7, np.float32)],
         "seq_i32_final": [rng.integers(-5, 5, L, dtype=np.int32), rng.integers(-9, 9, L, dtype=np.int32),
                           np.int32(3), np.zeros(L, np.int32), np.zeros(1, np.int32)],
     }[name]
 
 
 NAMES = ["ema", "seq", "acc", "step2", "gae", "two_emas", "ema_f16", "ema_bias", "rglru", "reset_thr", "seq_i32_final",
-         "outside_load"]
+         "outside_load", "mamba2"]
 
 
 @pytest.fixture(scope="module")
