@@ -16,7 +16,7 @@ from scanweaver.interp.gpu_sim import GpuSimError, simulate_launch
 from scanweaver.interp.run import run_function
 from scanweaver.ir import parse_ir
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
-from scanweaver.rewrites.gpu_export import print_generic
+from scanweaver.toolchain.gpu_export import print_generic
 from scanweaver.rewrites.launch import KernelLaunch, launch_descriptions
 
 NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64}

@@ -15,7 +15,7 @@ import pytest
 
 from scanweaver.cli import main
 from scanweaver.errors import ScanWeaverValueError
-from scanweaver.rewrites.gpu_export import ptxas_available
+from scanweaver.toolchain.gpu_export import ptxas_available
 from scanweaver.runtime.cuda_artifact import plan, read_artifact
 from scanweaver.workloads.scans import affine_scan_ir
 

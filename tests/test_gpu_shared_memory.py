@@ -9,7 +9,7 @@ from scanweaver.compiler import make_context
 from scanweaver.errors import ScanWeaverValueError
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
-from scanweaver.rewrites.gpu_export import check_shared_memory, export_gpu, ptxas_available
+from scanweaver.toolchain.gpu_export import check_shared_memory, export_gpu, ptxas_available
 from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, KernelLaunch
 from scanweaver.toolchain.ptx import static_shared_bytes
 from scanweaver.workloads.loops import selective_scan_loops

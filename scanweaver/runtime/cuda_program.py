@@ -123,7 +123,7 @@ def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
 
 def artifacts_from_module(module: ModuleOp, stages: list[Any], chip: str = "sm_90") -> CudaArtifacts:
     """PTX + launch plans for a module already lowered for the GPU."""
-    from scanweaver.rewrites.gpu_export import export_gpu, print_generic
+    from scanweaver.toolchain.gpu_export import export_gpu, print_generic
     from scanweaver.toolchain import cache
 
     launches, counts = _host_launches(module)
