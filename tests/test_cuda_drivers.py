@@ -207,3 +207,25 @@ def test_mismatched_lengths_are_refused_before_launch():
     assert not drv.launches
     fn(a, a.copy(), h, np.zeros(3, np.float32))
     assert len(drv.launches) == 1 and drv.launches[0].grid == (3, 1, 1)
+
+
+def test_arrays_smaller_than_the_loops_over_them_are_refused():
+    """EMA with a scalar alpha: the loops run over x's sizes and index y with them."""
+    from pathlib import Path
+
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+
+    text = (Path(__file__).parent / "gpu_loop_forms" / "ema_alpha.mlir").read_text()
+    art = build_cuda_artifacts(text, "sm_90")
+    (desc,) = art.launches["ema"]
+    assert desc.covers_dims == (("y", 0, "x", 0), ("y", 1, "x", 1))
+    assert [a[1] for a in desc.args] == ["in", "scalar", "out"]
+    drv = fake_cuda_bindings_driver([8] * 7 + [4] + [8] * 7)
+    fn = CudaFunction(CudaModule(art.ptx, driver=CudaPythonDriver(drv)), "ema", art.launches["ema"], 3)
+    x = np.ones((3, 10), np.float32)
+    with pytest.raises(ScanWeaverValueError, match=r"a loop over x.shape\[1\] indexes y.shape\[1\], which is smaller"):
+        fn(x, 0.5, np.zeros((3, 9), np.float32))
+    assert not drv.launches
+    fn(x, 0.5, np.zeros((3, 12), np.float32))  # larger is fine: the loops never reach the rest
+    (launch,) = drv.launches
+    assert launch.grid == (3, 1, 1) and struct.unpack("<f", launch.param_bytes[7]) == (0.5,)

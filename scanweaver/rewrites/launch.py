@@ -63,6 +63,12 @@ def launch_to_attr(desc: KernelLaunch) -> DictionaryAttr:
                     for a, i, b, j in desc.equal_dims
                 ]
             ),
+            "covers_dims": ArrayAttr(
+                [
+                    ArrayAttr([StringAttr(a), IntegerAttr(i, i64), StringAttr(b), IntegerAttr(j, i64)])
+                    for a, i, b, j in desc.covers_dims
+                ]
+            ),
         }
     )
 
@@ -92,6 +98,7 @@ def launch_from_attr(attr: DictionaryAttr) -> KernelLaunch:
         host_args=val(d["host_args"]) if "host_args" in d else (),
         abi=val(d["abi"]) if "abi" in d else "memref-descriptor",
         equal_dims=val(d["equal_dims"]) if "equal_dims" in d else (),
+        covers_dims=val(d["covers_dims"]) if "covers_dims" in d else (),
         notes=val(d["notes"]) if "notes" in d else "",
     )
 

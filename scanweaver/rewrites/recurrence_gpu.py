@@ -1153,6 +1153,31 @@ def lower_recurrence(
     )
 
 
+def _covered_sizes(nest: _Nest, names: dict[SSAValue, str]) -> tuple[tuple[str, int, str, int], ...]:
+    """(arg, dim, other, dim'): wherever a loop running over `other.shape[dim']` (a
+    channel loop, or the recurrence from 0 step 1) indexes `arg` at `dim` directly,
+    `arg` must be at least that large, or the kernel would read or write past it."""
+    loops: dict[SSAValue, tuple[BlockArgument, int]] = {}
+    for loop, trip in zip(nest.loops, nest.trips):
+        if not isinstance(trip, int):
+            loops[loop.body.block.args[0]] = trip
+    rec = nest.rec
+    bound = _arg_dim(rec.ub, set(names))
+    if bound is not None and _const_int(rec.lb) == 0 and _const_int(rec.step) == 1:
+        for region in (rec.coeffs, rec.emit):
+            loops[region.block.args[0]] = bound
+    out: set[tuple[str, int, str, int]] = set()
+    for _, ref, idx, _ in _accesses([nest.root]):
+        if ref not in names:
+            continue
+        for pos, x in enumerate(idx):
+            if x in loops:
+                other, dim = loops[x]
+                if (ref, pos) != (other, dim):
+                    out.add((names[ref], pos, names[other], dim))
+    return tuple(sorted(out))
+
+
 def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_bytes: int, notes: str) -> None:
     """Replace the nest by the launch of `kfunc` (one block per channel iteration) and
     attach its launch description."""
@@ -1198,6 +1223,7 @@ def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_b
             for n, a in zip(names, args)
         ],
         host_args=tuple(a.index for a in args),
+        covers_dims=_covered_sizes(nest, dict(zip(args, names))),
         notes=notes,
     )
     kfunc.attributes["scanweaver.launch"] = desc.to_attr()

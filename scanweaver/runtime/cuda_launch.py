@@ -91,6 +91,9 @@ class KernelLaunch:
     # sizes the kernel assumes equal: (arg, dim, other arg, other dim); a kernel that
     # reads `a` with the sizes of `h` would read out of bounds if they differed
     equal_dims: tuple[tuple[str, int, str, int], ...] = ()
+    # (arg, dim, other arg, other dim): arg.shape[dim] >= other.shape[other dim], where
+    # a loop running over `other`'s size indexes `arg` (loop nests raised from code)
+    covers_dims: tuple[tuple[str, int, str, int], ...] = ()
 
     # -- runtime helpers ------------------------------------------------------------
     def arg_shapes(self, arrays: list[Any]) -> dict[str, tuple[int, ...]]:
@@ -107,6 +110,12 @@ class KernelLaunch:
                 raise ScanWeaverValueError(
                     f"kernel {self.kernel_name}: argument '{a}' has shape {shapes[a]} and '{b}' has "
                     f"shape {shapes[b]}; {a}.shape[{i}] must equal {b}.shape[{j}]"
+                )
+        for a, i, b, j in self.covers_dims:
+            if a in shapes and b in shapes and shapes[a][i] < shapes[b][j]:
+                raise ScanWeaverValueError(
+                    f"kernel {self.kernel_name}: argument '{a}' has shape {shapes[a]} and '{b}' has "
+                    f"shape {shapes[b]}; a loop over {b}.shape[{j}] indexes {a}.shape[{i}], which is smaller"
                 )
 
     def param_count(self) -> int:
@@ -127,6 +136,7 @@ class KernelLaunch:
             "host_args": list(self.host_args),
             "abi": self.abi,
             "equal_dims": [list(e) for e in self.equal_dims],
+            "covers_dims": [list(e) for e in self.covers_dims],
             "notes": self.notes,
         }
 
@@ -144,6 +154,7 @@ class KernelLaunch:
             host_args=tuple(d.get("host_args", ())),
             abi=d.get("abi", "memref-descriptor"),
             equal_dims=tuple(tuple(e) for e in d.get("equal_dims", ())),  # type: ignore[misc]
+            covers_dims=tuple(tuple(e) for e in d.get("covers_dims", ())),  # type: ignore[misc]
             notes=d.get("notes", ""),
         )
 
