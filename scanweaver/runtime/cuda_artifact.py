@@ -82,28 +82,35 @@ def describe(
     }
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def _temp_beside(path: Path, data: bytes) -> str:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual permissions
     except BaseException:
         os.unlink(tmp)
         raise
+    return tmp
 
 
 def write_artifact(out: Path, image: str | bytes, document: dict[str, Any]) -> Path:
-    """Write OUT (the image) and OUT.launch.json, each whole or not at all."""
+    """Write OUT (the image) and OUT.launch.json: both written to temporary files
+    first, then renamed into place, so a failure leaves neither half-written."""
     out = Path(out).resolve()
     meta = launch_json_path(out)
+    temps: list[str] = []
     try:
-        _write_atomically(out, image.encode() if isinstance(image, str) else image)
-        _write_atomically(meta, json.dumps(document, indent=2).encode())
+        temps.append(_temp_beside(out, image.encode() if isinstance(image, str) else image))
+        temps.append(_temp_beside(meta, json.dumps(document, indent=2).encode()))
+        os.replace(temps[0], out)
+        os.replace(temps[1], meta)
     except OSError as e:
+        for t in temps:
+            if os.path.exists(t):
+                os.unlink(t)
         raise ScanWeaverError(f"cannot write {out}: {e.strerror}") from None
     return meta
 
