@@ -114,8 +114,11 @@ def fake_cuda_bindings_driver(param_sizes: list[int], cc=(9, 0), fail: dict[str,
         else:
             sizes = param_sizes
         launches.append(Launch(f, (gx, gy, gz), (bx, by, bz), shmem, stream, read_params(params, sizes)))
-        if kernel is not None:
-            kernel(launches[-1].param_bytes)
+        if kernel is not None:  # kernel(param bytes) or kernel(param bytes, image, kernel name)
+            if kernel.__code__.co_argcount == 1:
+                kernel(launches[-1].param_bytes)
+            else:
+                kernel(launches[-1].param_bytes, m.images[f[1][1]], f[2].decode())
 
     api("cuLaunchKernel", launch)
     api("cuMemAlloc", mem.alloc)

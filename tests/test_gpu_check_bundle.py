@@ -211,3 +211,83 @@ def test_readme_section(tmp_path):
     text = readme_section(tmp_path)
     assert "| affine_f32 | ok | 0.5 | 100 | 25% | torch-loop 40 |" in text
     assert "| affine_i32 | wrong | - |" in text and "NVIDIA H200 (sm_90)" in text
+
+
+CHECKED = r"""
+import ctypes, glob, json, struct, sys, types
+import numpy as np
+sys.path.insert(0, TESTS)
+from cuda_fakes import fake_cuda_bindings_driver, param_sizes_of
+by_image = {}
+for f in glob.glob(BUNDLE + "/*.launch.json"):
+    doc = json.load(open(f))
+    by_image[open(f[: -len(".launch.json")], "rb").read()] = ({k["kernel"]: k for k in doc["kernels"]},
+                                                                param_sizes_of(doc["kernels"]))
+NP = {"f32": np.float32, "f64": np.float64, "i32": np.int32}
+
+def arrays(pb, k):
+    out, i = {}, 0
+    for name, kind, dtype, shape in k["args"]:
+        r = len(shape)
+        q = [struct.unpack("<q", pb[i + j])[0] for j in range(3 + 2 * r)]
+        n = int(np.prod(q[3:3 + r])) if r else 1
+        buf = (ctypes.c_char * (n * np.dtype(NP[dtype]).itemsize)).from_address(q[1])
+        out[name] = np.frombuffer(buf, NP[dtype]).reshape(q[3:3 + r])
+        i += 3 + 2 * r
+    return out
+
+def kernel(pb, image, name):
+    # stands in for the GPU: the affine scan and the generic cumsum, on the descriptors
+    k = by_image[image][0][name]
+    x = arrays(pb, k)
+    if name.startswith("scan_affine"):
+        s = x["init"].copy() if "init" in x else np.zeros(x["h"].shape[0], x["h"].dtype)
+        steps = range(x["a"].shape[1])
+        if "reverse" in k["notes"]:
+            steps = reversed(steps)
+        with np.errstate(over="ignore"):
+            for t in steps:
+                s = x["a"][:, t] * s + x["b"][:, t]
+                x["h"][:, t] = s
+        if "final" in x:
+            x["final"][:] = s
+    elif "x1" not in x:  # the one-operand generic scan: cumsum; the pair scan: no stand-in
+        x["y0"][...] = np.cumsum(x["x0"], axis=1, dtype=x["x0"].dtype)
+
+drv = fake_cuda_bindings_driver(lambda image, name: by_image[image][1][name], kernel=kernel)
+pkg, sub = types.ModuleType("cuda"), types.ModuleType("cuda.bindings")
+pkg.bindings, sub.driver = sub, drv
+sys.modules.update({"cuda": pkg, "cuda.bindings": sub, "cuda.bindings.driver": drv, "torch": None})
+import runpy
+sys.argv = ["run_bundle.py", "--json", OUT, "--reps", "2", "--cases", "affine_f32", "affine_i32",
+            "affine_reverse_f32", "affine_init_final_f32", "generic_cumsum_i32", "generic_pair_f32"]
+code = 0
+try:
+    runpy.run_path(RUNNER, run_name="__main__")
+except SystemExit as e:
+    code = e.code
+print(json.dumps({"code": code}))
+"""
+
+
+def test_runner_checks_and_times_on_a_fake_gpu(tmp_path):
+    """The runner's whole path (staging, NaN prefill, copy back, float64 checks, CUDA
+    event timing, the copy baseline, JSON) with numpy standing in for the kernels; the
+    generic pair scan has no stand-in, so its NaN-prefilled outputs must fail."""
+    out = tmp_path / "gpu-check.json"
+    script = (CHECKED.replace("TESTS", repr(str(TESTS))).replace("BUNDLE", repr(str(BUNDLE)))
+              .replace("OUT", repr(str(out))).replace("RUNNER", repr(str(REPO / "benchmarks/gpu/run_bundle.py"))))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"code": 1}  # the pair scan failed
+    result = json.loads(out.read_text())
+    by_name = {c["name"]: c for c in result["cases"]}
+    for name in ("affine_f32", "affine_i32", "affine_reverse_f32", "affine_init_final_f32", "generic_cumsum_i32"):
+        assert by_name[name]["check"]["status"] == "ok", by_name[name]["check"]
+    assert by_name["affine_i32"]["check"]["outputs"]["h"] == {"ok": True, "mismatches": 0}
+    pair = by_name["generic_pair_f32"]["check"]
+    assert pair["status"] == "wrong" and pair["outputs"]["y0"]["nan"] == 512 * 4096
+    t = by_name["affine_f32"]["timing"]
+    assert t["scanweaver_ms"] == 1.5 / 2 and t["min_bytes"] == 3 * 1024 * 4096 * 4 + 1024 * 4
+    assert t["peers"]["torch"]["status"] == "skipped"
+    assert "timing" not in by_name["affine_init_final_f32"]  # not a timed case
