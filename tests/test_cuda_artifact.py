@@ -125,3 +125,18 @@ def test_damaged_or_foreign_artifacts_are_refused(tmp_path):
         read_artifact(tmp_path / "x")
     with pytest.raises(ScanWeaverValueError, match="cannot read"):
         read_artifact(tmp_path / "missing.ptx")
+
+
+def test_scalar_arguments_in_the_launch_json(tmp_path):
+    from pathlib import Path as _P
+
+    text = (_P(__file__).parent / "gpu_loop_forms" / "ema_alpha.mlir").read_text()
+    out = _compile(tmp_path, "ptx", ir=text)
+    doc, _ = read_artifact(out)
+    assert doc["functions"]["ema"]["args"] == [
+        {"name": "x", "kind": "in", "dtype": "f32", "shape": ["?", "?"]},
+        {"name": "alpha", "kind": "scalar", "dtype": "f32", "shape": []},
+        {"name": "y", "kind": "out", "dtype": "f32", "shape": ["?", "?"]},
+    ]
+    launches, counts = plan(doc)
+    assert launches["ema"][0].covers_dims == (("y", 0, "x", 0), ("y", 1, "x", 1)) and counts == {"ema": 3}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,7 +196,7 @@ class CudaPythonDriver(CudaDriver):
         self._device = self._call("cuDeviceGet", device)
         self._context = self._call("cuDevicePrimaryCtxRetain", self._device)
         self._call("cuCtxSetCurrent", self._context)
-        self._keep: list[Any] = []  # images the driver may still read
+        self._thread = threading.get_ident()
 
     def _call(self, fname: str, *args: Any) -> Any:
         return checked_call(self._drv, fname, *args)
@@ -217,6 +218,9 @@ class CudaPythonDriver(CudaDriver):
 
     def launch(self, function, grid, block, dynamic_shared_bytes, stream, params) -> None:
         ptrs = param_pointer_array(params)
+        if threading.get_ident() != self._thread:  # the context is current per thread
+            self._call("cuCtxSetCurrent", self._context)
+            self._thread = threading.get_ident()
         self._call(
             "cuLaunchKernel", function, *grid, *block, dynamic_shared_bytes, stream, ctypes.addressof(ptrs), 0
         )
