@@ -11,7 +11,6 @@ written whole or not at all.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile

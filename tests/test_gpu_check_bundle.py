@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import runpy
-import struct
 import subprocess
 import sys
 from pathlib import Path

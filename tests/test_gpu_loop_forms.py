@@ -19,7 +19,7 @@ from scanweaver import compiler
 from scanweaver.dialects import scan
 from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
-from scanweaver.ir import make_context, parse_ir, print_ir
+from scanweaver.ir import make_context, parse_ir
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
 from scanweaver.rewrites.raise_affine import RaiseRecurrences

@@ -8,3 +8,5 @@ from scanweaver.toolchain.gpu_export import (  # noqa: F401
     print_generic,
     ptxas_available,
 )
+
+__all__ = ["MIN_PTX_FEATURES", "check_shared_memory", "export_gpu", "print_generic", "ptxas_available"]

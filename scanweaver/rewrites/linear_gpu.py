@@ -15,7 +15,8 @@ after it. Such a recurrence is first put into a one-iteration `scf.for` together
 the alloca, its initial stores, the loads (and pure ops) they need, and the final
 loads of the state with the stores of them to function arguments (all moved only
 across ops without memory writes); that loop is then an ordinary one-block nest. If
-the nest still does not match, the loop is dissolved again.
+the nest still does not match, the loop is dissolved again (`recurrence_gpu.wrap_depth0`
+and `unwrap_depth0`, shared with `scan.recurrence`).
 
 Kernel design
 -------------
@@ -51,11 +52,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import memref
 from xdsl.dialects.builtin import MemRefType, ModuleOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
-from xdsl.rewriter import InsertPoint, Rewriter
-from xdsl.traits import is_side_effect_free
+from xdsl.ir import Attribute, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg

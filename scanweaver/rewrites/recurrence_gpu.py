@@ -22,14 +22,18 @@ What matches
   `memref.alloca` of the innermost body (per channel iteration), at most 64 elements
   (up to 32 assemble without spills for the selective scan; 64 spills);
   at depth 0 (no channel loop, e.g. the reset loop) it is a function argument
-  (initial state in, final state out).
+  (initial state in, final state out), or a `memref.alloca` of the function body (a
+  scalar `iter_args` state over one long sequence): then `wrap_depth0` first puts the
+  recurrence with its set-up and final stores into a one-trip loop (one block).
 * Parallel channels (a simple sufficient check): every memref written anywhere in the
   nest, other than allocas of the innermost body, is a function argument, and all of
   its loads and stores index it with each channel loop variable itself at one fixed
   dimension (not needed for a loop of one iteration); so different channel
   iterations touch disjoint elements.
 * Parallel steps: coeffs neither writes memory nor reads what emit writes; emit never
-  reads a memref it writes (other than its own allocas), never writes the prologue's
+  reads a memref it writes (other than its own allocas), except exactly the element
+  every store to it in that block writes, one element per step (`y[t] += ...`: no step
+  reads what another writes); it never writes the prologue's
   allocas; each emit store either indexes one dimension injectively in the step
   (`t`, `t + c`, `c - t`, `k * t`, with c the same in every step -- not an emit loop
   variable -- and the same expression for every store to that memref; such stores may
@@ -37,8 +41,13 @@ What matches
   `g[c] = state` of the discounted return, or a fixed-bound emit loop over c writing
   m[c]): then only the last step performs it, which leaves memory exactly as the
   sequential loop does. The prologue writes only its own allocas.
-* Values from outside the nest: function memref arguments (kernel arguments),
-  constants, `memref.dim` of arguments and pure arith on those (cloned into the kernel).
+* Values from outside the nest: function memref arguments (kernel arguments), scalar
+  function arguments (integers, index, f32, f64: kernel parameters), constants,
+  `memref.dim` of arguments, pure arith on those, and loads from argument memrefs in the
+  function body before the nest, with nothing writing memory in between and the nest
+  not writing that memref (cloned into the kernel: every thread reads it).
+* Launch checks: `covers_dims` in the launch description says which array sizes must be
+  at least the trip counts of the loops that index them directly.
 
 Kernel design
 -------------

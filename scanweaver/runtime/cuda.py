@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.errors import BackendUnavailableError, ScanWeaverError, ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, KernelLaunch
 
 # ----------------------------------------------------------------------- availability
