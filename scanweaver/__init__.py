@@ -4,6 +4,7 @@
     h = scanweaver.linear_scan(a, b)                      # h[t] = a[t] * h[t-1] + b[t]
     y = scanweaver.selective_scan(u, delta, A, B, C, D=D, z=z, delta_softplus=True)
     program = scanweaver.compile(mlir_text, target="cpu")  # loops -> raise -> lower -> build
+    program = scanweaver.load("out.ptx")                   # a GPU artifact from `scanweaver compile`
 """
 
 from scanweaver.errors import (
@@ -22,12 +23,13 @@ __all__ = [
     "ScanWeaverValueError",
     "compile",
     "linear_scan",
+    "load",
     "selective_scan",
 ]
 
 # The API (numpy, xDSL, numba) loads on first use, not on `import scanweaver`: the
 # command-line tools import this package first and must catch Ctrl-C during start-up.
-_FROM_API = ("Program", "compile", "linear_scan", "selective_scan")
+_FROM_API = ("Program", "compile", "linear_scan", "load", "selective_scan")
 
 
 def __getattr__(name: str):

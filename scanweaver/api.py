@@ -427,8 +427,8 @@ def _without_aliasing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - public API name
     """Compile user IR (loops or scan ops) through raise → lower → build.
 
-    target="cpu": LLVM JIT on this machine; target="cuda": PTX kernels launched with
-    numba's CUDA driver (needs a GPU).  Memref arguments must not overlap in memory
+    target="cpu": LLVM JIT on this machine; target="cuda": PTX kernels launched through
+    a CUDA driver binding (cuda-python, numba-cuda or numba; needs a GPU).  Memref arguments must not overlap in memory
     (the raise pass assumes distinct memrefs do not alias; overlapping numpy arrays are
     refused) and must be writeable.
     """
@@ -459,3 +459,11 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
         build.llvm_ir,
         cache_hit=build.cache_hit,
     )
+
+
+def load(path: str, driver: Any = None) -> Program:
+    """A GPU program built by `scanweaver compile FILE --target ptx|cubin -o OUT`, from
+    OUT (or OUT.launch.json): needs numpy and a CUDA driver binding, not the compiler."""
+    from scanweaver.runtime.cuda_artifact import load as load_artifact
+
+    return load_artifact(path, driver)

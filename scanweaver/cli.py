@@ -65,7 +65,7 @@ def cmd_compile(args) -> int:
             _say("[scanweaver] (toolchain output taken from the compile cache)")
         write_output(args.output, llvm_ir, inputs)
     else:
-        _write_gpu(lowered.module, args, inputs)
+        _write_gpu(lowered, args, inputs)
     where = "standard output" if args.output == STDIO else args.output
     _say(f"[scanweaver] wrote {where} in {time.perf_counter() - started:.2f} s")
     return 0
@@ -98,50 +98,34 @@ def _launch_json_path(args) -> str | None:
     return None
 
 
-def _write_gpu(module, args, inputs) -> None:
+def _write_gpu(lowered, args, inputs) -> None:
+    """OUT (PTX or cubin) and its launch description: everything `scanweaver.load` needs,
+    written both or neither."""
     import json
 
     from scanweaver.outputs import write_outputs
-    from scanweaver.rewrites.gpu_export import export_gpu
-    from scanweaver.toolchain.mlir import gpu_to_cubin
+    from scanweaver.runtime.cuda_artifact import describe
+    from scanweaver.runtime.cuda_program import artifacts_from_module
+    from scanweaver.toolchain.mlir import ptx_to_cubin
 
     _say(f"[scanweaver] mlir-opt gpu-lower-to-nvvm-pipeline for {args.chip}")
-    exported = export_gpu(module, chip=args.chip)
-    if not exported["ptx"]:
-        raise ScanWeaverError(f"{args.file}: nothing to compile for the GPU (no scan or recurrence found)")
-    if len(exported["ptx"]) != 1:
-        raise ScanWeaverError(
-            f"{args.file}: expected one gpu.module, found {len(exported['ptx'])}"
-        )
-    for kernel, f in sorted(exported["ptxas"].items()):
+    art = artifacts_from_module(lowered.module, lowered.stages, chip=args.chip)
+    for kernel, f in sorted(art.ptxas.items()):
         _say(
             f"[scanweaver] ptxas {args.chip}: {kernel}: {f['registers']} registers, "
             f"{f['spill_stores']}+{f['spill_loads']} bytes spilled, {f['shared_bytes']} bytes shared"
         )
-    for warning in exported["warnings"]:
+    for warning in art.warnings:
         _say(f"[scanweaver] warning: {warning}")
-    if args.target == "ptx":
-        payload: str | bytes = next(iter(exported["ptx"].values()))
-    else:
+    payload: str | bytes = art.ptx
+    if args.target == "cubin":
         _say("[scanweaver] ptxas -> cubin")
-        payload = next(iter(gpu_to_cubin(exported["mlir"], args.chip).values()))
-    launches = [
-        {
-            "kernel": d.kernel_name,
-            "module": d.module_name,
-            "function": d.func_name,
-            "grid": list(d.grid),
-            "block": list(d.block),
-            "shared_bytes": d.shared_bytes,
-            "args": [list(a[:3]) + [list(a[3])] for a in d.args],
-            "host_args": list(d.host_args),
-            "abi": d.abi,
-        }
-        for d in exported["launches"]
-    ]
+        payload = ptx_to_cubin(art.ptx, args.chip)
+    image_name = "-" if args.output == STDIO else os.path.basename(args.output)
+    doc = describe(payload, image_name, args.chip, art.launches, art.arg_counts, art.ptxas)
     items = [(args.output, payload)]
     if args.launch_json:
-        items.append((args.launch_json, json.dumps({"chip": args.chip, "kernels": launches}, indent=2)))
+        items.append((args.launch_json, json.dumps(doc, indent=2)))
     write_outputs(items, inputs)  # both files or neither
     if args.launch_json:
         _say(f"[scanweaver] launch description: {args.launch_json}")

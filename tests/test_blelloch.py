@@ -16,7 +16,7 @@ from scanweaver.interp.gpu_sim import GpuSimError, simulate_launch
 from scanweaver.interp.run import run_function
 from scanweaver.ir import parse_ir
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
-from scanweaver.rewrites.gpu_export import print_generic
+from scanweaver.toolchain.gpu_export import print_generic
 from scanweaver.rewrites.launch import KernelLaunch, launch_descriptions
 
 NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64}
@@ -247,6 +247,8 @@ def test_structure_and_launch_description():
         ],
         func_name="f",
         host_args=(0, 1, 2, 3, 4),
+        equal_dims=(("a", 0, "h", 0), ("a", 1, "h", 1), ("b", 0, "h", 0), ("b", 1, "h", 1),
+                    ("init", 0, "h", 0), ("final", 0, "h", 0)),
         notes=desc.notes,
     )
     assert desc.param_count() == 31  # 3 + 2 * rank per memref, as in the PTX

@@ -11,7 +11,7 @@ from xdsl.context import Context
 
 from scanweaver.ir import parse_ir
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
-from scanweaver.rewrites.gpu_export import MIN_PTX_FEATURES, export_gpu, ptxas_available
+from scanweaver.toolchain.gpu_export import MIN_PTX_FEATURES, export_gpu, ptxas_available
 from scanweaver.toolchain.mlir import ptxas_info
 
 CONFIGS = {

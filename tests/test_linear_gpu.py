@@ -15,7 +15,7 @@ from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
-from scanweaver.rewrites.gpu_export import export_gpu, ptxas_available
+from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
 from scanweaver.rewrites.launch import launch_descriptions
 from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
 from scanweaver.rewrites.raise_affine import RaiseRecurrences

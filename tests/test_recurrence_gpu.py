@@ -313,13 +313,19 @@ func.func @f(%x: memref<4x8xf32>, %y: memref<4xf32>) {
 
 @pytest.mark.parametrize("name", sorted(REJECTED))
 def test_rejected_forms_left_unchanged(name):
+    from scanweaver.rewrites.blelloch_gpu import REFUSED_ATTR, refusals
+
     m = parse_ir(REJECTED[name])
     before = print_ir(m)
     ScanToGpu(block_size=4, items_per_thread=2).apply(make_context(), m)
-    assert print_ir(m) == before
     m2 = parse_ir(REJECTED[name])
     (why,) = lower_recurrences(m2, 4, 2).values()
     assert why
+    # unchanged but for the note saying why, on the function
+    (fn,) = [op for op in m.ops if op.name == "func.func"]
+    assert refusals(fn) == [f"scan.recurrence: {why}"]
+    del fn.attributes[REFUSED_ATTR]
+    assert print_ir(m) == before
 
 
 def test_general_bounds_and_step():

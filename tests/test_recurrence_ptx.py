@@ -11,7 +11,7 @@ import pytest
 
 from scanweaver.ir import make_context
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
-from scanweaver.rewrites.gpu_export import export_gpu, ptxas_available
+from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
 from scanweaver.workloads import loops
 

@@ -540,7 +540,9 @@ def write_outputs(result: dict[str, Any], out_dir: Path, name: str, readme: bool
     paths.update(images)
     if readme:
         paths["readme"] = out_dir / "README.md"
-        paths["readme"].write_text(plots.readme_text(result))
+        from scanweaver.bench.gpu_check import readme_section
+
+        paths["readme"].write_text(plots.readme_text(result) + "\n" + readme_section(results_dir))
     return paths
 
 

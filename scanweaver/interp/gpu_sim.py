@@ -261,6 +261,7 @@ class GpuLaunchFunctions(InterpreterFunctions):
     """Host-side `gpu.launch_func`, running the kernel in the block simulator."""
 
     race_check: bool = True
+    on_launch: Any = None  # called as on_launch(kernel name, grid, block, kernel args)
 
     @impl(gpu.LaunchFuncOp)
     def run_launch_func(self, interpreter: Interpreter, op: gpu.LaunchFuncOp, args: PythonValues):
@@ -271,16 +272,22 @@ class GpuLaunchFunctions(InterpreterFunctions):
         block = (vals[op.blockSizeX], vals[op.blockSizeY], vals[op.blockSizeZ])
         kernel = _lookup_kernel(interpreter.module, op.kernel)
         kargs = tuple(vals[v] for v in op.kernelOperands)
+        if self.on_launch is not None:
+            self.on_launch(kernel.sym_name.data, grid, block, kargs)
         run_kernel(interpreter, kernel, grid, block, kargs, self.race_check)
         return ()
 
 
-def simulate_launch(module: ModuleOp | str, name: str, *args: Any, race_check: bool = True) -> tuple[Any, ...]:
-    """Run host `func.func @name` on numpy arrays (updated in place), kernels simulated."""
+def simulate_launch(
+    module: ModuleOp | str, name: str, *args: Any, race_check: bool = True, on_launch: Any = None
+) -> tuple[Any, ...]:
+    """Run host `func.func @name` on numpy arrays (updated in place), kernels simulated.
+    `on_launch(kernel name, grid, block, kernel args)` sees each launch before it runs."""
     if isinstance(module, str):
         from scanweaver.ir import parse_ir
 
         module = parse_ir(module)
     launcher = GpuLaunchFunctions()
     launcher.race_check = race_check
+    launcher.on_launch = on_launch
     return run_function(module, name, *args, extra_impls=[launcher])

@@ -6,6 +6,9 @@ plus a `gpu.launch_func` in its place; the top module gets `gpu.container_module
 Options (`xdsl-opt -p 'scan-to-gpu{block-size=128 items-per-thread=4}'`):
   block_size        threads per block (power of two, 1..1024; default 128)
   items_per_thread  consecutive elements each thread owns per tile (default 4)
+  diagnose          say on stderr why each scan op left for the sequential
+                    lowering was not lowered (always noted on its function as the
+                    `scanweaver.gpu_refused` attribute)
 
 Kernel design
 -------------
@@ -62,6 +65,7 @@ lowering.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -69,6 +73,7 @@ from xdsl.context import Context
 from xdsl.dialects import func, gpu, memref
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
+    ArrayAttr,
     BFloat16Type,
     Float16Type,
     Float32Type,
@@ -92,6 +97,7 @@ from scanweaver.dialects import scan
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.launch import KernelLaunch
+from scanweaver.runtime.cuda_launch import grid_terms
 
 KERNEL_MODULE = "scanweaver_kernels"
 SHARED_SPACE = IntegerAttr(3, i64)
@@ -261,6 +267,18 @@ def channel_indices(e: Emitter, ref: SSAValue, axis: int, bid: SSAValue) -> list
     return channel
 
 
+def emit_grid_size(host: Emitter, expr: int | str, values: dict[str, SSAValue]) -> SSAValue:
+    """The host IR value of one launch-description grid entry, built from the same
+    terms the runtime evaluates (`grid_terms`): one formula for the IR's
+    `gpu.launch_func` and for `KernelLaunch.resolve_grid`."""
+    acc: SSAValue | None = None
+    for term in grid_terms(expr):
+        v = host.index(term) if isinstance(term, int) else host.dim(values[term[0]], term[1])
+        acc = v if acc is None else host.mul(acc, v)
+    assert acc is not None
+    return acc
+
+
 def launch_over_channels(
     op: Operation, ref: SSAValue, ref_name: str, axis: int, name: str, operands: Sequence[SSAValue], bs: int
 ) -> tuple[int | str, tuple[int, ...], str]:
@@ -271,12 +289,19 @@ def launch_over_channels(
     ref_t = ref.type
     assert isinstance(ref_t, MemRefType)
     rank = ref_t.get_num_dims()
-    host = Emitter(InsertPoint.before(op))
     channel_dims = [i for i in range(rank) if i != axis]
-    sizes = [host.dim(ref, i) for i in channel_dims]
-    nch = sizes[0] if sizes else host.index(1)
-    for s in sizes[1:]:
-        nch = host.mul(nch, s)
+    shape = ref_t.get_shape()
+    static_channels = all(shape[i] != DYNAMIC_INDEX for i in channel_dims)
+    if static_channels:
+        grid0: int | str = 1
+        for i in channel_dims:
+            grid0 *= shape[i]
+    else:
+        grid0 = "*".join(
+            str(shape[i]) if shape[i] != DYNAMIC_INDEX else f"{ref_name}.shape[{i}]" for i in channel_dims
+        )
+    host = Emitter(InsertPoint.before(op))
+    nch = emit_grid_size(host, grid0, {ref_name: ref})
     one = host.index(1)
     threads = host.index(bs)
     kernel_ref = SymbolRefAttr(KERNEL_MODULE, [name])
@@ -284,8 +309,6 @@ def launch_over_channels(
     def launch(le: Emitter) -> None:
         le.op(gpu.LaunchFuncOp(kernel_ref, [nch, one, one], [threads, one, one], kernelOperands=list(operands)))
 
-    shape = ref_t.get_shape()
-    static_channels = all(shape[i] != DYNAMIC_INDEX for i in channel_dims)
     if static_channels:
         launch(host)
     else:
@@ -300,15 +323,34 @@ def launch_over_channels(
         if parent_func is not None and v.owner is parent_func.body.block:  # type: ignore[attr-defined]
             pos = v.index  # type: ignore[attr-defined]
         host_args.append(pos)
-    if static_channels:
-        grid0: int | str = 1
-        for i in channel_dims:
-            grid0 *= shape[i]
-    else:
-        grid0 = "*".join(
-            str(shape[i]) if shape[i] != DYNAMIC_INDEX else f"{ref_name}.shape[{i}]" for i in channel_dims
-        )
     return grid0, tuple(host_args), parent_func.sym_name.data if parent_func is not None else ""
+
+
+#: Function attribute listing the scan ops the GPU lowering left (and why); the
+#: runtime and `scanweaver compile` name them when a function cannot run on the GPU.
+REFUSED_ATTR = "scanweaver.gpu_refused"
+
+
+def record_refusals(refused: dict[Operation, str], diagnose: bool = False) -> None:
+    """Note on each op's function why the op stays for the sequential lowering; with
+    `diagnose`, also one line each on stderr."""
+    for scan_op, why in refused.items():
+        fn = scan_op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            fn = fn.parent_op()
+        if fn is None:
+            continue
+        line = f"{scan_op.name}: {why}"
+        old = fn.attributes.get(REFUSED_ATTR)
+        fn.attributes[REFUSED_ATTR] = ArrayAttr([*(old.data if isinstance(old, ArrayAttr) else ()), StringAttr(line)])
+        if diagnose:
+            print(f"@{fn.sym_name.data}: scan-to-gpu: not lowered for the GPU: {line}", file=sys.stderr)
+
+
+def refusals(fn: func.FuncOp) -> list[str]:
+    """What `record_refusals` noted on `fn`."""
+    attr = fn.attributes.get(REFUSED_ATTR)
+    return [a.data for a in attr.data] if isinstance(attr, ArrayAttr) else []  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -320,6 +362,7 @@ class ScanToGpu(ModulePass):
 
     block_size: int = 128
     items_per_thread: int = 4
+    diagnose: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         bs, ipt = self.block_size, self.items_per_thread
@@ -335,13 +378,14 @@ class ScanToGpu(ModulePass):
         # Fused producer/consumer recurrences (loop nests around scan.recurrence).
         from scanweaver.rewrites.recurrence_gpu import lower_recurrences
 
-        lower_recurrences(op, bs, ipt)
+        refused: dict[Operation, str] = dict(lower_recurrences(op, bs, ipt))
         # Coupled (matrix-valued) recurrences, then generic combines.
         from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
         from scanweaver.rewrites.scan_gpu import lower_scans
 
-        lower_linear_recurrences(op, bs, ipt)
-        lower_scans(op, bs, ipt)
+        refused.update(lower_linear_recurrences(op, bs, ipt))
+        refused.update(lower_scans(op, bs, ipt))
+        record_refusals(refused, diagnose=self.diagnose)
 
     # ------------------------------------------------------------------ one scan.affine
     def _lower_affine(self, op: scan.AffineOp, kmod: gpu.ModuleOp) -> None:
@@ -389,6 +433,14 @@ class ScanToGpu(ModulePass):
                 for n, k, t in zip(names, kinds, types)
             ],
             host_args=host_args,
+            equal_dims=tuple(
+                [(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
+                + [
+                    (n, j, "h", i)
+                    for n in names if n in ("init", "final")
+                    for j, i in enumerate(d for d in range(rank) if d != axis)
+                ]
+            ),
             notes=(
                 f"scan.affine axis {axis}{' reverse' if op.is_reverse else ''}; "
                 f"{in_t} inputs, {state_t} state; block_size={bs} items_per_thread={ipt}; "

@@ -15,7 +15,8 @@ after it. Such a recurrence is first put into a one-iteration `scf.for` together
 the alloca, its initial stores, the loads (and pure ops) they need, and the final
 loads of the state with the stores of them to function arguments (all moved only
 across ops without memory writes); that loop is then an ordinary one-block nest. If
-the nest still does not match, the loop is dissolved again.
+the nest still does not match, the loop is dissolved again (`recurrence_gpu.wrap_depth0`
+and `unwrap_depth0`, shared with `scan.recurrence`).
 
 Kernel design
 -------------
@@ -51,11 +52,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import memref
 from xdsl.dialects.builtin import MemRefType, ModuleOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
-from xdsl.rewriter import InsertPoint, Rewriter
-from xdsl.traits import is_side_effect_free
+from xdsl.ir import Attribute, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
@@ -119,127 +118,6 @@ class MatArith:
         one, zero = self.scalar.one(e), self.scalar.zero(e)
         k = self.k
         return [one if r == c else zero for r in range(k) for c in range(k)] + [zero] * k
-
-
-# ---------------------------------------------------------------------------
-# Depth 0: a one-iteration channel loop around the recurrence
-# ---------------------------------------------------------------------------
-
-
-def _capturable(v: SSAValue, fn_args: set[SSAValue]) -> bool:
-    """Whether the kernel builder can clone `v` (constants, dims, pure arith)."""
-    if v in fn_args:
-        return isinstance(v.type, MemRefType)
-    op = v.owner
-    if not isinstance(op, Operation) or op.regions:
-        return False
-    if isinstance(op, (arith.ConstantOp, memref.DimOp)) or (
-        op.dialect_name() == "arith" and is_side_effect_free(op)
-    ):
-        return all(_capturable(x, fn_args) for x in op.operands)
-    return False
-
-
-def _wrap_depth0(rec: scan.LinearRecurrenceOp) -> scf.ForOp | None:
-    """Move a depth-0 recurrence with an alloca state into a one-trip `scf.for` (module
-    doc); None when the recurrence is not of that form (nothing changed)."""
-    fn = rec.parent_op()
-    block = rec.parent_block()
-    alloca = rec.state.owner
-    if not isinstance(fn, func.FuncOp) or block is None:
-        return None
-    if not isinstance(alloca, memref.AllocaOp) or alloca.parent_block() is not block:
-        return None
-    fn_args: set[SSAValue] = set(fn.body.block.args)
-    ops = list(block.ops)
-    pos = {o: i for i, o in enumerate(ops)}
-    r = pos[rec]
-
-    def top(o: Operation) -> Operation:
-        while o.parent_block() is not block:
-            o = o.parent_op()  # type: ignore[assignment]
-        return o
-
-    moved: set[Operation] = {alloca, rec}
-    for use in rec.state.uses:
-        user = top(use.operation)
-        if user is rec or user is alloca:
-            continue
-        if pos[user] < r and isinstance(user, memref.StoreOp) and user.memref == rec.state:
-            moved.add(user)
-        elif pos[user] > r and isinstance(user, memref.LoadOp) and user.memref == rec.state:
-            moved.add(user)
-            for u in user.res.uses:
-                st = u.operation
-                if not (
-                    isinstance(st, memref.StoreOp)
-                    and st.parent_block() is block
-                    and st.value == user.res
-                    and st.memref in fn_args
-                ):
-                    raise Unsupported("a final value of the state is used other than stored to an argument")
-                moved.add(st)
-        else:
-            raise Unsupported(f"the state is used by '{user.name}' outside the recurrence")
-
-    # Values the moved ops need from the block: capturable ones stay, the rest (loads
-    # and pure ops on them) move along, provided nothing else uses them.
-    work = rg._free_values(list(moved))
-    while work:
-        v = work.pop()
-        op = v.owner
-        after = isinstance(op, Operation) and op.parent_block() is block and pos[op] > r
-        if _capturable(v, fn_args) and not after:
-            continue
-        if not isinstance(op, Operation) or op.parent_block() is not block:
-            raise Unsupported("the recurrence uses a value it cannot take into a kernel")
-        if op in moved:
-            continue
-        if op.regions or not (is_side_effect_free(op) or isinstance(op, memref.LoadOp)):
-            raise Unsupported(f"the recurrence needs '{op.name}' from the function body")
-        moved.add(op)
-        work.extend(op.operands)
-    for o in moved:
-        for res in o.results:
-            if any(top(u.operation) not in moved for u in res.uses):
-                raise Unsupported(f"'{o.name}' is also used outside the recurrence")
-
-    # Moving keeps the order of the moved ops; what they move across must not care:
-    # no writes before the recurrence, nothing but pure ops after it.
-    span = [ops[i] for i in range(min(pos[o] for o in moved), max(pos[o] for o in moved) + 1)]
-    for o in span:
-        if o in moved:
-            continue
-        if pos[o] < r and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
-            raise Unsupported(f"'{o.name}' between the recurrence's setup and the recurrence writes memory")
-        if pos[o] > r and not is_side_effect_free(o):
-            raise Unsupported(f"'{o.name}' between the recurrence and its final stores touches memory")
-
-    e = Emitter(InsertPoint.before(rec))
-    zero, one = e.index(0), e.index(1)
-    body = Block(arg_types=[zero.type])
-    for o in span:
-        if o in moved:
-            o.detach()
-            body.add_op(o)
-    body.add_op(scf.YieldOp())
-    loop = scf.ForOp(zero, one, one, [], body)
-    # `e`'s constants went before the original position of `rec`, which now is gone from
-    # the block: put the loop right after the last op left of the span.
-    Rewriter.insert_op(loop, InsertPoint.after(one.owner))  # type: ignore[arg-type]
-    return loop
-
-
-def _unwrap(loop: scf.ForOp) -> None:
-    body = loop.body.block
-    for o in list(body.ops)[:-1]:
-        o.detach()
-        Rewriter.insert_op(o, InsertPoint.before(loop))
-    consts = [loop.lb.owner, loop.ub.owner]
-    Rewriter.erase_op(loop)
-    for c in consts:
-        if isinstance(c, Operation) and not any(r.uses for r in c.results):
-            Rewriter.erase_op(c)
 
 
 # ---------------------------------------------------------------------------
@@ -403,12 +281,12 @@ def lower_linear_recurrence(
     K = rec.size
     if K > MAX_K:
         raise Unsupported(f"state of {K} > {MAX_K} elements")
-    wrapper = _wrap_depth0(rec)
+    wrapper = rg.wrap_depth0(rec)
     try:
         nest = rg.match_recurrence(rec)
     except Unsupported:
         if wrapper is not None:
-            _unwrap(wrapper)
+            rg.unwrap_depth0(wrapper)
         raise
     keep = ((K * K + K) * items_per_thread <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
     name = rg._kernel_name(top, "scan_linear")

@@ -22,14 +22,18 @@ What matches
   `memref.alloca` of the innermost body (per channel iteration), at most 64 elements
   (up to 32 assemble without spills for the selective scan; 64 spills);
   at depth 0 (no channel loop, e.g. the reset loop) it is a function argument
-  (initial state in, final state out).
+  (initial state in, final state out), or a `memref.alloca` of the function body (a
+  scalar `iter_args` state over one long sequence): then `wrap_depth0` first puts the
+  recurrence with its set-up and final stores into a one-trip loop (one block).
 * Parallel channels (a simple sufficient check): every memref written anywhere in the
   nest, other than allocas of the innermost body, is a function argument, and all of
   its loads and stores index it with each channel loop variable itself at one fixed
   dimension (not needed for a loop of one iteration); so different channel
   iterations touch disjoint elements.
 * Parallel steps: coeffs neither writes memory nor reads what emit writes; emit never
-  reads a memref it writes (other than its own allocas), never writes the prologue's
+  reads a memref it writes (other than its own allocas), except exactly the element
+  every store to it in that block writes, one element per step (`y[t] += ...`: no step
+  reads what another writes); it never writes the prologue's
   allocas; each emit store either indexes one dimension injectively in the step
   (`t`, `t + c`, `c - t`, `k * t`, with c the same in every step -- not an emit loop
   variable -- and the same expression for every store to that memref; such stores may
@@ -37,8 +41,13 @@ What matches
   `g[c] = state` of the discounted return, or a fixed-bound emit loop over c writing
   m[c]): then only the last step performs it, which leaves memory exactly as the
   sequential loop does. The prologue writes only its own allocas.
-* Values from outside the nest: function memref arguments (kernel arguments),
-  constants, `memref.dim` of arguments and pure arith on those (cloned into the kernel).
+* Values from outside the nest: function memref arguments (kernel arguments), scalar
+  function arguments (integers, index, f32, f64: kernel parameters), constants,
+  `memref.dim` of arguments, pure arith on those, and loads from argument memrefs in the
+  function body before the nest, with nothing writing memory in between and the nest
+  not writing that memref (cloned into the kernel: every thread reads it).
+* Launch checks: `covers_dims` in the launch description says which array sizes must be
+  at least the trip counts of the loops that index them directly.
 
 Kernel design
 -------------
@@ -321,10 +330,32 @@ class _Nest:
     kernel_args: list[BlockArgument] = field(default_factory=list)
     stored_args: set[SSAValue] = field(default_factory=set)
     loaded_args: set[SSAValue] = field(default_factory=set)
+    outside_loads: list[Operation] = field(default_factory=list)  # host loads cloned into the kernel
 
     @property
     def root(self) -> Operation:
         return self.loops[0] if self.loops else self.rec
+
+
+def _check_nothing_written_between(first: Operation, last: Operation) -> None:
+    block = first.parent_block()
+    assert block is not None
+    ops = list(block.ops)
+    for o in ops[ops.index(first) + 1 : ops.index(last)]:
+        if not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+            raise Unsupported(f"'{o.name}' between a load the nest needs and the nest may write memory")
+
+
+def _reads_own_element(load: Operation, ref: SSAValue, idx: Sequence[SSAValue], accesses, kinds: set) -> bool:
+    """`y[i] += ...` in emit: the load reads exactly the element that every store to
+    `ref` in the same block writes, and those stores write one element per step (so no
+    step reads what another step writes)."""
+    if kinds == {("last",)}:
+        return False
+    stores = [(o, i) for o, r, i, st in accesses if st and r == ref]
+    return all(
+        o.parent_block() is load.parent_block() and tuple(i) == tuple(idx) for o, i in stores
+    )
 
 
 def _arg_dim(v: SSAValue, fn_args: set[SSAValue]) -> tuple[BlockArgument, int] | None:
@@ -446,8 +477,8 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
         if len(ks) > 1:
             raise Unsupported(f"emit stores to {_name_of(ref)} at different per-step positions")
     emit_written = set(kinds)
-    for _, ref, _, is_store in emit_acc:
-        if not is_store and ref in emit_written:
+    for o, ref, idx, is_store in emit_acc:
+        if not is_store and ref in emit_written and not _reads_own_element(o, ref, idx, emit_acc, kinds[ref]):
             raise Unsupported(f"emit reads {_name_of(ref)}, which it writes (a dependence between steps)")
     for _, ref, _, _ in _accesses(coeffs_ops):
         if ref in emit_written:
@@ -496,9 +527,10 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
             continue
         seen.add(v)
         if v in fn_args:
-            if not isinstance(v.type, MemRefType):
-                raise Unsupported("the nest uses a scalar function argument (kernels take memrefs only)")
-            args.add(v)  # type: ignore[arg-type]
+            if not isinstance(v.type, (MemRefType, IntegerType, IndexType, Float32Type, Float64Type)):
+                raise Unsupported(f"the nest uses a function argument of type {v.type} (kernels take memrefs, "
+                                  "integers, index, f32 and f64)")
+            args.add(v)  # type: ignore[arg-type]  # scalars become kernel parameters
             continue
         op = v.owner
         if isinstance(op, Operation) and not op.regions and (
@@ -507,14 +539,150 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
         ):
             work.extend(op.operands)
             continue
+        if isinstance(op, memref.LoadOp) and op.memref in fn_args and op.parent_block() is nest.root.parent_block():
+            # a scalar read before the nest (`%alpha = memref.load %p[%c0]`): every thread
+            # reads it again in the kernel, if nothing in between writes memory
+            _check_nothing_written_between(op, nest.root)
+            nest.outside_loads.append(op)
+            work.extend(op.operands)
+            continue
         raise Unsupported(f"the nest uses a value defined by '{getattr(op, 'name', '?')}' outside it")
     nest.kernel_args = sorted(args, key=lambda a: a.index)
     for _, ref, _, is_store in _accesses([nest.root]):
         (nest.stored_args if is_store else nest.loaded_args).add(ref)
+    for load in nest.outside_loads:
+        if load.memref in nest.stored_args:  # type: ignore[attr-defined]
+            raise Unsupported(f"the nest writes {_name_of(load.memref)}, which is read before it")  # type: ignore[attr-defined]
+        nest.loaded_args.add(load.memref)  # type: ignore[attr-defined]
     if state_arg is not None:
         nest.stored_args.add(state_arg)
         nest.loaded_args.add(state_arg)
     return nest
+
+
+# ---------------------------------------------------------------------------
+# Depth 0: a one-iteration channel loop around the recurrence
+# ---------------------------------------------------------------------------
+
+
+def _capturable(v: SSAValue, fn_args: set[SSAValue]) -> bool:
+    """Whether the kernel builder can clone `v` (constants, dims, pure arith)."""
+    if v in fn_args:
+        return isinstance(v.type, (MemRefType, IntegerType, IndexType, Float32Type, Float64Type))
+    op = v.owner
+    if not isinstance(op, Operation) or op.regions:
+        return False
+    if isinstance(op, (arith.ConstantOp, memref.DimOp)) or (
+        op.dialect_name() == "arith" and is_side_effect_free(op)
+    ):
+        return all(_capturable(x, fn_args) for x in op.operands)
+    return False
+
+
+def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
+    """Move a depth-0 recurrence with an alloca state (no channel loop: one long
+    sequence) into a one-trip `scf.for` together with the alloca, its initial stores,
+    the loads (and pure ops) they need, and the final loads of the state with their
+    stores to function arguments (all moved only across ops without memory writes):
+    that loop is then an ordinary one-block nest.  None when the recurrence is not of
+    that form (nothing changed); `unwrap_depth0` dissolves the loop again."""
+    fn = rec.parent_op()
+    block = rec.parent_block()
+    alloca = rec.state.owner
+    if not isinstance(fn, func.FuncOp) or block is None:
+        return None
+    if not isinstance(alloca, memref.AllocaOp) or alloca.parent_block() is not block:
+        return None
+    fn_args: set[SSAValue] = set(fn.body.block.args)
+    ops = list(block.ops)
+    pos = {o: i for i, o in enumerate(ops)}
+    r = pos[rec]
+
+    def top(o: Operation) -> Operation:
+        while o.parent_block() is not block:
+            o = o.parent_op()  # type: ignore[assignment]
+        return o
+
+    moved: set[Operation] = {alloca, rec}
+    for use in rec.state.uses:
+        user = top(use.operation)
+        if user is rec or user is alloca:
+            continue
+        if pos[user] < r and isinstance(user, memref.StoreOp) and user.memref == rec.state:
+            moved.add(user)
+        elif pos[user] > r and isinstance(user, memref.LoadOp) and user.memref == rec.state:
+            moved.add(user)
+            for u in user.res.uses:
+                st = u.operation
+                if not (
+                    isinstance(st, memref.StoreOp)
+                    and st.parent_block() is block
+                    and st.value == user.res
+                    and st.memref in fn_args
+                ):
+                    raise Unsupported("a final value of the state is used other than stored to an argument")
+                moved.add(st)
+        else:
+            raise Unsupported(f"the state is used by '{user.name}' outside the recurrence")
+
+    # Values the moved ops need from the block: capturable ones stay, the rest (loads
+    # and pure ops on them) move along, provided nothing else uses them.
+    work = _free_values(list(moved))
+    while work:
+        v = work.pop()
+        op = v.owner
+        after = isinstance(op, Operation) and op.parent_block() is block and pos[op] > r
+        if _capturable(v, fn_args) and not after:
+            continue
+        if not isinstance(op, Operation) or op.parent_block() is not block:
+            raise Unsupported("the recurrence uses a value it cannot take into a kernel")
+        if op in moved:
+            continue
+        if op.regions or not (is_side_effect_free(op) or isinstance(op, memref.LoadOp)):
+            raise Unsupported(f"the recurrence needs '{op.name}' from the function body")
+        moved.add(op)
+        work.extend(op.operands)
+    for o in moved:
+        for res in o.results:
+            if any(top(u.operation) not in moved for u in res.uses):
+                raise Unsupported(f"'{o.name}' is also used outside the recurrence")
+
+    # Moving keeps the order of the moved ops; what they move across must not care:
+    # no writes before the recurrence, nothing but pure ops after it.
+    span = [ops[i] for i in range(min(pos[o] for o in moved), max(pos[o] for o in moved) + 1)]
+    for o in span:
+        if o in moved:
+            continue
+        if pos[o] < r and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+            raise Unsupported(f"'{o.name}' between the recurrence's setup and the recurrence writes memory")
+        if pos[o] > r and not is_side_effect_free(o):
+            raise Unsupported(f"'{o.name}' between the recurrence and its final stores touches memory")
+
+    e = Emitter(InsertPoint.before(rec))
+    zero, one = e.index(0), e.index(1)
+    body = Block(arg_types=[zero.type])
+    for o in span:
+        if o in moved:
+            o.detach()
+            body.add_op(o)
+    body.add_op(scf.YieldOp())
+    loop = scf.ForOp(zero, one, one, [], body)
+    # `e`'s constants went before the original position of `rec`, which now is gone from
+    # the block: put the loop right after the last op left of the span.
+    Rewriter.insert_op(loop, InsertPoint.after(one.owner))  # type: ignore[arg-type]
+    return loop
+
+
+def unwrap_depth0(loop: scf.ForOp) -> None:
+    body = loop.body.block
+    for o in list(body.ops)[:-1]:
+        o.detach()
+        Rewriter.insert_op(o, InsertPoint.before(loop))
+    consts = [loop.lb.owner, loop.ub.owner]
+    Rewriter.erase_op(loop)
+    for c in consts:
+        if isinstance(c, Operation) and not any(r.uses for r in c.results):
+            Rewriter.erase_op(c)
 
 
 # ---------------------------------------------------------------------------
@@ -957,11 +1125,19 @@ def lower_recurrence(
     items_per_thread: int,
     keep_pairs: bool | None = None,
 ) -> None:
-    """Lower one `scan.recurrence` and its loop nest, or raise `Unsupported`."""
-    nest = match_recurrence(rec)
-    name = _kernel_name(top, "scan_recurrence")
-    gen = _KernelGen(nest, name, block_size, items_per_thread, keep_pairs)
-    kfunc = gen.build()
+    """Lower one `scan.recurrence` and its loop nest, or raise `Unsupported` (leaving
+    the IR as it was).  Without channel loops (one long sequence) the recurrence is
+    wrapped into a one-trip loop first: one block runs it."""
+    wrapper = wrap_depth0(rec)
+    try:
+        nest = match_recurrence(rec)
+        name = _kernel_name(top, "scan_recurrence")
+        gen = _KernelGen(nest, name, block_size, items_per_thread, keep_pairs)
+        kfunc = gen.build()
+    except Unsupported:
+        if wrapper is not None:
+            unwrap_depth0(wrapper)
+        raise
 
     # -- commit: kernel, shared arrays, launch -----------------------------------------------
     kmod = bg.get_kernel_module(top)
@@ -977,12 +1153,38 @@ def lower_recurrence(
         block_size,
         gen.shared_bytes,
         notes=(
-            f"scan.recurrence over {len(nest.loops)} channel loop(s), state "
+            f"scan.recurrence over "
+            f"{'no channel loop (one block)' if wrapper is not None else f'{len(nest.loops)} channel loop(s)'}, state "
             f"{'x'.join(map(str, gen.shape)) or 'scalar'} {gen.el}; block_size={block_size} "
             f"items_per_thread={items_per_thread}; fused coeffs/emit, "
             f"{'kept' if gen.keep else 'recomputed'} pairs, {gen.group} components per sweep"
         ),
     )
+
+
+def _covered_sizes(nest: _Nest, names: dict[SSAValue, str]) -> tuple[tuple[str, int, str, int], ...]:
+    """(arg, dim, other, dim'): wherever a loop running over `other.shape[dim']` (a
+    channel loop, or the recurrence from 0 step 1) indexes `arg` at `dim` directly,
+    `arg` must be at least that large, or the kernel would read or write past it."""
+    loops: dict[SSAValue, tuple[BlockArgument, int]] = {}
+    for loop, trip in zip(nest.loops, nest.trips):
+        if not isinstance(trip, int):
+            loops[loop.body.block.args[0]] = trip
+    rec = nest.rec
+    bound = _arg_dim(rec.ub, set(names))
+    if bound is not None and _const_int(rec.lb) == 0 and _const_int(rec.step) == 1:
+        for region in (rec.coeffs, rec.emit):
+            loops[region.block.args[0]] = bound
+    out: set[tuple[str, int, str, int]] = set()
+    for _, ref, idx, _ in _accesses([nest.root]):
+        if ref not in names:
+            continue
+        for pos, x in enumerate(idx):
+            if x in loops:
+                other, dim = loops[x]
+                if (ref, pos) != (other, dim):
+                    out.add((names[ref], pos, names[other], dim))
+    return tuple(sorted(out))
 
 
 def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_bytes: int, notes: str) -> None:
@@ -995,19 +1197,12 @@ def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_b
     host = Emitter(InsertPoint.before(nest.root))
     if static:
         grid0: int | str = math.prod(nest.trips)  # type: ignore[arg-type]
-        nblocks = host.index(grid0) if grid0 else None
     else:
-        terms = []
-        nblocks = None
-        for t in nest.trips:
-            if isinstance(t, int):
-                terms.append(str(t))
-                size = host.index(t)
-            else:
-                terms.append(f"{names[args.index(t[0])]}.shape[{t[1]}]")
-                size = host.dim(t[0], t[1])
-            nblocks = size if nblocks is None else host.mul(nblocks, size)
-        grid0 = "*".join(terms)
+        grid0 = "*".join(
+            str(t) if isinstance(t, int) else f"{names[args.index(t[0])]}.shape[{t[1]}]" for t in nest.trips
+        )
+    # the host IR's grid comes from the description's formula (one formula for both)
+    nblocks = bg.emit_grid_size(host, grid0, dict(zip(names, args))) if grid0 != 0 else None
     if nblocks is not None:
         one = host.index(1)
         host.op(
@@ -1032,13 +1227,19 @@ def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_b
         shared_bytes=shared_bytes,
         args=[
             (n, kind(a), bg.type_name(a.type.element_type), bg._shape_entries(a.type))  # type: ignore[attr-defined]
+            if isinstance(a.type, MemRefType)
+            else (n, "scalar", bg.type_name(a.type), ())
             for n, a in zip(names, args)
         ],
         host_args=tuple(a.index for a in args),
+        covers_dims=_covered_sizes(nest, dict(zip(args, names))),
         notes=notes,
     )
     kfunc.attributes["scanweaver.launch"] = desc.to_attr()
     Rewriter.erase_op(nest.root)
+    for load in nest.outside_loads:  # now read in the kernel; the host keeps only launches
+        if not load.results[0].uses:
+            Rewriter.erase_op(load)
 
 
 def lower_recurrences(

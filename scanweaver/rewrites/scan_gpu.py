@@ -379,6 +379,9 @@ def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread
             for n, kd, t in zip(names, kinds, arg_types)
         ],
         host_args=host_args,
+        equal_dims=tuple(
+            (n, i, ref_name, i) for n in names if n != ref_name for i in range(op.outputs[0].type.get_num_dims())  # type: ignore[attr-defined]
+        ),
         notes=(
             f"scan.scan of {k} operand(s) ({', '.join(bg.type_name(t) for t in types)}) axis "
             f"{op.axis_value}{' reverse' if op.is_reverse else ''}; generic combine, no identity; "

@@ -1,13 +1,17 @@
-"""CUDA runtime: load PTX/cubin and launch kernels through numba's CUDA driver.
+"""CUDA runtime: load PTX/cubin and launch kernels through a driver binding.
 
-ScanWeaver depends on numba's built-in driver (`numba.cuda.implementation ==
-"Built-in"`): the separate `numba-cuda` package replaces `numba.cuda` with a different
-driver binding, which `driver_implementation()` reports so a failure names the cause.
+The binding (cuda-python, numba-cuda or numba's built-in driver) comes from
+`runtime/cuda_driver.py`; this module only needs its small `CudaDriver` interface and
+imports nothing but numpy and the standard library, so deployed artifacts
+(`scanweaver.load`) run without the compiler.
 
-Kernel parameters follow MLIR's memref-descriptor ABI (see `rewrites/launch.py`):
+Kernel parameters follow MLIR's memref-descriptor ABI (see `runtime/cuda_launch.py`):
 each memref argument is `(ptr allocated, ptr aligned, i64 offset, i64 sizes[rank],
-i64 strides[rank])`, strides in elements.  Arrays are numpy arrays (copied to the
-device and back) or anything with `__cuda_array_interface__` (used in place).
+i64 strides[rank])`, strides in elements; a scalar argument is one value of its type.
+Arrays are numpy arrays (copied to the device and back) or anything with
+`__cuda_array_interface__` (used in place).  The generated code indexes memrefs as
+C-contiguous (identity layout), so device arrays must be C-contiguous; overlapping
+arrays are refused like on the CPU.
 """
 
 from __future__ import annotations
@@ -21,36 +25,27 @@ from typing import Any
 import numpy as np
 
 from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
-from scanweaver.rewrites.launch import KernelLaunch
+from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, KernelLaunch
 
 # ----------------------------------------------------------------------- availability
 
 
 def driver_implementation() -> str:
+    """The driver binding launches go through, or why none can start."""
+    from scanweaver.runtime.cuda_driver import open_driver
+
     try:
-        from numba import cuda
-    except Exception as e:  # noqa: BLE001 - report any import problem as text
-        return f"numba.cuda cannot be imported ({e})"
-    return str(getattr(cuda, "implementation", "unknown"))
+        return open_driver().name
+    except BackendUnavailableError as e:
+        return str(e)
 
 
 @cache
 def why_no_cuda() -> str | None:
     """None when CUDA is usable, else one sentence saying why not."""
-    impl = driver_implementation()
-    if impl != "Built-in":
-        return (
-            f"numba's CUDA driver implementation is '{impl}', expected numba's built-in "
-            "driver (is the separate numba-cuda package installed?)"
-        )
-    from numba import cuda
+    from scanweaver.runtime.cuda_driver import why_no_driver
 
-    try:
-        if not cuda.is_available():
-            return "no CUDA GPU or driver was found on this machine (numba.cuda.is_available() is False)"
-    except Exception as e:  # noqa: BLE001
-        return f"the CUDA driver failed to initialise: {e}"
-    return None
+    return why_no_driver()
 
 
 def cuda_available() -> bool:
@@ -61,6 +56,20 @@ def require_cuda() -> None:
     reason = why_no_cuda()
     if reason is not None:
         raise BackendUnavailableError(f"CUDA is not available: {reason}")
+
+
+def current_driver():
+    from scanweaver.runtime.cuda_driver import open_driver
+
+    try:
+        return open_driver()
+    except BackendUnavailableError as e:
+        raise BackendUnavailableError(f"CUDA is not available: {e}") from None
+
+
+def device_chip(driver=None) -> str:
+    major, minor = (driver or current_driver()).compute_capability()
+    return f"sm_{major}{minor}"
 
 
 # -------------------------------------------------------------------- kernel parameters
@@ -97,22 +106,74 @@ class DeviceView:
             dtype.kind,
         )
 
+    def is_c_contiguous(self) -> bool:
+        expected = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
+            if size > 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+    def byte_extent(self) -> tuple[int, int]:
+        """[first, last + 1) byte addresses the array covers (empty: (p, p))."""
+        if 0 in self.shape:
+            return self.pointer, self.pointer
+        lo = sum(min(0, (d - 1) * s) for d, s in zip(self.shape, self.strides))
+        hi = sum(max(0, (d - 1) * s) for d, s in zip(self.shape, self.strides))
+        return self.pointer + lo * self.itemsize, self.pointer + (hi + 1) * self.itemsize
+
 
 # MLIR element type -> (numpy kinds accepted, item size); bf16 arrives as 2-byte items.
 _ELEMENT = {
     "f16": ("f", 2), "bf16": ("fuV", 2), "f32": ("f", 4), "f64": ("f", 8),
-    "i32": ("i", 4), "i64": ("i", 8),
+    "i1": ("bui", 1), "i8": ("iu", 1), "i16": ("iu", 2), "i32": ("iu", 4), "i64": ("iu", 8),
+    "index": ("iu", 8),
+}
+
+# MLIR scalar type -> ctypes type of its kernel parameter
+_SCALAR = {
+    "f32": ctypes.c_float, "f64": ctypes.c_double,
+    "i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64, "index": ctypes.c_int64,
 }
 
 
-def kernel_params(launch: KernelLaunch, views: Sequence[DeviceView]) -> list[Any]:
-    """The ctypes values for `launch_kernel`, in MLIR's expanded-descriptor order."""
+def scalar_param(launch: KernelLaunch, name: str, dtype: str, value: Any) -> Any:
+    ctype = _SCALAR.get(dtype)
+    if ctype is None:
+        raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: scalar argument '{name}' of type {dtype} is not supported")
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    if dtype.startswith("f"):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: argument '{name}' must be a {dtype} number, got {type(value).__name__}")
+        return ctype(float(value))
+    if not isinstance(value, (int, bool)):
+        raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: argument '{name}' must be an integer ({dtype}), got {type(value).__name__}")
+    bits = {"i1": 1, "i8": 8, "i16": 16, "i32": 32}.get(dtype, 64)
+    if dtype != "i1" and not -(1 << (bits - 1)) <= int(value) < (1 << bits):
+        raise ScanWeaverValueError(f"kernel {launch.kernel_name}: argument '{name}' = {value} does not fit in {dtype}")
+    return ctype(int(value))
+
+
+def kernel_params(launch: KernelLaunch, views: Sequence[Any]) -> list[Any]:
+    """The ctypes values for a launch, in MLIR's expanded-descriptor order.
+
+    `views[i]` is a `DeviceView` for memref arguments and a number for scalar ones.
+    Checked here: element type, rank and static sizes, C-contiguous strides (the
+    kernels index with the identity layout: any other innermost or outer stride would
+    read the wrong elements)."""
     if len(views) != len(launch.args):
         raise ScanWeaverTypeError(
-            f"kernel {launch.kernel_name} takes {len(launch.args)} arrays, got {len(views)}"
+            f"kernel {launch.kernel_name} takes {len(launch.args)} arguments, got {len(views)}"
         )
     params: list[Any] = []
-    for (name, _kind, dtype, shape), view in zip(launch.args, views):
+    for (name, kind, dtype, shape), view in zip(launch.args, views):
+        if kind == "scalar":
+            params.append(scalar_param(launch, name, dtype, view))
+            continue
         kinds, size = _ELEMENT.get(dtype, ("", 0))
         if view.kind not in kinds or view.itemsize != size:
             raise ScanWeaverTypeError(
@@ -126,61 +187,106 @@ def kernel_params(launch: KernelLaunch, views: Sequence[DeviceView]) -> list[Any
                 f"kernel {launch.kernel_name}: argument '{name}' has shape {view.shape}, "
                 f"expected {tuple(shape)}"
             )
+        if not view.is_c_contiguous():
+            raise ScanWeaverValueError(
+                f"kernel {launch.kernel_name}: argument '{name}' has element strides {view.strides} "
+                f"for shape {view.shape}; GPU kernels need C-contiguous arrays (innermost stride 1)"
+            )
+        # The interface's data pointer already includes any view offset: pass it as
+        # the aligned pointer with offset 0, which is what the kernels assume.
         params += [ctypes.c_void_p(view.pointer), ctypes.c_void_p(view.pointer), ctypes.c_int64(0)]
         params += [ctypes.c_int64(s) for s in view.shape]
         params += [ctypes.c_int64(s) for s in view.strides]
     return params
 
 
+def check_no_overlap(what: str, views: dict[int, DeviceView]) -> None:
+    """Refuse distinct arguments whose device memory overlaps (the raise assumes
+    distinct memrefs do not alias, as the CPU path checks for host arrays)."""
+    # sorted by start, any overlap shows between neighbours (empty arrays never overlap)
+    spans = sorted((v.byte_extent(), pos) for pos, v in views.items() if 0 not in v.shape)
+    for ((_, hi1), i), ((lo2, _), j) in zip(spans, spans[1:]):
+        if lo2 < hi1:
+            i, j = sorted((i, j))
+            raise ScanWeaverValueError(
+                f"{what}: arguments #{i} and #{j} overlap in device memory; ScanWeaver assumes "
+                "distinct memref arguments do not alias"
+            )
+
+
+def check_shared_memory(desc: KernelLaunch) -> None:
+    total = desc.shared_bytes + desc.dynamic_shared_bytes
+    if total > SHARED_PER_BLOCK_LIMIT:
+        raise ScanWeaverValueError(
+            f"kernel {desc.kernel_name} needs {total} bytes of shared memory per block "
+            f"({desc.shared_bytes} static + {desc.dynamic_shared_bytes} dynamic), over the "
+            f"{SHARED_PER_BLOCK_LIMIT} bytes a block may use without opting in"
+        )
+
+
 # --------------------------------------------------------------------------- launching
 
 
 class CudaModule:
-    """PTX (or a cubin) loaded into the current CUDA context."""
+    """PTX (or a cubin) loaded into the current CUDA context of a driver binding."""
 
-    def __init__(self, image: str | bytes):
-        require_cuda()
-        from numba import cuda
-
-        ctx = cuda.current_context()
-        if isinstance(image, str):
-            self._module = ctx.create_module_ptx(image)
-        else:
-            self._module = ctx.create_module_image(image)
+    def __init__(self, image: str | bytes, driver=None):
+        self.driver = driver or current_driver()
+        self._module = self.driver.load_module(image)
+        self._functions: dict[str, Any] = {}
 
     def function(self, name: str):
-        return self._module.get_function(name)
+        if name not in self._functions:
+            self._functions[name] = self.driver.get_function(self._module, name)
+        return self._functions[name]
 
 
 def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream: Any = 0) -> None:
-    """Launch one kernel on device arrays (objects with `__cuda_array_interface__`)."""
-    from numba.cuda.cudadrv.driver import launch_kernel
+    """Launch one kernel on device arrays (objects with `__cuda_array_interface__`) and
+    scalars (for its scalar arguments)."""
+    from scanweaver.runtime.cuda_driver import stream_handle
 
-    views = [
-        DeviceView.from_interface(x, f"argument '{a[0]}' of {desc.kernel_name}")
-        for x, a in zip(arrays, desc.args)
-    ]
-    grid = desc.resolve_grid({a[0]: v.shape for a, v in zip(desc.args, views)})
+    views: list[Any] = []
+    for x, (name, kind, _, _) in zip(arrays, desc.args):
+        if kind == "scalar":
+            views.append(x)
+        else:
+            views.append(DeviceView.from_interface(x, f"argument '{name}' of {desc.kernel_name}"))
+    shapes = {a[0]: v.shape for a, v in zip(desc.args, views) if isinstance(v, DeviceView)}
+    desc.check_shapes(shapes)
+    grid = desc.resolve_grid(shapes)
+    params = kernel_params(desc, views)
     if 0 in grid:
         return  # nothing to do for empty inputs; a zero-sized grid is a CUDA error
-    fn = module.function(desc.kernel_name)
-    handle = stream.handle if hasattr(stream, "handle") else stream
-    launch_kernel(fn.handle, *grid, *desc.block, desc.shared_bytes, handle, kernel_params(desc, views))
+    check_shared_memory(desc)
+    module.driver.launch(
+        module.function(desc.kernel_name), grid, desc.block, desc.dynamic_shared_bytes,
+        stream_handle(stream), params,
+    )
+
+
+def scalar_positions(launches: Sequence[KernelLaunch]) -> set[int]:
+    return {
+        host
+        for desc in launches
+        for (_, kind, _, _), host in zip(desc.args, desc.host_args)
+        if kind == "scalar" and host >= 0
+    }
 
 
 class DeviceArguments:
-    """Numpy arrays staged on the device for a call; `outputs` (positions) copied back.
+    """Host arguments staged on the device for a call; `outputs` (positions) copied back.
 
-    Device arrays (`__cuda_array_interface__`) pass through untouched, without copies.
+    Device arrays (`__cuda_array_interface__`) pass through untouched, without copies;
+    positions in `scalars` pass through as numbers.
     """
 
-    def __init__(self, arrays: Sequence[Any], outputs: set[int]):
-        from numba import cuda
-
+    def __init__(self, driver, arrays: Sequence[Any], outputs: set[int], scalars: set[int] = frozenset()):  # type: ignore[assignment]
+        self._driver = driver
         self._host: list[tuple[np.ndarray, Any]] = []
         self.device: list[Any] = []
         for i, x in enumerate(arrays):
-            if hasattr(x, "__cuda_array_interface__"):
+            if i in scalars or hasattr(x, "__cuda_array_interface__"):
                 self.device.append(x)
                 continue
             if i in outputs and not isinstance(x, np.ndarray):
@@ -197,14 +303,14 @@ class DeviceArguments:
                 raise ScanWeaverTypeError(f"argument #{i} must be an array of numbers, got {type(x).__name__} of {host.dtype}")
             if i in outputs and not host.flags.writeable:
                 raise ScanWeaverValueError(f"argument #{i} is written by the kernel but is read-only")
-            dev = cuda.to_device(np.ascontiguousarray(host))
+            dev = driver.to_device(host)
             if i in outputs:
                 self._host.append((host, dev))
             self.device.append(dev)
 
     def copy_back(self) -> None:
         for host, dev in self._host:
-            host[...] = dev.copy_to_host()
+            host[...] = self._driver.to_host(dev)
 
 
 def output_positions(launches: Sequence[KernelLaunch]) -> set[int]:
@@ -217,27 +323,76 @@ def output_positions(launches: Sequence[KernelLaunch]) -> set[int]:
     }
 
 
-def time_kernel(run, repeats: int = 20) -> list[float]:
-    """Milliseconds per call of `run()`, measured with CUDA events (after one warm-up)."""
-    from numba import cuda
+class CudaFunction:
+    """One host function of a program: its kernel launches replayed in order."""
 
+    def __init__(self, module: CudaModule, name: str, launches: list[KernelLaunch], arg_count: int):
+        self._module, self._name = module, name
+        self._launches, self._arg_count = launches, arg_count
+        self._outputs = output_positions(launches)
+        self._scalars = scalar_positions(launches)
+        for desc in launches:
+            check_shared_memory(desc)
+
+    def check_arguments(self, arrays: Sequence[Any]) -> None:
+        if len(arrays) != self._arg_count:
+            raise ScanWeaverValueError(f"@{self._name} takes {self._arg_count} arguments, got {len(arrays)}")
+        for i, x in enumerate(arrays):
+            if i in self._scalars:
+                continue
+            if not hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
+                raise ScanWeaverTypeError(
+                    f"@{self._name}: argument #{i} must be a numpy or device array, got {type(x).__name__}"
+                )
+        host = [(i, x) for i, x in enumerate(arrays) if isinstance(x, np.ndarray)]
+        for k, (i, x) in enumerate(host):
+            for j, y in host[k + 1 :]:
+                if np.may_share_memory(x, y):
+                    raise ScanWeaverValueError(
+                        f"@{self._name}: arguments #{i} and #{j} overlap in memory; ScanWeaver "
+                        "assumes distinct memref arguments do not alias"
+                    )
+        on_device = {
+            i: DeviceView.from_interface(x, f"argument #{i} of @{self._name}")
+            for i, x in enumerate(arrays)
+            if i not in self._scalars and hasattr(x, "__cuda_array_interface__")
+        }
+        check_no_overlap(f"@{self._name}", on_device)
+
+    def __call__(self, *arrays: Any, stream: Any = 0) -> None:
+        self.check_arguments(arrays)
+        driver = self._module.driver
+        staged = DeviceArguments(driver, arrays, self._outputs, self._scalars)
+        for desc in self._launches:
+            launch(self._module, desc, [staged.device[i] for i in desc.host_args], stream)
+        driver.synchronize()
+        staged.copy_back()
+
+
+def time_kernel(run, repeats: int = 20, driver=None) -> list[float]:
+    """Milliseconds per call of `run()`, measured with CUDA events (after one warm-up)."""
+    driver = driver or current_driver()
     run()
     times = []
     for _ in range(repeats):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
+        start, stop = driver.create_event(), driver.create_event()
+        driver.record_event(start)
         run()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop))
+        driver.record_event(stop)
+        times.append(driver.elapsed_ms(start, stop))
     return times
 
 
 __all__ = [
+    "CudaFunction",
     "CudaModule",
     "DeviceArguments",
     "DeviceView",
+    "check_no_overlap",
+    "check_shared_memory",
     "cuda_available",
+    "current_driver",
+    "device_chip",
     "driver_implementation",
     "kernel_params",
     "launch",

@@ -9,14 +9,15 @@ descriptions, so no host code is compiled or interpreted.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 
-from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.errors import ScanWeaverValueError
 from scanweaver.rewrites.launch import KernelLaunch, launch_descriptions
+from scanweaver.runtime.cuda import CudaFunction
 
 # Ops allowed in a host function: they only compute launch sizes, or skip a launch
 # whose grid is empty (`launch` skips those itself).
@@ -44,13 +45,13 @@ class CudaArtifacts:
     arg_counts: dict[str, int]
     stages: list[Any]
     ptxas: dict[str, dict[str, int]]
+    warnings: list[str] = field(default_factory=list)
 
 
 def device_chip() -> str:
-    from numba import cuda
+    from scanweaver.runtime.cuda import device_chip as chip
 
-    major, minor = cuda.get_current_device().compute_capability
-    return f"sm_{major}{minor}"
+    return chip()
 
 
 def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dict[str, int]]:
@@ -69,12 +70,12 @@ def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dic
             if isinstance(op, scf.IfOp) and not _is_empty_grid_guard(op):
                 raise ScanWeaverValueError(
                     f"function @{name} chooses kernels at run time (scf.if); the CUDA runtime "
-                    "only replays unconditional launches"
+                    "only replays unconditional launches" + _why_not_lowered(fn)
                 )
             if not isinstance(op, _HOST_OPS):
                 raise ScanWeaverValueError(
                     f"function @{name} needs host-side work that the CUDA runtime cannot run "
-                    f"('{op.name}'); only scan kernels and their launches are supported"
+                    f"('{op.name}'); only scan kernels and their launches are supported" + _why_not_lowered(fn)
                 )
             if isinstance(op, gpu.LaunchFuncOp):
                 kernel = op.kernel.nested_references.data[-1].data
@@ -83,6 +84,19 @@ def _host_launches(module: ModuleOp) -> tuple[dict[str, list[KernelLaunch]], dic
                 seq.append(by_kernel[kernel])
         launches[name] = seq
     return launches, counts
+
+
+def _why_not_lowered(fn: func.FuncOp) -> str:
+    """The GPU lowering's reasons for the scan ops it left in `fn` (see scan-to-gpu)."""
+    from scanweaver.rewrites.blelloch_gpu import refusals
+
+    reasons = refusals(fn)
+    if reasons:
+        return "; the GPU lowering left " + "; ".join(reasons)
+    return (
+        "; no scan op was left there, so the raise did not turn that loop into a recurrence "
+        "(xdsl-opt -p 'scanweaver-raise{diagnose=true}' says why)"
+    )
 
 
 def _is_empty_grid_guard(op: scf.IfOp) -> bool:
@@ -99,62 +113,67 @@ def _is_empty_grid_guard(op: scf.IfOp) -> bool:
     )
 
 
-def _parse_ptx_entry(payload: bytes) -> tuple[str, dict[str, dict[str, int]]]:
+def _parse_ptx_entry(payload: bytes) -> tuple[str, dict[str, dict[str, int]], list[str]]:
     """A `ptx` cache entry; TypeError/ValueError/KeyError when malformed."""
     data = json.loads(payload)
-    ptx, ptxas = data["ptx"], data["ptxas"]
+    ptx, ptxas, warnings = data["ptx"], data["ptxas"], data.get("warnings", [])
     if not isinstance(ptx, str) or not isinstance(ptxas, dict) or not all(
         isinstance(k, str) and isinstance(f, dict) and all(isinstance(v, int) for v in f.values())
         for k, f in ptxas.items()
-    ):
+    ) or not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
         raise TypeError("malformed ptx entry")
-    return ptx, ptxas
+    return ptx, ptxas, warnings
 
 
 def build_cuda_artifacts(mlir_text: str, chip: str = "sm_90") -> CudaArtifacts:
     """Lower for the GPU and produce PTX + launch plans (no GPU needed; PTX is cached)."""
     from scanweaver import compiler
-    from scanweaver.rewrites.gpu_export import export_gpu, print_generic
-    from scanweaver.toolchain import cache
     from scanweaver.toolchain.mlir import check_chip
 
     check_chip(chip)
     lowered = compiler.lower(mlir_text, "gpu")
-    launches, counts = _host_launches(lowered.module)
-    key = cache.cache_key("ptx", print_generic(lowered.module), chip=chip)
+    return artifacts_from_module(lowered.module, lowered.stages, chip)
+
+
+def artifacts_from_module(module: ModuleOp, stages: list[Any], chip: str = "sm_90") -> CudaArtifacts:
+    """PTX + launch plans for a module already lowered for the GPU."""
+    from scanweaver.toolchain import cache
+    from scanweaver.toolchain.gpu_export import export_gpu, print_generic
+    from scanweaver.toolchain.mlir import check_chip
+
+    check_chip(chip)
+    launches, counts = _host_launches(module)
+    key = cache.cache_key("ptx", print_generic(module), chip=chip)
 
     def build() -> bytes:
-        exported = export_gpu(lowered.module, chip=chip)
+        exported = export_gpu(module, chip=chip)
         if len(exported["ptx"]) != 1:
             raise ScanWeaverValueError(f"expected one gpu.module, found {len(exported['ptx'])}")
-        return json.dumps({"ptx": next(iter(exported["ptx"].values())), "ptxas": exported["ptxas"]}).encode()
+        return json.dumps(
+            {"ptx": next(iter(exported["ptx"].values())), "ptxas": exported["ptxas"], "warnings": exported["warnings"]}
+        ).encode()
 
     if not any(launches.values()):
-        raise ScanWeaverValueError("the module has no recurrence or scan to run on the GPU")
-    (ptx, ptxas), _ = cache.cached(key, build, parse=_parse_ptx_entry)
-    return CudaArtifacts(ptx, chip, launches, counts, lowered.stages, ptxas)
+        raise ScanWeaverValueError(
+            "the module has no recurrence or scan to run on the GPU (the raise found no affine "
+            "recurrence in its loops)"
+        )
+    (ptx, ptxas, warnings), _ = cache.cached(key, build, parse=_parse_ptx_entry)
+    return CudaArtifacts(ptx, chip, launches, counts, stages, ptxas, warnings)
 
 
-class _CudaFunction:
+class _CudaFunction(CudaFunction):
+    """A host function of a compiled program (launches replayed in IR order), with the
+    shape contract derived from its IR checked before any launch."""
+
     def __init__(self, module, name: str, launches: list[KernelLaunch], arg_count: int, contract=None):
-        self._module, self._name = module, name
-        self._launches, self._arg_count = launches, arg_count
-        self._contract = contract  # shape_contract.ShapeContract: checked before the launch
+        super().__init__(module, name, launches, arg_count)
+        self._contract = contract  # shape_contract.ShapeContract, or None
 
-    def __call__(self, *arrays: Any) -> None:
-        from numba import cuda
-
-        from scanweaver.runtime.cuda import DeviceArguments, launch, output_positions
-
-        if len(arrays) != self._arg_count:
-            raise ScanWeaverTypeError(f"@{self._name} takes {self._arg_count} arrays, got {len(arrays)}")
+    def check_arguments(self, arrays) -> None:
+        super().check_arguments(arrays)
         if self._contract is not None:
             self._contract.check(arrays)
-        staged = DeviceArguments(arrays, output_positions(self._launches))
-        for desc in self._launches:
-            launch(self._module, desc, [staged.device[i] for i in desc.host_args])
-        cuda.synchronize()
-        staged.copy_back()
 
 
 def compile_cuda_program(mlir_text: str):
@@ -163,10 +182,10 @@ def compile_cuda_program(mlir_text: str):
     from scanweaver.runtime.cuda import CudaModule, require_cuda
 
     require_cuda()
-    artifacts = build_cuda_artifacts(mlir_text, device_chip())
     from scanweaver.ir import parse_ir
     from scanweaver.runtime.shape_contract import derive_contracts
 
+    artifacts = build_cuda_artifacts(mlir_text, device_chip())
     module = CudaModule(artifacts.ptx)
     contracts = derive_contracts(parse_ir(mlir_text))
     functions = {

@@ -8,7 +8,7 @@ size; builds are cached in-process here and on disk by the compiler.
 Inputs may be numpy arrays (copied in and out) or device arrays exposing
 `__cuda_array_interface__` (torch, cupy, numba): those are used in place, with
 outputs allocated on the device and returned as the same library's type when it
-is torch, else as numba device arrays.
+is torch, else as ScanWeaver `DeviceArray`s (`__cuda_array_interface__`).
 """
 
 from __future__ import annotations
@@ -54,27 +54,20 @@ def _program(ir_text: str, chip: str):
 
 
 def _run(ir_text: str, name: str, arrays: list[Any]) -> None:
-    from numba import cuda
-
-    from scanweaver.runtime.cuda import DeviceArguments, launch, output_positions
-    from scanweaver.runtime.cuda_program import device_chip
+    from scanweaver.runtime.cuda import CudaFunction, device_chip
 
     module, artifacts = _program(ir_text, device_chip())
-    staged = DeviceArguments(arrays, output_positions(artifacts.launches[name]))
-    for desc in artifacts.launches[name]:
-        launch(module, desc, [staged.device[i] for i in desc.host_args])
-    cuda.synchronize()
-    staged.copy_back()
+    CudaFunction(module, name, artifacts.launches[name], artifacts.arg_counts[name])(*arrays)
 
 
 def _device_like(template: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-    from numba import cuda
+    from scanweaver.runtime.cuda import current_driver
 
     if type(template).__module__.startswith("torch"):
         import torch
 
         return torch.empty(shape, dtype=getattr(torch, dtype.name), device=template.device)
-    return cuda.device_array(shape, dtype=dtype)
+    return current_driver().empty(shape, dtype)
 
 
 def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):

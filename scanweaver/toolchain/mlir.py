@@ -247,6 +247,21 @@ def gpu_to_cubin(mlir_text: str, chip: str = "sm_90", features: str | None = Non
     return {name: blob for name, blob in extract_gpu_binaries(lowered).items() if isinstance(blob, bytes)}
 
 
+def ptx_to_cubin(ptx: str, arch: str = "sm_90") -> bytes:
+    """Assemble PTX into a cubin with `ptxas` (the same PTX that was checked)."""
+    with tempfile.TemporaryDirectory(prefix="scanweaver-ptxas-") as tmp:
+        source, target = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        source.write_text(ptx)
+        done = subprocess.run(
+            [str(find_tool("ptxas")), f"-arch={arch}", str(source), "-o", str(target)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise ToolFailedError(f"ptxas failed (exit code {done.returncode}):\n{_first_lines(done.stderr + done.stdout)}")
+        return target.read_bytes()
+
+
 _PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _PTXAS_PROPERTIES = re.compile(r"Function properties for (\S+)")
 _PTXAS_FRAME = re.compile(

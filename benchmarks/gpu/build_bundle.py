@@ -1,0 +1,145 @@
+"""Build the GPU check bundle here (needs the compiler; no GPU).
+
+    .venv/bin/python benchmarks/gpu/build_bundle.py [--out benchmarks/gpu/bundle] [--chip sm_90]
+
+Writes one artifact per case (PTX + `*.launch.json`, as `scanweaver compile --target
+ptx` does) and `cases.json` listing, per case, the artifact, the host function, its
+arguments (role, shape, dtype) and how `run_bundle.py` makes inputs and checks the
+result.  The bundle then travels to a GPU machine with the working tree and runs there
+with the system Python (numpy + one CUDA driver binding): see benchmarks/gpu/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from scanweaver import compiler  # noqa: E402
+from scanweaver.ir import print_ir  # noqa: E402
+from scanweaver.runtime.cuda_artifact import describe, write_artifact  # noqa: E402
+from scanweaver.runtime.cuda_program import artifacts_from_module  # noqa: E402
+from scanweaver.runtime.cuda_scan import selective_scan_ir  # noqa: E402
+from scanweaver.workloads import loops  # noqa: E402
+from scanweaver.workloads.scans import affine_scan_ir  # noqa: E402
+
+# Bytes per array beyond which element offsets pass 2^31 bytes (64-bit index math).
+LARGE = (8192, 65600)  # 537,395,200 f32 = 2.15e9 bytes per array
+
+GENERIC = {
+    # scan.scan with a non-commutative pair combine: (a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2)
+    "pair_f32": (
+        ["f32", "f32"],
+        "%ra = arith.mulf %a0, %b0 : f32\n    %m = arith.mulf %b0, %a1 : f32\n    %rb = arith.addf %m, %b1 : f32",
+        "%ra, %rb",
+    ),
+    "cumsum_i32": (["i32"], "%r = arith.addi %a0, %b0 : i32", "%r"),
+}
+
+
+def generic_scan_ir(name: str) -> str:
+    types, body, results = GENERIC[name]
+    k = len(types)
+    mts = [f"memref<?x?x{t}>" for t in types]
+    params = [f"%x{j}: {mts[j]}" for j in range(k)] + [f"%y{j}: {mts[j]}" for j in range(k)]
+    bargs = [f"%a{j}: {t}" for j, t in enumerate(types)] + [f"%b{j}: {t}" for j, t in enumerate(types)]
+    return (
+        f"func.func @f({', '.join(params)}) {{\n"
+        f"  scan.scan ins({', '.join(f'%x{j}' for j in range(k))} : {', '.join(mts)}) "
+        f"outs({', '.join(f'%y{j}' for j in range(k))} : {', '.join(mts)}) axis 1 {{\n"
+        f"  ^bb0({', '.join(bargs)}):\n    {body}\n    scan.yield {results} : {', '.join(types)}\n  }}\n"
+        "  func.return\n}\n"
+    )
+
+
+def affine_case(name, shape, el, *, init=False, final=False, reverse=False, time=False, check_rows=None):
+    st = el
+    args = [("a", "in", shape, el), ("b", "in", shape, el)]
+    if init:
+        args.append(("init", "in", shape[:1], st))
+    args.append(("h", "out", shape, st))
+    if final:
+        args.append(("final", "out", shape[:1], st))
+    return {
+        "name": name, "family": "affine", "ir": affine_scan_ir(("?", "?"), 1, el, st, init=init, final=final, reverse=reverse),
+        "function": "f", "args": args, "reverse": reverse, "time": time, "check_rows": check_rows,
+        "exact": el.startswith("i"),
+    }
+
+
+def cases() -> list[dict]:
+    out = [
+        affine_case("affine_f32", (1024, 4096), "f32", final=True, time=True),
+        affine_case("affine_f64", (256, 4096), "f64", final=True, time=True),
+        affine_case("affine_i32", (256, 4096), "i32", final=True, time=True),
+        affine_case("affine_reverse_f32", (256, 3001), "f32", reverse=True, time=True),
+        affine_case("affine_init_final_f32", (300, 1000), "f32", init=True, final=True),
+        # each array > 2^31 bytes: the last rows sit beyond 2^31-byte offsets; only they are checked
+        affine_case("affine_large_offsets_f32", LARGE, "f32", final=True, check_rows=4),
+    ]
+    for g, shape in (("pair_f32", (512, 4096)), ("cumsum_i32", (512, 4096))):
+        types = GENERIC[g][0]
+        args = [(f"x{j}", "in", shape, t) for j, t in enumerate(types)] + [
+            (f"y{j}", "out", shape, t) for j, t in enumerate(types)
+        ]
+        out.append({"name": f"generic_{g}", "family": "generic", "combine": g, "ir": generic_scan_ir(g),
+                    "function": "f", "args": args, "time": True, "exact": g.endswith("i32")})
+    batch, D, L = 2, 256, 2048
+    for n in (16, 32):
+        for bc, groups in (("constant", 1), ("shared", 1), ("grouped", 2)):
+            bshape = {"constant": (D, n), "shared": (batch, n, L), "grouped": (batch, groups, n, L)}[bc]
+            shapes = {"u": (batch, D, L), "delta": (batch, D, L), "A": (D, n), "B": bshape, "C": bshape,
+                      "D": (D,), "z": (batch, D, L), "delta_bias": (D,)}
+            ir = selective_scan_ir(shapes, {"delta_softplus": True, "return_last_state": True})
+            args = [(k, "in", s, "f32") for k, s in shapes.items()]
+            args += [("out", "out", (batch, D, L), "f32"), ("last_state", "out", (batch, D, n), "f32")]
+            out.append({"name": f"selective_N{n}_{bc}", "family": "selective", "ir": ir, "function": "selective_scan",
+                        "args": args, "time": True, "bc": bc, "groups": groups, "exact": False})
+    C, L = 512, 4096
+    out.append({"name": "linear_recurrence_iir2_f32", "family": "linear_recurrence",
+                "ir": print_ir(loops.iir2_loops(C, L)), "function": "iir2",
+                "args": [("x", "in", (C, L), "f32"), ("c1", "in", (C,), "f32"), ("c2", "in", (C,), "f32"),
+                         ("y", "out", (C, L), "f32")], "time": True, "exact": False})
+    return out
+
+
+def build(out_dir: Path, chip: str = "sm_90", only: list[str] | None = None, progress=print) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    listing = []
+    for case in cases():
+        if only and case["name"] not in only:
+            continue
+        progress(f"[bundle] {case['name']}")
+        lowered = compiler.lower(case["ir"], "gpu", keep_stages=False)
+        art = artifacts_from_module(lowered.module, lowered.stages, chip)
+        image = out_dir / f"{case['name']}.ptx"
+        write_artifact(image, art.ptx, describe(art.ptx, image.name, chip, art.launches, art.arg_counts, art.ptxas))
+        entry = {k: v for k, v in case.items() if k != "ir"}
+        entry["artifact"] = image.name
+        entry["args"] = [{"name": n, "role": r, "shape": list(s), "dtype": t} for n, r, s, t in case["args"]]
+        entry["ptxas"] = art.ptxas
+        entry["warnings"] = art.warnings
+        listing.append(entry)
+    doc = {"format": "scanweaver-gpu-check-bundle", "version": 1, "chip": chip, "cases": listing}
+    (out_dir / "cases.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=HERE / "bundle")
+    p.add_argument("--chip", default="sm_90")
+    p.add_argument("--only", nargs="*", help="case names (default: all)")
+    args = p.parse_args(argv)
+    doc = build(args.out, args.chip, args.only)
+    size = sum(f.stat().st_size for f in args.out.iterdir() if f.is_file())
+    print(f"[bundle] {len(doc['cases'])} cases, {size / 1e6:.1f} MB in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Launch descriptions as plain data: what a runtime needs to launch a generated kernel.
+
+This module imports only the standard library, so a deployed artifact (`scanweaver.load`)
+can read and evaluate launch descriptions without xDSL or the MLIR tools.  The GPU
+lowering writes the same values into a `scanweaver.launch` attribute on each kernel
+(`rewrites/launch.py` encodes and decodes it).
+
+Conventions
+-----------
+* `grid` entries are ints, or for dynamic shapes a product over kernel argument
+  sizes such as `"h.shape[0]*h.shape[2]"` (`resolve_grid` evaluates it; `grid_terms`
+  parses it, which is also what the lowering builds the host IR's grid from, so the
+  runtime and the `gpu.launch_func` in the IR use one formula).
+* `args` are in kernel-parameter order: `(name, kind, dtype, shape)`; kind is `"in"`,
+  `"out"`, `"inout"` for memrefs and `"scalar"` for a scalar parameter (shape `()`);
+  dtype a MLIR element type name (`f32`, `bf16`, `i32`, `index`, ...); shape a tuple of
+  ints, `"?"` for a dynamic size.
+* `host_args[i]` is the position of kernel argument i among the host function's
+  arguments (`-1` when it is not a function argument).
+* ABI (`abi = "memref-descriptor"`): every memref argument is an expanded descriptor
+  `(ptr allocated, ptr aligned, i64 offset, i64 sizes[rank], i64 strides[rank])`, i.e.
+  `3 + 2 * rank` kernel parameters; a scalar argument is one parameter of its type.
+* Shared memory: `shared_bytes` is the *static* shared memory the kernel declares
+  (`memref.global` in address space 3, which becomes `.shared` in the PTX).  The launch
+  asks for `dynamic_shared_bytes` more, always 0 for ScanWeaver's kernels: passing the
+  static size again as dynamic memory would double the request per block.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from scanweaver.errors import ScanWeaverValueError
+
+ShapeEntry = int | str
+ArgDesc = tuple[str, str, str, tuple[ShapeEntry, ...]]
+
+#: Static shared memory a block may declare, and the default dynamic limit without
+#: an opt-in (`cudaFuncAttributeMaxDynamicSharedMemorySize`), on every chip since sm_70.
+SHARED_PER_BLOCK_LIMIT = 48 * 1024
+
+_DIM = re.compile(r"^(\w+)\.shape\[(\d+)\]$")
+
+
+def grid_terms(expr: ShapeEntry) -> list[int | tuple[str, int]]:
+    """The factors of one grid entry: ints, or (argument name, dimension) pairs."""
+    if isinstance(expr, int):
+        return [expr]
+    terms: list[int | tuple[str, int]] = []
+    for term in expr.split("*"):
+        term = term.strip()
+        if term.isdigit():
+            terms.append(int(term))
+            continue
+        m = _DIM.match(term)
+        if not m:
+            raise ScanWeaverValueError(f"cannot parse launch size term {term!r} of {expr!r}")
+        terms.append((m.group(1), int(m.group(2))))
+    return terms
+
+
+def eval_grid_entry(expr: ShapeEntry, shapes: dict[str, tuple[int, ...]]) -> int:
+    factors = []
+    for t in grid_terms(expr):
+        if isinstance(t, int):
+            factors.append(t)
+            continue
+        name, dim = t
+        if name not in shapes or dim >= len(shapes[name]):
+            raise ScanWeaverValueError(f"cannot evaluate launch size {expr!r}: no size {name}.shape[{dim}]")
+        factors.append(shapes[name][dim])
+    return math.prod(factors)
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    kernel_name: str
+    module_name: str
+    grid: tuple[ShapeEntry, ShapeEntry, ShapeEntry]
+    block: tuple[int, int, int]
+    shared_bytes: int  # static shared memory the kernel declares
+    args: list[ArgDesc] = field(default_factory=list)
+    func_name: str = ""
+    host_args: tuple[int, ...] = ()
+    abi: str = "memref-descriptor"
+    notes: str = ""
+    dynamic_shared_bytes: int = 0  # what the launch asks for on top (always 0 here)
+    # sizes the kernel assumes equal: (arg, dim, other arg, other dim); a kernel that
+    # reads `a` with the sizes of `h` would read out of bounds if they differed
+    equal_dims: tuple[tuple[str, int, str, int], ...] = ()
+    # (arg, dim, other arg, other dim): arg.shape[dim] >= other.shape[other dim], where
+    # a loop running over `other`'s size indexes `arg` (loop nests raised from code)
+    covers_dims: tuple[tuple[str, int, str, int], ...] = ()
+
+    # -- runtime helpers ------------------------------------------------------------
+    def arg_shapes(self, arrays: list[Any]) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(arr.shape) for (name, *_), arr in zip(self.args, arrays)}
+
+    def resolve_grid(self, shapes: dict[str, tuple[int, ...]]) -> tuple[int, int, int]:
+        """Evaluate the grid for concrete argument shapes (name -> shape)."""
+        return tuple(eval_grid_entry(g, shapes) for g in self.grid)  # type: ignore[return-value]
+
+    def check_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Raise `ScanWeaverValueError` unless the sizes in `equal_dims` agree."""
+        for a, i, b, j in self.equal_dims:
+            if a in shapes and b in shapes and shapes[a][i] != shapes[b][j]:
+                raise ScanWeaverValueError(
+                    f"kernel {self.kernel_name}: argument '{a}' has shape {shapes[a]} and '{b}' has "
+                    f"shape {shapes[b]}; {a}.shape[{i}] must equal {b}.shape[{j}]"
+                )
+        for a, i, b, j in self.covers_dims:
+            if a in shapes and b in shapes and shapes[a][i] < shapes[b][j]:
+                raise ScanWeaverValueError(
+                    f"kernel {self.kernel_name}: argument '{a}' has shape {shapes[a]} and '{b}' has "
+                    f"shape {shapes[b]}; a loop over {b}.shape[{j}] indexes {a}.shape[{i}], which is smaller"
+                )
+
+    def param_count(self) -> int:
+        """Number of kernel parameters after MLIR's memref-descriptor expansion."""
+        return sum(1 if kind == "scalar" else 3 + 2 * len(shape) for (_, kind, _, shape) in self.args)
+
+    # -- plain-data encoding (the artifact's launch.json) ------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel_name,
+            "module": self.module_name,
+            "function": self.func_name,
+            "grid": list(self.grid),
+            "block": list(self.block),
+            "static_shared_bytes": self.shared_bytes,
+            "dynamic_shared_bytes": self.dynamic_shared_bytes,
+            "args": [[n, k, t, list(s)] for n, k, t, s in self.args],
+            "host_args": list(self.host_args),
+            "abi": self.abi,
+            "equal_dims": [list(e) for e in self.equal_dims],
+            "covers_dims": [list(e) for e in self.covers_dims],
+            "notes": self.notes,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> KernelLaunch:
+        return KernelLaunch(
+            kernel_name=d["kernel"],
+            module_name=d.get("module", ""),
+            func_name=d.get("function", ""),
+            grid=tuple(d["grid"]),  # type: ignore[arg-type]
+            block=tuple(d["block"]),  # type: ignore[arg-type]
+            shared_bytes=int(d["static_shared_bytes"]),
+            dynamic_shared_bytes=int(d.get("dynamic_shared_bytes", 0)),
+            args=[(n, k, t, tuple(s)) for n, k, t, s in d["args"]],
+            host_args=tuple(d.get("host_args", ())),
+            abi=d.get("abi", "memref-descriptor"),
+            equal_dims=tuple(tuple(e) for e in d.get("equal_dims", ())),  # type: ignore[misc]
+            covers_dims=tuple(tuple(e) for e in d.get("covers_dims", ())),  # type: ignore[misc]
+            notes=d.get("notes", ""),
+        )
+
+    # -- IR attribute encoding (needs xDSL; only the compiler calls these) --------------
+    def to_attr(self):  # noqa: ANN201 - returns an xDSL DictionaryAttr
+        from scanweaver.rewrites.launch import launch_to_attr
+
+        return launch_to_attr(self)
+
+    @staticmethod
+    def from_attr(attr) -> KernelLaunch:  # noqa: ANN001
+        from scanweaver.rewrites.launch import launch_from_attr
+
+        return launch_from_attr(attr)
+
+
+__all__ = ["KernelLaunch", "SHARED_PER_BLOCK_LIMIT", "eval_grid_entry", "grid_terms"]

@@ -1,0 +1,21 @@
+func.func @carried(%x: memref<?x?xf32>, %y: memref<?x?xf32>, %tot: memref<1xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %half = arith.constant 0.5 : f32
+  %C = memref.dim %x, %c0 : memref<?x?xf32>
+  %L = memref.dim %x, %c1 : memref<?x?xf32>
+  %s = scf.for %c = %c0 to %C step %c1 iter_args(%acc = %zero) -> (f32) {
+    %r = scf.for %t = %c0 to %L step %c1 iter_args(%h = %zero) -> (f32) {
+      %xv = memref.load %x[%c, %t] : memref<?x?xf32>
+      %p = arith.mulf %half, %h : f32
+      %hn = arith.addf %p, %xv : f32
+      memref.store %hn, %y[%c, %t] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+    %a2 = arith.addf %acc, %r : f32
+    scf.yield %a2 : f32
+  }
+  memref.store %s, %tot[%c0] : memref<1xf32>
+  func.return
+}

@@ -1,0 +1,96 @@
+"""The grid the runtime computes from a launch description equals the grid of the host
+IR's `gpu.launch_func` (the one the thread-block simulator runs), across shapes and
+every kernel family.  Both come from one formula (`emit_grid_size` builds the IR from
+the description's terms); this test checks they cannot drift apart."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_linear_gpu import SINGLE_SEQUENCE
+from test_recurrence_gpu import RANK2_DYNAMIC
+from test_scan_gpu import inputs, lower, scan_text
+from xdsl.context import Context
+
+from scanweaver.interp.gpu_sim import simulate_launch
+from scanweaver.ir import parse_ir
+from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+from scanweaver.rewrites.launch import launch_descriptions
+from scanweaver.workloads.scans import affine_scan_ir
+
+
+def _grids_agree(module, args):
+    descs = {d.kernel_name: d for d in launch_descriptions(module)}
+    seen = []
+
+    def on_launch(kernel, grid, block, kargs):
+        desc = descs[kernel]
+        shapes = {a[0]: tuple(v.shape) for a, v in zip(desc.args, kargs) if hasattr(v, "shape")}
+        seen.append((kernel, grid, desc.resolve_grid(shapes), block, desc.block))
+
+    simulate_launch(module, "f" if "f" in _funcs(module) else _funcs(module)[0], *args, on_launch=on_launch)
+    assert seen, "no kernel was launched"
+    for kernel, ir_grid, desc_grid, ir_block, desc_block in seen:
+        assert ir_grid == desc_grid, kernel
+        assert ir_block == desc_block, kernel
+    return [s[1] for s in seen]
+
+
+def _funcs(module):
+    from xdsl.dialects import func
+
+    return [op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp)]
+
+
+def _gpu(text, bs=4, ipt=2):
+    m = parse_ir(text)
+    ScanToGpu(block_size=bs, items_per_thread=ipt).apply(Context(), m)
+    return m
+
+
+@pytest.mark.parametrize("shape", [(3, 10), (1, 1), (7, 5)])
+def test_affine_dynamic_2d(shape):
+    m = _gpu(affine_scan_ir(("?", "?"), 1, "f32", "f32", final=True))
+    rng = np.random.default_rng(0)
+    a, b = (rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(2))
+    grids = _grids_agree(m, [a, b, np.zeros(shape, np.float32), np.zeros(shape[:1], np.float32)])
+    assert grids == [(shape[0], 1, 1)]
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 2), (2, 1, 4)])
+def test_affine_dynamic_3d_axis0(shape):
+    m = _gpu(affine_scan_ir(("?", "?", "?"), 0, "f32", "f32", init=True))
+    a = np.full(shape, 0.5, np.float32)
+    grids = _grids_agree(m, [a, a.copy(), np.ones(shape[1:], np.float32), np.zeros(shape, np.float32)])
+    assert grids == [(shape[1] * shape[2], 1, 1)]
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 9), (1, 2, 4)])
+def test_generic_scan_partly_dynamic(shape):
+    text = scan_text("cummax_i32", ["?", 2, "?"], 2)
+    xs = inputs("cummax_i32", shape)
+    grids = _grids_agree(lower(text), xs + [np.zeros_like(x) for x in xs])
+    assert grids == [(shape[0] * 2, 1, 1)]
+
+
+@pytest.mark.parametrize("B,L,D", [(2, 5, 3), (1, 1, 2)])
+def test_recurrence_nest_dynamic_channel_loops(B, L, D):
+    rng = np.random.default_rng(B)
+    args = [rng.uniform(0, 1, (B, L, 2, 3)).astype(np.float32), rng.uniform(0.5, 1, (2, 3)).astype(np.float32),
+            np.zeros((B, D, L), np.float32), np.zeros((B, D, 2, 3), np.float32)]
+    grids = _grids_agree(_gpu(RANK2_DYNAMIC), args)
+    assert grids == [(B * D, 1, 1)]
+
+
+def test_linear_recurrence_single_sequence():
+    L = 9
+    args = [np.arange(L, dtype=np.int32), np.array([1, 2], np.int32), np.array([3, 4], np.int32),
+            np.zeros(L, np.int32), np.zeros(2, np.int32)]
+    from scanweaver import compiler
+
+    m = compiler.lower(SINGLE_SEQUENCE, "gpu", keep_stages=False).module  # raise, then scan-to-gpu
+    (name,) = _funcs(m)
+    descs = {d.kernel_name: d for d in launch_descriptions(m)}
+    seen = []
+    simulate_launch(m, name, *args, on_launch=lambda k, g, b, kargs: seen.append((g, descs[k].resolve_grid({}))))
+    assert seen == [((1, 1, 1), (1, 1, 1))]

@@ -1,0 +1,47 @@
+"""What the GPU lowering still refuses, each with its reason: on the command line (one
+line, exit 1, no output file) and with scan-to-gpu{diagnose=true} on stderr.  The
+README's list of GPU refusals follows these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scanweaver.cli import main
+from scanweaver.ir import make_context, parse_ir
+from scanweaver.rewrites.blelloch_gpu import ScanToGpu, refusals
+from scanweaver.rewrites.raise_affine import RaiseRecurrences
+
+FORMS = Path(__file__).parent / "gpu_refused"
+
+REASONS = {
+    # emit reads y[t-1], written by the step before: a true dependence between steps
+    "prev": "the GPU lowering left scan.recurrence: emit reads %y, which it writes (a dependence between steps)",
+    # the channel loop carries a sum over channels: channels are not independent
+    "carried": "the GPU lowering left scan.recurrence: an enclosing scf.for carries values",
+    # an f16 state in an f16 loop: not raised, so nothing reaches the GPU lowering
+    "f16_scalar": "no scan op was left there, so the raise did not turn that loop into a recurrence",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REASONS))
+def test_command_line_names_the_reason(name, tmp_path, capsys):
+    out = tmp_path / f"{name}.ptx"
+    assert main(["compile", str(FORMS / f"{name}.mlir"), "--target", "ptx", "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"scanweaver: error: function @{name} needs host-side work")
+    assert REASONS[name] in err
+    assert not out.exists() and not (tmp_path / f"{name}.ptx.launch.json").exists()
+
+
+@pytest.mark.parametrize("name", ["prev", "carried"])
+def test_diagnose_and_function_attribute(name, capsys):
+    m = parse_ir((FORMS / f"{name}.mlir").read_text())
+    RaiseRecurrences().apply(make_context(), m)
+    ScanToGpu(diagnose=True).apply(make_context(), m)
+    line = capsys.readouterr().err.strip()
+    why = REASONS[name].removeprefix("the GPU lowering left ")
+    assert line == f"@{name}: scan-to-gpu: not lowered for the GPU: {why}"
+    (fn,) = [op for op in m.ops if op.name == "func.func"]
+    assert refusals(fn) == [why]
