@@ -183,8 +183,8 @@ def test_llvm_ir_entry_that_is_not_text_is_rebuilt(cache_at):
 
 def test_ptx_entry_with_bad_content_is_rebuilt(cache_at, monkeypatch):
     """The CUDA program reader (no GPU needed: the PTX export is replaced by a stub)."""
-    from scanweaver.rewrites import gpu_export
     from scanweaver.runtime import cuda_program
+    from scanweaver.toolchain import gpu_export
 
     exports = []
 
@@ -206,7 +206,7 @@ def test_ptx_entry_with_bad_content_is_rebuilt(cache_at, monkeypatch):
 
 def _ptx_key() -> str:
     from scanweaver import compiler
-    from scanweaver.rewrites.gpu_export import print_generic
+    from scanweaver.toolchain.gpu_export import print_generic
 
     lowered = compiler.lower(ONE_FUNCTION, "gpu")
     return cache.cache_key("ptx", print_generic(lowered.module), chip="sm_90")

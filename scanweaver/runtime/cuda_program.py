@@ -150,7 +150,7 @@ def artifacts_from_module(module: ModuleOp, stages: list[Any], chip: str = "sm_9
         if len(exported["ptx"]) != 1:
             raise ScanWeaverValueError(f"expected one gpu.module, found {len(exported['ptx'])}")
         return json.dumps(
-            {"ptx": next(iter(exported["ptx"].values())), "ptxas": exported["ptxas"], "warnings": exported["warnings"]}
+            {"ptx": next(iter(exported["ptx"].values())), "ptxas": exported["ptxas"], "warnings": exported.get("warnings", [])}
         ).encode()
 
     if not any(launches.values()):
