@@ -121,7 +121,7 @@ def _write_gpu(lowered, args, inputs) -> None:
     if args.target == "cubin":
         _say("[scanweaver] ptxas -> cubin")
         payload = ptx_to_cubin(art.ptx, args.chip)
-    image_name = "-" if args.output == STDIO else os.path.basename(args.output)
+    image_name = "-" if args.output == "-" else os.path.basename(args.output)  # "-": standard output
     doc = describe(payload, image_name, args.chip, art.launches, art.arg_counts, art.ptxas)
     items = [(args.output, payload)]
     if args.launch_json:

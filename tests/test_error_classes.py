@@ -244,4 +244,4 @@ def test_cuda_arguments_are_checked_before_the_device():
         ([[[1.0], [1.0, 2.0]]], set(), ValueError, "argument #0"),
         ([[0.0, 0.0]], {0}, TypeError, "argument #0 is written by the kernel"),
     ):
-        _check(text, lambda: DeviceArguments(args, outputs), kind, text)
+        _check(text, lambda: DeviceArguments(None, args, outputs), kind, text)  # no driver: checked first
