@@ -273,7 +273,7 @@ class VjpBuilder:
         args = set(fn.body.block.args)
         written: set[SSAValue] = set()
         for op in fn.body.walk():
-            reads, writes = _memory_effects(op)
+            reads, writes = _own_memory_effects(op)
             for m in reads:
                 if m in args and m in written:
                     raise self.refuse(
@@ -666,7 +666,7 @@ class VjpBuilder:
         rank = h_t.get_num_dims()
         axis = op.axis_value
         a, h = vmap[op.a], vmap[op.h]
-        dims = [e.put(memref.DimOp.from_source_and_index(h, e.iconst(k))).result for k in range(rank)]
+        dims = [e.put(memref.DimOp(h, e.iconst(k))).result for k in range(rank)]
         dyn = [DYNAMIC_INDEX] * rank
         length = dims[axis]
         one, zero = e.fconst(1.0, el), e.fconst(0.0, el)
@@ -753,19 +753,29 @@ def _memory_effects(op: Operation) -> tuple[list[SSAValue], list[SSAValue]]:
     reads: list[SSAValue] = []
     writes: list[SSAValue] = []
     for o in op.walk():
-        if isinstance(o, memref.LoadOp):
-            reads.append(o.memref)
-        elif isinstance(o, memref.StoreOp):
-            writes.append(o.memref)
-        elif isinstance(o, scan.AffineOp):
-            reads += [o.a, o.b] + ([o.init] if o.init is not None else [])
-            writes += [o.h] + ([o.final] if o.final is not None else [])
-        elif isinstance(o, (scan.RecurrenceOp, scan.LinearRecurrenceOp)):
-            reads.append(o.state)
-            writes.append(o.state)
-        elif isinstance(o, memref.CopyOp):
-            reads.append(o.source)
-            writes.append(o.destination)
+        r, w = _own_memory_effects(o)
+        reads += r
+        writes += w
+    return reads, writes
+
+
+def _own_memory_effects(o: Operation) -> tuple[list[SSAValue], list[SSAValue]]:
+    """(memrefs read, memrefs written) by o itself, not the ops nested in it."""
+    reads: list[SSAValue] = []
+    writes: list[SSAValue] = []
+    if isinstance(o, memref.LoadOp):
+        reads.append(o.memref)
+    elif isinstance(o, memref.StoreOp):
+        writes.append(o.memref)
+    elif isinstance(o, scan.AffineOp):
+        reads += [o.a, o.b] + ([o.init] if o.init is not None else [])
+        writes += [o.h] + ([o.final] if o.final is not None else [])
+    elif isinstance(o, (scan.RecurrenceOp, scan.LinearRecurrenceOp)):
+        reads.append(o.state)
+        writes.append(o.state)
+    elif isinstance(o, memref.CopyOp):
+        reads.append(o.source)
+        writes.append(o.destination)
     return reads, writes
 
 
