@@ -347,11 +347,18 @@ class VjpBuilder:
     # -- blocks: recompute forward, then reverse ----------------------------------
     def rev_block(self, e: Emit, block: Block, vmap, scope: Scope, seeds=()) -> None:
         ops = [op for op in block.ops if not isinstance(op, (scf.YieldOp, scan.YieldOp, func.ReturnOp))]
-        needed = self.needed_in_forward(ops, vmap)
+        self.rev_ops(e, ops, vmap, scope, seeds)
+
+    def rev_ops(self, e: Emit, ops: list[Operation], vmap, scope: Scope, seeds=(), forward: bool = True,
+                preset: frozenset = frozenset()) -> None:
+        """Recompute `ops` (unless forward=False: done already; ops whose results are
+        in `preset` are mapped in vmap already), then emit their reverse."""
         ckpt: dict[Operation, dict] = {}
-        for op in ops:
-            if op in needed:
-                self.forward(e, op, vmap, ckpt)
+        if forward:
+            needed = self.needed_in_forward(ops, vmap)
+            for op in ops:
+                if op in needed and not (op.results and all(r in preset for r in op.results)):
+                    self.forward(e, op, vmap, ckpt)
         for v, d in seeds:
             self.add_adj(e, scope, v, d)
         for op in reversed(ops):
@@ -547,6 +554,7 @@ class VjpBuilder:
         Kc = self.chunk
         buf_t = MemRefType(el, [Kc, *shape])
         H, GS, MU = (e.hoisted_alloca(buf_t) for _ in range(3))
+        AB = None if linear else (e.hoisted_alloca(buf_t), e.hoisted_alloca(buf_t))
         row, grow, mu_in = (e.hoisted_alloca(st_t) for _ in range(3))
         mu = self.shadow[op.state]  # cotangent of the final state; becomes that of the initial
         cells = self.make_cells(e, free_float_values([op.coeffs, op.emit], op))
@@ -558,9 +566,11 @@ class VjpBuilder:
             s0 = e.addi(lb, e.muli(c, span))
             s1 = e.mini(e.addi(s0, span), ub)
             n = e.trip_count(s0, s1, step)
-            # 1. the states of the chunk, from its checkpoint
+            # 1. the coefficients (a, b) of the chunk's steps, and its states from its checkpoint
+            if AB is not None:
+                self.fill_coefficients(e, op, vmap, s0, step, n, AB)
             e.copy_rows(shape, ck, [c], row, [])
-            self.recompute_states(e, op, vmap, s0, s1, step, row, H)
+            self.recompute_states(e, op, vmap, s0, s1, step, row, H, AB)
 
             # 2. the consumer's cotangent of the state at each step, last step first
             def emit_step(jj):
@@ -577,7 +587,7 @@ class VjpBuilder:
             e.for_(e.iconst(0), n, emit_step, reverse=True)
             # 3. the adjoint recurrence, backwards over the chunk
             e.copy_rows(shape, mu, [], mu_in, [])
-            self.adjoint_scan(e, op, vmap, s0, step, n, mu, GS, MU, linear)
+            self.adjoint_scan(e, op, vmap, s0, step, n, mu, GS, MU, AB)
 
             # 4. the producer's reverse: (da, db) per step into the input gradients
             def param_step(jj):
@@ -608,16 +618,39 @@ class VjpBuilder:
                     self.rev_block(e, cb, inner, Scope(cells=cells), seeds)
                     return
 
+                # the ops of coeffs that do not depend on the state index run once per
+                # step, outside the loop over the state; their cotangents sum over it
+                inv, dep = split_by_state_index(cb)
+                inner = dict(vmap)
+                inner[cb.args[0]] = i
+                for o in inv:
+                    self.clone(e, o, inner)
+                step_scope = Scope(cells=cells)
+                used = {v for o in dep for w in o.walk() for v in w.operands} | set(yielded)
+                inv_values = [r for o in inv for r in o.results if r in used and is_float(r.type)
+                              and not isinstance(o, arith.ConstantOp)]
+                step_cells = self.make_cells(e, inv_values)
+
                 def per_element(k):
                     lam, hp = lam_h(k)
-                    inner = dict(vmap)
-                    inner[cb.args[0]] = i
+                    inner_k = dict(inner)
                     for a, kk in zip(cb.args[1:], k):
-                        inner[a] = kk
+                        inner_k[a] = kk
+                    # a and b themselves come from the buffers, not recomputed (the
+                    # reverse of their ops needs only their operands and result)
+                    preset = set()
+                    for v, buf in zip(yielded, AB):
+                        owner = getattr(v, "owner", None)
+                        if owner in dep and not owner.regions and len(owner.results) == 1:
+                            inner_k[v] = e.load(buf, [jj, *k])
+                            preset.add(v)
                     seeds = [(yielded[0], e.mul(lam, hp)), (yielded[1], lam)]
-                    self.rev_block(e, cb, inner, Scope(cells=cells), seeds)
+                    self.rev_ops(e, dep, inner_k, Scope(cells={**cells, **step_cells}), seeds,
+                                 preset=frozenset(preset))
 
                 e.for_static(shape, per_element)
+                self.read_cells(e, step_scope, step_cells)
+                self.rev_ops(e, inv, inner, step_scope, forward=False)
 
             e.for_(e.iconst(0), n, param_step, reverse=True)
 
@@ -625,11 +658,56 @@ class VjpBuilder:
         self.read_cells(e, scope, cells)
         e.dealloc(ck)
 
-    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H) -> None:
+    def fill_coefficients(self, e: Emit, op, vmap, s0, step, n, AB) -> None:
+        """A[jj, k], B[jj, k] = coeffs(s0 + jj*step, k) for the chunk's steps; the ops not
+        depending on k once per step."""
+        shape = list(op.state_type.get_shape())
+        cb = op.coeffs.block
+        inv, dep = split_by_state_index(cb)
+
+        def step_fn(jj):
+            inner = dict(vmap)
+            inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
+            for o in inv:
+                self.clone(e, o, inner)
+
+            def per_element(k):
+                inner_k = dict(inner)
+                for a, kk in zip(cb.args[1:], k):
+                    inner_k[a] = kk
+                for o in dep:
+                    self.clone(e, o, inner_k)
+                for v, buf in zip(cb.last_op.operands, AB):
+                    e.store(inner_k.get(v, v), buf, [jj, *k])
+
+            e.for_static(shape, per_element)
+
+        e.for_(e.iconst(0), n, step_fn)
+
+    def buffered_coeffs(self, e: Emit, op, s0, step, AB, reverse_n=None) -> Region:
+        """A coeffs region reading (a, b) from the buffers at jj = (i - s0) / step (or,
+        for the adjoint scan over r, at jj = n - 1 - r)."""
+        shape = list(op.state_type.get_shape())
+        blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
+        outer, e.block = e.block, blk
+        if reverse_n is None:
+            jj = e.divui(e.subi(blk.args[0], s0), step)
+        else:
+            jj = e.subi(e.subi(reverse_n, e.iconst(1)), blk.args[0])
+        a = e.load(AB[0], [jj, *blk.args[1:]])
+        b = e.load(AB[1], [jj, *blk.args[1:]])
+        e.put(scan.YieldOp(a, b))
+        e.block = outer
+        return Region(blk)
+
+    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H, AB=None) -> None:
         """The recurrence from s0 to s1 on `row`, its emit storing each state into H."""
         shape = list(op.state_type.get_shape())
-        coeffs = Region()
-        op.coeffs.clone_into(coeffs, value_mapper=dict(vmap))
+        if AB is not None:
+            coeffs = self.buffered_coeffs(e, op, s0, step, AB)
+        else:
+            coeffs = Region()
+            op.coeffs.clone_into(coeffs, value_mapper=dict(vmap))
         blk = Block(arg_types=[IndexType(), op.state_type])
         outer, e.block = e.block, blk
         jj = e.divui(e.subi(blk.args[0], s0), step)
@@ -638,10 +716,25 @@ class VjpBuilder:
         e.block = outer
         e.put(type(op)(s0, s1, step, row, coeffs, Region(blk)))
 
-    def adjoint_scan(self, e: Emit, op, vmap, s0, step, n, mu, GS, MU, linear: bool) -> None:
+    def adjoint_scan(self, e: Emit, op, vmap, s0, step, n, mu, GS, MU, AB) -> None:
         """mu_{i-1} = a_i * (mu_i + g_i) (or M_i^T (mu_i + g_i)) from the chunk's last
         step to its first; the state after each step goes to MU[jj]."""
         shape = list(op.state_type.get_shape())
+        linear = AB is None
+        if not linear:  # a_i from the buffer: (a_i, a_i * g_i)
+            blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
+            outer, e.block = e.block, blk
+            jj = e.subi(e.subi(n, e.iconst(1)), blk.args[0])
+            a = e.load(AB[0], [jj, *blk.args[1:]])
+            e.put(scan.YieldOp(a, e.mul(a, e.load(GS, [jj, *blk.args[1:]]))))
+            eblk = Block(arg_types=[IndexType(), op.state_type])
+            e.block = eblk
+            jj2 = e.subi(e.subi(n, e.iconst(1)), eblk.args[0])
+            e.copy_rows(shape, eblk.args[1], [], MU, [jj2])
+            e.put(scan.YieldOp())
+            e.block = outer
+            e.put(type(op)(e.iconst(0), n, e.iconst(1), mu, Region(blk), Region(eblk)))
+            return
         cb = op.coeffs.block
         rank_args = [IndexType()] * (1 + (0 if linear else len(shape)))
         cblk = Block(arg_types=rank_args)
@@ -796,6 +889,23 @@ def _own_memory_effects(o: Operation) -> tuple[list[SSAValue], list[SSAValue]]:
         reads.append(o.source)
         writes.append(o.destination)
     return reads, writes
+
+
+def split_by_state_index(cb: Block) -> tuple[list[Operation], list[Operation]]:
+    """The ops of a coeffs block (yield excluded) that do not depend on the state index
+    arguments, and those that do, each in block order."""
+    dep_values: set[SSAValue] = set(cb.args[1:])
+    inv: list[Operation] = []
+    dep: list[Operation] = []
+    for op in cb.ops:
+        if isinstance(op, scan.YieldOp):
+            break
+        if any(v in dep_values for w in op.walk() for v in w.operands):
+            dep.append(op)
+            dep_values |= set(op.results)
+        else:
+            inv.append(op)
+    return inv, dep
 
 
 def _access_indices(loop: Operation, m: SSAValue) -> list[tuple[SSAValue, ...]]:
