@@ -555,6 +555,12 @@ class VjpBuilder:
         buf_t = MemRefType(el, [Kc, *shape])
         H, GS, MU = (e.hoisted_alloca(buf_t) for _ in range(3))
         AB = None if linear else (e.hoisted_alloca(buf_t), e.hoisted_alloca(buf_t))
+        # float values of coeffs that do not depend on the state index, per step of the
+        # chunk: computed once by fill_coefficients, read back by the reverse
+        kept = [] if linear else [
+            r for o in split_by_state_index(op.coeffs.block)[0] for r in o.results
+            if r.type == el and not isinstance(o, arith.ConstantOp)]
+        INV = e.hoisted_alloca(MemRefType(el, [Kc, len(kept)])) if kept else None
         row, grow, mu_in = (e.hoisted_alloca(st_t) for _ in range(3))
         mu = self.shadow[op.state]  # cotangent of the final state; becomes that of the initial
         cells = self.make_cells(e, free_float_values([op.coeffs, op.emit], op))
@@ -568,7 +574,7 @@ class VjpBuilder:
             n = e.trip_count(s0, s1, step)
             # 1. the coefficients (a, b) of the chunk's steps, and its states from its checkpoint
             if AB is not None:
-                self.fill_coefficients(e, op, vmap, s0, step, n, AB)
+                self.fill_coefficients(e, op, vmap, s0, step, n, AB, kept, INV)
             e.copy_rows(shape, ck, [c], row, [])
             self.recompute_states(e, op, vmap, s0, s1, step, row, H, AB)
 
@@ -623,8 +629,11 @@ class VjpBuilder:
                 inv, dep = split_by_state_index(cb)
                 inner = dict(vmap)
                 inner[cb.args[0]] = i
+                for m, v in enumerate(kept):
+                    inner[v] = e.load(INV, [jj, e.iconst(m)])
                 for o in inv:
-                    self.clone(e, o, inner)
+                    if not (o.results and all(r in kept for r in o.results)):
+                        self.clone(e, o, inner)
                 step_scope = Scope(cells=cells)
                 used = {v for o in dep for w in o.walk() for v in w.operands} | set(yielded)
                 inv_values = [r for o in inv for r in o.results if r in used and is_float(r.type)
@@ -658,9 +667,9 @@ class VjpBuilder:
         self.read_cells(e, scope, cells)
         e.dealloc(ck)
 
-    def fill_coefficients(self, e: Emit, op, vmap, s0, step, n, AB) -> None:
+    def fill_coefficients(self, e: Emit, op, vmap, s0, step, n, AB, kept=(), INV=None) -> None:
         """A[jj, k], B[jj, k] = coeffs(s0 + jj*step, k) for the chunk's steps; the ops not
-        depending on k once per step."""
+        depending on k once per step, their `kept` float results stored in INV[jj, m]."""
         shape = list(op.state_type.get_shape())
         cb = op.coeffs.block
         inv, dep = split_by_state_index(cb)
@@ -670,6 +679,8 @@ class VjpBuilder:
             inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
             for o in inv:
                 self.clone(e, o, inner)
+            for m, v in enumerate(kept):
+                e.store(inner[v], INV, [jj, e.iconst(m)])
 
             def per_element(k):
                 inner_k = dict(inner)

@@ -31,7 +31,38 @@ def _vjp_only(ir_text: str) -> str:
     for op in list(module.ops):
         if isinstance(op, func.FuncOp) and not op.sym_name.data.endswith("_vjp"):
             module.body.block.erase_op(op)
+    _polynomial_math_outside_scans(module)
     return print_ir(module)
+
+
+def _polynomial_math_outside_scans(module) -> None:
+    """f32 exp / log1p of the VJP's plain loops as arith polynomials (<= 1 ulp; what the
+    forward's fast path computes): the loops over the state index then vectorise instead
+    of calling libm per lane.  Inside scan ops, scan-to-cpu does this itself."""
+    from xdsl.dialects import math as mathd
+
+    from scanweaver.dialects import scan
+    from scanweaver.rewrites.exp_polynomial import expand_exp, expand_log1p
+    from xdsl.builder import Builder
+    from xdsl.rewriter import InsertPoint
+    from xdsl.dialects.builtin import Float32Type
+
+    def inside_scan(op) -> bool:
+        p = op.parent_op()
+        while p is not None:
+            if isinstance(p, (scan.RecurrenceOp, scan.LinearRecurrenceOp, scan.ScanOp)):
+                return True
+            p = p.parent_op()
+        return False
+
+    for op in list(module.walk()):
+        if isinstance(op, (mathd.ExpOp, mathd.Log1pOp)) and isinstance(op.operand.type, Float32Type) \
+                and not inside_scan(op):
+            expand = expand_exp if isinstance(op, mathd.ExpOp) else expand_log1p
+            y = expand(Builder(InsertPoint.before(op)), op.operand)
+            op.result.replace_all_uses_with(y)
+            op.detach()
+            op.erase()
 
 
 def selective_ir(spec: SelectiveScanSpec, f64: bool) -> str:
