@@ -170,11 +170,12 @@ def selective_grad_reference(inp: dict[str, Any]) -> np.ndarray:
     """Gradients of every input, float64 autograd through the loop-over-time reference."""
     import torch
 
-    from scanweaver.bench.peers import GRAD_ORDER, flat_grads, selective_scan_torch_ref
+    from scanweaver.bench.peers import GRAD_ORDER, flat_grads
+    from scanweaver.torch.reference import selective_scan_ref  # float64 math for float64 inputs
 
     args = [torch.from_numpy(inp[k]).double().requires_grad_() if inp.get(k) is not None else None
             for k in GRAD_ORDER]
-    out = selective_scan_torch_ref(*args, delta_softplus=inp["delta_softplus"])
+    out = selective_scan_ref(*args, delta_softplus=inp["delta_softplus"])
     present = [a for a in args if a is not None]
     return flat_grads(torch.autograd.grad(out, present, torch.from_numpy(inp["g"]).double()))
 
