@@ -51,7 +51,6 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     ModuleOp,
-    StringAttr,
 )
 from xdsl.ir import Attribute, Block, BlockArgument, OpResult, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -695,16 +694,12 @@ class VjpBuilder:
 
         e.for_(e.iconst(0), n, step_fn)
 
-    def buffered_coeffs(self, e: Emit, op, s0, step, AB, reverse_n=None) -> Region:
-        """A coeffs region reading (a, b) from the buffers at jj = (i - s0) / step (or,
-        for the adjoint scan over r, at jj = n - 1 - r)."""
+    def buffered_coeffs(self, e: Emit, op, s0, step, AB) -> Region:
+        """A coeffs region reading (a, b) from the buffers at jj = (i - s0) / step."""
         shape = list(op.state_type.get_shape())
         blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
         outer, e.block = e.block, blk
-        if reverse_n is None:
-            jj = e.divui(e.subi(blk.args[0], s0), step)
-        else:
-            jj = e.subi(e.subi(reverse_n, e.iconst(1)), blk.args[0])
+        jj = e.divui(e.subi(blk.args[0], s0), step)
         a = e.load(AB[0], [jj, *blk.args[1:]])
         b = e.load(AB[1], [jj, *blk.args[1:]])
         e.put(scan.YieldOp(a, b))
@@ -961,10 +956,6 @@ def _constant(v: SSAValue) -> int | None:
     if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
         return owner.value.value.data
     return None
-
-
-def has_scan_ops(fn: func.FuncOp) -> bool:
-    return any(isinstance(op, SCAN_OPS) for op in fn.walk())
 
 
 def build_vjp(fn: func.FuncOp, chunk: int = 64) -> func.FuncOp:

@@ -64,7 +64,7 @@ def _tasks(Dn: int, size: int, per_thread: int) -> tuple[int, list[tuple[int, in
     return threads, split_range(Dn, min(Dn, threads * per_thread))
 
 
-def _cuda_only_forward(*args, **kwargs):
+def _require_cuda() -> None:
     from scanweaver.runtime.cuda import cuda_available, why_no_cuda
 
     if not cuda_available():
@@ -95,7 +95,7 @@ def selective_scan_fwd(
 
 
 def _forward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-    _cuda_only_forward()
+    _require_cuda()
     from scanweaver.runtime.cuda_scan import selective_scan_cuda
 
     f32 = lambda x: None if x is None else x.detach().float().contiguous()  # noqa: E731
