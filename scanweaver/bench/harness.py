@@ -78,10 +78,17 @@ def selective_case(batch: int, D: int, N: int, L: int, full: bool) -> Case:
     )
 
 
+def selective_grad_case(batch: int, D: int, N: int, L: int, full: bool) -> Case:
+    """Forward + backward of the selective scan (gradients of every input)."""
+    case = selective_case(batch, D, N, L, full)
+    return Case("selective-grad", case.family.replace("selective", "selective-grad", 1), case.params)
+
+
 def short_grid() -> list[Case]:
     cases = [affine_case(1024, L) for L in (256, 1024, 4096)]
     cases += [selective_case(1, 256, 16, L, True) for L in (256, 2048)]
     cases += [selective_case(1, 256, 16, 2048, False)]
+    cases += [selective_grad_case(1, 256, 16, 2048, True)]
     return cases
 
 
@@ -103,6 +110,10 @@ SPEED_BAR = {
     "selective b=1 D=256 N=16 D+z+delta_bias+softplus L=2048": {
         "jax-lax-scan": 3.0,
         "torch-ref": 30.0,
+    },
+    "selective-grad b=1 D=256 N=16 D+z+delta_bias+softplus L=2048": {
+        "torch-ref-autograd": 20.0,
+        "backward_over_forward": 2.5,  # at most: VJP time / forward time (same run)
     },
 }
 
@@ -130,6 +141,8 @@ def make_inputs(case: Case, seed: int = 0) -> dict[str, Any]:
     }
     if not p["delta_softplus"]:
         inp["delta"] = np.abs(inp["delta"])  # a positive step keeps exp(delta*A) <= 1
+    if case.workload == "selective-grad":
+        inp["g"] = rng.standard_normal((batch, D, L)).astype(np.float32)  # the output's cotangent
     return inp
 
 
@@ -143,12 +156,28 @@ def reference(case: Case, inp: dict[str, Any]) -> np.ndarray:
             s = a[:, t] * s + b[:, t]
             h[:, t] = s
         return h
+    if case.workload == "selective-grad":
+        return selective_grad_reference(inp)
     from scanweaver.workloads.reference import selective_scan_reference
 
     return selective_scan_reference(
         inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], D=inp["D"], z=inp["z"],
         delta_bias=inp["delta_bias"], delta_softplus=inp["delta_softplus"],
     )
+
+
+def selective_grad_reference(inp: dict[str, Any]) -> np.ndarray:
+    """Gradients of every input, float64 autograd through the loop-over-time reference."""
+    import torch
+
+    from scanweaver.bench.peers import GRAD_ORDER, flat_grads
+    from scanweaver.torch.reference import selective_scan_ref  # float64 math for float64 inputs
+
+    args = [torch.from_numpy(inp[k]).double().requires_grad_() if inp.get(k) is not None else None
+            for k in GRAD_ORDER]
+    out = selective_scan_ref(*args, delta_softplus=inp["delta_softplus"])
+    present = [a for a in args if a is not None]
+    return flat_grads(torch.autograd.grad(out, present, torch.from_numpy(inp["g"]).double()))
 
 
 def minimal_bytes(case: Case) -> int:
@@ -509,11 +538,25 @@ def speed_bar(result: dict[str, Any]) -> dict[str, Any]:
             elif what == "copy_fraction":
                 sw = case["results"].get("scanweaver-cpu", {})
                 value = sw.get("copy_fraction") if sw.get("status") == "ok" else None
+            elif what == "backward_over_forward":
+                value = _backward_over_forward(case, cases)
             else:
                 value = case["ratios"].get(what)
-            rows[what] = {"target": target, "measured": value, "met": None if value is None else value >= target}
+            at_most = what == "backward_over_forward"
+            met = None if value is None else (value <= target if at_most else value >= target)
+            rows[what] = {"target": target, "measured": value, "met": met}
         bar[label] = rows
     return bar
+
+
+def _backward_over_forward(case: dict[str, Any], cases: dict[str, dict]) -> float | None:
+    """The VJP's median time over the forward's (the selective case of the same shape)."""
+    forward = cases.get(case["label"].replace("selective-grad", "selective", 1))
+    bwd = case["results"].get("scanweaver-cpu-backward", {})
+    fwd = (forward or {}).get("results", {}).get("scanweaver-cpu", {})
+    if bwd.get("status") != "ok" or fwd.get("status") != "ok":
+        return None
+    return bwd["median_s"] / fwd["median_s"]
 
 
 # ---------------------------------------------------------------------------
@@ -559,14 +602,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="run the whole grid (default: the short grid)")
     parser.add_argument("--name", help="results name (default: cpu-short / cpu-full, gpu-* with a GPU)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: benchmarks/)")
-    parser.add_argument("--only", choices=("affine", "selective"), help="run one workload only")
+    parser.add_argument("--only", choices=("affine", "selective", "selective-grad"),
+                        help="run one workload only (selective-grad: with the forward cases of its shapes)")
     parser.add_argument("--peers", help="comma-separated peer names to run (default: all available)")
     parser.add_argument("--no-readme", action="store_true", help="do not regenerate README.md")
     parser.add_argument("--reps", type=int, help="maximum timed runs per measurement")
     args = parser.parse_args(argv)
     cases = full_grid() if args.full else short_grid()
     if args.only:
-        cases = [c for c in cases if c.workload == args.only]
+        grad_labels = {c.label.replace("selective-grad", "selective", 1) for c in cases if c.workload == "selective-grad"}
+        cases = [c for c in cases if c.workload == args.only
+                 or (args.only == "selective-grad" and c.label in grad_labels)]
     peers = default_peers()
     if args.peers:
         wanted = {p.strip() for p in args.peers.split(",")}

@@ -469,6 +469,57 @@ def _scanweaver_selective_cuda(inp: dict) -> Prepared:  # pragma: no cover - GPU
     return Prepared(run, result, compile=run)
 
 
+# -- selective scan forward + backward (workload "selective-grad") -------------------
+
+GRAD_ORDER = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+
+
+def flat_grads(grads) -> np.ndarray:
+    """Gradients (in GRAD_ORDER, None / empty for absent inputs) as one float64 vector."""
+    return np.concatenate([np.asarray(g.detach().cpu().double().numpy()).ravel()
+                           for g in grads if g is not None and g.numel()])
+
+
+def _scanweaver_selective_grad_cpu(backward_only: bool) -> Callable[[dict], Prepared]:
+    """scanweaver.torch's ops: the compiled forward, then the compiled VJP (scanweaver-grad)."""
+
+    def setup(inp: dict) -> Prepared:
+        import torch
+
+        import scanweaver.torch  # noqa: F401 - registers the scanweaver:: ops
+
+        args = [torch.from_numpy(inp[k]) if inp.get(k) is not None else None for k in GRAD_ORDER]
+        g = torch.from_numpy(inp["g"])
+        fwd = torch.ops.scanweaver.selective_scan_fwd
+        bwd = torch.ops.scanweaver.selective_scan_bwd
+        _, last = fwd(*args, inp["delta_softplus"])
+        dlast = torch.zeros_like(last)
+
+        def run():
+            if not backward_only:
+                fwd(*args, inp["delta_softplus"])
+            return bwd(*args, inp["delta_softplus"], g, dlast)
+
+        return Prepared(run, flat_grads, compile=run)
+
+    return setup
+
+
+def _torch_selective_grad(inp: dict) -> Prepared:
+    """PyTorch autograd through the eager loop-over-time reference (forward + backward)."""
+    import torch
+
+    args = [torch.from_numpy(inp[k]).requires_grad_() if inp.get(k) is not None else None for k in GRAD_ORDER]
+    g = torch.from_numpy(inp["g"])
+
+    def run():
+        out = selective_scan_torch_ref(*args, delta_softplus=inp["delta_softplus"])
+        present = [a for a in args if a is not None]
+        return torch.autograd.grad(out, present, g)
+
+    return Prepared(run, flat_grads)
+
+
 # Elements of the largest (batch, D, L, N) array a materialising peer may build.
 _MATERIALISE_LIMIT = 1 << 27
 
@@ -502,7 +553,16 @@ def default_peers() -> list[Peer]:
         Peer("torch-cuda-ref", "selective", _torch_selective("cuda"), ("torch",), gpu=True,
              max_elements=_MATERIALISE_LIMIT, max_seconds=10.0),
         Peer("mamba-cuda", "selective", _mamba_cuda, ("torch", "mamba_ssm"), gpu=True),
+        # selective forward + backward
+        Peer("scanweaver-cpu", "selective-grad", _scanweaver_selective_grad_cpu(False), ("torch",),
+             is_scanweaver=True, note="scanweaver.torch ops: compiled forward + compiled VJP"),
+        Peer("scanweaver-cpu-backward", "selective-grad", _scanweaver_selective_grad_cpu(True), ("torch",),
+             note="the compiled VJP alone (what autograd's backward step runs)"),
+        Peer("torch-ref-autograd", "selective-grad", _torch_selective_grad, ("torch",),
+             max_elements=_MATERIALISE_LIMIT, max_seconds=30.0,
+             note="autograd through Mamba's selective_scan_ref, eager loop over time"),
     ]
 
 
-__all__ = ["Peer", "Prepared", "default_peers", "gpu_available", "selective_scan_torch_ref"]
+__all__ = ["GRAD_ORDER", "Peer", "Prepared", "default_peers", "flat_grads", "gpu_available",
+           "selective_scan_torch_ref"]

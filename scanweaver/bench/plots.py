@@ -123,7 +123,9 @@ def readme_text(result: dict[str, Any]) -> str:
             for what, row in rows.items():
                 meas = "-" if row["measured"] is None else f"{row['measured']:.2f}"
                 met = "-" if row["met"] is None else ("yes" if row["met"] else "**no**")
-                kind = "fraction of copy bandwidth" if what == "copy_fraction" else f"speed-up over {what}"
+                kind = {"copy_fraction": "fraction of copy bandwidth",
+                        "backward_over_forward": "backward time / forward time (at most)"}.get(
+                            what, f"speed-up over {what}")
                 lines.append(f"| {label} | {kind} | {row['target']} | {meas} | {met} |")
         lines.append("")
     if result.get("scanweaver_compile"):
