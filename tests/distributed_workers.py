@@ -1,0 +1,155 @@
+"""Per-rank bodies of the multi-process tests in test_distributed.py (spawned processes
+import this module, so it holds only top-level functions)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+GLOBAL_LENGTH = 23
+
+
+def init(rank: int, world: int, init_file: str, timeout_s: float = 30.0) -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def reference_scan(a, b, h0, reverse):
+    """The sequential loop in torch ops (differentiable), time on the last axis."""
+    h = h0
+    outs = [None] * a.shape[-1]
+    steps = range(a.shape[-1] - 1, -1, -1) if reverse else range(a.shape[-1])
+    for t in steps:
+        h = a[..., t] * h + b[..., t]
+        outs[t] = h
+    return torch.stack(outs, dim=-1), h
+
+
+def _case_inputs(seed, dtype, channels):
+    g = np.random.default_rng(seed)
+    if dtype in (torch.int32, torch.int64):
+        info = np.iinfo(np.int32 if dtype == torch.int32 else np.int64)
+        a = g.integers(info.min // 2, info.max // 2, size=(channels, GLOBAL_LENGTH))
+        b = g.integers(info.min // 2, info.max // 2, size=(channels, GLOBAL_LENGTH))
+        h0 = g.integers(-1000, 1000, size=channels)
+        np_t = np.int32 if dtype == torch.int32 else np.int64
+        return a.astype(np_t), b.astype(np_t), h0.astype(np_t), None, None
+    a = g.uniform(-1.3, 1.3, size=(channels, GLOBAL_LENGTH))
+    b = g.normal(size=(channels, GLOBAL_LENGTH))
+    h0 = g.normal(size=channels)
+    w = g.normal(size=(channels, GLOBAL_LENGTH))
+    wf = g.normal(size=channels)
+    return a, b, h0, w, wf
+
+
+ALL_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+def check_linear_scan(rank: int, world: int, init_file: str, splits, out_dir: str,
+                      dtypes=ALL_DTYPES, h0_options=(False, True)) -> None:
+    """Every case: forward outputs and every gradient equal the single-process result."""
+    import scanweaver.distributed as sd
+
+    init(rank, world, init_file)
+    assert sum(splits) == GLOBAL_LENGTH and len(splits) == world
+    lo = sum(splits[:rank])
+    hi = lo + splits[rank]
+    report = []
+    seed = 0
+    for dtype in [getattr(torch, name) for name in dtypes]:
+        for reverse in (False, True):
+            for with_h0 in h0_options:
+                seed += 1
+                channels = 3
+                a, b, h0, w, wf = _case_inputs(seed, dtype, channels)
+                if dtype.is_floating_point:
+                    report.append(_float_case(sd, rank, world, a, b, h0 if with_h0 else None,
+                                              w, wf, lo, hi, dtype, reverse))
+                else:
+                    report.append(_int_case(sd, rank, a, b, h0 if with_h0 else None, lo, hi,
+                                            dtype, reverse))
+    # the channel dimension first (dim=0 is time)
+    a, b, h0, w, wf = _case_inputs(99, torch.float64, 2)
+    at = torch.tensor(a.T[lo:hi].copy())
+    bt = torch.tensor(b.T[lo:hi].copy())
+    h = sd.linear_scan(at, bt, dim=0)
+    want, _ = reference_scan(torch.tensor(a), torch.tensor(b), torch.zeros(2, dtype=torch.float64), False)
+    assert torch.allclose(h, want.T[lo:hi], rtol=1e-12, atol=1e-12)
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()
+
+
+def _float_case(sd, rank, world, a, b, h0, w, wf, lo, hi, dtype, reverse):
+    start = world - 1 if reverse else 0
+    full = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (a, b)]
+    h0_full = torch.tensor(h0 if h0 is not None else np.zeros(a.shape[0]), dtype=torch.float64,
+                           requires_grad=True)
+    ref_h, ref_final = reference_scan(full[0], full[1], h0_full, reverse)
+    loss = (ref_h * torch.tensor(w)).sum() + (ref_final * torch.tensor(wf)).sum()
+    loss.backward()
+
+    la = torch.tensor(a[:, lo:hi], dtype=dtype, requires_grad=True)
+    lb = torch.tensor(b[:, lo:hi], dtype=dtype, requires_grad=True)
+    lh0 = torch.tensor(h0, dtype=dtype, requires_grad=True) if h0 is not None else None
+    h, final = sd.linear_scan(la, lb, lh0, reverse=reverse, return_final_state=True)
+    # the replicated final state: rank `start` alone puts it in its loss
+    local = (h * torch.tensor(w[:, lo:hi], dtype=dtype)).sum()
+    if rank == start:
+        local = local + (final * torch.tensor(wf, dtype=dtype)).sum()
+    local.backward()
+
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+
+    def close(got, want, what):
+        scale = max(float(want.abs().max()), 1e-30) if want.numel() else 1.0
+        err = float((got.double() - want).abs().max()) / scale if want.numel() else 0.0
+        assert err <= tol, f"rank {rank} {dtype} reverse={reverse} {what}: rel err {err}"
+        return err
+
+    errs = {
+        "h": close(h.detach(), ref_h.detach()[:, lo:hi], "h"),
+        "final": close(final.detach(), ref_final.detach(), "final"),
+        "da": close(la.grad, full[0].grad[:, lo:hi], "da"),
+        "db": close(lb.grad, full[1].grad[:, lo:hi], "db"),
+    }
+    if lh0 is not None:
+        want = h0_full.grad if rank == start else torch.zeros_like(h0_full.grad)
+        errs["dh0"] = close(lh0.grad, want, "dh0")
+    return {"dtype": str(dtype), "reverse": reverse, "errors": errs}
+
+
+def _int_case(sd, rank, a, b, h0, lo, hi, dtype, reverse):
+    import scanweaver
+
+    want, want_final = scanweaver.linear_scan(a, b, h0, reverse=reverse, return_final_state=True)
+    h, final = sd.linear_scan(torch.tensor(a[:, lo:hi]), torch.tensor(b[:, lo:hi]),
+                              None if h0 is None else torch.tensor(h0), reverse=reverse,
+                              return_final_state=True)
+    assert np.array_equal(h.numpy(), want[:, lo:hi]), f"rank {rank} {dtype} h differs"
+    assert np.array_equal(final.numpy(), want_final), f"rank {rank} {dtype} final differs"
+    return {"dtype": str(dtype), "reverse": reverse, "exact": True}
+
+
+def peer_leaves(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """Rank 1 leaves before the collective; rank 0 must fail with a clear error, soon."""
+    import scanweaver.distributed as sd
+
+    init(rank, world, init_file, timeout_s=20.0)
+    if rank == 1:
+        return  # exits without calling: its sockets close
+    t0 = time.monotonic()
+    try:
+        sd.linear_scan(torch.ones(2, 5), torch.ones(2, 5))
+        message = "no error"
+    except Exception as e:  # noqa: BLE001 - the test inspects the message
+        message = f"{type(e).__name__}: {e}"
+    with open(f"{out_dir}/rank0.json", "w") as f:
+        json.dump({"message": message, "seconds": time.monotonic() - t0}, f)
