@@ -28,5 +28,6 @@ SCANWEAVER_UNIVERSE = Universe(
         "scan-to-cpu": _pass("scanweaver.rewrites.scan_to_cpu", "ScanToCpu"),
         "math-exp-to-polynomial": _pass("scanweaver.rewrites.exp_polynomial", "ExpToPolynomial"),
         "scan-to-loops": _pass("scanweaver.rewrites.scan_to_loops", "ScanToLoops"),
+        "scanweaver-grad": _pass("scanweaver.rewrites.grad", "ScanweaverGrad"),
     },
 )

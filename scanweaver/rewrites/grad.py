@@ -1,0 +1,812 @@
+"""`scanweaver-grad`: the vector-Jacobian product of functions whose recurrences were raised.
+
+For each public `func.func @f` holding scan ops, adds `func.func @f_vjp(args..., d_args...)`:
+the primal arguments of @f, then one *shadow* memref per float memref argument.  Seeing
+@f as a map from the contents of all its memref arguments to their contents afterwards,
+@f_vjp applies the transposed Jacobian to the shadows in place:
+
+    on entry  d_X = cotangent of X's contents after @f   (zeros for arrays @f only reads)
+    on exit   d_X = cotangent of X's contents before @f  (= the gradient, plus d_X's entry
+                    value for arrays @f only reads)
+
+The VJP is reverse-mode differentiation of the loop code with recomputation instead of a
+tape; the primal output arguments may be overwritten with recomputed values.  Each raised
+recurrence `h_i = a_i * h_{i-1} + b_i` becomes, in the reverse sweep:
+
+  * a forward run in chunks of `chunk` steps that keeps the state at chunk starts only
+    (checkpoints: (steps / chunk) x state, never one state per step);
+  * per chunk, from the last: the states of the chunk recomputed from its checkpoint
+    (a `scan.recurrence`), the reverse of the `emit` region per step (the cotangent g_i
+    of the state from the consumer), then the adjoint recurrence, itself a
+    `scan.recurrence` running backwards in time over the chunk:
+        mu_{i-1} = a_i * (mu_i + g_i)        (mu: cotangent of h_{i-1} from the future)
+    so lambda_i = mu_i + g_i = dL/dh_i, db_i = lambda_i, da_i = lambda_i * h_{i-1}, and the
+    reverse of the `coeffs` region turns (da_i, db_i) into input gradients.  At the end mu
+    is the cotangent of the initial state.  `scan.linear_recurrence` is the same with
+    mu_{i-1} = M_i^T (mu_i + g_i); `scan.affine` runs the adjoint as a reverse
+    `scan.affine` over the whole arrays (their size is the inputs' size).
+
+Everything is scan ops plus arith/math/memref/scf, so the VJP goes through the same CPU
+and GPU lowerings as the forward.  What cannot be differentiated is refused with a reason
+(`GradRefused`): integer or mixed-precision states, loops carrying values that were not
+raised into scans (other than additive reductions such as sum_n C[n]*h[n]), scf.if, calls,
+float scalar arguments, results, and functions that read an argument after writing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+)
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from scanweaver.dialects import scan
+from scanweaver.errors import ScanWeaverError
+from scanweaver.rewrites.grad_rules import INACTIVE, RULES
+
+FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
+SCAN_OPS = (scan.RecurrenceOp, scan.LinearRecurrenceOp, scan.AffineOp)
+
+
+class GradRefused(ScanWeaverError):
+    """`scanweaver-grad` cannot differentiate a function; the message says why."""
+
+
+def is_float(t: Attribute) -> bool:
+    return isinstance(t, FLOAT_TYPES)
+
+
+def is_float_memref(t: Attribute) -> bool:
+    return isinstance(t, MemRefType) and is_float(t.element_type)
+
+
+# ---------------------------------------------------------------------------
+# Emitting ops: a cursor at the end of a block, plus small arith helpers
+# ---------------------------------------------------------------------------
+
+
+class Emit:
+    """Appends ops to `self.block`; allocas of fixed size are hoisted to the entry."""
+
+    def __init__(self, block: Block):
+        self.block = block
+        self.hoisted: list[Operation] = []
+
+    def put(self, op: Operation) -> Operation:
+        self.block.add_op(op)
+        return op
+
+    # -- constants and arithmetic ---------------------------------------------------
+    def iconst(self, v: int) -> SSAValue:
+        return self.put(arith.ConstantOp(IntegerAttr(v, IndexType()))).result
+
+    def fconst(self, v: float, t: Attribute) -> SSAValue:
+        return self.put(arith.ConstantOp(FloatAttr(v, t))).result
+
+    def add(self, x, y):
+        return self.put(arith.AddfOp(x, y)).result
+
+    def sub(self, x, y):
+        return self.put(arith.SubfOp(x, y)).result
+
+    def mul(self, x, y):
+        return self.put(arith.MulfOp(x, y)).result
+
+    def div(self, x, y):
+        return self.put(arith.DivfOp(x, y)).result
+
+    def neg(self, x):
+        return self.put(arith.NegfOp(x)).result
+
+    def select(self, c, x, y):
+        return self.put(arith.SelectOp(c, x, y)).result
+
+    def addi(self, x, y):
+        return self.put(arith.AddiOp(x, y)).result
+
+    def subi(self, x, y):
+        return self.put(arith.SubiOp(x, y)).result
+
+    def muli(self, x, y):
+        return self.put(arith.MuliOp(x, y)).result
+
+    def divui(self, x, y):
+        return self.put(arith.DivUIOp(x, y)).result
+
+    def mini(self, x, y):
+        return self.put(arith.MinSIOp(x, y)).result
+
+    def maxi(self, x, y):
+        return self.put(arith.MaxSIOp(x, y)).result
+
+    def cmpi(self, x, y, pred: str):
+        return self.put(arith.CmpiOp(x, y, pred)).result
+
+    def ceildiv(self, x, y):
+        """ceil(x / y) for x >= 0, y > 0."""
+        return self.divui(self.subi(self.addi(x, y), self.iconst(1)), y)
+
+    def trip_count(self, lb, ub, step):
+        return self.ceildiv(self.maxi(self.subi(ub, lb), self.iconst(0)), step)
+
+    # -- memory ------------------------------------------------------------------
+    def load(self, m, idx: Sequence[SSAValue]):
+        return self.put(memref.LoadOp.get(m, list(idx))).res
+
+    def store(self, v, m, idx: Sequence[SSAValue]):
+        self.put(memref.StoreOp.get(v, m, list(idx)))
+
+    def accumulate(self, m, idx: Sequence[SSAValue], d: SSAValue):
+        """m[idx] += d (d converted to m's element type)."""
+        el = m.type.element_type
+        if d.type != el:
+            d = self.put(arith.TruncFOp(d, el) if _width(el) < _width(d.type) else arith.ExtFOp(d, el)).result
+        self.store(self.add(self.load(m, idx), d), m, idx)
+
+    def hoisted_alloca(self, t: MemRefType) -> SSAValue:
+        op = memref.AllocaOp.get(t.element_type, shape=list(t.get_shape()))
+        self.hoisted.append(op)
+        return op.memref
+
+    def alloc(self, el: Attribute, shape: Sequence[int], dynamic: Sequence[SSAValue]) -> SSAValue:
+        return self.put(memref.AllocOp.get(el, shape=list(shape), dynamic_sizes=list(dynamic))).memref
+
+    def dealloc(self, m: SSAValue) -> None:
+        self.put(memref.DeallocOp.get(m))
+
+    # -- loops -------------------------------------------------------------------
+    def for_(self, lb, ub, body, reverse: bool = False) -> None:
+        """scf.for from lb to ub (step 1); body(iv) emits into the loop body.  With
+        reverse, iv runs from ub-1 down to lb."""
+        blk = Block(arg_types=[IndexType()])
+        outer, self.block = self.block, blk
+        iv = blk.args[0]
+        if reverse:
+            iv = self.subi(self.subi(self.addi(lb, ub), self.iconst(1)), iv)
+        body(iv)
+        self.put(scf.YieldOp())
+        self.block = outer
+        self.put(scf.ForOp(lb, ub, self.iconst(1), [], Region(blk)))
+
+    def for_static(self, shape: Sequence[int], body, prefix=()) -> None:
+        """Loops over every index of a static shape; body(indices)."""
+        if not shape:
+            body(list(prefix))
+            return
+        self.for_(
+            self.iconst(0),
+            self.iconst(shape[0]),
+            lambda i: self.for_static(shape[1:], body, (*prefix, i)),
+        )
+
+    def copy_rows(self, shape, src, src_pre, dst, dst_pre) -> None:
+        """dst[dst_pre, k] = src[src_pre, k] for every k of `shape`."""
+        self.for_static(
+            shape, lambda k: self.store(self.load(src, [*src_pre, *k]), dst, [*dst_pre, *k])
+        )
+
+    def fill(self, shape, dst, pre, value) -> None:
+        self.for_static(shape, lambda k: self.store(value, dst, [*pre, *k]))
+
+
+def _width(t: Attribute) -> int:
+    return {Float16Type: 16, BFloat16Type: 16, Float32Type: 32, Float64Type: 64}[type(t)]
+
+
+# ---------------------------------------------------------------------------
+# Scopes: cotangents of SSA values, and memory cells for values of enclosing blocks
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Scope:
+    """Cotangents of the values of one block being reversed.  Values defined in an
+    enclosing block (used inside a loop or a recurrence region) accumulate into a
+    rank-0 memref cell instead, read back once the loop is done."""
+
+    adj: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    cells: dict[SSAValue, SSAValue] = field(default_factory=dict)
+
+
+def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAValue]:
+    """Float values used inside `regions` of `owner` but defined outside it (not
+    constants: their cotangent goes nowhere)."""
+    seen: dict[SSAValue, None] = {}
+    for region in regions:
+        for op in region.walk():
+            for v in op.operands:
+                if not is_float(v.type) or v in seen:
+                    continue
+                if isinstance(v, BlockArgument):
+                    parent = v.block.parent_op()
+                    inside = parent is not None and (parent is owner or owner.is_ancestor(parent))
+                else:
+                    if isinstance(v.owner, arith.ConstantOp):
+                        continue
+                    inside = owner.is_ancestor(v.owner)
+                if not inside:
+                    seen[v] = None
+    return list(seen)
+
+
+# ---------------------------------------------------------------------------
+# The VJP builder
+# ---------------------------------------------------------------------------
+
+
+class VjpBuilder:
+    def __init__(self, fn: func.FuncOp, chunk: int):
+        self.fn = fn
+        self.name = fn.sym_name.data
+        self.chunk = chunk
+        self.shadow: dict[SSAValue, SSAValue] = {}  # old memref -> its shadow in the VJP
+        self.primal_args: set[SSAValue] = set()
+
+    def refuse(self, why: str, op: Operation | None = None) -> GradRefused:
+        where = f" ('{op.name}')" if op is not None else ""
+        return GradRefused(f"scanweaver-grad: cannot differentiate @{self.name}{where}: {why}")
+
+    # -- checks ------------------------------------------------------------------
+    def check(self) -> None:
+        fn = self.fn
+        if fn.function_type.outputs.data:
+            raise self.refuse("it returns values (write results to memref arguments instead)")
+        for i, t in enumerate(fn.function_type.inputs.data):
+            if is_float(t):
+                raise self.refuse(f"argument #{i} is a float scalar (pass it as a memref to get its gradient)")
+        args = set(fn.body.block.args)
+        written: set[SSAValue] = set()
+        for op in fn.body.walk():
+            reads, writes = _own_memory_effects(op)
+            for m in reads:
+                if m in args and m in written:
+                    raise self.refuse(
+                        f"argument #{m.index} is read after being written (the VJP recomputes "
+                        "from the arguments' initial contents)", op)
+            written |= {m for m in writes if m in args}
+            if isinstance(op, (scf.IfOp, func.CallOp)):
+                raise self.refuse("conditionals and calls are not supported", op)
+            if isinstance(op, SCAN_OPS):
+                self.check_scan(op)
+
+    def check_scan(self, op: Operation) -> None:
+        if isinstance(op, scan.AffineOp):
+            el = op.h.type.element_type
+            if not is_float(el):
+                raise self.refuse(f"integer scans have no gradient (element type {el})", op)
+            if any(v.type.element_type != el for v in (op.a, op.b)):
+                raise self.refuse("inputs of another precision than the state are not supported", op)
+            return
+        st = op.state_type
+        if not is_float(st.element_type):
+            raise self.refuse(f"integer recurrences have no gradient (state {st})", op)
+        if any(d == DYNAMIC_INDEX for d in st.get_shape()):
+            raise self.refuse(f"the state {st} must have a static shape", op)
+        if isinstance(op.state, BlockArgument) and op.state.block is not self.fn.body.block:
+            raise self.refuse("the state must be an argument or a local buffer", op)
+
+    # -- the function --------------------------------------------------------------
+    def build(self) -> func.FuncOp:
+        self.check()
+        old_args = list(self.fn.body.block.args)
+        in_types = list(self.fn.function_type.inputs.data)
+        shadowed = [a for a in old_args if is_float_memref(a.type)]
+        block = Block(arg_types=in_types + [a.type for a in shadowed])
+        arg_names = [a.name_hint or f"arg{a.index}" for a in old_args]
+        for new, name in zip(block.args, arg_names):
+            new.name_hint = name
+        vmap: dict[SSAValue, SSAValue] = dict(zip(old_args, block.args))
+        self.primal_args = set(block.args[: len(old_args)])
+        for k, a in enumerate(shadowed):
+            sh = block.args[len(old_args) + k]
+            sh.name_hint = "d_" + arg_names[a.index]
+            self.shadow[a] = sh
+        e = Emit(block)
+        self.rev_block(e, self.fn.body.block, vmap, Scope())
+        e.put(func.ReturnOp())
+        for op in reversed(e.hoisted):
+            block.insert_op_before(op, block.first_op)
+        vjp = func.FuncOp(self.name + "_vjp", (list(block.arg_types), []), Region(block))
+        return vjp
+
+    # -- blocks: recompute forward, then reverse ----------------------------------
+    def rev_block(self, e: Emit, block: Block, vmap, scope: Scope, seeds=()) -> None:
+        ops = [op for op in block.ops if not isinstance(op, (scf.YieldOp, scan.YieldOp, func.ReturnOp))]
+        needed = self.needed_in_forward(ops, vmap)
+        ckpt: dict[Operation, dict] = {}
+        for op in ops:
+            if op in needed:
+                self.forward(e, op, vmap, ckpt)
+        for v, d in seeds:
+            self.add_adj(e, scope, v, d)
+        for op in reversed(ops):
+            self.reverse(e, op, vmap, scope, ckpt)
+
+    def needed_in_forward(self, ops: list[Operation], vmap) -> set[Operation]:
+        """Ops of the forward sweep: all but dropped argument stores and result-less
+        region ops whose local writes no later op reads (their reverse recomputes them)."""
+        needed: set[Operation] = set()
+        live: set[SSAValue] = set()
+        for op in reversed(ops):
+            reads, writes = _memory_effects(op)
+            local_writes = {m for m in writes if vmap.get(m) not in self.primal_args}
+            if isinstance(op, memref.StoreOp):
+                keep = op.memref not in self.fn.body.block.args
+            elif op.regions and not op.results and not isinstance(op, SCAN_OPS):
+                keep = bool(local_writes & live)
+            else:
+                keep = True
+            if keep:
+                needed.add(op)
+                live |= set(reads)
+        return needed
+
+    def clone(self, e: Emit, op: Operation, vmap) -> Operation:
+        new = op.clone(value_mapper=vmap)
+        e.put(new)
+        for inner in list(new.walk()):
+            if isinstance(inner, memref.StoreOp) and inner.memref in self.primal_args:
+                inner.detach()
+                inner.erase()
+        for old, nv in zip(op.results, new.results):
+            vmap[old] = nv
+        return new
+
+    def forward(self, e: Emit, op: Operation, vmap, ckpt) -> None:
+        if isinstance(op, memref.AllocaOp):
+            new = self.clone(e, op, vmap)
+            if is_float_memref(op.memref.type):
+                t = op.memref.type
+                if any(d == DYNAMIC_INDEX for d in t.get_shape()):
+                    raise self.refuse("local buffers of dynamic size are not supported", op)
+                sh = e.hoisted_alloca(t)
+                e.fill(t.get_shape(), sh, [], e.fconst(0.0, t.element_type))
+                self.shadow[op.memref] = sh
+            return
+        if isinstance(op, (scan.RecurrenceOp, scan.LinearRecurrenceOp)):
+            ckpt[op] = self.forward_recurrence(e, op, vmap)
+            return
+        self.clone(e, op, vmap)
+
+    # -- cotangent bookkeeping -------------------------------------------------------
+    def add_adj(self, e: Emit, scope: Scope, v: SSAValue, d: SSAValue | None) -> None:
+        if d is None or not is_float(v.type):
+            return
+        if isinstance(v, SSAValue) and isinstance(getattr(v, "owner", None), arith.ConstantOp):
+            return
+        cell = scope.cells.get(v)
+        if cell is not None:
+            e.accumulate(cell, [], d)
+        elif v in scope.adj:
+            scope.adj[v] = e.add(scope.adj[v], d)
+        else:
+            scope.adj[v] = d
+
+    def make_cells(self, e: Emit, values: list[SSAValue]) -> dict[SSAValue, SSAValue]:
+        cells = {}
+        for v in values:
+            c = e.hoisted_alloca(MemRefType(v.type, []))
+            e.store(e.fconst(0.0, v.type), c, [])
+            cells[v] = c
+        return cells
+
+    def read_cells(self, e: Emit, scope: Scope, cells) -> None:
+        for v, c in cells.items():
+            self.add_adj(e, scope, v, e.load(c, []))
+
+    # -- reverse of one op -------------------------------------------------------------
+    def reverse(self, e: Emit, op: Operation, vmap, scope: Scope, ckpt) -> None:
+        if isinstance(op, memref.LoadOp):
+            d = scope.adj.get(op.res)
+            sh = self.shadow.get(op.memref)
+            if d is not None and sh is not None:
+                e.accumulate(sh, [vmap[i] for i in op.indices], d)
+            return
+        if isinstance(op, memref.StoreOp):
+            sh = self.shadow.get(op.memref)
+            if sh is not None:
+                idx = [vmap[i] for i in op.indices]
+                self.add_adj(e, scope, op.value, e.load(sh, idx))
+                e.store(e.fconst(0.0, sh.type.element_type), sh, idx)
+            return
+        if isinstance(op, scf.ForOp):
+            self.reverse_for(e, op, vmap, scope)
+            return
+        if isinstance(op, (scan.RecurrenceOp, scan.LinearRecurrenceOp)):
+            self.reverse_recurrence(e, op, vmap, scope, ckpt[op])
+            return
+        if isinstance(op, scan.AffineOp):
+            self.reverse_affine(e, op, vmap, scope)
+            return
+        if isinstance(op, (memref.AllocaOp, memref.AllocOp, memref.DeallocOp, memref.DimOp, *INACTIVE)):
+            return
+        if type(op) in RULES and len(op.results) == 1:
+            r = op.results[0]
+            if not is_float(r.type):
+                return
+            d = scope.adj.get(r)
+            if d is None:
+                return
+            outs = RULES[type(op)](e, [vmap[x] for x in op.operands], d, vmap[r])
+            for x, dx in zip(op.operands, outs):
+                self.add_adj(e, scope, x, dx)
+            return
+        raise self.refuse("no derivative rule for this op", op)
+
+    # -- scf.for: reversed iterations ------------------------------------------------
+    def reverse_for(self, e: Emit, op: scf.ForOp, vmap, scope: Scope) -> None:
+        body = op.body.block
+        carried = list(body.args[1:])
+        yielded = list(body.last_op.operands)
+        for k, arg in enumerate(carried):
+            if not is_float(arg.type):
+                raise self.refuse("loops carrying non-float values are not supported", op)
+            self.check_additive(op, arg, yielded[k])
+        d_res = [scope.adj.get(r) for r in op.results]
+        cells = self.make_cells(e, free_float_values([op.body], op))
+        lb, ub, step = vmap[op.lb], vmap[op.ub], vmap[op.step]
+        trip = e.trip_count(lb, ub, step)
+
+        def body_fn(r):
+            inner = dict(vmap)
+            inner[body.args[0]] = e.addi(lb, e.muli(r, step))
+            for arg in carried:  # additive chains: the carried primal value is not needed
+                inner[arg] = e.fconst(0.0, arg.type)
+            seeds = [(yielded[k], d) for k, d in enumerate(d_res) if d is not None]
+            self.rev_block(e, body, inner, Scope(cells=cells), seeds)
+
+        e.for_(e.iconst(0), trip, body_fn, reverse=True)
+        self.read_cells(e, scope, cells)
+        for k, d in enumerate(d_res):
+            self.add_adj(e, scope, op.iter_args[k], d)
+
+    def check_additive(self, op: Operation, arg: SSAValue, yielded: SSAValue) -> None:
+        """The carried value only flows through addf (either side) / subf (left side)
+        into its yield: its cotangent is then the same at every iteration."""
+        v = arg
+        while v is not yielded:
+            uses = list(v.uses)
+            if len(uses) != 1:
+                raise self.refuse("a loop carries a value that was not raised into a scan", op)
+            user = uses[0].operation
+            ok = isinstance(user, arith.AddfOp) or (isinstance(user, arith.SubfOp) and uses[0].index == 0)
+            if not ok:
+                raise self.refuse(
+                    f"a loop carries a value through '{user.name}' (not raised into a scan; "
+                    "only additive reductions are differentiated)", op)
+            v = user.results[0]
+
+    # -- recurrences -------------------------------------------------------------------
+    def forward_recurrence(self, e: Emit, op, vmap) -> dict:
+        """Run the recurrence in chunks, keeping the state at every chunk start."""
+        st_t = op.state_type
+        shape = list(st_t.get_shape())
+        state = vmap[op.state]
+        if state in self.primal_args:  # keep the argument's initial contents
+            work = e.hoisted_alloca(st_t)
+            e.copy_rows(shape, state, [], work, [])
+            state = work
+        lb, ub, step = vmap[op.lb], vmap[op.ub], vmap[op.step]
+        steps = e.trip_count(lb, ub, step)
+        K = e.iconst(self.chunk)
+        chunks = e.ceildiv(steps, K)
+        ck = e.alloc(st_t.element_type, [DYNAMIC_INDEX, *shape], [e.addi(chunks, e.iconst(1))])
+        e.copy_rows(shape, state, [], ck, [e.iconst(0)])
+        span = e.muli(K, step)
+
+        def chunk(c):
+            s0 = e.addi(lb, e.muli(c, span))
+            s1 = e.mini(e.addi(s0, span), ub)
+            new = self.clone(e, op, dict(vmap))
+            new.operands = [s0, s1, step, state]
+            e.copy_rows(shape, state, [], ck, [e.addi(c, e.iconst(1))])
+
+        e.for_(e.iconst(0), chunks, chunk)
+        return {"state": state, "ck": ck, "steps": steps, "chunks": chunks, "span": span}
+
+    def reverse_recurrence(self, e: Emit, op, vmap, scope: Scope, info: dict) -> None:
+        linear = isinstance(op, scan.LinearRecurrenceOp)
+        st_t = op.state_type
+        el = st_t.element_type
+        shape = list(st_t.get_shape())
+        Kc = self.chunk
+        buf_t = MemRefType(el, [Kc, *shape])
+        H, GS, MU = (e.hoisted_alloca(buf_t) for _ in range(3))
+        row, grow, mu_in = (e.hoisted_alloca(st_t) for _ in range(3))
+        mu = self.shadow[op.state]  # cotangent of the final state; becomes that of the initial
+        cells = self.make_cells(e, free_float_values([op.coeffs, op.emit], op))
+        lb, ub, step = vmap[op.lb], vmap[op.ub], vmap[op.step]
+        ck, span = info["ck"], info["span"]
+        zero = e.fconst(0.0, el)
+
+        def chunk(c):
+            s0 = e.addi(lb, e.muli(c, span))
+            s1 = e.mini(e.addi(s0, span), ub)
+            n = e.trip_count(s0, s1, step)
+            # 1. the states of the chunk, from its checkpoint
+            e.copy_rows(shape, ck, [c], row, [])
+            self.recompute_states(e, op, vmap, s0, s1, step, row, H)
+
+            # 2. the consumer's cotangent of the state at each step, last step first
+            def emit_step(jj):
+                i = e.addi(s0, e.muli(jj, step))
+                e.copy_rows(shape, H, [jj], row, [])
+                e.fill(shape, grow, [], zero)
+                eb = op.emit.block
+                inner = dict(vmap)
+                inner[eb.args[0]], inner[eb.args[1]] = i, row
+                self.shadow[eb.args[1]] = grow
+                self.rev_block(e, eb, inner, Scope(cells=cells))
+                e.copy_rows(shape, grow, [], GS, [jj])
+
+            e.for_(e.iconst(0), n, emit_step, reverse=True)
+            # 3. the adjoint recurrence, backwards over the chunk
+            e.copy_rows(shape, mu, [], mu_in, [])
+            self.adjoint_scan(e, op, vmap, s0, step, n, mu, GS, MU, linear)
+
+            # 4. the producer's reverse: (da, db) per step into the input gradients
+            def param_step(jj):
+                i = e.addi(s0, e.muli(jj, step))
+                last = e.cmpi(jj, e.subi(n, e.iconst(1)), "eq")
+                first = e.cmpi(jj, e.iconst(0), "eq")
+                nxt = e.mini(e.addi(jj, e.iconst(1)), e.subi(n, e.iconst(1)))
+                prv = e.maxi(e.subi(jj, e.iconst(1)), e.iconst(0))
+
+                def lam_h(k):
+                    m = e.select(last, e.load(mu_in, k), e.load(MU, [nxt, *k]))
+                    lam = e.add(m, e.load(GS, [jj, *k]))
+                    hp = e.select(first, e.load(ck, [c, *k]), e.load(H, [prv, *k]))
+                    return lam, hp
+
+                cb = op.coeffs.block
+                yielded = list(cb.last_op.operands)
+                if linear:
+                    size = shape[0]
+                    inner = dict(vmap)
+                    inner[cb.args[0]] = i
+                    lh = [lam_h([e.iconst(j)]) for j in range(size)]
+                    seeds = []
+                    for j in range(size):
+                        for col in range(size):
+                            seeds.append((yielded[j * size + col], e.mul(lh[j][0], lh[col][1])))
+                        seeds.append((yielded[size * size + j], lh[j][0]))
+                    self.rev_block(e, cb, inner, Scope(cells=cells), seeds)
+                    return
+
+                def per_element(k):
+                    lam, hp = lam_h(k)
+                    inner = dict(vmap)
+                    inner[cb.args[0]] = i
+                    for a, kk in zip(cb.args[1:], k):
+                        inner[a] = kk
+                    seeds = [(yielded[0], e.mul(lam, hp)), (yielded[1], lam)]
+                    self.rev_block(e, cb, inner, Scope(cells=cells), seeds)
+
+                e.for_static(shape, per_element)
+
+            e.for_(e.iconst(0), n, param_step, reverse=True)
+
+        e.for_(e.iconst(0), info["chunks"], chunk, reverse=True)
+        self.read_cells(e, scope, cells)
+        e.dealloc(ck)
+
+    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H) -> None:
+        """The recurrence from s0 to s1 on `row`, its emit storing each state into H."""
+        shape = list(op.state_type.get_shape())
+        coeffs = Region()
+        op.coeffs.clone_into(coeffs, value_mapper=dict(vmap))
+        blk = Block(arg_types=[IndexType(), op.state_type])
+        outer, e.block = e.block, blk
+        jj = e.divui(e.subi(blk.args[0], s0), step)
+        e.copy_rows(shape, blk.args[1], [], H, [jj])
+        e.put(scan.YieldOp())
+        e.block = outer
+        e.put(type(op)(s0, s1, step, row, coeffs, Region(blk)))
+
+    def adjoint_scan(self, e: Emit, op, vmap, s0, step, n, mu, GS, MU, linear: bool) -> None:
+        """mu_{i-1} = a_i * (mu_i + g_i) (or M_i^T (mu_i + g_i)) from the chunk's last
+        step to its first; the state after each step goes to MU[jj]."""
+        shape = list(op.state_type.get_shape())
+        cb = op.coeffs.block
+        rank_args = [IndexType()] * (1 + (0 if linear else len(shape)))
+        cblk = Block(arg_types=rank_args)
+        outer, e.block = e.block, cblk
+        jj = e.subi(e.subi(n, e.iconst(1)), cblk.args[0])
+        inner = dict(vmap)
+        inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
+        for a, kk in zip(cb.args[1:], cblk.args[1:]):
+            inner[a] = kk
+        for cop in cb.ops:
+            if isinstance(cop, scan.YieldOp):
+                break
+            self.clone(e, cop, inner)
+        ys = [inner.get(v, v) for v in cb.last_op.operands]
+        if linear:
+            size = shape[0]
+            g = [e.load(GS, [jj, e.iconst(c)]) for c in range(size)]
+            mt = [ys[r * size + c] for c in range(size) for r in range(size)]  # M^T row-major
+            mg = []
+            for c in range(size):  # (M^T g)[c] = sum_r M[r][c] g[r], left to right
+                acc = e.mul(ys[c], g[0])
+                for r in range(1, size):
+                    acc = e.add(acc, e.mul(ys[r * size + c], g[r]))
+                mg.append(acc)
+            e.put(scan.YieldOp(*mt, *mg))
+        else:
+            a = ys[0]
+            e.put(scan.YieldOp(a, e.mul(a, e.load(GS, [jj, *cblk.args[1:]]))))
+        eblk = Block(arg_types=[IndexType(), op.state_type])
+        e.block = eblk
+        jj2 = e.subi(e.subi(n, e.iconst(1)), eblk.args[0])
+        e.copy_rows(shape, eblk.args[1], [], MU, [jj2])
+        e.put(scan.YieldOp())
+        e.block = outer
+        e.put(type(op)(e.iconst(0), n, e.iconst(1), mu, Region(cblk), Region(eblk)))
+
+    # -- scan.affine: a reverse scan.affine over the whole arrays -----------------------
+    def reverse_affine(self, e: Emit, op: scan.AffineOp, vmap, scope: Scope) -> None:
+        h_t = op.h.type
+        el = h_t.element_type
+        rank = h_t.get_num_dims()
+        axis = op.axis_value
+        a, h = vmap[op.a], vmap[op.h]
+        dims = [e.put(memref.DimOp(h, e.iconst(k))).result for k in range(rank)]
+        dyn = [DYNAMIC_INDEX] * rank
+        length = dims[axis]
+        one, zero = e.fconst(1.0, el), e.fconst(0.0, el)
+        L1 = e.subi(length, e.iconst(1))
+        # a_next[t] = a[t+1] in the scan's direction (1 past the end)
+        a_next = e.alloc(el, dyn, dims)
+        lam = e.alloc(el, dyn, dims)
+
+        def over_all(body):
+            def rec(k, idx):
+                if k == rank:
+                    body(idx)
+                    return
+                e.for_(e.iconst(0), dims[k], lambda i: rec(k + 1, [*idx, i]))
+
+            rec(0, [])
+
+        def shifted(idx, delta_sign):
+            t = idx[axis]
+            if op.is_reverse != (delta_sign < 0):  # neighbour toward the end of time order
+                edge = e.cmpi(t, e.iconst(0), "eq")
+                nb = e.maxi(e.subi(t, e.iconst(1)), e.iconst(0))
+            else:
+                edge = e.cmpi(t, L1, "eq")
+                nb = e.mini(e.addi(t, e.iconst(1)), L1)
+            return edge, [*idx[:axis], nb, *idx[axis + 1 :]]
+
+        def fill_next(idx):
+            edge, nidx = shifted(idx, +1)
+            e.store(e.select(edge, one, e.load(a, nidx)), a_next, idx)
+
+        over_all(fill_next)
+        dh = self.shadow[op.h]
+        dfinal = self.shadow.get(op.final) if op.final is not None else None
+        init = None
+        if dfinal is not None:
+            init = e.alloc(el, [DYNAMIC_INDEX] * (rank - 1), [d for k, d in enumerate(dims) if k != axis])
+            ch_dims = [d for k, d in enumerate(dims) if k != axis]
+
+            def copy_final(ch):
+                e.store(e.load(dfinal, ch), init, ch)
+                e.store(zero, dfinal, ch)
+
+            def over_ch(body, k=0, idx=()):
+                if k == rank - 1:
+                    body(list(idx))
+                    return
+                e.for_(e.iconst(0), ch_dims[k], lambda i: over_ch(body, k + 1, (*idx, i)))
+
+            over_ch(copy_final)
+        e.put(scan.AffineOp(a_next, dh, lam, axis, init=init, reverse=not op.is_reverse))
+        d_a, d_b = self.shadow.get(op.a), self.shadow.get(op.b)
+        d_init = self.shadow.get(op.init) if op.init is not None else None
+        h0 = vmap[op.init] if op.init is not None else None
+
+        def grads(idx):
+            lv = e.load(lam, idx)
+            e.store(zero, dh, idx)  # h is overwritten by the scan
+            if d_b is not None:
+                e.accumulate(d_b, idx, lv)
+            edge, pidx = shifted(idx, -1)
+            ch = [*idx[:axis], *idx[axis + 1 :]]
+            prev_h = e.load(h, pidx)
+            if h0 is not None:
+                prev_h = e.select(edge, e.load(h0, ch), prev_h)
+            else:
+                prev_h = e.select(edge, zero, prev_h)
+            if d_a is not None:
+                e.accumulate(d_a, idx, e.mul(lv, prev_h))
+            if d_init is not None:
+                # only the first step in time order reaches the initial state
+                e.accumulate(d_init, ch, e.select(edge, e.mul(lv, e.load(a, idx)), zero))
+
+        # lam is read whole before dh is cleared: grads reads lam, not dh
+        over_all(grads)
+        e.dealloc(a_next)
+        e.dealloc(lam)
+        if init is not None:
+            e.dealloc(init)
+
+
+def _memory_effects(op: Operation) -> tuple[list[SSAValue], list[SSAValue]]:
+    """(memrefs read, memrefs written) by op and the ops nested in it."""
+    reads: list[SSAValue] = []
+    writes: list[SSAValue] = []
+    for o in op.walk():
+        r, w = _own_memory_effects(o)
+        reads += r
+        writes += w
+    return reads, writes
+
+
+def _own_memory_effects(o: Operation) -> tuple[list[SSAValue], list[SSAValue]]:
+    """(memrefs read, memrefs written) by o itself, not the ops nested in it."""
+    reads: list[SSAValue] = []
+    writes: list[SSAValue] = []
+    if isinstance(o, memref.LoadOp):
+        reads.append(o.memref)
+    elif isinstance(o, memref.StoreOp):
+        writes.append(o.memref)
+    elif isinstance(o, scan.AffineOp):
+        reads += [o.a, o.b] + ([o.init] if o.init is not None else [])
+        writes += [o.h] + ([o.final] if o.final is not None else [])
+    elif isinstance(o, (scan.RecurrenceOp, scan.LinearRecurrenceOp)):
+        reads.append(o.state)
+        writes.append(o.state)
+    elif isinstance(o, memref.CopyOp):
+        reads.append(o.source)
+        writes.append(o.destination)
+    return reads, writes
+
+
+def has_scan_ops(fn: func.FuncOp) -> bool:
+    return any(isinstance(op, SCAN_OPS) for op in fn.walk())
+
+
+def build_vjp(fn: func.FuncOp, chunk: int = 64) -> func.FuncOp:
+    """`@<name>_vjp` of one function (see the module docstring); GradRefused if not."""
+    return VjpBuilder(fn, chunk).build()
+
+
+@dataclass(frozen=True)
+class ScanweaverGrad(ModulePass):
+    """Add `@<name>_vjp` next to every public function holding scan ops."""
+
+    name = "scanweaver-grad"
+
+    chunk: int = 64
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.chunk < 1:
+            raise ScanWeaverError(f"scanweaver-grad: chunk must be >= 1, got {self.chunk}")
+        names = {f.sym_name.data for f in op.ops if isinstance(f, func.FuncOp)}
+        for fn in list(op.ops):
+            if not isinstance(fn, func.FuncOp) or fn.is_declaration or not has_scan_ops(fn):
+                continue
+            if fn.sym_visibility is not None and fn.sym_visibility.data != "public":
+                continue
+            name = fn.sym_name.data + "_vjp"
+            if name in names:
+                continue
+            vjp = build_vjp(fn, self.chunk)
+            op.body.block.insert_op_after(vjp, fn)

@@ -1,0 +1,55 @@
+"""Argument checks for the PyTorch operators: one error naming the argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
+
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def tensor(name: str, x: Any, optional: bool = False) -> torch.Tensor | None:
+    """x as a dense floating-point tensor (None passes when optional)."""
+    if x is None:
+        if optional:
+            return None
+        raise ScanWeaverTypeError(f"argument '{name}' is required (got None)")
+    if not isinstance(x, torch.Tensor):
+        raise ScanWeaverTypeError(f"argument '{name}' must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise ScanWeaverValueError(f"argument '{name}' has layout {x.layout}; only dense (strided) tensors are supported")
+    if x.is_complex():
+        raise ScanWeaverTypeError(f"argument '{name}' is complex ({x.dtype}); only real tensors are supported")
+    if x.dtype not in FLOATS:
+        raise ScanWeaverTypeError(
+            f"argument '{name}' has dtype {x.dtype}; expected a floating dtype "
+            "(float32, float64, float16 or bfloat16)"
+        )
+    return x
+
+
+def same_device(named: dict[str, torch.Tensor | None]) -> torch.device:
+    given = [(n, t) for n, t in named.items() if t is not None]
+    first_name, first = given[0]
+    for n, t in given[1:]:
+        if t.device != first.device:
+            raise ScanWeaverValueError(
+                f"argument '{n}' is on {t.device} but '{first_name}' is on {first.device}; "
+                "pass all tensors on one device"
+            )
+    return first.device
+
+
+def shape(name: str, x: torch.Tensor | None, want: tuple[int, ...], meaning: str) -> None:
+    if x is not None and tuple(x.shape) != tuple(want):
+        raise ScanWeaverValueError(f"argument '{name}' has shape {tuple(x.shape)}; expected {tuple(want)} ({meaning})")
+
+
+def view(x: torch.Tensor, dtype: np.dtype) -> np.ndarray:
+    """A numpy view of x in `dtype` (zero copy when x is contiguous and of that dtype)."""
+    tdt = torch.float64 if dtype == np.float64 else torch.float32
+    return x.detach().to(tdt).contiguous().numpy()

@@ -1,0 +1,125 @@
+"""`linear_scan`: h[t] = a[t] * h[t-1] + b[t] along one dimension, as a PyTorch operator.
+
+  scanweaver::linear_scan_fwd   the compiled scan.affine kernel (CPU JIT)
+  scanweaver::linear_scan_bwd   its compiled VJP (`scanweaver-grad`: a reverse scan.affine)
+
+Both take (channels, L) tensors; `linear_scan` moves `dim` last and flattens the others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.runtime.cpu_scan import num_threads, parallel_for, split_range
+from scanweaver.torch import _checks
+from scanweaver.torch import _kernels
+
+_EL = {torch.float32: "f32", torch.float64: "f64"}
+
+
+def _no_cuda(what: str):
+    raise BackendUnavailableError(
+        f"linear_scan {what} on CUDA tensors is not available yet (CPU JIT only); move the tensors to the CPU"
+    )
+
+
+def _rows(C: int, L: int) -> list[tuple[int, int]]:
+    threads = num_threads() if C * L >= (1 << 16) else 1
+    return split_range(C, min(C, threads * 4))
+
+
+@torch.library.custom_op("scanweaver::linear_scan_fwd", mutates_args=())
+def linear_scan_fwd(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, reverse: bool) -> torch.Tensor:
+    """a, b: (C, L); h0: (C,).  Returns h (C, L)."""
+    if a.device.type == "cuda":
+        _no_cuda("forward")
+    el = _EL[a.dtype]
+    k = _kernels.affine_forward(el, bool(reverse))
+    dt = np.dtype(np.float64 if el == "f64" else np.float32)
+    av, bv, hv = (_checks.view(x, dt) for x in (a, b, h0))
+    h = np.empty(av.shape, dt)
+    parallel_for([k.bind(av[lo:hi], bv[lo:hi], hv[lo:hi], h[lo:hi]) for lo, hi in _rows(*av.shape)])
+    return torch.from_numpy(h)
+
+
+@linear_scan_fwd.register_fake
+def _(a, b, h0, reverse):
+    return torch.empty_like(a)
+
+
+@torch.library.custom_op("scanweaver::linear_scan_bwd", mutates_args=())
+def linear_scan_bwd(
+    a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, reverse: bool, dh: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(da, db, dh0) from the cotangent dh of h."""
+    if a.device.type == "cuda":
+        _no_cuda("backward")
+    el = _EL[a.dtype]
+    k = _kernels.affine_vjp(el, bool(reverse))
+    dt = np.dtype(np.float64 if el == "f64" else np.float32)
+    av, bv, hv = (_checks.view(x, dt) for x in (a, b, h0))
+    g = _checks.view(dh, dt).copy()  # consumed by the VJP
+    h = np.empty(av.shape, dt)  # the VJP recomputes h here
+    da, db, dh0 = np.zeros_like(av), np.zeros_like(bv), np.zeros_like(hv)
+    tasks = [k.bind(av[lo:hi], bv[lo:hi], hv[lo:hi], h[lo:hi], da[lo:hi], db[lo:hi], dh0[lo:hi], g[lo:hi])
+             for lo, hi in _rows(*av.shape)]
+    parallel_for(tasks)
+    return torch.from_numpy(da), torch.from_numpy(db), torch.from_numpy(dh0)
+
+
+@linear_scan_bwd.register_fake
+def _(a, b, h0, reverse, dh):
+    return torch.empty_like(a), torch.empty_like(b), torch.empty_like(h0)
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, h0, reverse = inputs
+    ctx.save_for_backward(a, b, h0)
+    ctx.reverse = reverse
+
+
+def _backward(ctx, dh):
+    a, b, h0 = ctx.saved_tensors
+    da, db, dh0 = torch.ops.scanweaver.linear_scan_bwd(a, b, h0, ctx.reverse, dh.contiguous())
+    need = ctx.needs_input_grad
+    return (da if need[0] else None, db if need[1] else None, dh0 if need[2] else None, None)
+
+
+linear_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def linear_scan(a, b, h0=None, reverse=False, dim=-1):
+    """h[t] = a[t] * h[t-1] + b[t] along `dim` (h[-1] = h0, zeros when None), differentiable.
+
+    a, b: tensors of one shape and dtype (float32 or float64); h0: the shape of `a`
+    without `dim`.  reverse: t runs from the end of `dim` (h[t] = a[t] * h[t+1] + b[t]).
+    Returns h, of a's shape and dtype.
+    """
+    a, b = _checks.tensor("a", a), _checks.tensor("b", b)
+    h0 = _checks.tensor("h0", h0, optional=True)
+    _checks.same_device({"a": a, "b": b, "h0": h0})
+    for name, x in (("a", a), ("b", b), ("h0", h0)):
+        if x is not None and x.dtype not in _EL:
+            raise ScanWeaverTypeError(f"argument '{name}' has dtype {x.dtype}; linear_scan takes float32 or float64")
+    if b.dtype != a.dtype or (h0 is not None and h0.dtype != a.dtype):
+        raise ScanWeaverTypeError(
+            f"arguments 'a' ({a.dtype}), 'b' ({b.dtype})"
+            + (f" and 'h0' ({h0.dtype})" if h0 is not None else "") + " must have one dtype")
+    _checks.shape("b", b, a.shape, "the shape of 'a'")
+    if a.dim() == 0:
+        raise ScanWeaverValueError("arguments 'a' and 'b' must have at least one dimension")
+    if not isinstance(dim, int) or not -a.dim() <= dim < a.dim():
+        raise ScanWeaverValueError(f"dim {dim!r} is out of range for {a.dim()}-dimensional inputs")
+    if not isinstance(reverse, bool):
+        raise ScanWeaverTypeError(f"reverse must be True or False, got {reverse!r}")
+    dim %= a.dim()
+    channels = a.shape[:dim] + a.shape[dim + 1:]
+    _checks.shape("h0", h0, channels, f"'a' without dim {dim}")
+    L = a.shape[dim]
+    a2 = a.movedim(dim, -1).reshape(-1, L)
+    b2 = b.movedim(dim, -1).reshape(-1, L)
+    h02 = h0.reshape(-1) if h0 is not None else a.new_zeros(a2.shape[0])
+    h = torch.ops.scanweaver.linear_scan_fwd(a2, b2, h02, reverse)
+    return h.reshape(*channels, L).movedim(-1, dim)

@@ -1,0 +1,243 @@
+"""`selective_scan_fn`: Mamba's selective scan as a PyTorch operator that trains.
+
+Same signature, shapes and meaning as `mamba_ssm.ops.selective_scan_interface.
+selective_scan_fn` (shared/DESIGN.md section 2).  Two custom ops:
+
+  scanweaver::selective_scan_fwd   the forward kernel (CPU JIT; CUDA runtime on GPUs)
+  scanweaver::selective_scan_bwd   the compiled VJP of the same IR (`scanweaver-grad`)
+
+registered with fake (meta) implementations and autograd, so torch.compile traces them
+and torch.library.opcheck passes.  The kernels always take D and delta_bias (zeros when
+absent) and always write the last state: fewer compiled variants, same results.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from scanweaver.errors import BackendUnavailableError, ScanWeaverValueError
+from scanweaver.runtime.cpu_scan import SelectiveScanSpec, num_threads, parallel_for, split_range
+from scanweaver.torch import _checks
+from scanweaver.torch import _kernels
+
+MAX_STATE = 64
+
+
+def _compute_dtype(u: torch.Tensor) -> np.dtype:
+    return np.dtype(np.float64) if u.dtype == torch.float64 else np.dtype(np.float32)
+
+
+def _kind(x: torch.Tensor) -> str:
+    return {2: "const", 3: "shared", 4: "grouped"}[x.dim()]
+
+
+def _to_kernel_layout(x: np.ndarray) -> np.ndarray:
+    """(batch, N, L) -> (batch, L, N) and (batch, G, N, L) -> (batch, G, L, N)."""
+    return x if x.ndim == 2 else np.ascontiguousarray(np.swapaxes(x, -1, -2))
+
+
+def _from_kernel_layout(x: np.ndarray) -> np.ndarray:
+    return x if x.ndim == 2 else np.ascontiguousarray(np.swapaxes(x, -1, -2))
+
+
+def _spec(N: int, B: torch.Tensor, C: torch.Tensor, has_z: bool, softplus: bool) -> SelectiveScanSpec:
+    return SelectiveScanSpec(N, _kind(B), _kind(C), True, has_z, True, bool(softplus), False, True)
+
+
+def _arrays(u, delta, A, B, C, D, z, delta_bias):
+    """numpy views in the compute dtype, B and C in the kernel's layout, D/bias filled."""
+    dt = _compute_dtype(u)
+    Dn = u.shape[1]
+    arrs = [_checks.view(u, dt), _checks.view(delta, dt), _checks.view(A, dt),
+            _to_kernel_layout(_checks.view(B, dt)), _to_kernel_layout(_checks.view(C, dt)),
+            _checks.view(D, dt) if D is not None else np.zeros(Dn, dt)]
+    arrs += [_checks.view(z, dt)] if z is not None else []
+    arrs += [_checks.view(delta_bias, dt) if delta_bias is not None else np.zeros(Dn, dt)]
+    return dt, arrs
+
+
+def _tasks(Dn: int, size: int, per_thread: int) -> tuple[int, list[tuple[int, int]]]:
+    threads = num_threads() if size >= (1 << 16) else 1
+    return threads, split_range(Dn, min(Dn, threads * per_thread))
+
+
+def _cuda_only_forward(*args, **kwargs):
+    from scanweaver.runtime.cuda import cuda_available, why_no_cuda
+
+    if not cuda_available():
+        raise BackendUnavailableError(f"selective_scan_fn on CUDA tensors: the CUDA runtime is not usable here: {why_no_cuda()}")
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@torch.library.custom_op("scanweaver::selective_scan_fwd", mutates_args=())
+def selective_scan_fwd(
+    u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+    D: Optional[torch.Tensor], z: Optional[torch.Tensor], delta_bias: Optional[torch.Tensor],
+    delta_softplus: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out in u's dtype, last state (batch, D, N) in the compute dtype)."""
+    if u.device.type == "cuda":
+        return _forward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    batch, Dn, L = u.shape
+    N = A.shape[1]
+    dt, arrs = _arrays(u, delta, A, B, C, D, z, delta_bias)
+    kernel = _kernels.selective_forward(_spec(N, B, C, z is not None, delta_softplus), dt == np.float64)
+    out = np.empty((batch, Dn, L), dt)
+    last = np.empty((batch, Dn, N), dt)
+    threads, parts = _tasks(Dn, batch * Dn * L * N, 4)
+    parallel_for([kernel.bind(*arrs, out, last, lo, hi) for lo, hi in parts], threads=threads)
+    return torch.from_numpy(out).to(u.dtype), torch.from_numpy(last)
+
+
+def _forward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    _cuda_only_forward()
+    from scanweaver.runtime.cuda_scan import selective_scan_cuda
+
+    f32 = lambda x: None if x is None else x.detach().float().contiguous()  # noqa: E731
+    out, last = selective_scan_cuda(f32(u), f32(delta), f32(A), f32(B), f32(C), f32(D), f32(z),
+                                    f32(delta_bias), delta_softplus, True, None)
+    return torch.as_tensor(out, device=u.device).to(u.dtype), torch.as_tensor(last, device=u.device)
+
+
+@selective_scan_fwd.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    dt = torch.float64 if u.dtype == torch.float64 else torch.float32
+    return u.new_empty(u.shape), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=dt)
+
+
+# ---------------------------------------------------------------------------- backward
+
+
+@torch.library.custom_op("scanweaver::selective_scan_bwd", mutates_args=())
+def selective_scan_bwd(
+    u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+    D: Optional[torch.Tensor], z: Optional[torch.Tensor], delta_bias: Optional[torch.Tensor],
+    delta_softplus: bool, dout: torch.Tensor, dlast: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) in the inputs' dtypes;
+    dD / dz / ddelta_bias are empty tensors when D / z / delta_bias are None."""
+    if u.device.type == "cuda":
+        raise BackendUnavailableError(
+            "selective_scan_fn backward on CUDA tensors is not available yet (the VJP runs on the CPU "
+            "JIT only); move the tensors to the CPU to train"
+        )
+    batch, Dn, L = u.shape
+    N = A.shape[1]
+    dt, arrs = _arrays(u, delta, A, B, C, D, z, delta_bias)
+    kernel = _kernels.selective_vjp(_spec(N, B, C, z is not None, delta_softplus), dt == np.float64)
+    g_out = _checks.view(dout, dt).copy()  # consumed by the VJP
+    g_last = _checks.view(dlast, dt).copy()
+    out_scratch = np.empty((batch, Dn, L), dt)  # primal outputs: never read by the VJP
+    last_scratch = np.empty((batch, Dn, N), dt)
+    shared = [np.zeros_like(arrs[0]), np.zeros_like(arrs[1]), np.zeros_like(arrs[2])]
+    tail = [np.zeros_like(a) for a in arrs[5:]]  # dD, [dz], dbias
+    threads, parts = _tasks(Dn, batch * Dn * L * N, 1)
+    # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
+    private = [_kind(B) != "const", _kind(C) != "const"]
+    dBC = [[np.zeros_like(arrs[3 + k]) for _ in parts] if private[k] else [np.zeros_like(arrs[3 + k])] * len(parts)
+           for k in range(2)]
+    tasks = []
+    for p, (lo, hi) in enumerate(parts):
+        shadows = [*shared, dBC[0][p], dBC[1][p], *tail, g_out, g_last]
+        tasks.append(kernel.bind(*arrs, out_scratch, last_scratch, lo, hi, *shadows))
+    parallel_for(tasks, threads=threads)
+    dB = _from_kernel_layout(sum(dBC[0][1:], dBC[0][0]) if private[0] else dBC[0][0])
+    dC = _from_kernel_layout(sum(dBC[1][1:], dBC[1][0]) if private[1] else dBC[1][0])
+    dD = tail[0]
+    dz = tail[1] if z is not None else None
+    dbias = tail[-1]
+
+    def back(g, like):
+        if like is None:
+            return u.new_empty((0,))
+        return torch.from_numpy(np.ascontiguousarray(g)).to(like.dtype)
+
+    return (back(shared[0], u), back(shared[1], delta), back(shared[2], A), back(dB, B), back(dC, C),
+            back(dD, D), back(dz, z), back(dbias, delta_bias))
+
+
+@selective_scan_bwd.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast):
+    like = lambda x: u.new_empty((0,)) if x is None else torch.empty_like(x)  # noqa: E731
+    return (torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), torch.empty_like(B),
+            torch.empty_like(C), like(D), like(z), like(delta_bias))
+
+
+def _setup_context(ctx, inputs, output):
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus = inputs
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
+    ctx.delta_softplus = delta_softplus
+    ctx.last_shape = output[1].shape
+    ctx.last_dtype = output[1].dtype
+
+
+def _backward(ctx, dout, dlast):
+    u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(u)
+    if dlast is None:
+        dlast = u.new_zeros(ctx.last_shape, dtype=ctx.last_dtype)
+    grads = torch.ops.scanweaver.selective_scan_bwd(
+        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast.to(ctx.last_dtype)
+    )
+    du, ddelta, dA, dB, dC, dD, dz, dbias = grads
+    need = ctx.needs_input_grad
+    pick = lambda g, i, present=True: g if (present and need[i]) else None  # noqa: E731
+    return (pick(du, 0), pick(ddelta, 1), pick(dA, 2), pick(dB, 3), pick(dC, 4),
+            pick(dD, 5, D is not None), pick(dz, 6, z is not None), pick(dbias, 7, delta_bias is not None), None)
+
+
+selective_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------------ public entry
+
+
+def selective_scan_fn(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+):
+    """Mamba's selective scan, differentiable: drop-in for mamba_ssm's selective_scan_fn.
+
+    u, delta, z: (batch, D, L); A: (D, N) real; B, C: (D, N), (batch, N, L) or
+    (batch, G, N, L) with G dividing D; D, delta_bias: (D,).  Returns out (batch, D, L)
+    in u's dtype, and with return_last_state also the state after the last step
+    (batch, D, N), float32 (float64 for float64 inputs).  Math is float32 for float32,
+    float16 and bfloat16 inputs, float64 for float64 inputs.
+    """
+    u = _checks.tensor("u", u)
+    delta, A = _checks.tensor("delta", delta), _checks.tensor("A", A)
+    B, C = _checks.tensor("B", B), _checks.tensor("C", C)
+    D = _checks.tensor("D", D, optional=True)
+    z = _checks.tensor("z", z, optional=True)
+    delta_bias = _checks.tensor("delta_bias", delta_bias, optional=True)
+    _checks.same_device({"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias})
+    if u.dim() != 3:
+        raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {tuple(u.shape)}")
+    batch, Dn, L = u.shape
+    _checks.shape("delta", delta, u.shape, "(batch, D, L) like 'u'")
+    if A.dim() != 2 or A.shape[0] != Dn:
+        raise ScanWeaverValueError(f"argument 'A' must have shape (D, N) = ({Dn}, N), got {tuple(A.shape)}")
+    N = A.shape[1]
+    if not 1 <= N <= MAX_STATE:
+        raise ScanWeaverValueError(f"argument 'A': state size N = {N} is not supported (1..{MAX_STATE})")
+    for name, x in (("B", B), ("C", C)):
+        if x.dim() == 4:
+            G = x.shape[1]
+            if x.shape[0] != batch or tuple(x.shape[2:]) != (N, L) or G == 0 or Dn % G:
+                raise ScanWeaverValueError(
+                    f"argument '{name}' (grouped) must have shape (batch, G, N, L) = ({batch}, G, {N}, {L}) "
+                    f"with G dividing D = {Dn}, got {tuple(x.shape)}")
+        elif tuple(x.shape) not in ((Dn, N), (batch, N, L)):
+            raise ScanWeaverValueError(
+                f"argument '{name}' must have shape (D, N) = {(Dn, N)}, (batch, N, L) = {(batch, N, L)} "
+                f"or (batch, G, N, L), got {tuple(x.shape)}")
+    _checks.shape("D", D, (Dn,), "(D,)")
+    _checks.shape("z", z, u.shape, "(batch, D, L) like 'u'")
+    _checks.shape("delta_bias", delta_bias, (Dn,), "(D,)")
+    out, last = torch.ops.scanweaver.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+    return (out, last) if return_last_state else out
