@@ -153,3 +153,96 @@ def peer_leaves(rank: int, world: int, init_file: str, out_dir: str) -> None:
         message = f"{type(e).__name__}: {e}"
     with open(f"{out_dir}/rank0.json", "w") as f:
         json.dump({"message": message, "seconds": time.monotonic() - t0}, f)
+
+
+SELECTIVE_CASES = [
+    # (dtype, B kind, C kind, D, z, delta_bias, softplus)
+    ("float32", "shared", "grouped", True, True, True, True),
+    ("float64", "const", "shared", False, False, False, False),
+    ("float64", "grouped", "const", True, False, True, True),
+]
+
+
+def _selective_inputs(seed, dtype, b_kind, c_kind, with_D, with_z, with_bias, batch=2,
+                      channels=4, n_state=3, groups=2):
+    g = torch.Generator().manual_seed(seed)
+    L = GLOBAL_LENGTH
+
+    def r(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+    def bc(kind):
+        return {"const": (channels, n_state), "shared": (batch, n_state, L),
+                "grouped": (batch, groups, n_state, L)}[kind]
+
+    return dict(
+        u=r(batch, channels, L), delta=r(batch, channels, L, scale=0.5),
+        A=-torch.exp(r(channels, n_state, scale=0.5)), B=r(*bc(b_kind)), C=r(*bc(c_kind)),
+        D=r(channels) if with_D else None, z=r(batch, channels, L) if with_z else None,
+        delta_bias=r(channels, scale=0.3) if with_bias else None,
+    ), r(batch, channels, L), r(batch, channels, n_state)
+
+
+TIME_LOCAL = ("u", "delta", "z")
+
+
+def _local_chunk(name, x, lo, hi):
+    if x is None:
+        return None
+    if name in TIME_LOCAL or (name in ("B", "C") and x.dim() >= 3):
+        return x[..., lo:hi].detach().clone()
+    return x.detach().clone()
+
+
+def check_selective_scan(rank: int, world: int, init_file: str, splits, out_dir: str) -> None:
+    import scanweaver.distributed as sd
+    import scanweaver.torch as st
+
+    init(rank, world, init_file)
+    lo = sum(splits[:rank])
+    hi = lo + splits[rank]
+    last = world - 1
+    report = []
+    for k, (dtype_name, b_kind, c_kind, with_D, with_z, with_bias, softplus) in enumerate(SELECTIVE_CASES):
+        dtype = getattr(torch, dtype_name)
+        full, w, wf = _selective_inputs(100 + k, dtype, b_kind, c_kind, with_D, with_z, with_bias)
+        ref_in = {n: (None if x is None else x.clone().requires_grad_()) for n, x in full.items()}
+        out, final = st.selective_scan_fn(**ref_in, delta_softplus=softplus, return_last_state=True)
+        ((out * w).sum() + (final * wf).sum()).backward()
+
+        loc = {n: _local_chunk(n, x, lo, hi) for n, x in full.items()}
+        for x in loc.values():
+            if x is not None:
+                x.requires_grad_()
+        got, got_final = sd.selective_scan_fn(**loc, delta_softplus=softplus, return_last_state=True)
+        loss = (got * w[..., lo:hi]).sum()
+        if rank == last:
+            loss = loss + (got_final * wf).sum()
+        loss.backward()
+
+        tol = 1e-5 if dtype == torch.float32 else 1e-10
+
+        def close(g, want, what):
+            if want.numel() == 0:
+                return 0.0
+            scale = max(float(want.abs().max()), 1e-30)
+            err = float((g.double() - want.double()).abs().max()) / scale
+            assert err <= tol, f"rank {rank} case {k} {what}: rel err {err:.3g}"
+            return err
+
+        errs = {"out": close(got.detach(), out.detach()[..., lo:hi], "out"),
+                "final": close(got_final.detach(), final.detach(), "final")}
+        for name, x in loc.items():
+            if x is None:
+                continue
+            want = ref_in[name].grad
+            if _local_chunk(name, want, lo, hi).shape != want.shape:  # time-local
+                errs["d" + name] = close(x.grad, want[..., lo:hi], "d" + name)
+            else:  # replicated parameter: the ranks' gradients add up to the total
+                total = x.grad.clone()
+                dist.all_reduce(total)
+                errs["d" + name] = close(total, want, "d" + name)
+        report.append({"case": k, "errors": errs})
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()

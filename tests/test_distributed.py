@@ -55,3 +55,12 @@ def test_needs_an_initialised_group():
 
     with pytest.raises(ScanWeaverError, match="init_process_group"):
         sd.linear_scan(torch.ones(2, 3), torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("splits", [[9, 14], [6, 0, 17]], ids=["2-ranks", "3-ranks-one-empty"])
+def test_selective_scan_matches_single_process(tmp_path, splits):
+    world = len(splits)
+    _run(workers.check_selective_scan, world, str(tmp_path / "rdv"), splits, str(tmp_path))
+    for rank in range(world):
+        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert len(report) == len(workers.SELECTIVE_CASES)

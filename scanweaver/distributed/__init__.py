@@ -6,5 +6,6 @@ the length.  Run under `torchrun` or any initialised process group (gloo on the 
 """
 
 from scanweaver.distributed.linear import linear_scan
+from scanweaver.distributed.selective import selective_scan_fn
 
-__all__ = ["linear_scan"]
+__all__ = ["linear_scan", "selective_scan_fn"]

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from scanweaver.errors import ScanWeaverError
+from scanweaver.distributed.collectives import run_collective
 
 # Rows of the float aggregate (float64), one column per channel.
 _LOG_ABS, _NEGATIVE, _HAS_ZERO, _B, _FIRST_A, _LAST_A, _H0, _NONEMPTY = range(8)
@@ -66,18 +66,9 @@ def chunk_aggregate(a: np.ndarray, b_final: np.ndarray, h0: np.ndarray | None) -
 def gather_aggregates(block: np.ndarray, group, what: str) -> np.ndarray:
     """All-gather every rank's block: (world, rows, channels).  Every rank must call it."""
     world = dist.get_world_size(group)
-    mine = torch.from_numpy(np.ascontiguousarray(block))
-    device = _collective_device(group)
-    mine = mine.to(device)
+    mine = torch.from_numpy(np.ascontiguousarray(block)).to(_collective_device(group))
     parts = [torch.empty_like(mine) for _ in range(world)]
-    try:
-        dist.all_gather(parts, mine, group=group)
-    except Exception as e:  # noqa: BLE001 - any backend failure ends the call on this rank
-        rank = dist.get_rank(group)
-        raise ScanWeaverError(
-            f"scanweaver.distributed: the all-gather of {what} failed on rank {rank} of "
-            f"{world} (a peer rank failed, left, or timed out): {e}"
-        ) from None
+    run_collective(lambda: dist.all_gather(parts, mine, group=group), group, what)
     return np.stack([p.cpu().numpy() for p in parts])
 
 

@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 
 from scanweaver.distributed import carries
-from scanweaver.errors import ScanWeaverError, ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.distributed.collectives import all_reduce_sum, require_group
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 
 _DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 
@@ -36,7 +37,7 @@ def linear_scan(a, b, h0=None, reverse=False, dim=-1, group=None, return_final_s
     Differentiable in ``a``, ``b`` and ``h0``; every rank of ``group`` must take part in
     every call and in the backward pass.
     """
-    _check_group(group)
+    require_group(group)
     a, b, h0 = _checked(a, b, h0, dim)
     dim = dim % a.dim()
     channel_shape = a.shape[:dim] + a.shape[dim + 1:]
@@ -66,8 +67,7 @@ class _DistributedLinearScan(torch.autograd.Function):
         g_h = torch.zeros_like(h) if g_h is None else g_h.contiguous()
         g_final = torch.zeros_like(carry_in) if g_final is None else g_final
         # The final state is replicated on every rank: its cotangent is the sum of theirs.
-        g_final = g_final.clone()
-        _all_reduce_sum(g_final, group)
+        g_final = all_reduce_sum(g_final, group, "the final-state cotangent")
         shifted = _shifted_coefficients(a, found, reverse, group)
         # Every rank holds the same summed g_final; the adjoint's start rank reads it.
         lam, _, adjoint = scan_across_ranks(
@@ -163,24 +163,6 @@ def _start_rank(nonempty: np.ndarray, reverse: bool):
     if ranks.size == 0:
         return None
     return int(ranks[-1] if reverse else ranks[0])
-
-
-def _all_reduce_sum(x: torch.Tensor, group) -> None:
-    try:
-        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
-    except Exception as e:  # noqa: BLE001
-        raise ScanWeaverError(
-            f"scanweaver.distributed: the all-reduce of the final-state cotangent failed "
-            f"on rank {dist.get_rank(group)}: {e}"
-        ) from None
-
-
-def _check_group(group) -> None:
-    if not dist.is_available() or not dist.is_initialized():
-        raise ScanWeaverError(
-            "scanweaver.distributed needs an initialised process group: call "
-            "torch.distributed.init_process_group(...) on every rank first"
-        )
 
 
 def _checked(a, b, h0, dim):
