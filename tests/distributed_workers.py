@@ -53,11 +53,10 @@ ALL_DTYPES = ("float32", "float64", "int32", "int64")
 
 
 def check_linear_scan(rank: int, world: int, init_file: str, splits, out_dir: str,
-                      dtypes=ALL_DTYPES, h0_options=(False, True)) -> None:
+                      dtypes=ALL_DTYPES, h0_options=(False, True)) -> list:
     """Every case: forward outputs and every gradient equal the single-process result."""
     import scanweaver.distributed as sd
 
-    init(rank, world, init_file)
     assert sum(splits) == GLOBAL_LENGTH and len(splits) == world
     lo = sum(splits[:rank])
     hi = lo + splits[rank]
@@ -82,9 +81,7 @@ def check_linear_scan(rank: int, world: int, init_file: str, splits, out_dir: st
     h = sd.linear_scan(at, bt, dim=0)
     want, _ = reference_scan(torch.tensor(a), torch.tensor(b), torch.zeros(2, dtype=torch.float64), False)
     assert torch.allclose(h, want.T[lo:hi], rtol=1e-12, atol=1e-12)
-    with open(f"{out_dir}/rank{rank}.json", "w") as f:
-        json.dump(report, f)
-    dist.destroy_process_group()
+    return report
 
 
 def _float_case(sd, rank, world, a, b, h0, w, wf, lo, hi, dtype, reverse):
@@ -194,16 +191,17 @@ def _local_chunk(name, x, lo, hi):
     return x.detach().clone()
 
 
-def check_selective_scan(rank: int, world: int, init_file: str, splits, out_dir: str) -> None:
+def check_selective_scan(rank: int, world: int, init_file: str, splits, out_dir: str,
+                         cases=None) -> list:
     import scanweaver.distributed as sd
     import scanweaver.torch as st
 
-    init(rank, world, init_file)
     lo = sum(splits[:rank])
     hi = lo + splits[rank]
     last = world - 1
     report = []
-    for k, (dtype_name, b_kind, c_kind, with_D, with_z, with_bias, softplus) in enumerate(SELECTIVE_CASES):
+    cases = SELECTIVE_CASES if cases is None else cases
+    for k, (dtype_name, b_kind, c_kind, with_D, with_z, with_bias, softplus) in enumerate(cases):
         dtype = getattr(torch, dtype_name)
         full, w, wf = _selective_inputs(100 + k, dtype, b_kind, c_kind, with_D, with_z, with_bias)
         ref_in = {n: (None if x is None else x.clone().requires_grad_()) for n, x in full.items()}
@@ -239,10 +237,22 @@ def check_selective_scan(rank: int, world: int, init_file: str, splits, out_dir:
             if _local_chunk(name, want, lo, hi).shape != want.shape:  # time-local
                 errs["d" + name] = close(x.grad, want[..., lo:hi], "d" + name)
             else:  # replicated parameter: the ranks' gradients add up to the total
-                total = x.grad.clone()
+                # (None where this rank's chunk does not use it, e.g. an empty chunk)
+                total = torch.zeros_like(x) if x.grad is None else x.grad.clone()
                 dist.all_reduce(total)
                 errs["d" + name] = close(total, want, "d" + name)
         report.append({"case": k, "errors": errs})
+    return report
+
+
+def check_all(rank: int, world: int, init_file: str, splits, out_dir: str,
+              linear_dtypes, linear_h0, selective_cases) -> None:
+    """One process group per test: the linear and the selective checks, then a report."""
+    init(rank, world, init_file)
+    report = {
+        "linear": check_linear_scan(rank, world, init_file, splits, out_dir, linear_dtypes, linear_h0),
+        "selective": check_selective_scan(rank, world, init_file, splits, out_dir, selective_cases),
+    }
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()

@@ -23,22 +23,27 @@ def _run(fn, world, *args, timeout=120):
         pass
 
 
-def _check(tmp_path, splits, dtypes, h0_options):
+CASES = {
+    # splits of the 23 steps, linear dtypes, linear h0 options, selective cases
+    "2-ranks": ([9, 14], workers.ALL_DTYPES, (False, True), workers.SELECTIVE_CASES),
+    "3-uneven-ranks-one-empty": ([6, 0, 17], ("float32", "int32"), (True,),
+                                 workers.SELECTIVE_CASES[:2]),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_outputs_and_gradients_match_single_process(tmp_path, name):
+    """Forward outputs and every gradient of linear_scan and selective_scan_fn equal the
+    single-process result (float32 within 1e-5 relative, integers bit-exact)."""
+    splits, dtypes, h0_options, selective = CASES[name]
     world = len(splits)
-    _run(workers.check_linear_scan, world, str(tmp_path / "rdv"), splits, str(tmp_path),
-         dtypes, h0_options)
+    _run(workers.check_all, world, str(tmp_path / "rdv"), splits, str(tmp_path), dtypes,
+         h0_options, selective)
     for rank in range(world):
         report = json.loads((tmp_path / f"rank{rank}.json").read_text())
-        # every dtype x direction x h0 case ran on every rank
-        assert len(report) == len(dtypes) * 2 * len(h0_options)
-
-
-def test_linear_scan_two_ranks_every_dtype_direction_and_h0(tmp_path):
-    _check(tmp_path, [9, 14], workers.ALL_DTYPES, (False, True))
-
-
-def test_linear_scan_three_uneven_ranks_one_empty(tmp_path):
-    _check(tmp_path, [5, 0, 18], ("float32", "int32"), (True,))
+        # every case ran to its asserts on every rank
+        assert len(report["linear"]) == len(dtypes) * 2 * len(h0_options)
+        assert len(report["selective"]) == len(selective)
 
 
 def test_a_rank_that_leaves_gives_a_clear_error_not_a_hang(tmp_path):
@@ -56,11 +61,3 @@ def test_needs_an_initialised_group():
     with pytest.raises(ScanWeaverError, match="init_process_group"):
         sd.linear_scan(torch.ones(2, 3), torch.ones(2, 3))
 
-
-@pytest.mark.parametrize("splits", [[9, 14], [6, 0, 17]], ids=["2-ranks", "3-ranks-one-empty"])
-def test_selective_scan_matches_single_process(tmp_path, splits):
-    world = len(splits)
-    _run(workers.check_selective_scan, world, str(tmp_path / "rdv"), splits, str(tmp_path))
-    for rank in range(world):
-        report = json.loads((tmp_path / f"rank{rank}.json").read_text())
-        assert len(report) == len(workers.SELECTIVE_CASES)
