@@ -16,12 +16,12 @@ from scanweaver.rewrites.grad import ScanweaverGrad
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
 
 
-def raise_and_grad(module_or_text, chunk: int = 3) -> str:
+def raise_and_grad(module_or_text, chunk: int = 3, functions: str = "") -> str:
     """Text of the module after scanweaver-raise and scanweaver-grad."""
     module = parse_ir(module_or_text) if isinstance(module_or_text, str) else module_or_text
     ctx = make_context()
     RaiseRecurrences().apply(ctx, module)
-    ScanweaverGrad(chunk=chunk).apply(ctx, module)
+    ScanweaverGrad(chunk=chunk, functions=functions).apply(ctx, module)
     module.verify()
     return print_ir(module)
 
@@ -38,6 +38,7 @@ def objective(text: str, name: str, args, cot) -> float:
 
 def check_vjp(text: str, name: str, args, rng, directions: int = 2, eps: float = 1e-6, tol: float = 1e-6):
     """Assert the VJP of @name matches finite differences; returns the gradients."""
+    text = parse_ir(text) if isinstance(text, str) else text  # parsed once for every run
     floats = [a for a in args if _is_float(a)]
     cot = [rng.standard_normal(a.shape) for a in floats]
     shadows = [c.copy() for c in cot]

@@ -53,7 +53,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     StringAttr,
 )
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, OpResult, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from scanweaver.dialects import scan
@@ -282,8 +282,27 @@ class VjpBuilder:
             written |= {m for m in writes if m in args}
             if isinstance(op, (scf.IfOp, func.CallOp)):
                 raise self.refuse("conditionals and calls are not supported", op)
+            if isinstance(op, scf.ForOp):
+                self.check_no_carried_memory(op)
             if isinstance(op, SCAN_OPS):
                 self.check_scan(op)
+
+    def check_no_carried_memory(self, loop: scf.ForOp) -> None:
+        """The VJP runs loop iterations backwards, recomputing each from memory as it
+        was: refuse loops whose iterations pass values to each other through a memref
+        (a recurrence the raise pass did not turn into a scan)."""
+        iv = loop.body.block.args[0]
+        reads, writes = _memory_effects(loop)
+        for m in set(reads) & set(writes):
+            if loop.is_ancestor(m.owner if isinstance(m, OpResult) else m.block.parent_op()):
+                continue  # a buffer of the iteration itself
+            if all(iv in idx for idx in _access_indices(loop, m)):
+                continue  # each iteration touches its own slice
+            if _initialized_first(loop.body.block, m):
+                continue  # each iteration overwrites it before reading it
+            raise self.refuse(
+                "a loop passes values between iterations through a memref (a recurrence that "
+                "was not raised into a scan; run scanweaver-raise{diagnose=true} to see why)", loop)
 
     def check_scan(self, op: Operation) -> None:
         if isinstance(op, scan.AffineOp):
@@ -779,6 +798,50 @@ def _own_memory_effects(o: Operation) -> tuple[list[SSAValue], list[SSAValue]]:
     return reads, writes
 
 
+def _access_indices(loop: Operation, m: SSAValue) -> list[tuple[SSAValue, ...]]:
+    """Index lists of every access of m inside loop (a recurrence's state: no indices)."""
+    out = []
+    for o in loop.walk():
+        if isinstance(o, (memref.LoadOp, memref.StoreOp)) and o.memref is m:
+            out.append(tuple(o.indices))
+        elif isinstance(o, SCAN_OPS) and m in o.operands:
+            out.append(())
+    return out
+
+
+def _initialized_first(block: Block, m: SSAValue) -> bool:
+    """The first op of block touching m writes all of it: a store to a rank-0 m, a loop
+    `for n in 0..size: store _, m[n]`, or a loop whose iterations each do so."""
+    for op in block.ops:
+        reads, writes = _memory_effects(op)
+        if m not in reads and m not in writes:
+            continue
+        t = m.type
+        if isinstance(op, memref.StoreOp):
+            return op.memref is m and t.get_num_dims() == 0
+        if not isinstance(op, scf.ForOp):
+            return False
+        body = op.body.block
+        first = next((o for o in body.ops if m in _memory_effects(o)[0] + _memory_effects(o)[1]), None)
+        full = (
+            isinstance(first, memref.StoreOp)
+            and t.get_num_dims() == 1
+            and tuple(first.indices) == (body.args[0],)
+            and _constant(op.lb) == 0
+            and _constant(op.step) == 1
+            and _constant(op.ub) == t.get_shape()[0]
+        )
+        return full or _initialized_first(body, m)
+    return False
+
+
+def _constant(v: SSAValue) -> int | None:
+    owner = getattr(v, "owner", None)
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
+
+
 def has_scan_ops(fn: func.FuncOp) -> bool:
     return any(isinstance(op, SCAN_OPS) for op in fn.walk())
 
@@ -790,23 +853,33 @@ def build_vjp(fn: func.FuncOp, chunk: int = 64) -> func.FuncOp:
 
 @dataclass(frozen=True)
 class ScanweaverGrad(ModulePass):
-    """Add `@<name>_vjp` next to every public function holding scan ops."""
+    """Add `@<name>_vjp` next to each public function with a float memref argument
+    (or, with `functions=a,b`, next to those named); refuse with a reason what cannot
+    be differentiated.  `chunk`: steps between state checkpoints."""
 
     name = "scanweaver-grad"
 
     chunk: int = 64
+    functions: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.chunk < 1:
             raise ScanWeaverError(f"scanweaver-grad: chunk must be >= 1, got {self.chunk}")
-        names = {f.sym_name.data for f in op.ops if isinstance(f, func.FuncOp)}
-        for fn in list(op.ops):
-            if not isinstance(fn, func.FuncOp) or fn.is_declaration or not has_scan_ops(fn):
-                continue
-            if fn.sym_visibility is not None and fn.sym_visibility.data != "public":
+        funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, func.FuncOp)}
+        wanted = [n.strip() for n in self.functions.split(",") if n.strip()]
+        for n in wanted:
+            if n not in funcs or funcs[n].is_declaration:
+                raise ScanWeaverError(f"scanweaver-grad: no function named '@{n}' to differentiate")
+        for fn in list(funcs.values()):
+            if wanted:
+                if fn.sym_name.data not in wanted:
+                    continue
+            elif (fn.is_declaration or fn.sym_name.data.endswith("_vjp")
+                  or (fn.sym_visibility is not None and fn.sym_visibility.data != "public")
+                  or not any(is_float_memref(t) for t in fn.function_type.inputs.data)):
                 continue
             name = fn.sym_name.data + "_vjp"
-            if name in names:
+            if name in funcs:
                 continue
             vjp = build_vjp(fn, self.chunk)
             op.body.block.insert_op_after(vjp, fn)
