@@ -245,14 +245,32 @@ def check_selective_scan(rank: int, world: int, init_file: str, splits, out_dir:
     return report
 
 
+def check_training_example(steps: int) -> dict:
+    """examples/train_mamba_distributed.py: losses and summed gradients of a few Adam
+    steps with the sequence split over the ranks equal the single-process run."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "train_mamba_distributed.py"
+    spec = importlib.util.spec_from_file_location("train_mamba_distributed", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    loss_diff, grad_diff = example.compare(steps=steps, log=lambda *_: None)
+    assert loss_diff <= 1e-5, f"loss differs by {loss_diff}"
+    assert grad_diff <= 1e-4, f"gradients differ by {grad_diff} (relative)"
+    return {"loss_diff": loss_diff, "grad_diff": grad_diff}
+
+
 def check_all(rank: int, world: int, init_file: str, splits, out_dir: str,
-              linear_dtypes, linear_h0, selective_cases) -> None:
+              linear_dtypes, linear_h0, selective_cases, training_steps=0) -> None:
     """One process group per test: the linear and the selective checks, then a report."""
     init(rank, world, init_file)
     report = {
         "linear": check_linear_scan(rank, world, init_file, splits, out_dir, linear_dtypes, linear_h0),
         "selective": check_selective_scan(rank, world, init_file, splits, out_dir, selective_cases),
     }
+    if training_steps:
+        report["training"] = check_training_example(training_steps)
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()

@@ -24,10 +24,11 @@ def _run(fn, world, *args, timeout=120):
 
 
 CASES = {
-    # splits of the 23 steps, linear dtypes, linear h0 options, selective cases
-    "2-ranks": ([9, 14], workers.ALL_DTYPES, (False, True), workers.SELECTIVE_CASES),
+    # splits of the 23 steps, linear dtypes, linear h0 options, selective cases,
+    # Adam steps of examples/train_mamba_distributed.py
+    "2-ranks": ([9, 14], workers.ALL_DTYPES, (False, True), workers.SELECTIVE_CASES, 3),
     "3-uneven-ranks-one-empty": ([6, 0, 17], ("float32", "int32"), (True,),
-                                 workers.SELECTIVE_CASES[:2]),
+                                 workers.SELECTIVE_CASES[:2], 2),
 }
 
 
@@ -35,15 +36,16 @@ CASES = {
 def test_outputs_and_gradients_match_single_process(tmp_path, name):
     """Forward outputs and every gradient of linear_scan and selective_scan_fn equal the
     single-process result (float32 within 1e-5 relative, integers bit-exact)."""
-    splits, dtypes, h0_options, selective = CASES[name]
+    splits, dtypes, h0_options, selective, training_steps = CASES[name]
     world = len(splits)
     _run(workers.check_all, world, str(tmp_path / "rdv"), splits, str(tmp_path), dtypes,
-         h0_options, selective)
+         h0_options, selective, training_steps)
     for rank in range(world):
         report = json.loads((tmp_path / f"rank{rank}.json").read_text())
         # every case ran to its asserts on every rank
         assert len(report["linear"]) == len(dtypes) * 2 * len(h0_options)
         assert len(report["selective"]) == len(selective)
+        assert report["training"]["loss_diff"] <= 1e-5
 
 
 def test_a_rank_that_leaves_gives_a_clear_error_not_a_hang(tmp_path):
