@@ -6,7 +6,8 @@ d_conv - 1 steps before the chunk) from the ranks before it, and the selective s
 through `scanweaver.distributed.selective_scan_fn`, whose only communication is the
 per-(batch, channel, state) chunk carries.  Gradients of the replicated weights are
 summed over ranks (what DistributedDataParallel does).  Each step is checked against the
-same model run on the whole sequence in one process: losses and gradients must match.
+same model run on the whole sequence in one process (with the plain PyTorch reference
+scan and autograd): losses and gradients must match.
 
     torchrun --nproc-per-node 2 examples/train_mamba_distributed.py [--steps 20]
 """
@@ -103,6 +104,7 @@ def compare(steps=20, batch=4, length=24, vocab=12, d_model=16, layers=2, d_stat
     torch.manual_seed(seed)
     sharded = tiny.TinyMamba(vocab, d_model, layers, d_state)
     single = copy.deepcopy(sharded)
+    single.use_scan(tiny.selective_scan_ref)  # the whole sequence, plain PyTorch + autograd
     opt_sharded = torch.optim.Adam(sharded.parameters(), lr=lr)
     opt_single = torch.optim.Adam(single.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)

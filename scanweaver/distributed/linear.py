@@ -105,12 +105,15 @@ def scan_across_ranks(a, b, h0, reverse, group, what):
 
 
 def _local_final(a: np.ndarray, b: np.ndarray, reverse: bool) -> np.ndarray:
+    """The chunk's final state from a zero start.  An explicit zero `h0` means the
+    same as none (the sequential loop starts from 0) and reuses the rescan's kernel."""
+    zero = np.zeros(a.shape[0], dtype=a.dtype)
     if a.shape[1] == 0:
-        return np.zeros(a.shape[0], dtype=a.dtype)
+        return zero
     import scanweaver
 
     _, final = scanweaver.linear_scan(
-        a, b, reverse=reverse, backend="cpu", return_final_state=True
+        a, b, zero, reverse=reverse, backend="cpu", return_final_state=True
     )
     return final
 
