@@ -68,7 +68,8 @@ def gather_aggregates(block: np.ndarray, group, what: str) -> np.ndarray:
     world = dist.get_world_size(group)
     mine = torch.from_numpy(np.ascontiguousarray(block)).to(_collective_device(group))
     parts = [torch.empty_like(mine) for _ in range(world)]
-    run_collective(lambda: dist.all_gather(parts, mine, group=group), group, what)
+    run_collective(lambda: dist.all_gather(parts, mine, group=group), group, what,
+                   world * mine.numel() * mine.element_size())
     return np.stack([p.cpu().numpy() for p in parts])
 
 

@@ -6,10 +6,28 @@ lacks; this one differentiates through one all-reduce, which every backend has.
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import torch
 import torch.distributed as dist
 
 from scanweaver.errors import ScanWeaverError
+
+
+_recorded: list[dict] | None = None
+
+
+@contextlib.contextmanager
+def record_collectives():
+    """Collect (what, bytes received, seconds) of every collective run inside the block
+    (the benchmark's communication figures)."""
+    global _recorded
+    outer, _recorded = _recorded, []
+    try:
+        yield _recorded
+    finally:
+        _recorded = outer
 
 
 def require_group(group) -> None:
@@ -28,7 +46,8 @@ def all_gather(x: torch.Tensor, group, what: str) -> torch.Tensor:
 
 def all_reduce_sum(x: torch.Tensor, group, what: str) -> torch.Tensor:
     out = x.detach().clone().contiguous()
-    run_collective(lambda: dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group), group, what)
+    run_collective(lambda: dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group), group, what,
+                   out.numel() * out.element_size())
     return out
 
 
@@ -48,7 +67,8 @@ class _AllGather(torch.autograd.Function):
     def forward(ctx, x, group, what):
         world = dist.get_world_size(group)
         parts = [torch.empty_like(x) for _ in range(world)]
-        run_collective(lambda: dist.all_gather(parts, x, group=group), group, what)
+        run_collective(lambda: dist.all_gather(parts, x, group=group), group, what,
+                       world * x.numel() * x.element_size())
         ctx.group, ctx.what = group, what
         return torch.stack(parts)
 
@@ -70,7 +90,10 @@ class _DependOn(torch.autograd.Function):
         return grad, torch.zeros(ctx.shape, dtype=ctx.dtype, device=ctx.device)
 
 
-def run_collective(collective, group, what: str) -> None:
+def run_collective(collective, group, what: str, nbytes: int = 0) -> None:
+    """Run one collective; a failure becomes one error naming it, the rank and the group
+    size.  `nbytes`: the bytes this rank receives (recorded for the benchmark)."""
+    start = time.perf_counter()
     try:
         collective()
     except Exception as e:  # noqa: BLE001 - any backend failure ends the call on this rank
@@ -79,3 +102,5 @@ def run_collective(collective, group, what: str) -> None:
             f"scanweaver.distributed: the collective for {what} failed on rank {rank} of "
             f"{world} (a peer rank failed, left, or timed out): {e}"
         ) from None
+    if _recorded is not None:
+        _recorded.append({"what": what, "bytes": nbytes, "seconds": time.perf_counter() - start})
