@@ -64,3 +64,22 @@ def test_needs_an_initialised_group():
     with pytest.raises(ScanWeaverError, match="init_process_group"):
         sd.linear_scan(torch.ones(2, 3), torch.ones(2, 3))
 
+
+
+def test_bench_report_tables_come_from_the_measurements(tmp_path):
+    from scanweaver.bench import distributed as bench
+
+    row = lambda s, c, b, n: {"seconds": s, "collective_seconds": c, "compute_seconds": s - c,  # noqa: E731
+                              "collective_bytes": b, "local_steps": n}
+    keys = ["affine/fwd", "affine/fwd+bwd", "selective/fwd", "selective/fwd+bwd"]
+    measured = {
+        1: [{k: row(0.2, 0.001, 4096, 1000) for k in keys}],
+        2: [{k: row(0.1, 0.002, 8192, 500) for k in keys}, {k: row(0.12, 0.004, 8192, 500) for k in keys}],
+    }
+    bench.write(measured, tmp_path)
+    text = (tmp_path / "DISTRIBUTED.md").read_text()
+    assert "| affine/fwd | 2 | 500 | 120.00 | 116.00 | 4.00 | 8192 |" in text  # slowest rank
+    model = json.loads((tmp_path / "results" / "distributed.json").read_text())["model_p8"]
+    # compute per step 116 us at P = 2, times L/8 steps of the affine case
+    assert model["affine/fwd"]["compute_seconds"] == pytest.approx(0.116 / 500 * bench.AFFINE["L"] / 8)
+    assert "a model, not a measurement" in text
