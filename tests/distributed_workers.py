@@ -277,3 +277,26 @@ def check_all(rank: int, world: int, init_file: str, splits, out_dir: str,
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()
+
+
+def peer_stalls(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """Rank 1 stalls past the group's timeout; rank 0 must fail with a clear error once
+    the timeout has passed, not wait for it."""
+    import scanweaver.distributed as sd
+
+    import scanweaver
+
+    init(rank, world, init_file, timeout_s=4.0)
+    if rank == 1:
+        time.sleep(12.0)
+        return
+    zeros = np.zeros(2, np.float32)
+    scanweaver.linear_scan(np.ones((2, 5), np.float32), np.ones((2, 5), np.float32), zeros)  # compile
+    t0 = time.monotonic()
+    try:
+        sd.linear_scan(torch.ones(2, 5), torch.ones(2, 5))
+        message = "no error"
+    except Exception as e:  # noqa: BLE001 - the test inspects the message
+        message = f"{type(e).__name__}: {e}"
+    with open(f"{out_dir}/rank0.json", "w") as f:
+        json.dump({"message": message, "seconds": time.monotonic() - t0}, f)

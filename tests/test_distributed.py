@@ -83,3 +83,10 @@ def test_bench_report_tables_come_from_the_measurements(tmp_path):
     # compute per step 116 us at P = 2, times L/8 steps of the affine case
     assert model["affine/fwd"]["compute_seconds"] == pytest.approx(0.116 / 500 * bench.AFFINE["L"] / 8)
     assert "a model, not a measurement" in text
+
+
+def test_a_rank_that_stalls_past_the_timeout_gives_a_clear_error(tmp_path):
+    _run(workers.peer_stalls, 2, str(tmp_path / "rdv"), str(tmp_path), timeout=90)
+    result = json.loads((tmp_path / "rank0.json").read_text())
+    assert "scanweaver.distributed" in result["message"], result
+    assert result["seconds"] < 10, result  # the 4 s timeout, not the peer's 12 s stall
