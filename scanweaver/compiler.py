@@ -12,14 +12,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from typing import TYPE_CHECKING
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
-from scanweaver.ir import make_context, parse_ir, print_ir
-from scanweaver.rewrites.pipeline import stages_for
 from scanweaver.toolchain import cache
-from scanweaver.toolchain.mlir import emit_c_interface, lower_to_llvm_ir
+
+# xDSL and the passes load only when something is compiled: a build found in the disk
+# cache (`build_cpu`) runs without them, so a warm first call in a new process is fast.
+if TYPE_CHECKING:
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ModuleOp
 
 #: Pipeline target of each artifact kind.
 TARGET_FOR_KIND = {"llvm": "cpu", "mlir": "cpu", "ptx": "gpu", "cubin": "gpu"}
@@ -59,6 +61,9 @@ def lower(
 
 
 def _lower(text, target, source, progress, keep_stages, openmp) -> Lowered:
+    from scanweaver.ir import make_context, parse_ir, print_ir
+    from scanweaver.rewrites.pipeline import stages_for
+
     module = parse_ir(text, source)
     _refuse_nested_modules(module, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
@@ -81,6 +86,9 @@ def _lower(text, target, source, progress, keep_stages, openmp) -> Lowered:
 def cpu_llvm_ir(module: ModuleOp, openmp: bool = False, bounds_checks: bool = False) -> tuple[str, bool]:
     """LLVM IR for a CPU-lowered module (cached); returns (llvm_ir, cache_hit)."""
     from scanweaver.rewrites.i1_memrefs import widen_i1_memrefs
+
+    from scanweaver.ir import print_ir
+    from scanweaver.toolchain.mlir import emit_c_interface, lower_to_llvm_ir
 
     emit_c_interface(module)
     module = widen_i1_memrefs(module)  # MLIR's CPU lowering has no sub-byte loads
@@ -150,6 +158,9 @@ def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_c
 def _refuse_nested_modules(module: ModuleOp, source: str) -> None:
     """Several builtin.modules (or one nested in another) would compile to nothing:
     refuse them rather than write empty output."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ModuleOp
+
     nested = [op for op in module.walk() if isinstance(op, ModuleOp) and op is not module]
     if nested:
         names = sorted(f.sym_name.data for m in nested for f in m.walk() if isinstance(f, func.FuncOp))
@@ -161,6 +172,8 @@ def _refuse_nested_modules(module: ModuleOp, source: str) -> None:
 
 
 def public_functions(module: ModuleOp) -> dict[str, func.FuncOp]:
+    from xdsl.dialects import func
+
     return {
         op.sym_name.data: op
         for op in module.ops
@@ -176,3 +189,16 @@ def check_target(target: str) -> str:
     if target not in ("cpu", "cuda"):
         raise ScanWeaverValueError(f"unknown target '{target}' (expected 'cpu' or 'cuda')")
     return target
+
+
+def __getattr__(name: str):
+    # `compiler.parse_ir`, `compiler.stages_for`, ...: loaded on first use (see above).
+    if name in ("make_context", "parse_ir", "print_ir"):
+        from scanweaver import ir
+
+        return getattr(ir, name)
+    if name == "stages_for":
+        from scanweaver.rewrites.pipeline import stages_for
+
+        return stages_for
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -241,6 +241,13 @@ def _init_llvm() -> None:
     llvm.initialize_native_asmprinter()
     # MCJIT resolves external symbols in the process; libm is normally there via
     # Python itself, but make sure expf/log1pf/tanhf/erff resolve everywhere.
+    # The usual sonames first: `find_library` runs `ldconfig -p`, a subprocess.
+    for libm in ("libm.so.6", "libm.dylib"):
+        try:
+            llvm.load_library_permanently(libm)
+            return
+        except RuntimeError:
+            continue
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)

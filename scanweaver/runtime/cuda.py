@@ -43,9 +43,13 @@ def driver_implementation() -> str:
 @cache
 def why_no_cuda() -> str | None:
     """None when CUDA is usable, else one sentence saying why not."""
-    from scanweaver.runtime.cuda_driver import why_no_driver
+    from scanweaver.runtime import cuda_driver
 
-    return why_no_driver()
+    if cuda_driver.requested_driver() is None:  # an explicit binding is always tried
+        missing = cuda_driver.driver_library_missing()
+        if missing is not None:
+            return missing
+    return cuda_driver.why_no_driver()
 
 
 def cuda_available() -> bool:

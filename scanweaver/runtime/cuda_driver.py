@@ -432,6 +432,23 @@ def open_driver(name: str | None = None) -> CudaDriver:
     )
 
 
+# The CUDA driver API library itself: every binding dlopens it.  Trying it first costs
+# microseconds, while importing a binding (numba, cuda-python) to find it absent costs
+# a large part of a second on every machine without a GPU.
+_DRIVER_LIBRARIES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll", "libcuda.dylib")
+
+
+def driver_library_missing() -> str | None:
+    """None when the NVIDIA driver library can be loaded, else why not."""
+    for name in _DRIVER_LIBRARIES:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return None
+    return "the NVIDIA driver library (libcuda.so.1) is not installed, so no CUDA GPU can be used"
+
+
 def why_no_driver() -> str | None:
     try:
         open_driver()
