@@ -40,6 +40,7 @@ class _Expr:
     eval: Callable[[Env], Interval]
     text: str
     sources: frozenset[str] = frozenset()  # "dim 1 of argument 'x' (#0)" and the like
+    ivs: frozenset = frozenset()  # the loop induction variables it depends on
 
 
 class _Unknown(Exception):
@@ -51,6 +52,12 @@ class _Loop:
     iv: SSAValue
     lb: _Expr
     ub: _Expr
+
+    @property
+    def dependent(self) -> bool:
+        """Bounds that move with an outer loop (`i < min(C, L - t0)`): intervals lose
+        the correlation and would overestimate `t0 + i`, so such indices are not judged."""
+        return bool(self.lb.ivs or self.ub.ivs)
 
 
 @dataclass
@@ -137,7 +144,8 @@ class _Analysis:
                     raise _Unknown
                 lb, ub = loop.lb, loop.ub
                 return _Expr(lambda env: (lb.eval(env)[0], ub.eval(env)[1] - 1),
-                             f"{lb.text}..{ub.text}-1", lb.sources | ub.sources)
+                             f"{lb.text}..{ub.text}-1", lb.sources | ub.sources,
+                             frozenset({v}) | lb.ivs | ub.ivs)
             if v.owner is self.fn.body.blocks[0]:
                 i = v.index
                 return _Expr(lambda env: (int(env[i]), int(env[i])), self.contract.arg_names[i],
@@ -163,7 +171,7 @@ class _Analysis:
         if sym is None:
             raise _Unknown
         x, y = self.expr(op.operands[0]), self.expr(op.operands[1])
-        return _Expr(_combine(sym, x, y), f"({x.text} {sym} {y.text})", x.sources | y.sources)
+        return _Expr(_combine(sym, x, y), f"({x.text} {sym} {y.text})", x.sources | y.sources, x.ivs | y.ivs)
 
     def loop_scope(self, iv: SSAValue, lb: SSAValue, ub: SSAValue, step: SSAValue) -> _Loop | None:
         """Record the interval of a loop's induction variable (None: bounds not followed)."""
@@ -246,6 +254,9 @@ class _Analysis:
             indices = [self.expr(x) for x in op.indices]  # type: ignore[attr-defined]
         except _Unknown:
             self.contract.unchecked.append(text)
+            return
+        if any(self.loops.get(iv) is not None and self.loops[iv].dependent for e in indices for iv in e.ivs):
+            self.contract.unchecked.append(text)  # runtime bounds checks guard it instead
             return
         extents = [1] * len(indices)
         vt = op.result.type if isinstance(op, vector.LoadOp) else (op.vector.type if isinstance(op, vector.StoreOp) else None)
