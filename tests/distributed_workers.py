@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import time
 
 import numpy as np
@@ -151,6 +152,9 @@ def peer_leaves(rank: int, world: int, init_file: str, out_dir: str) -> None:
         message = f"{type(e).__name__}: {e}"
     with open(f"{out_dir}/rank0.json", "w") as f:
         json.dump({"message": message, "seconds": time.monotonic() - t0}, f)
+    # The group is broken now; gloo may abort the process at teardown over the send
+    # that never completed (see README, Scaling out), so leave without it.
+    os._exit(0)
 
 
 SELECTIVE_CASES = [
@@ -300,3 +304,6 @@ def peer_stalls(rank: int, world: int, init_file: str, out_dir: str) -> None:
         message = f"{type(e).__name__}: {e}"
     with open(f"{out_dir}/rank0.json", "w") as f:
         json.dump({"message": message, "seconds": time.monotonic() - t0}, f)
+    # The group is broken now; gloo may abort the process at teardown over the send
+    # that never completed (see README, Scaling out), so leave without it.
+    os._exit(0)
