@@ -137,26 +137,6 @@ def _int_case(sd, rank, a, b, h0, lo, hi, dtype, reverse):
     return {"dtype": str(dtype), "reverse": reverse, "exact": True}
 
 
-def peer_leaves(rank: int, world: int, init_file: str, out_dir: str) -> None:
-    """Rank 1 leaves before the collective; rank 0 must fail with a clear error, soon."""
-    import scanweaver.distributed as sd
-
-    init(rank, world, init_file, timeout_s=20.0)
-    if rank == 1:
-        return  # exits without calling: its sockets close
-    t0 = time.monotonic()
-    try:
-        sd.linear_scan(torch.ones(2, 5), torch.ones(2, 5))
-        message = "no error"
-    except Exception as e:  # noqa: BLE001 - the test inspects the message
-        message = f"{type(e).__name__}: {e}"
-    with open(f"{out_dir}/rank0.json", "w") as f:
-        json.dump({"message": message, "seconds": time.monotonic() - t0}, f)
-    # The group is broken now; gloo may abort the process at teardown over the send
-    # that never completed (see README, Scaling out), so leave without it.
-    os._exit(0)
-
-
 SELECTIVE_CASES = [
     # (dtype, B kind, C kind, D, z, delta_bias, softplus, oracle)
     # float32 against the single-process op (the same compiled kernels), float64 against
@@ -283,19 +263,19 @@ def check_all(rank: int, world: int, init_file: str, splits, out_dir: str,
     dist.destroy_process_group()
 
 
-def peer_stalls(rank: int, world: int, init_file: str, out_dir: str) -> None:
-    """Rank 1 stalls past the group's timeout; rank 0 must fail with a clear error once
-    the timeout has passed, not wait for it."""
+def _peer_misbehaves(rank: int, world: int, init_file: str, out_dir: str, timeout_s: float,
+                     stall_s: float) -> None:
+    """Rank 1 leaves (stall_s = 0) or stalls past the group's timeout instead of taking part;
+    rank 0 records the error its collective raises and how long that took."""
+    import scanweaver
     import scanweaver.distributed as sd
 
-    import scanweaver
-
-    init(rank, world, init_file, timeout_s=4.0)
+    init(rank, world, init_file, timeout_s=timeout_s)
     if rank == 1:
-        time.sleep(12.0)
-        return
-    zeros = np.zeros(2, np.float32)
-    scanweaver.linear_scan(np.ones((2, 5), np.float32), np.ones((2, 5), np.float32), zeros)  # compile
+        time.sleep(stall_s)
+        return  # exits without calling: its sockets close
+    ones = np.ones((2, 5), np.float32)
+    scanweaver.linear_scan(ones, ones, np.zeros(2, np.float32))  # compile first: time the collective
     t0 = time.monotonic()
     try:
         sd.linear_scan(torch.ones(2, 5), torch.ones(2, 5))
@@ -307,3 +287,14 @@ def peer_stalls(rank: int, world: int, init_file: str, out_dir: str) -> None:
     # The group is broken now; gloo may abort the process at teardown over the send
     # that never completed (see README, Scaling out), so leave without it.
     os._exit(0)
+
+
+def peer_leaves(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """Rank 1 leaves before the collective; rank 0 must fail with a clear error, soon."""
+    _peer_misbehaves(rank, world, init_file, out_dir, timeout_s=20.0, stall_s=0.0)
+
+
+def peer_stalls(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """Rank 1 stalls past the group's 4 s timeout; rank 0 must fail with a clear error
+    once the timeout has passed, not wait for it."""
+    _peer_misbehaves(rank, world, init_file, out_dir, timeout_s=4.0, stall_s=12.0)
