@@ -996,6 +996,8 @@ class _KernelGen:
         f_types = [v.type for v in frontier]
         last_stores = nest.last_stores
 
+        guard = bg.needs_overflow_guard(el, bs)
+
         def tile_body(le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
             start = le.add(le.mul(tl, tile), thread_base)
             # 1. this thread's pairs for all state elements; fold into aggregates.
@@ -1028,6 +1030,7 @@ class _KernelGen:
 
             # 2. exclusive scan of the aggregates, component groups of `self.group`.
             prefix: list[SSAValue] = []
+            flags: list[SSAValue] = []
             for g0 in range(0, self.n, self.group):
                 comps = list(range(g0, min(self.n, g0 + self.group)))
                 slots = []
@@ -1039,14 +1042,54 @@ class _KernelGen:
                 bg.blelloch_up_sweep(le, pairs, tid, bs, slots)
 
                 def seed(ie: Emitter, comps: list[int] = comps) -> None:
+                    if guard:  # overflow guard: the group's roots, flag in its first a slot
+                        roots = [ie.load(s, [ie.index(c * bs + bs - 1)]) for c in range(len(comps)) for s in (s_a, s_b)]
+                        bg.flag_tile_root(ie, roots, s_a, bs - 1)
                     for c, n in enumerate(comps):
                         ie.store(ie.load(s_c, [ie.index(n)]), s_b, [ie.index(c * bs + bs - 1)])
 
                 le.if_(le.cmp("eq", tid, zero), [], seed)
-                bg.blelloch_down_sweep(le, pairs, tid, bs, slots)
+                bg.blelloch_down_sweep(
+                    le, pairs, tid, bs, slots,
+                    after_first_barrier=(lambda ie: flags.append(bg.read_tile_flag(ie, s_a, bs - 1))) if guard else None,
+                )
                 for c, _n in enumerate(comps):
                     slot = le.add(tid, le.index(c * bs)) if c else tid
                     prefix.append(le.load(s_b, [slot]))
+
+            # A tile whose aggregates are not all finite takes its entering states in the
+            # loop's own order instead (blelloch_gpu, overflow guard).
+            if guard:
+                bad = flags[0]
+                for f in flags[1:]:
+                    bad = le.val(arith.OrIOp(bad, f))
+
+                def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+                    h = list(h)
+                    for k, inside, f_vals, a_s, b_s in items:
+
+                        def step(te: Emitter, k=k, f_vals=f_vals, a_s=a_s, b_s=b_s, h=h) -> list[SSAValue]:
+                            if self.keep:
+                                pa, pb = a_s, b_s
+                            else:
+                                pa, pb = pair_values(te, {**base, t_c: step_index(te, k), **dict(zip(frontier, f_vals))})
+                            return [pairs.apply(te, pa[n], h[n], pb[n]) for n in range(self.n)]
+
+                        h = list(ie.if_(inside, [el] * self.n, step, lambda te, h=h: h))
+                    return h
+
+                def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
+                    for n in range(self.n):
+                        ie.store(h[n], s_c, [ie.index(n)])
+
+                def exact(ie: Emitter) -> list[SSAValue]:
+                    return bg.sequential_entry_states(
+                        ie, tid, bs, [el] * self.n,
+                        lambda te, j: [te.load(s_c, [te.index(n)]) for n in range(self.n)],
+                        own_steps, store_carry,
+                    )
+
+                prefix = list(le.if_(bad, [el] * self.n, exact, lambda ie: prefix))
 
             # 3. replay: in-range steps update h and run the emit on the private state.
             h = prefix
