@@ -346,25 +346,32 @@ def sequential_entry_states(
     load_state: Callable[[Emitter, SSAValue], Sequence[SSAValue]],
     replay: Callable[[Emitter, Sequence[SSAValue]], Sequence[SSAValue]],
     store_state: Callable[[Emitter, Sequence[SSAValue]], None],
+    keep_in: tuple[Callable[[Emitter, Sequence[SSAValue]], None], Callable[[Emitter], Sequence[SSAValue]]] | None = None,
 ) -> list[SSAValue]:
     """The tile's entering states in the sequential loop's own order (the fallback of a
     tile whose aggregates left the exponent range): for j = 0 .. bs-1, after a barrier,
     thread j reads the running state (`load_state(ie, j)`), replays its own steps on it
     (`replay`) and writes the result back (`store_state`). Returns, in every thread, the
-    state it read in its turn. bs barriers: only for flagged tiles."""
+    state it read in its turn. bs barriers: only for flagged tiles. With `keep_in =
+    (save, restore)` that state goes through the thread's own slots of shared memory
+    (`save` at its turn, `restore` after the loop) instead of loop-carried registers."""
+    carried = [] if keep_in else list(types)
 
     def turn(ie: Emitter, j: SSAValue, mine: Sequence[SSAValue]) -> list[SSAValue]:
         ie.op(gpu.BarrierOp())
 
         def mine_now(te: Emitter) -> list[SSAValue]:
             h_in = list(load_state(te, j))
+            if keep_in:
+                keep_in[0](te, h_in)
             store_state(te, replay(te, h_in))
-            return h_in
+            return [] if keep_in else h_in
 
-        return list(ie.if_(ie.cmp("eq", tid, j), list(types), mine_now, lambda te: list(mine)))
+        return list(ie.if_(ie.cmp("eq", tid, j), carried, mine_now, (lambda te: list(mine)) if carried else None))
 
-    init = [le.const(0, t) for t in types]
-    return list(le.for_(le.index(0), le.index(bs), le.index(1), init, turn))
+    init = [le.const(0, t) for t in carried]
+    out = list(le.for_(le.index(0), le.index(bs), le.index(1), init, turn))
+    return list(keep_in[1](le)) if keep_in else out
 
 
 def channel_indices(e: Emitter, ref: SSAValue, axis: int, bid: SSAValue) -> list[SSAValue]:

@@ -997,6 +997,11 @@ class _KernelGen:
         last_stores = nest.last_stores
 
         guard = bg.needs_overflow_guard(el, bs)
+        one_group = self.group >= self.n
+
+        def tree_prefix(ie: Emitter, comps: list[int]) -> list[SSAValue]:
+            """The down-sweep's entering states of this thread for a group's components."""
+            return [ie.load(s_b, [ie.add(tid, ie.index(c * bs)) if c else tid]) for c in range(len(comps))]
 
         def tile_body(le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
             start = le.add(le.mul(tl, tile), thread_base)
@@ -1053,9 +1058,8 @@ class _KernelGen:
                     le, pairs, tid, bs, slots,
                     after_first_barrier=(lambda ie: flags.append(bg.read_tile_flag(ie, s_a, bs - 1))) if guard else None,
                 )
-                for c, _n in enumerate(comps):
-                    slot = le.add(tid, le.index(c * bs)) if c else tid
-                    prefix.append(le.load(s_b, [slot]))
+                if not (guard and one_group):  # else loaded where used (not live across the fallback)
+                    prefix += tree_prefix(le, comps)
 
             # A tile whose aggregates are not all finite takes its entering states in the
             # loop's own order instead (blelloch_gpu, overflow guard).
@@ -1066,13 +1070,19 @@ class _KernelGen:
 
                 def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
                     h = list(h)
-                    for k, inside, f_vals, a_s, b_s in items:
+                    for k, inside, _f, a_s, b_s in items:
 
-                        def step(te: Emitter, k=k, f_vals=f_vals, a_s=a_s, b_s=b_s, h=h) -> list[SSAValue]:
+                        def step(te: Emitter, k=k, a_s=a_s, b_s=b_s, h=h) -> list[SSAValue]:
                             if self.keep:
                                 pa, pb = a_s, b_s
                             else:
-                                pa, pb = pair_values(te, {**base, t_c: step_index(te, k), **dict(zip(frontier, f_vals))})
+                                # from the loads again, not from the kept step values: that
+                                # keeps LLVM from hoisting N * items_per_thread pairs out of
+                                # the turn loop (the loads cannot cross its barriers)
+                                m = {**base, t_c: step_index(te, k)}
+                                for op in cs.per_step:
+                                    te.op(op.clone(value_mapper=m))
+                                pa, pb = pair_values(te, m)
                             return [pairs.apply(te, pa[n], h[n], pb[n]) for n in range(self.n)]
 
                         h = list(ie.if_(inside, [el] * self.n, step, lambda te, h=h: h))
@@ -1082,14 +1092,20 @@ class _KernelGen:
                     for n in range(self.n):
                         ie.store(h[n], s_c, [ie.index(n)])
 
+                def keep_own(ie: Emitter, h: Sequence[SSAValue]) -> None:
+                    for n in range(self.n):  # the thread's own down-sweep slots, free now
+                        ie.store(h[n], s_b, [ie.add(tid, ie.index(n * bs)) if n else tid])
+
                 def exact(ie: Emitter) -> list[SSAValue]:
                     return bg.sequential_entry_states(
                         ie, tid, bs, [el] * self.n,
                         lambda te, j: [te.load(s_c, [te.index(n)]) for n in range(self.n)],
                         own_steps, store_carry,
+                        keep_in=(keep_own, lambda te: tree_prefix(te, list(range(self.n)))) if one_group else None,
                     )
 
-                prefix = list(le.if_(bad, [el] * self.n, exact, lambda ie: prefix))
+                tree = (lambda ie: tree_prefix(ie, list(range(self.n)))) if one_group else (lambda ie: prefix)
+                prefix = list(le.if_(bad, [el] * self.n, exact, tree))
 
             # 3. replay: in-range steps update h and run the emit on the private state.
             h = prefix
