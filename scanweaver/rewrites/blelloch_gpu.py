@@ -45,6 +45,18 @@ Kernel design
   last tile (= init when the length is 0). `reverse` maps time step t to position
   L - 1 - t. Float math is f32/f64 (unfused mul then add); i32/i64 use muli/addi,
   which wrap exactly like the reference, so integer results are bit for bit.
+* Numerics (README, "Numerics"): float tiles of more than one thread are guarded.
+  Overflow guard: Inf and NaN are absorbing under the pair combine, so thread 0 checks
+  only the tile's root aggregate between the sweeps and stores the verdict in the
+  root's `a` slot (the b-only down-sweep never reads it); every thread reads it after
+  the down-sweep's first barrier. A tile whose root is not finite (a product of `a`
+  over a subtree overflowed, or Inf/NaN inputs) takes its entering states in the
+  loop's own order instead: thread after thread, one barrier each
+  (`sequential_entry_states`), so it is bit-identical to the loop and never forms a
+  product like `inf * 0` that the loop does not. Underflow poison (`GuardedPairArith`,
+  this kernel only): a product of non-zero `a`s below the smallest normal becomes NaN,
+  so such a tile takes the same fallback instead of losing the state's share.
+  Integer scans are not guarded (wrap-around is exact in any association).
 * Launch: grid (channels, 1, 1), block (block_size, 1, 1), static shared memory
   (2 * block_size + 1) * sizeof(state). A `scanweaver.launch` attribute on the kernel
   (see `launch.py`) describes it for runtimes.

@@ -37,6 +37,9 @@ Kernel design
   state buffer, then the cloned `emit`. The items' pairs are kept in registers when
   (K*K + K) * items_per_thread <= 32 (K = 2 with 4 items: 24), else recomputed from
   the cloned `coeffs` (loads hit L1).
+* Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root (M, v)
+  is not finite in the root's M slot (never read by the down-sweep); such a tile takes
+  its entering states in the loop's own order, thread after thread.
 * Chained tiles: the last thread's final state goes to `sC` for the next tile; after
   the last tile thread 0 writes it to the state buffer and runs the epilogue
   (`recurrence_gpu.finish_nest_kernel`).

@@ -85,6 +85,12 @@ Kernel design
   recomputation is a multiply and an exp per pair, the loads hit L1. Measured with
   ptxas for the selective scan, N = 16, 128 x 4: 128 registers recomputing, 235
   keeping (no spills either way; recomputing allows twice the resident blocks).
+* Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root
+  aggregates are not finite; such a tile takes its entering states in the loop's own
+  order (thread after thread), its pairs recomputed from the loads (kept values would
+  be hoisted out of that loop by LLVM: N * items_per_thread more registers) and each
+  thread's entering state kept in its own `sB` slots (one component group). No
+  underflow poison here: Mamba's exp(dt A) products underflow in most tiles.
 * Chained tiles: the last thread's final h (identity padding keeps it) goes to `sC`
   for the next tile's seed; only thread 0 reads it, after the next up-sweep's barrier.
   After the last tile a barrier, then thread 0 copies `sC` into its state buffer and
