@@ -37,14 +37,16 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 // CHECK-NEXT:            scf.yield %{{.*}}, %{{.*}} : f32, f32
 // CHECK:               %[[A1:.*]], %[[B1:.*]] = scf.if
 //                      thread aggregate (a0, b0) . (a1, b1)
+//                      with the underflow poison: a product of non-zero factors below the
+//                      smallest normal -> NaN
 // CHECK:               %[[AGA:.*]] = arith.mulf %[[A0]], %[[A1]] : f32
-// CHECK-NEXT:          %[[M:.*]] = arith.mulf %[[A1]], %[[B0]] : f32
-// CHECK-NEXT:          %[[AGB:.*]] = arith.addf %[[M]], %[[B1]] : f32
-//                      underflow poison: a product of non-zero factors below the smallest normal -> NaN
 // CHECK-NEXT:          %[[ABS:.*]] = math.absf %[[AGA]] : f32
 // CHECK-NEXT:          %[[SMALL:.*]] = arith.cmpf olt, %[[ABS]], %{{.*}} : f32
 // CHECK:               %[[LOST:.*]] = arith.andi %[[SMALL]], %{{.*}} : i1
 // CHECK-NEXT:          %[[AGP:.*]] = arith.select %[[LOST]], %{{.*}}, %[[AGA]] : f32
+// CHECK-NEXT:          %[[M:.*]] = arith.mulf %[[A1]], %[[B0]] : f32
+// CHECK:               %[[MP:.*]] = arith.select %{{.*}}, %{{.*}}, %[[M]] : f32
+// CHECK-NEXT:          %[[AGB:.*]] = arith.addf %[[MP]], %[[B1]] : f32
 // CHECK-NEXT:          memref.store %[[AGP]], %[[SA]][%[[TID]]] : memref<4xf32, 3 : i64>
 // CHECK-NEXT:          memref.store %[[AGB]], %[[SB]][%[[TID]]] : memref<4xf32, 3 : i64>
 //                      up-sweep: 2 levels

@@ -54,8 +54,9 @@ Kernel design
   loop's own order instead: thread after thread, one barrier each
   (`sequential_entry_states`), so it is bit-identical to the loop and never forms a
   product like `inf * 0` that the loop does not. Underflow poison (`GuardedPairArith`,
-  this kernel only): a product of non-zero `a`s below the smallest normal becomes NaN,
-  so such a tile takes the same fallback instead of losing the state's share.
+  this kernel only): a product of non-zero `a`s below the smallest normal, or an
+  `a2 * b1` rounded among the subnormals, becomes NaN, so such a tile takes the same
+  fallback instead of losing the state's share (or adding subnormal roundings).
   Integer scans are not guarded (wrap-around is exact in any association).
 * Launch: grid (channels, 1, 1), block (block_size, 1, 1), static shared memory
   (2 * block_size + 1) * sizeof(state). A `scanweaver.launch` attribute on the kernel
@@ -293,17 +294,22 @@ class GuardedPairArith(PairArith):
 
     A product a1 * a2 of non-zero factors below the smallest normal number has lost
     relative precision (or become 0) where the loop, multiplying the state step by
-    step, may not: such an `a` aggregate becomes NaN. NaN is absorbing, so the tile's
-    root is then not finite and the tile takes the sequential fallback. Every value that
-    is not poisoned is exactly `PairArith.combine`'s."""
+    step, may not: such an `a` aggregate becomes NaN; likewise a product a2 * b1
+    rounded among the subnormals. NaN is absorbing, so the tile's root is then not
+    finite and the tile takes the sequential fallback. Every value that is not poisoned
+    is exactly `PairArith.combine`'s."""
 
     def combine(
         self, e: Emitter, first: tuple[SSAValue, SSAValue], second: tuple[SSAValue, SSAValue]
     ) -> tuple[SSAValue, SSAValue]:
-        a, b = super().combine(e, first, second)
+        (a1, b1), (a2, b2) = first, second
         if self.is_int:
-            return a, b
-        return poison_underflow(e, a, first[0], second[0]), b
+            return super().combine(e, first, second)
+        a = poison_underflow(e, self.mul(e, a1, a2), a1, a2)
+        # a2 * b1 rounded among the subnormals: the loop rounds its own subnormal states
+        # step by step, the tree would add its own roundings on top
+        p = poison_underflow(e, self.mul(e, a2, b1), a2, b1)
+        return a, self.add(e, p, b2)
 
 
 def poison_underflow(e: Emitter, p: SSAValue, x: SSAValue, y: SSAValue) -> SSAValue:
