@@ -229,8 +229,9 @@ def test_structure_and_launch_description():
     assert len(kernels) == 1
     k = kernels[0]
     assert k.kernel is not None and "gpu.kernel" in k.attributes
-    # 3 levels up, 3 down, 1 after the down-sweep, 1 for the carry broadcast.
-    assert sum(isinstance(op, gpu.BarrierOp) for op in k.walk()) == 8
+    # 3 levels up, 3 down, 1 after the down-sweep, 1 for the carry broadcast, and 1 in
+    # the loop of the overflow fallback (sequential entry states of a flagged tile).
+    assert sum(isinstance(op, gpu.BarrierOp) for op in k.walk()) == 9
     (desc,) = launch_descriptions(module)
     assert desc == KernelLaunch(
         kernel_name="scan_affine_0",

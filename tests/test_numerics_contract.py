@@ -1,6 +1,7 @@
-"""The numerics contract of the parallel-in-time (chunked) CPU scan (README, Numerics):
-never NaN/Inf where the sequential loop is finite, denormals kept, and an error at most
-twice the sequential loop's own (a seeded subset of `scanweaver.bench.numerics`)."""
+"""The numerics contract of the parallel (reassociating) scans (README, Numerics): the
+time-chunked CPU scan and the GPU Blelloch kernels (in the thread-block simulator) are
+never NaN/Inf where the sequential loop is finite, keep denormals, and have an error at
+most twice the sequential loop's own (seeded subsets of `scanweaver.bench.numerics`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,14 @@ import numpy as np
 import pytest
 
 from scanweaver.bench import numerics
+from scanweaver.interp.gpu_sim import simulate_launch
+from scanweaver.interp.run import run_function
+from scanweaver.ir import make_context, parse_ir, print_ir
+from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+from scanweaver.rewrites.raise_affine import RaiseRecurrences
 from scanweaver.runtime import cpu_scan
 from scanweaver.runtime.cpu_scan import affine_scan_cpu
+from scanweaver.workloads import loops
 
 
 def _scan(a, b, variant, reverse=False):
@@ -89,3 +96,92 @@ def test_seeded_subset_of_the_numerics_run():
     seq = numerics.run_sequential(b0)
     noisy = seq * (1 + 64 * np.finfo(b0.dtype).eps)
     assert not numerics.check_rows(noisy, seq, ref, mag, b0.dtype)["pass"].all()
+
+
+# ------------------------------------------------------------------------------ GPU kernels
+
+
+def _gpu_overflow_batches(dtype, reverse: bool) -> list[numerics.Batch]:
+    """The overflow patterns of the GPU tree (tiles of 16 steps in `run_gpu_sim`): growth
+    whose product over a few steps leaves the range, with b = 0 and h0 = 0 before the
+    last steps (inf * 0 in the tree); decays whose product underflows while h0 is large
+    (the loop keeps h0's share); a tiny nonzero h0 times such growth (inf * h)."""
+    dt = np.dtype(dtype)
+    f32 = dt == np.float32
+    big, L = (1e15, 48) if f32 else (1e120, 48)
+    rows_a, rows_b, h0 = [], [], []
+    for g, last in [(big, 3), (-big, 2)]:
+        b = np.zeros(L)
+        (b[:last] if reverse else b[L - last:])[...] = 1.5
+        rows_a.append(np.full(L, g)), rows_b.append(b), h0.append(0.0)
+    up = (np.arange(L) // 4) % 2 == 0
+    small = 1e-12 if f32 else 1e-90
+    rows_a.append(np.where(up, small, 1 / small)[::-1] if reverse else np.where(up, small, 1 / small))
+    rows_b.append(np.zeros(L))
+    h0.append(1e30 if f32 else 1e300)
+    with np.errstate(over="ignore"):
+        first = numerics.Batch(dt, reverse, ["overflow"] * 2 + ["underflow"], np.array(rows_a, dt),
+                               np.array(rows_b, dt), np.array(h0, dt), None)
+        # h0 * a^12 stays finite, a^8 (a subtree) does not
+        g, h = (1e5, 1e-30) if f32 else (1e50, 1e-300)
+        tiny = numerics.Batch(dt, reverse, ["overflow"], np.full((1, 12), g, dt), np.zeros((1, 12), dt),
+                              np.array([h], dt), None)
+    return [first, tiny]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gpu_blelloch_overflow_patterns_meet_the_contract(dtype, reverse):
+    for batch in _gpu_overflow_batches(dtype, reverse):
+        ref, mag = numerics.reference(batch)
+        seq = numerics.run_sequential(batch)
+        assert np.isfinite(seq).all()  # the loop never forms the overflowing products
+        par = numerics.run_gpu_sim(batch)
+        res = numerics.check_rows(par, seq, ref, mag, batch.dtype)
+        assert res["pass"].all(), (batch.kinds, res["err_par"], res["err_seq"], np.isfinite(par).all(axis=1))
+        # flagged tiles take the loop's own order: bit for bit in these rows
+        np.testing.assert_array_equal(par, seq)
+
+
+def test_gpu_blelloch_seeded_subset_of_the_numerics_run():
+    """48 cases of every kind in the thread-block simulator (the full GPU run is in
+    benchmarks/numerics.md)."""
+    batches = numerics.make_batches(48, seed=2027, rows=4, long_rows=False, max_length=64)
+    records = numerics.evaluate(batches, "gpu-blelloch-sim")
+    assert len(records) == 48 and {r["dtype"] for r in records} == {"float32", "float64"}
+    bad = [r for r in records if not r["pass"]]
+    assert not bad, bad[:3]
+
+
+def _raise_and_lower(module):
+    m = parse_ir(print_ir(module))
+    ctx = make_context()
+    RaiseRecurrences().apply(ctx, m)
+    ScanToGpu(block_size=4, items_per_thread=2).apply(ctx, m)
+    return m
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_fused_recurrence_and_linear_kernels_do_not_overflow_where_the_loop_does_not(dtype):
+    """The fused kernels (`scan.recurrence`: the reset loop; `scan.linear_recurrence`:
+    a 2nd-order filter) with products of a over a tile that overflow while the state is
+    zero: the loop is finite, the tree alone would form inf * 0."""
+    np_t = np.float32 if dtype == "f32" else np.float64
+    big = 1e10 if dtype == "f32" else 1e80
+    C, L = 3, 40
+    a = np.full((L, C), big, np_t)
+    x = np.zeros((L, C), np_t)
+    x[-3:] = 1.5
+    cases = [
+        (loops.reset_loops(C, L, dtype), "reset", [x, a, np.zeros(L, np.int32), np.zeros(C, np_t), np.zeros((L, C), np_t)]),
+        (loops.iir2_loops(C, L, dtype), "iir2",
+         [np.ascontiguousarray(x.T), np.full(C, big, np_t), np.full(C, 0.5, np_t), np.zeros((C, L), np_t)]),
+    ]
+    for module, name, args in cases:
+        ref = [v.copy() for v in args]
+        got = [v.copy() for v in args]
+        with np.errstate(all="ignore"):
+            run_function(parse_ir(print_ir(module)), name, *ref)
+            simulate_launch(_raise_and_lower(module), name, *got)
+        assert np.isfinite(ref[-1]).all()
+        np.testing.assert_array_equal(got[-1], ref[-1])  # the flagged tiles run in the loop's order

@@ -117,16 +117,23 @@ func.func @iir2_single(%x: memref<?xi32>, %k: memref<2xi32>, %y: memref<?xi32>, 
 // CHECK:               memref.store %{{.*}}, %[[SV]][%{{.*}}] : memref<256xf32, 3 : i64>
 //                      up-sweep: 7 levels of pair compositions
 // CHECK-COUNT-7:       "gpu.barrier"() : () -> ()
-//                      thread 0 seeds the roots' vectors with the carried state
+//                      thread 0 flags roots that are not finite (in the root's unused M slot) and
+//                      seeds the roots' vectors with the carried state
 // CHECK:               %[[SEEDC:.*]] = arith.cmpi eq, %[[TID]], %{{.*}} : index
 // CHECK-NEXT:          scf.if %[[SEEDC]] {
+// CHECK-COUNT-6:         memref.load
+// CHECK:                 %[[FLAGV:.*]] = arith.select %{{.*}}, %{{.*}}, %{{.*}} : f32
+// CHECK-NEXT:            memref.store %[[FLAGV]], %[[SM]][%[[ROOT:.*]]] : memref<512xf32, 3 : i64>
 // CHECK-NEXT:            %[[CS0:.*]] = memref.load %[[SC]][%{{.*}}] : memref<2xf32, 3 : i64>
 // CHECK-NEXT:            memref.store %[[CS0]], %[[SV]][%{{.*}}] : memref<256xf32, 3 : i64>
 // CHECK-NEXT:            %[[CS1:.*]] = memref.load %[[SC]][%{{.*}}] : memref<2xf32, 3 : i64>
 // CHECK-NEXT:            memref.store %[[CS1]], %[[SV]][%{{.*}}] : memref<256xf32, 3 : i64>
 // CHECK-NEXT:          }
-//                      down-sweep on state vectors: left <- parent; node <- M_left parent + v_left
+//                      down-sweep on state vectors: left <- parent; node <- M_left parent + v_left;
+//                      every thread reads the flag after the first barrier
 // CHECK-NEXT:          "gpu.barrier"() : () -> ()
+// CHECK-NEXT:          %[[FL:.*]] = memref.load %[[SM]][%[[ROOT]]] : memref<512xf32, 3 : i64>
+// CHECK-NEXT:          %[[BAD:.*]] = arith.cmpf oeq, %[[FL]], %{{.*}} : f32
 // CHECK:                 %[[HP0:.*]] = memref.load %[[SV]][%[[NODE:.*]]] : memref<256xf32, 3 : i64>
 // CHECK:                 %[[HP1:.*]] = memref.load %[[SV]][%{{.*}}] : memref<256xf32, 3 : i64>
 // CHECK-NEXT:            %[[ML00:.*]] = memref.load %[[SM]][%[[LEFT:.*]]] : memref<512xf32, 3 : i64>
@@ -144,9 +151,15 @@ func.func @iir2_single(%x: memref<?xi32>, %k: memref<2xi32>, %y: memref<?xi32>, 
 // CHECK-NEXT:          %[[H0:.*]] = memref.load %[[SV]][%[[TID]]] : memref<256xf32, 3 : i64>
 // CHECK-NEXT:          %{{.*}} = arith.addi %[[TID]], %{{.*}} : index
 // CHECK-NEXT:          %[[H1:.*]] = memref.load %[[SV]][%{{.*}}] : memref<256xf32, 3 : i64>
+//                      a flagged tile: entering states in the loop's order, one thread after the other
+// CHECK-NEXT:          %[[G0:.*]], %[[G1:.*]] = scf.if %[[BAD]] -> (f32, f32) {
+// CHECK-NEXT:            scf.for
+// CHECK-NEXT:              "gpu.barrier"() : () -> ()
+// CHECK:                 scf.yield %[[H0]], %[[H1]] : f32, f32
+// CHECK-NEXT:          }
 // CHECK-NEXT:          %{{.*}}, %{{.*}} = scf.if %[[IN0]] -> (f32, f32) {
-// CHECK-NEXT:            %[[R0:.*]] = arith.mulf %[[A00]], %[[H0]] : f32
-// CHECK-NEXT:            %[[R1:.*]] = arith.mulf %[[A01]], %[[H1]] : f32
+// CHECK-NEXT:            %[[R0:.*]] = arith.mulf %[[A00]], %[[G0]] : f32
+// CHECK-NEXT:            %[[R1:.*]] = arith.mulf %[[A01]], %[[G1]] : f32
 // CHECK-NEXT:            %[[R2:.*]] = arith.addf %[[R0]], %[[R1]] : f32
 // CHECK-NEXT:            %[[NEW0:.*]] = arith.addf %[[R2]], %[[AV0]] : f32
 // CHECK:                 memref.store %[[NEW0]], %[[S]][%{{.*}}] : memref<2xf32>

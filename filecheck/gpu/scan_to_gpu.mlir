@@ -37,30 +37,53 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 // CHECK-NEXT:            scf.yield %{{.*}}, %{{.*}} : f32, f32
 // CHECK:               %[[A1:.*]], %[[B1:.*]] = scf.if
 //                      thread aggregate (a0, b0) . (a1, b1)
+//                      with the underflow poison: a product of non-zero factors below the
+//                      smallest normal -> NaN
 // CHECK:               %[[AGA:.*]] = arith.mulf %[[A0]], %[[A1]] : f32
+// CHECK-NEXT:          %[[ABS:.*]] = math.absf %[[AGA]] : f32
+// CHECK-NEXT:          %[[SMALL:.*]] = arith.cmpf olt, %[[ABS]], %{{.*}} : f32
+// CHECK:               %[[LOST:.*]] = arith.andi %[[SMALL]], %{{.*}} : i1
+// CHECK-NEXT:          %[[AGP:.*]] = arith.select %[[LOST]], %{{.*}}, %[[AGA]] : f32
 // CHECK-NEXT:          %[[M:.*]] = arith.mulf %[[A1]], %[[B0]] : f32
-// CHECK-NEXT:          %[[AGB:.*]] = arith.addf %[[M]], %[[B1]] : f32
-// CHECK-NEXT:          memref.store %[[AGA]], %[[SA]][%[[TID]]] : memref<4xf32, 3 : i64>
+// CHECK:               %[[MP:.*]] = arith.select %{{.*}}, %{{.*}}, %[[M]] : f32
+// CHECK-NEXT:          %[[AGB:.*]] = arith.addf %[[MP]], %[[B1]] : f32
+// CHECK-NEXT:          memref.store %[[AGP]], %[[SA]][%[[TID]]] : memref<4xf32, 3 : i64>
 // CHECK-NEXT:          memref.store %[[AGB]], %[[SB]][%[[TID]]] : memref<4xf32, 3 : i64>
 //                      up-sweep: 2 levels
 // CHECK-NEXT:          "gpu.barrier"() : () -> ()
 // CHECK:               scf.if
 // CHECK:               "gpu.barrier"() : () -> ()
 // CHECK:               scf.if
-//                      thread 0 seeds the root with the carry
+//                      thread 0 flags a root that is not finite (in the root's unused a slot),
+//                      seeds the root with the carry
 // CHECK:               scf.if %{{.*}} {
-// CHECK-NEXT:            memref.store %[[CARRY]], %[[SB]][%{{.*}}] : memref<4xf32, 3 : i64>
+// CHECK-NEXT:            %[[RA:.*]] = memref.load %[[SA]][%[[ROOT:.*]]] : memref<4xf32, 3 : i64>
+// CHECK-NEXT:            %[[RB:.*]] = memref.load %[[SB]][%[[ROOT]]] : memref<4xf32, 3 : i64>
+// CHECK:                 %[[FLAGV:.*]] = arith.select %{{.*}}, %{{.*}}, %{{.*}} : f32
+// CHECK-NEXT:            memref.store %[[FLAGV]], %[[SA]][%[[ROOT]]] : memref<4xf32, 3 : i64>
+// CHECK-NEXT:            memref.store %[[CARRY]], %[[SB]][%[[ROOT]]] : memref<4xf32, 3 : i64>
 // CHECK-NEXT:          }
-//                      down-sweep: 2 levels on b only
+//                      down-sweep: 2 levels on b only; every thread reads the flag after its first barrier
 // CHECK-NEXT:          "gpu.barrier"() : () -> ()
+// CHECK-NEXT:          %[[FL:.*]] = memref.load %[[SA]][%[[ROOT]]] : memref<4xf32, 3 : i64>
+// CHECK-NEXT:          %[[BAD:.*]] = arith.cmpf oeq, %[[FL]], %{{.*}} : f32
 // CHECK:               scf.if
 // CHECK-NOT:             memref.store %{{.*}}, %[[SA]]
 // CHECK:               "gpu.barrier"() : () -> ()
 // CHECK:               scf.if
 // CHECK-NOT:             memref.store %{{.*}}, %[[SA]]
 // CHECK:               "gpu.barrier"() : () -> ()
+//                      a flagged tile: entering states in the loop's order, one thread after the other
+// CHECK-NEXT:          %[[PRE:.*]] = scf.if %[[BAD]] -> (f32) {
+// CHECK-NEXT:            scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
+// CHECK-NEXT:              "gpu.barrier"() : () -> ()
+// CHECK-NEXT:              %{{.*}} = arith.cmpi eq, %[[TID]], %[[J]] : index
+// CHECK:                 memref.store %{{.*}}, %[[SC]][%{{.*}}] : memref<1xf32, 3 : i64>
+//                      otherwise the tree's prefix
+// CHECK:                 %[[TREE:.*]] = memref.load %[[SB]][%[[TID]]] : memref<4xf32, 3 : i64>
+// CHECK-NEXT:            scf.yield %[[TREE]] : f32
+// CHECK-NEXT:          }
 //                      replay from the exclusive prefix, guarded stores
-// CHECK-NEXT:          %[[PRE:.*]] = memref.load %[[SB]][%[[TID]]] : memref<4xf32, 3 : i64>
 // CHECK-NEXT:          %[[X0:.*]] = arith.mulf %[[A0]], %[[PRE]] : f32
 // CHECK-NEXT:          %[[H_0:.*]] = arith.addf %[[X0]], %[[B0]] : f32
 // CHECK-NEXT:          scf.if %[[IN0]] {

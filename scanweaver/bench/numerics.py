@@ -14,7 +14,10 @@ Each case runs three ways:
   par    the parallel variant under test: `chunked` (time-parallel CPU) with small
          chunks forced (`cpu_scan.CHUNKED_TEST_MIN_CHUNK`) so that short rows cross
          many chunk boundaries, or with the default chunks for long rows; and, on a
-         smaller subset, the GPU Blelloch kernels in the thread-block simulator
+         smaller subset (rows of 1 to 96 steps), the GPU Blelloch kernels (`scan-to-gpu`,
+         blocks of 8 threads x 2 items: 16-step tiles, so a row crosses several tiles and
+         every tree level) in the thread-block simulator, which runs the kernel's own
+         IR op by op in the input precision
   ref    a higher-precision reference: the loop in f64 for f32 inputs, in
          double-double (about 106 bits) for f64 inputs
 
@@ -396,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m scanweaver.bench.numerics", description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--gpu-cases", type=int, default=200, help="cases for the GPU kernels in the simulator")
+    p.add_argument("--gpu-cases", type=int, default=800, help="cases for the GPU kernels in the simulator")
     p.add_argument("--out", type=Path, default=Path("benchmarks"))
     args = p.parse_args(argv)
     result = run(args.cases, args.seed, args.gpu_cases)

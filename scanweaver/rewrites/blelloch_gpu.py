@@ -45,6 +45,19 @@ Kernel design
   last tile (= init when the length is 0). `reverse` maps time step t to position
   L - 1 - t. Float math is f32/f64 (unfused mul then add); i32/i64 use muli/addi,
   which wrap exactly like the reference, so integer results are bit for bit.
+* Numerics (README, "Numerics"): float tiles of more than one thread are guarded.
+  Overflow guard: Inf and NaN are absorbing under the pair combine, so thread 0 checks
+  only the tile's root aggregate between the sweeps and stores the verdict in the
+  root's `a` slot (the b-only down-sweep never reads it); every thread reads it after
+  the down-sweep's first barrier. A tile whose root is not finite (a product of `a`
+  over a subtree overflowed, or Inf/NaN inputs) takes its entering states in the
+  loop's own order instead: thread after thread, one barrier each
+  (`sequential_entry_states`), so it is bit-identical to the loop and never forms a
+  product like `inf * 0` that the loop does not. Underflow poison (`GuardedPairArith`,
+  this kernel only): a product of non-zero `a`s below the smallest normal, or an
+  `a2 * b1` rounded among the subnormals, becomes NaN, so such a tile takes the same
+  fallback instead of losing the state's share (or adding subnormal roundings).
+  Integer scans are not guarded (wrap-around is exact in any association).
 * Launch: grid (channels, 1, 1), block (block_size, 1, 1), static shared memory
   (2 * block_size + 1) * sizeof(state). A `scanweaver.launch` attribute on the kernel
   (see `launch.py`) describes it for runtimes.
@@ -70,7 +83,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func, gpu, memref
+from xdsl.dialects import arith, func, gpu, math, memref
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
@@ -182,20 +195,31 @@ SweepSlots = Sequence[tuple[SSAValue, SSAValue, int]]
 SweepNode = Callable[[Emitter, SSAValue, SSAValue, int], None]
 
 
-def blelloch_levels(le: Emitter, tid: SSAValue, bs: int, node: SweepNode, *, down: bool) -> None:
+def blelloch_levels(
+    le: Emitter,
+    tid: SSAValue,
+    bs: int,
+    node: SweepNode,
+    *,
+    down: bool,
+    after_first_barrier: Callable[[Emitter], None] | None = None,
+) -> None:
     """The level structure of a Blelloch sweep over `bs` slots, generic in the node.
 
     Up (`down=False`): d = 1, 2, ..., bs/2; down: d = bs/2, ..., 1 and a final
     `gpu.barrier`. Every level starts with a `gpu.barrier`; its active threads
     (`tid < bs / (2 d)`) each emit `node(ie, i, i - d, d)` for i = (tid + 1) * 2d - 1.
+    `after_first_barrier(le)` runs in every thread right after the first barrier.
     """
     levels = []
     d = 1
     while d < bs:
         levels.append(d)
         d *= 2
-    for d in reversed(levels) if down else levels:
+    for n, d in enumerate(reversed(levels) if down else levels):
         le.op(gpu.BarrierOp())
+        if n == 0 and after_first_barrier is not None:
+            after_first_barrier(le)
         active = le.cmp("ult", tid, le.index(bs // (2 * d)))
 
         def body(ie: Emitter, d: int = d) -> None:
@@ -229,12 +253,19 @@ def blelloch_up_sweep(le: Emitter, pairs: PairArith, tid: SSAValue, bs: int, slo
     blelloch_levels(le, tid, bs, up, down=False)
 
 
-def blelloch_down_sweep(le: Emitter, pairs: PairArith, tid: SSAValue, bs: int, slots: SweepSlots) -> None:
+def blelloch_down_sweep(
+    le: Emitter,
+    pairs: PairArith,
+    tid: SSAValue,
+    bs: int,
+    slots: SweepSlots,
+    after_first_barrier: Callable[[Emitter], None] | None = None,
+) -> None:
     """Down-sweep on the b components (module doc), ending with a `gpu.barrier`.
 
     The caller seeds slot bs-1 of each component's b array with the carried state
     between the two sweeps; afterwards slot `tid` holds the state just before thread
-    `tid`'s first step.
+    `tid`'s first step. `after_first_barrier` as in `blelloch_levels`.
     """
 
     def down(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
@@ -247,7 +278,118 @@ def blelloch_down_sweep(le: Emitter, pairs: PairArith, tid: SSAValue, bs: int, s
             ie.store(b_parent, s_b, [li])
             ie.store(pairs.apply(ie, a_left, b_parent, b_left), s_b, [ii])
 
-    blelloch_levels(le, tid, bs, down, down=True)
+    blelloch_levels(le, tid, bs, down, down=True, after_first_barrier=after_first_barrier)
+
+
+# -- the overflow guard (module doc, "Numerics") -------------------------------------------
+
+
+def needs_overflow_guard(state_t: Attribute, bs: int) -> bool:
+    """Float tiles of more than one thread reassociate; integers wrap exactly."""
+    return bs > 1 and not isinstance(state_t, (IntegerType, IndexType))
+
+
+class GuardedPairArith(PairArith):
+    """The pair combine of the GPU tree sweeps: `PairArith` plus an underflow poison.
+
+    A product a1 * a2 of non-zero factors below the smallest normal number has lost
+    relative precision (or become 0) where the loop, multiplying the state step by
+    step, may not: such an `a` aggregate becomes NaN; likewise a product a2 * b1
+    rounded among the subnormals. NaN is absorbing, so the tile's root is then not
+    finite and the tile takes the sequential fallback. Every value that is not poisoned
+    is exactly `PairArith.combine`'s."""
+
+    def combine(
+        self, e: Emitter, first: tuple[SSAValue, SSAValue], second: tuple[SSAValue, SSAValue]
+    ) -> tuple[SSAValue, SSAValue]:
+        (a1, b1), (a2, b2) = first, second
+        if self.is_int:
+            return super().combine(e, first, second)
+        a = poison_underflow(e, self.mul(e, a1, a2), a1, a2)
+        # a2 * b1 rounded among the subnormals: the loop rounds its own subnormal states
+        # step by step, the tree would add its own roundings on top
+        p = poison_underflow(e, self.mul(e, a2, b1), a2, b1)
+        return a, self.add(e, p, b2)
+
+
+def poison_underflow(e: Emitter, p: SSAValue, x: SSAValue, y: SSAValue) -> SSAValue:
+    """p = x * y, or NaN where |p| < the smallest normal and x, y are both non-zero."""
+    t = p.type
+    tiny = 2.2250738585072014e-308 if isinstance(t, Float64Type) else 1.1754943508222875e-38
+    zero = e.const(0.0, t)
+    small = e.val(arith.CmpfOp(e.val(math.AbsFOp(p)), e.const(tiny, t), "olt"))
+    nz = e.val(arith.AndIOp(e.val(arith.CmpfOp(x, zero, "une")), e.val(arith.CmpfOp(y, zero, "une"))))
+    lost = e.val(arith.AndIOp(small, nz))
+    return e.val(arith.SelectOp(lost, e.const(float("nan"), t), p))
+
+
+def any_not_finite(e: Emitter, values: Sequence[SSAValue]) -> SSAValue:
+    """i1: some value is +-inf or NaN (x - x is 0 exactly for every finite x)."""
+    bad: SSAValue | None = None
+    for v in values:
+        zero = e.const(0.0, v.type)
+        c = e.val(arith.CmpfOp(e.val(arith.SubfOp(v, v)), zero, "une"))
+        bad = c if bad is None else e.val(arith.OrIOp(bad, c))
+    assert bad is not None
+    return bad
+
+
+def flag_tile_root(e: Emitter, roots: Sequence[SSAValue], flag_ref: SSAValue, flag_slot: int,
+                   already: SSAValue | None = None) -> SSAValue:
+    """In thread 0 between the sweeps: store 1 (else 0) into `flag_ref[flag_slot]` (the
+    root's `a` slot, which the b-only down-sweep never reads) when some root aggregate
+    value is not finite, or `already`; returns the i1. Inf and NaN are absorbing under
+    the pair combine, so a finite root means every subtree aggregate of the tile is
+    finite."""
+    bad = any_not_finite(e, roots)
+    if already is not None:
+        bad = e.val(arith.OrIOp(bad, already))
+    el = roots[0].type
+    e.store(e.val(arith.SelectOp(bad, e.const(1.0, el), e.const(0.0, el))), flag_ref, [e.index(flag_slot)])
+    return bad
+
+
+def read_tile_flag(e: Emitter, flag_ref: SSAValue, flag_slot: int) -> SSAValue:
+    """i1 in every thread: `flag_tile_root` said 1 (read after the down-sweep's first
+    barrier, before any thread can write that slot again)."""
+    v = e.load(flag_ref, [e.index(flag_slot)])
+    return e.val(arith.CmpfOp(v, e.const(1.0, v.type), "oeq"))
+
+
+def sequential_entry_states(
+    le: Emitter,
+    tid: SSAValue,
+    bs: int,
+    types: Sequence[Attribute],
+    load_state: Callable[[Emitter, SSAValue], Sequence[SSAValue]],
+    replay: Callable[[Emitter, Sequence[SSAValue]], Sequence[SSAValue]],
+    store_state: Callable[[Emitter, Sequence[SSAValue]], None],
+    keep_in: tuple[Callable[[Emitter, Sequence[SSAValue]], None], Callable[[Emitter], Sequence[SSAValue]]] | None = None,
+) -> list[SSAValue]:
+    """The tile's entering states in the sequential loop's own order (the fallback of a
+    tile whose aggregates left the exponent range): for j = 0 .. bs-1, after a barrier,
+    thread j reads the running state (`load_state(ie, j)`), replays its own steps on it
+    (`replay`) and writes the result back (`store_state`). Returns, in every thread, the
+    state it read in its turn. bs barriers: only for flagged tiles. With `keep_in =
+    (save, restore)` that state goes through the thread's own slots of shared memory
+    (`save` at its turn, `restore` after the loop) instead of loop-carried registers."""
+    carried = [] if keep_in else list(types)
+
+    def turn(ie: Emitter, j: SSAValue, mine: Sequence[SSAValue]) -> list[SSAValue]:
+        ie.op(gpu.BarrierOp())
+
+        def mine_now(te: Emitter) -> list[SSAValue]:
+            h_in = list(load_state(te, j))
+            if keep_in:
+                keep_in[0](te, h_in)
+            store_state(te, replay(te, h_in))
+            return [] if keep_in else h_in
+
+        return list(ie.if_(ie.cmp("eq", tid, j), carried, mine_now, (lambda te: list(mine)) if carried else None))
+
+    init = [le.const(0, t) for t in carried]
+    out = list(le.for_(le.index(0), le.index(bs), le.index(1), init, turn))
+    return list(keep_in[1](le)) if keep_in else out
 
 
 def channel_indices(e: Emitter, ref: SSAValue, axis: int, bid: SSAValue) -> list[SSAValue]:
@@ -462,7 +604,7 @@ class ScanToGpu(ModulePass):
         reverse: bool,
     ) -> None:
         bs, ipt = self.block_size, self.items_per_thread
-        pairs = PairArith(state_t)
+        pairs = GuardedPairArith(state_t) if needs_overflow_guard(state_t, bs) else PairArith(state_t)
         a_ref, b_ref, h_ref = args["a"], args["b"], args["h"]
         init_ref, final_ref = args.get("init"), args.get("final")
 
@@ -489,6 +631,8 @@ class ScanToGpu(ModulePass):
 
         def phys(le: Emitter, t: SSAValue) -> SSAValue:
             return le.sub(last_t, t) if reverse else t
+
+        guard = needs_overflow_guard(state_t, bs)
 
         def tile_body(le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
             (carry,) = carried
@@ -517,17 +661,45 @@ class ScanToGpu(ModulePass):
             # 2. up-sweep over the block's aggregates.
             blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
 
-            # 3. seed the root with the running state: pair (1, carry); a is unused below.
+            # 3. seed the root with the running state: pair (1, carry); a is unused below,
+            #    so its slot carries the overflow flag (root aggregate not finite).
             def seed(ie: Emitter) -> None:
+                if guard:
+                    root = [ie.load(s_a, [ie.index(bs - 1)]), ie.load(s_b, [ie.index(bs - 1)])]
+                    flag_tile_root(ie, root, s_a, bs - 1)
                 ie.store(carry, s_b, [ie.index(bs - 1)])
 
             le.if_(le.cmp("eq", tid, le.index(0)), [], seed)
 
             # 4. down-sweep on b only (see module doc), then a barrier.
-            blelloch_down_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
+            flag: list[SSAValue] = []
+            blelloch_down_sweep(
+                le, pairs, tid, bs, [(s_a, s_b, 0)],
+                after_first_barrier=(lambda ie: flag.append(read_tile_flag(ie, s_a, bs - 1))) if guard else None,
+            )
 
             # 5. replay the registers from the exclusive prefix; store in-range states.
-            h = le.load(s_b, [tid])
+            #    A flagged tile takes its entering states from the loop's own order instead.
+            if guard:
+
+                def load_state(ie: Emitter, j: SSAValue) -> list[SSAValue]:
+                    first = ie.cmp("eq", j, ie.index(0))
+                    return list(ie.if_(first, [state_t], lambda x: [carry], lambda x: [x.load(s_c, [x.index(0)])]))
+
+                def replay_own(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+                    (x,) = h
+                    for a_j, b_j, _, _ in items:
+                        x = pairs.apply(ie, a_j, x, b_j)
+                    return [x]
+
+                def exact(ie: Emitter) -> list[SSAValue]:
+                    return sequential_entry_states(
+                        ie, tid, bs, [state_t], load_state, replay_own, lambda x, h: x.store(h[0], s_c, [x.index(0)])
+                    )
+
+                (h,) = le.if_(flag[0], [state_t], exact, lambda ie: [ie.load(s_b, [tid])])
+            else:
+                h = le.load(s_b, [tid])
             for a_j, b_j, t, inside in items:
                 h = pairs.apply(le, a_j, h, b_j)
 

@@ -37,6 +37,9 @@ Kernel design
   state buffer, then the cloned `emit`. The items' pairs are kept in registers when
   (K*K + K) * items_per_thread <= 32 (K = 2 with 4 items: 24), else recomputed from
   the cloned `coeffs` (loads hit L1).
+* Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root (M, v)
+  is not finite in the root's M slot (never read by the down-sweep); such a tile takes
+  its entering states in the loop's own order, thread after thread.
 * Chained tiles: the last thread's final state goes to `sC` for the next tile; after
   the last tile thread 0 writes it to the state buffer and runs the epilogue
   (`recurrence_gpu.finish_nest_kernel`).
@@ -199,6 +202,8 @@ def _build_kernel(nest: rg._Nest, name: str, bs: int, ipt: int, keep: bool) -> t
     last_k = e.sub(trip, one)
     last_stores = nest.last_stores
 
+    guard = bg.needs_overflow_guard(el, bs)
+
     def tile_body(le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
         start = le.add(le.mul(tl, tile), thread_base)
         # 1. this thread's pairs (identity past the end), folded in step order.
@@ -218,8 +223,13 @@ def _build_kernel(nest: rg._Nest, name: str, bs: int, ipt: int, keep: bool) -> t
 
         bg.blelloch_levels(le, tid, bs, up, down=False)
 
-        # 3. thread 0 seeds the root's vector with the carried state.
+        # 3. thread 0 seeds the root's vector with the carried state (and, overflow
+        #    guard, flags a root that is not finite in the root's unused M slot).
         def seed(ie: Emitter) -> None:
+            if guard:
+                root = [ie.load(s_m, [ie.index(c * bs + bs - 1)]) for c in range(K * K)]
+                root += [ie.load(s_v, [ie.index(c * bs + bs - 1)]) for c in range(K)]
+                bg.flag_tile_root(ie, root, s_m, bs - 1)
             for c in range(K):
                 ie.store(ie.load(s_c, [ie.index(c)]), s_v, [ie.index(c * bs + bs - 1)])
 
@@ -235,10 +245,39 @@ def _build_kernel(nest: rg._Nest, name: str, bs: int, ipt: int, keep: bool) -> t
             for c, x in enumerate(mat.apply(ie, m_left, s_parent, v_left)):
                 ie.store(x, s_v, [slot(ie, c, i)])
 
-        bg.blelloch_levels(le, tid, bs, down, down=True)
+        flag: list[SSAValue] = []
+        bg.blelloch_levels(
+            le, tid, bs, down, down=True,
+            after_first_barrier=(lambda ie: flag.append(bg.read_tile_flag(ie, s_m, bs - 1))) if guard else None,
+        )
 
-        # 5. replay: in-range steps update the state and run the emit on it.
+        # 5. replay: in-range steps update the state and run the emit on it; a flagged
+        #    tile takes its entering states in the loop's own order (blelloch_gpu).
         h = [le.load(s_v, [slot(le, c, tid)]) for c in range(K)]
+        if guard:
+
+            def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+                h = list(h)
+                for k, inside, pair in items:
+
+                    def step(te: Emitter, k=k, pair=pair, h=h) -> list[SSAValue]:
+                        m, v = mat.split(pair if keep else produce(te, k))
+                        return mat.apply(te, m, h, v)
+
+                    h = list(ie.if_(inside, [el] * K, step, lambda te, h=h: h))
+                return h
+
+            def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
+                for c in range(K):
+                    ie.store(h[c], s_c, [ie.index(c)])
+
+            def exact(ie: Emitter) -> list[SSAValue]:
+                return bg.sequential_entry_states(
+                    ie, tid, bs, [el] * K, lambda te, j: [te.load(s_c, [te.index(c)]) for c in range(K)],
+                    own_steps, store_carry,
+                )
+
+            h = list(le.if_(flag[0], [el] * K, exact, lambda ie, h=h: h))
         for k, inside, pair in items:
 
             def replay(ie: Emitter, k=k, pair=pair, h=h) -> list[SSAValue]:

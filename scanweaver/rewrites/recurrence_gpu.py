@@ -85,6 +85,12 @@ Kernel design
   recomputation is a multiply and an exp per pair, the loads hit L1. Measured with
   ptxas for the selective scan, N = 16, 128 x 4: 128 registers recomputing, 235
   keeping (no spills either way; recomputing allows twice the resident blocks).
+* Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root
+  aggregates are not finite; such a tile takes its entering states in the loop's own
+  order (thread after thread), its pairs recomputed from the loads (kept values would
+  be hoisted out of that loop by LLVM: N * items_per_thread more registers) and each
+  thread's entering state kept in its own `sB` slots (one component group). No
+  underflow poison here: Mamba's exp(dt A) products underflow in most tiles.
 * Chained tiles: the last thread's final h (identity padding keeps it) goes to `sC`
   for the next tile's seed; only thread 0 reads it, after the next up-sweep's barrier.
   After the last tile a barrier, then thread 0 copies `sC` into its state buffer and
@@ -996,6 +1002,13 @@ class _KernelGen:
         f_types = [v.type for v in frontier]
         last_stores = nest.last_stores
 
+        guard = bg.needs_overflow_guard(el, bs)
+        one_group = self.group >= self.n
+
+        def tree_prefix(ie: Emitter, comps: list[int]) -> list[SSAValue]:
+            """The down-sweep's entering states of this thread for a group's components."""
+            return [ie.load(s_b, [ie.add(tid, ie.index(c * bs)) if c else tid]) for c in range(len(comps))]
+
         def tile_body(le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
             start = le.add(le.mul(tl, tile), thread_base)
             # 1. this thread's pairs for all state elements; fold into aggregates.
@@ -1028,6 +1041,7 @@ class _KernelGen:
 
             # 2. exclusive scan of the aggregates, component groups of `self.group`.
             prefix: list[SSAValue] = []
+            flags: list[SSAValue] = []
             for g0 in range(0, self.n, self.group):
                 comps = list(range(g0, min(self.n, g0 + self.group)))
                 slots = []
@@ -1039,14 +1053,65 @@ class _KernelGen:
                 bg.blelloch_up_sweep(le, pairs, tid, bs, slots)
 
                 def seed(ie: Emitter, comps: list[int] = comps) -> None:
+                    if guard:  # overflow guard: the group's roots, flag in its first a slot
+                        roots = [ie.load(s, [ie.index(c * bs + bs - 1)]) for c in range(len(comps)) for s in (s_a, s_b)]
+                        bg.flag_tile_root(ie, roots, s_a, bs - 1)
                     for c, n in enumerate(comps):
                         ie.store(ie.load(s_c, [ie.index(n)]), s_b, [ie.index(c * bs + bs - 1)])
 
                 le.if_(le.cmp("eq", tid, zero), [], seed)
-                bg.blelloch_down_sweep(le, pairs, tid, bs, slots)
-                for c, _n in enumerate(comps):
-                    slot = le.add(tid, le.index(c * bs)) if c else tid
-                    prefix.append(le.load(s_b, [slot]))
+                bg.blelloch_down_sweep(
+                    le, pairs, tid, bs, slots,
+                    after_first_barrier=(lambda ie: flags.append(bg.read_tile_flag(ie, s_a, bs - 1))) if guard else None,
+                )
+                if not (guard and one_group):  # else loaded where used (not live across the fallback)
+                    prefix += tree_prefix(le, comps)
+
+            # A tile whose aggregates are not all finite takes its entering states in the
+            # loop's own order instead (blelloch_gpu, overflow guard).
+            if guard:
+                bad = flags[0]
+                for f in flags[1:]:
+                    bad = le.val(arith.OrIOp(bad, f))
+
+                def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+                    h = list(h)
+                    for k, inside, _f, a_s, b_s in items:
+
+                        def step(te: Emitter, k=k, a_s=a_s, b_s=b_s, h=h) -> list[SSAValue]:
+                            if self.keep:
+                                pa, pb = a_s, b_s
+                            else:
+                                # from the loads again, not from the kept step values: that
+                                # keeps LLVM from hoisting N * items_per_thread pairs out of
+                                # the turn loop (the loads cannot cross its barriers)
+                                m = {**base, t_c: step_index(te, k)}
+                                for op in cs.per_step:
+                                    te.op(op.clone(value_mapper=m))
+                                pa, pb = pair_values(te, m)
+                            return [pairs.apply(te, pa[n], h[n], pb[n]) for n in range(self.n)]
+
+                        h = list(ie.if_(inside, [el] * self.n, step, lambda te, h=h: h))
+                    return h
+
+                def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
+                    for n in range(self.n):
+                        ie.store(h[n], s_c, [ie.index(n)])
+
+                def keep_own(ie: Emitter, h: Sequence[SSAValue]) -> None:
+                    for n in range(self.n):  # the thread's own down-sweep slots, free now
+                        ie.store(h[n], s_b, [ie.add(tid, ie.index(n * bs)) if n else tid])
+
+                def exact(ie: Emitter) -> list[SSAValue]:
+                    return bg.sequential_entry_states(
+                        ie, tid, bs, [el] * self.n,
+                        lambda te, j: [te.load(s_c, [te.index(n)]) for n in range(self.n)],
+                        own_steps, store_carry,
+                        keep_in=(keep_own, lambda te: tree_prefix(te, list(range(self.n)))) if one_group else None,
+                    )
+
+                tree = (lambda ie: tree_prefix(ie, list(range(self.n)))) if one_group else (lambda ie: prefix)
+                prefix = list(le.if_(bad, [el] * self.n, exact, tree))
 
             # 3. replay: in-range steps update h and run the emit on the private state.
             h = prefix
