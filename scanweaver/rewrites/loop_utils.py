@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
 )
-from xdsl.ir import Attribute, Block, BlockArgument, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 
@@ -116,3 +116,40 @@ def inline_region_copy(
     Rewriter.erase_op(terminator, safe_erase=False)
     Rewriter.inline_block(block, b.insertion_point, args)
     return yielded
+
+
+def inside(value: SSAValue, op: Operation) -> bool:
+    """Whether `value` is defined inside `op`'s regions."""
+    owner = value.owner
+    if isinstance(owner, Block):
+        parent = owner.parent_op()
+        return parent is not None and (parent is op or op.is_ancestor(parent))
+    return op.is_ancestor(owner) and owner is not op
+
+
+def clone_in_loop(v: SSAValue, mapper: dict[SSAValue, SSAValue], b: Builder, loop: Operation) -> SSAValue:
+    """`v` (a value computed in `loop`) cloned at `b`, with its loop operands via `mapper`."""
+    if v in mapper:
+        return mapper[v]
+    if not inside(v, loop):
+        return v
+    op = v.owner
+    assert isinstance(op, Operation)
+    for u in op.operands:
+        clone_in_loop(u, mapper, b, loop)
+    b.insert(op.clone(value_mapper=mapper))
+    return mapper[v]
+
+
+def dce_block(block: Block) -> None:
+    """Erase ops in `block` whose results are unused and that have no effects, to a fixpoint."""
+    from xdsl.transforms.dead_code_elimination import is_trivially_dead
+
+    changed = True
+    while changed:
+        changed = False
+        for op in list(block.walk(reverse=True)):
+            if op.parent is not None and is_trivially_dead(op):
+                op.detach()
+                op.erase()
+                changed = True

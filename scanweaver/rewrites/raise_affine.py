@@ -67,14 +67,16 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 from xdsl.traits import is_side_effect_free
-from xdsl.transforms.dead_code_elimination import is_trivially_dead
 
 from scanweaver.dialects import scan
 from scanweaver.dialects.scan import is_supported_state_type
 from scanweaver.dialects.scan import LinearRecurrenceOp
 from scanweaver.rewrites import affine_form as af
 from scanweaver.rewrites.affine_form import AffineForm, Materializer
+from scanweaver.rewrites.loop_utils import clone_in_loop as _clone_index
 from scanweaver.rewrites.loop_utils import const_scalar, loop_nest
+from scanweaver.rewrites.loop_utils import dce_block as _dce
+from scanweaver.rewrites.loop_utils import inside as _inside
 
 # ---------------------------------------------------------------------------
 # Decision and plan
@@ -136,14 +138,6 @@ class _Reject(Exception):
         super().__init__(reason)
         self.kind = kind
 
-
-def _inside(value: SSAValue, op: Operation) -> bool:
-    """Whether `value` is defined inside `op`'s regions."""
-    owner = value.owner
-    if isinstance(owner, Block):
-        parent = owner.parent_op()
-        return parent is not None and (parent is op or op.is_ancestor(parent))
-    return op.is_ancestor(owner) and owner is not op
 
 
 def _const_index(value: SSAValue) -> int | None:
@@ -1115,23 +1109,6 @@ def _copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
 
     loop_nest(b, counts, body)
 
-
-def _clone_index(
-    v: SSAValue, mapper: dict[SSAValue, SSAValue], b: Builder, loop: scf.ForOp
-) -> SSAValue:
-    """`v` (an index computed in the loop) cloned at `b`, loop values via `mapper`."""
-    if v in mapper:
-        return mapper[v]
-    if not _inside(v, loop):
-        return v
-    op = v.owner
-    assert isinstance(op, Operation)
-    for u in op.operands:
-        _clone_index(u, mapper, b, loop)
-    b.insert(op.clone(value_mapper=mapper))
-    return mapper[v]
-
-
 def _multilag_copy_in(b: Builder, plan: _Plan, m: SSAValue, state: SSAValue) -> None:
     """state[j-1] <- m[.., t(lb) + j*d] (d = -step forwards): the element the loop
     reads j steps back at its first step, j = 1..K.
@@ -1333,17 +1310,6 @@ def _build_emit(plan: _Plan, state: SSAValue) -> Region:
 
 def _copy_hint(loop: scf.ForOp, arg: SSAValue) -> None:
     arg.name_hint = loop.body.block.args[0].name_hint
-
-
-def _dce(block: Block) -> None:
-    changed = True
-    while changed:
-        changed = False
-        for op in list(block.walk(reverse=True)):
-            if op.parent is not None and is_trivially_dead(op):
-                op.detach()
-                op.erase()
-                changed = True
 
 
 # ---------------------------------------------------------------------------

@@ -42,6 +42,8 @@ from xdsl.traits import is_side_effect_free
 
 from scanweaver.dialects import scan
 from scanweaver.dialects.scan import is_supported_state_type
+from scanweaver.rewrites.loop_utils import clone_in_loop, inside as _inside
+from scanweaver.rewrites.loop_utils import dce_block as _dce
 
 #: Associative ops that are exact under any association (floats only the IEEE
 #: maximum/minimum, which order -0 < +0 and propagate NaN).
@@ -77,14 +79,6 @@ class AssocPlan:
 class NotAssociative(Exception):
     """Why a loop is not an associative recurrence (a reason worth reporting), or
     empty when it is simply not of a recognised shape."""
-
-
-def _inside(v: SSAValue, op: Operation) -> bool:
-    owner = v.owner
-    if isinstance(owner, Block):
-        parent = owner.parent_op()
-        return parent is not None and (parent is op or op.is_ancestor(parent))
-    return op.is_ancestor(owner) and owner is not op
 
 
 def _depends_on(v: SSAValue, sources: set[SSAValue], loop: scf.ForOp) -> bool:
@@ -250,19 +244,6 @@ def _time_of(b: Builder, loop: scf.ForOp, j: SSAValue) -> SSAValue:
     return b.insert(arith.AddiOp(loop.lb, scaled)).result
 
 
-def _clone_slice(b: Builder, v: SSAValue, mapper: dict, loop: scf.ForOp) -> SSAValue:
-    if v in mapper:
-        return mapper[v]
-    if not _inside(v, loop):
-        return v
-    op = v.owner
-    assert isinstance(op, Operation)
-    for u in op.operands:
-        _clone_slice(b, u, mapper, loop)
-    b.insert(op.clone(value_mapper=mapper))
-    return mapper[v]
-
-
 def _combine_region(plan: AssocPlan, types) -> Region:
     block = Block(arg_types=[*types, *types])
     b = Builder(InsertPoint.at_end(block))
@@ -312,7 +293,7 @@ def raise_associative(plan: AssocPlan) -> Operation:
     j = pblock.args[0]
     mapper: dict[SSAValue, SSAValue] = {body.args[0]: _time_of(pb, loop, j)}
     j1 = pb.insert(arith.AddiOp(j, _index(pb, 1))).result
-    elements = [_clone_slice(pb, e, mapper, loop) for e in plan.element or []]
+    elements = [clone_in_loop(e, mapper, pb, loop) for e in plan.element or []]
     if plan.kind == "logsumexp":
         elements.append(
             pb.insert(arith.ConstantOp(FloatAttr(1.0, types[1]))).result  # type: ignore[arg-type]
@@ -359,14 +340,3 @@ def _has_effects(block: Block) -> bool:
     return any(isinstance(op, memref.StoreOp) for op in block.walk())
 
 
-def _dce(block: Block) -> None:
-    from xdsl.transforms.dead_code_elimination import is_trivially_dead
-
-    changed = True
-    while changed:
-        changed = False
-        for op in list(block.walk(reverse=True)):
-            if op.parent is not None and is_trivially_dead(op):
-                op.detach()
-                op.erase()
-                changed = True
