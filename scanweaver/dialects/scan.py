@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     I64,
     BFloat16Type,
+    ComplexType,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -65,21 +66,35 @@ STATE_TYPES = (Float32Type, Float64Type)
 LOW_PRECISION_INPUTS = (Float16Type, BFloat16Type)
 
 
+SUPPORTED_STATES = "f32, f64, i32, i64, complex<f32> or complex<f64>"
+
+
+def is_complex_state_type(t: Attribute) -> bool:
+    """complex<f32> / complex<f64>: an affine recurrence over C is as associative as over R."""
+    return isinstance(t, ComplexType) and isinstance(t.element_type, STATE_TYPES)
+
+
 def is_supported_state_type(t: Attribute) -> bool:
-    if isinstance(t, STATE_TYPES):
+    if isinstance(t, STATE_TYPES) or is_complex_state_type(t):
         return True
     return isinstance(t, IntegerType) and t.width.data in (32, 64)
 
 
 def check_input_state_types(op_name: str, in_t: Attribute, state_t: Attribute) -> None:
-    """Inputs share the state type, except f16/bf16 inputs which accumulate in f32."""
+    """Inputs share the state type, except f16/bf16 inputs which accumulate in f32.
+    A complex state takes inputs of exactly its type (no widening, no real inputs)."""
     if not is_supported_state_type(state_t):
         raise VerifyException(
             f"'{op_name}': state element type {state_t} is not supported "
-            "(expected f32, f64, i32 or i64)"
+            f"(expected {SUPPORTED_STATES})"
         )
     if in_t == state_t:
         return
+    if isinstance(state_t, ComplexType) or isinstance(in_t, ComplexType):
+        raise VerifyException(
+            f"'{op_name}': input element type {in_t} does not match state element type "
+            f"{state_t} (a, b and h of a complex recurrence share one complex type)"
+        )
     if isinstance(in_t, LOW_PRECISION_INPUTS) and isinstance(state_t, Float32Type):
         return
     raise VerifyException(
@@ -426,7 +441,7 @@ class LoopRecurrence(IRDLOperation):
         if not is_supported_state_type(st.element_type):
             raise VerifyException(
                 f"'{n}': state element type {st.element_type} is not supported "
-                "(expected f32, f64, i32 or i64)"
+                f"(expected {SUPPORTED_STATES})"
             )
         eargs = [a.type for a in self.emit.block.args]
         if eargs != [IndexType(), st]:
@@ -525,6 +540,11 @@ class LinearRecurrenceOp(LoopRecurrence):
         n = self.name
         st = self._verify_state_and_emit()
         el = st.element_type
+        if isinstance(el, ComplexType):
+            raise VerifyException(
+                f"'{n}': a complex state is not supported for the coupled (matrix) "
+                "recurrence; use scan.recurrence (complex state is diagonal)"
+            )
         shape = st.get_shape()
         if len(shape) != 1 or shape[0] < 1:
             raise VerifyException(

@@ -16,6 +16,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BFloat16Type,
+    ComplexType,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -33,6 +34,7 @@ from xdsl.ir import Attribute
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.interp.numerics import bf16_bits_to_float, float_to_bf16_bits
+from scanweaver.interp.complex_impls import ComplexFunctions, ComplexStorage
 from scanweaver.interp.scan_impls import ScanFunctions
 from scanweaver.interp.upstream_impls import UpstreamFunctions
 
@@ -58,6 +60,8 @@ class BF16Storage:
 
 #: numpy dtype expected for each memref element type (bf16 travels as raw uint16 bits).
 def numpy_dtype_for(el: Attribute) -> np.dtype:
+    if isinstance(el, ComplexType) and isinstance(el.element_type, Float32Type | Float64Type):
+        return np.dtype(np.complex64 if isinstance(el.element_type, Float32Type) else np.complex128)
     if isinstance(el, Float32Type):
         return np.dtype(np.float32)
     if isinstance(el, Float64Type):
@@ -79,6 +83,8 @@ def numpy_dtype_for(el: Attribute) -> np.dtype:
 def _storage_xtype(el: Attribute):
     if isinstance(el, BFloat16Type):
         return BF16Storage()
+    if isinstance(el, ComplexType):
+        return ComplexStorage(el)
     return xtype_for_el_type(el, 64)
 
 
@@ -87,6 +93,7 @@ def make_interpreter(module: ModuleOp) -> Interpreter:
     register_implementations(interpreter, Context())
     interpreter.register_implementations(UpstreamFunctions(), override=True)
     interpreter.register_implementations(ScanFunctions())
+    interpreter.register_implementations(ComplexFunctions())
     return interpreter
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from xdsl.dialects.builtin import IntegerType
+from xdsl.dialects.builtin import ComplexType, IntegerType
 from xdsl.interpreter import (
     Interpreter,
     InterpreterFunctions,
@@ -35,6 +35,11 @@ def state_arith(state_type: Attribute):
     integers wrapped): this is what unfused `mulf`/`addf` or `muli`/`addi` compute, so
     the reference agrees bit for bit with the loop form it replaces.
     """
+
+    if isinstance(state_type, ComplexType):  # (re, im) tuples, complex.mul then complex.add
+        from scanweaver.interp.complex_impls import complex_zero, state_mul_add
+
+        return (lambda a, h, b: state_mul_add(state_type, a, h, b)), complex_zero()
 
     def mul_add(a, h, b):
         return round_to(state_type, round_to(state_type, a * h) + b)

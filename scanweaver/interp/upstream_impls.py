@@ -13,7 +13,7 @@ from typing import Any
 
 from xdsl.dialects import arith, memref
 from xdsl.dialects import math as mathd
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ComplexType, IntegerType
 from xdsl.interpreter import (
     Interpreter,
     InterpreterFunctions,
@@ -316,7 +316,13 @@ def _allocate(interpreter: Interpreter, op, args: PythonValues) -> PythonValues:
     t = op.memref.type
     dyn = iter(args)
     shape = [next(dyn) if d == DYNAMIC_INDEX else d for d in t.get_shape()]
-    xtype = xtype_for_el_type(t.get_element_type(), interpreter.index_bitwidth)
+    el = t.get_element_type()
+    if isinstance(el, ComplexType):
+        from scanweaver.interp.complex_impls import ComplexStorage
+
+        xtype = ComplexStorage(el)
+    else:
+        xtype = xtype_for_el_type(el, interpreter.index_bitwidth)
     return (ShapedArray(TypedPtr[Any].zeros(math.prod(shape), xtype=xtype), shape),)
 
 

@@ -10,9 +10,11 @@ from collections.abc import Callable, Sequence
 
 from xdsl.builder import Builder
 from xdsl.dialects import arith, memref, scf
+from xdsl.dialects import complex as complex_d
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BFloat16Type,
+    ComplexType,
     Float16Type,
     FloatAttr,
     IndexType,
@@ -29,6 +31,8 @@ def const_index(b: Builder, value: int) -> SSAValue:
 
 
 def const_scalar(b: Builder, value: float | int, t: Attribute) -> SSAValue:
+    if isinstance(t, ComplexType):  # value + 0i
+        return b.insert(complex_d.ConstantOp.from_floats((float(value), 0.0), t.element_type)).complex
     attr = IntegerAttr(int(value), t) if isinstance(t, IntegerType) else FloatAttr(value, t)
     return b.insert(arith.ConstantOp(attr)).result
 
@@ -50,6 +54,8 @@ def mul_add(b: Builder, a: SSAValue, h: SSAValue, x: SSAValue) -> SSAValue:
     """a*h + x as separate multiply and add (integer ops wrap, float ops round each)."""
     if isinstance(a.type, IntegerType):
         return b.insert(arith.AddiOp(b.insert(arith.MuliOp(a, h)).result, x)).result
+    if isinstance(a.type, ComplexType):
+        return b.insert(complex_d.AddOp(b.insert(complex_d.MulOp(a, h)).result, x)).result
     return b.insert(arith.AddfOp(b.insert(arith.MulfOp(a, h)).result, x)).result
 
 

@@ -34,6 +34,7 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
     (the caller then lowers with OpenMP and links libomp).
     """
     from scanweaver.rewrites.raise_affine import RaiseRecurrences
+    from scanweaver.rewrites.complex_to_real import ComplexToReal
     from scanweaver.rewrites.scan_to_loops import ScanToLoops
 
     if target not in TARGETS:
@@ -56,6 +57,7 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
         RaiseRecurrences(),
         *lowering,
         ScanToLoops(),
+        ComplexToReal(),
         CanonicalizePass(),
         CommonSubexpressionElimination(),
     ]

@@ -32,8 +32,11 @@ _STDERR_LINES = 6
 #  - vector-to-llvm emits memref.dim (bounds of transfer ops): before the memref passes.
 #  - expand-strided-metadata emits affine.apply, so lower-affine must follow it.
 #  - memref lowering runs before scf-to-cf: shared/DESIGN.md section 3, needed for OpenMP.
+#  - complex-to-llvm first: complex values (memref elements, iter_args) become
+#    {re, im} structs before the memref and scf conversions see them.
 #  - reconcile-unrealized-casts last.
 _CPU_HEAD = [
+    "--convert-complex-to-llvm",  # what scan-complex-to-real leaves: create/re/im/constant
     "--convert-vector-to-scf",
     "--convert-math-to-llvm=approximate-log1p=false",
     "--convert-math-to-libm",
