@@ -22,7 +22,8 @@ from scanweaver.errors import (
 )
 
 _FLOAT_TYPES = (np.float16, np.float32, np.float64)
-_SCAN_TYPES = (*_FLOAT_TYPES, np.int32, np.int64)
+_COMPLEX_TYPES = (np.complex64, np.complex128)
+_SCAN_TYPES = (*_FLOAT_TYPES, np.int32, np.int64, *_COMPLEX_TYPES)
 BACKENDS = ("auto", "cpu", "cuda")
 
 
@@ -31,6 +32,19 @@ BACKENDS = ("auto", "cpu", "cuda")
 
 def _is_cuda_array(x: Any) -> bool:
     return hasattr(x, "__cuda_array_interface__")
+
+
+def _is_complex(x: Any) -> bool:
+    """Whether an argument holds complex numbers (host or GPU array, or a Python value)."""
+    if _is_cuda_array(x):
+        return x.__cuda_array_interface__["typestr"][1:2] == "c"
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None:
+        return np.dtype(dtype).kind == "c"
+    try:
+        return np.asarray(x).dtype.kind == "c"
+    except Exception:  # noqa: BLE001 - the argument checks name the problem later
+        return False
 
 
 def _cuda_usable() -> bool:
@@ -156,8 +170,11 @@ def linear_scan(
 ):
     """Per-channel affine recurrence ``h[t] = a[t] * h[t-1] + b[t]`` along ``axis``.
 
-    a, b: arrays of the same shape and dtype (float16, float32, float64, int32, int64);
-      every dimension other than ``axis`` is an independent channel.
+    a, b: arrays of the same shape and dtype (float16, float32, float64, int32, int64,
+      complex64, complex128); every dimension other than ``axis`` is an independent
+      channel.  Complex: a real floating-point a or b is promoted to the other's complex
+      type by numpy's rules (float64 with complex64 gives complex128); h0 may be real
+      or complex.  Complex scans run on the CPU (the GPU path takes real dtypes).
     h0: optional initial state, shape of ``a`` without ``axis`` (zero when absent).
     reverse: walk the axis from its end (``h[t] = a[t] * h[t+1] + b[t]``).
     h0 may be a list or a single value for every channel; values that the state dtype
@@ -172,12 +189,15 @@ def linear_scan(
         raise ScanWeaverTypeError(f"axis must be an integer, got {axis!r}") from None
     _check_flag("reverse", reverse)
     _check_flag("return_final_state", return_final_state)
-    chosen = _pick_backend(backend, [a, b, h0])
+    complex_limit = "complex dtypes run on the CPU only" if any(map(_is_complex, (a, b))) else None
+    chosen = _pick_backend(backend, [a, b, h0], gpu_limit=complex_limit)
     if chosen == "cuda" and _is_cuda_array(a):
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
 
         return linear_scan_cuda(a, b, h0, axis, reverse, return_final_state)
     a_arr, b_arr = _host_array("a", a), _host_array("b", b)
+    if a_arr.dtype.kind == "c" or b_arr.dtype.kind == "c":
+        a_arr, b_arr = _promote_complex(a_arr, b_arr)
     if a_arr.dtype != b_arr.dtype:
         raise ScanWeaverTypeError(
             f"arguments 'a' ({a_arr.dtype}) and 'b' ({b_arr.dtype}) must have the same dtype"
@@ -194,7 +214,8 @@ def linear_scan(
     channel_shape = a_arr.shape[:axis] + a_arr.shape[axis + 1 :]
     h0_2d = None
     if h0 is not None:
-        h0_arr = _initial_state(h0, np.dtype(state_dtype), channel_shape, axis)
+        init = _complex_initial_state if np.dtype(state_dtype).kind == "c" else _initial_state
+        h0_arr = init(h0, np.dtype(state_dtype), channel_shape, axis)
         h0_2d = np.ascontiguousarray(h0_arr).reshape(-1)
         h0 = h0_arr
     if chosen == "cuda":
@@ -220,6 +241,42 @@ def linear_scan(
     if return_final_state:
         return h, final.reshape(channel_shape)
     return h
+
+
+def _promote_complex(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A complex recurrence: a real float operand joins the complex one, by numpy's
+    promotion (float32 + complex64 -> complex64, float64 + complex64 -> complex128),
+    as `a * h + b` would in numpy.  Integer operands are refused: no complex integers."""
+    for name, x in (("a", a), ("b", b)):
+        if x.dtype.kind not in "fc":
+            raise ScanWeaverTypeError(
+                f"argument '{name}' has dtype {x.dtype}; a complex scan takes complex64, "
+                "complex128 or real floating-point a and b"
+            )
+    target = np.result_type(a.dtype, b.dtype)
+    return a.astype(target, copy=False), b.astype(target, copy=False)
+
+
+def _complex_initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """`h0` for a complex state: numbers (real or complex) the state holds without loss;
+    Python numbers and lists are converted, arrays must cast safely (float64 does not
+    fit complex64)."""
+    arr = _host_array("h0", h0, allowed=None)
+    if arr.dtype.kind not in "biufc":
+        raise ScanWeaverTypeError(f"argument 'h0' has dtype {arr.dtype}; expected numbers for the state dtype {state.name}")
+    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
+    if typed and not np.can_cast(arr.dtype, state, "safe"):
+        raise ScanWeaverTypeError(
+            f"argument 'h0' has dtype {arr.dtype}, which does not fit the state dtype {state.name} without loss"
+        )
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = arr.astype(state)
+    if not typed and not np.array_equal(np.isfinite(converted), np.isfinite(arr)):
+        raise ScanWeaverValueError(f"argument 'h0' has values that do not fit the state dtype {state.name}")
+    if converted.ndim == 0:
+        return np.full(channel_shape, converted, dtype=state)
+    _check_shape("h0", converted, channel_shape, f"'a' without axis {axis}, or a single value")
+    return converted
 
 
 # ---------------------------------------------------------------------- selective_scan
@@ -303,11 +360,19 @@ def selective_scan(
     u, delta, z: (batch, D, L); A: (D, N); B, C: (D, N) constant, (batch, N, L) shared,
     or (batch, G, N, L) grouped (channel d uses group d // (D/G)); D, delta_bias: (D,).
     ``initial_state`` (batch, D, N) is an extension: the state before t = 0.
+    Complex A (complex64/complex128, as Mamba's complex weight type): the state is
+    complex, input-dependent B/C are real with (re, im) pairs along a last axis of 2L
+    (or complex with L), constant B/C complex or real, and y = 2 Re(C h) as in
+    mamba_ssm's reference; last_state is complex.  CPU only.
     All internal math is float32, whatever the input dtype; the output has u's dtype.
     Returns out, or (out, last_state) with ``return_last_state=True``.
     """
     _check_flag("delta_softplus", delta_softplus)
     _check_flag("return_last_state", return_last_state)
+    if _is_complex(A):
+        return _selective_scan_complex(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state, backend
+        )
     chosen = _pick_backend(
         backend,
         [u, delta, A, B, C, D, z, delta_bias, initial_state],
@@ -343,6 +408,19 @@ def selective_scan(
         delta_softplus=delta_softplus,
         return_last_state=return_last_state,
         h0=ex["initial_state"],
+    )
+
+
+def _selective_scan_complex(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+                            initial_state, backend):
+    """Complex A (S4D/LRU-style diagonal complex state): mamba_ssm's meaning, on the CPU."""
+    _pick_backend(backend, [u, delta, A, B, C, D, z, delta_bias, initial_state],
+                  gpu_limit="complex A runs on the CPU only")
+    from scanweaver.runtime.cpu_selective_complex import selective_scan_complex_cpu
+
+    return selective_scan_complex_cpu(
+        u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias, delta_softplus=delta_softplus,
+        return_last_state=return_last_state, h0=initial_state,
     )
 
 

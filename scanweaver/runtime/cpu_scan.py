@@ -254,7 +254,11 @@ def split_range(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
 # ---------------------------------------------------------------------------
 
 _DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
-           np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+           np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
+           np.dtype(np.complex64): "complex<f32>", np.dtype(np.complex128): "complex<f64>"}
+#: Variants a complex scan runs as: the kernel is the sequential loop on (re, im)
+#: pairs (scan-complex-to-real), parallel across channels only.
+COMPLEX_VARIANTS = ("single", "channels")
 
 
 def _mlir_el(dtype: np.dtype) -> str:
@@ -262,7 +266,8 @@ def _mlir_el(dtype: np.dtype) -> str:
         return _DTYPES[np.dtype(dtype)]
     except KeyError:
         raise ScanWeaverTypeError(
-            f"affine_scan_cpu: dtype {np.dtype(dtype)} is not supported (float32, float64, int32, int64)"
+            f"affine_scan_cpu: dtype {np.dtype(dtype)} is not supported "
+            "(float32, float64, int32, int64, complex64, complex128)"
         ) from None
 
 
@@ -391,6 +396,14 @@ def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: 
     return "channels" if channels >= 2 * threads else "single"
 
 
+def _complex_variant(channels: int, length: int, dtype: np.dtype, threads: int) -> str:
+    """'channels' when there are rows for every thread and enough work, else 'single'."""
+    total = channels * length
+    if threads > 1 and channels >= 2 * threads and total >= THREAD_MIN_ELEMENTS // 4:
+        return "channels"
+    return "single"
+
+
 def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64) -> np.ndarray:
     """np.empty(shape, dtype) whose data starts on an `align`-byte boundary.
 
@@ -446,6 +459,13 @@ def affine_scan_cpu(
         h = out
     final = np.empty(C, a.dtype) if return_final else None
     threads = num_threads() if threads is None else max(1, threads)
+    if a.dtype.kind == "c":
+        variant = variant or _complex_variant(C, L, a.dtype, threads)
+        if variant not in COMPLEX_VARIANTS:
+            raise ScanWeaverValueError(
+                f"affine_scan_cpu: variant {variant!r} does not take complex dtypes "
+                f"(complex scans run as {' or '.join(map(repr, COMPLEX_VARIANTS))})"
+            )
     variant = variant or choose_affine_variant(C, L, a.dtype, threads)
     if variant == "chunked" and L >= 2:
         _chunked(a, b, h0, h, final, reverse, threads)
