@@ -16,14 +16,17 @@ import numpy as np
 
 from scanweaver.errors import (
     BackendUnavailableError,
-    ScanWeaverError,
     ScanWeaverTypeError,
     ScanWeaverValueError,
 )
+from scanweaver.runtime.program import NoSuchFunctionError, Program
+from scanweaver.runtime.validation import FLOAT_TYPES as _FLOAT_TYPES
+from scanweaver.runtime.validation import check_shape as _check_shape
+from scanweaver.runtime.validation import host_array as _host_array
+from scanweaver.runtime.validation import SCAN_TYPES as _REAL_SCAN_TYPES
 
-_FLOAT_TYPES = (np.float16, np.float32, np.float64)
 _COMPLEX_TYPES = (np.complex64, np.complex128)
-_SCAN_TYPES = (*_FLOAT_TYPES, np.int32, np.int64, *_COMPLEX_TYPES)
+_SCAN_TYPES = (*_REAL_SCAN_TYPES, *_COMPLEX_TYPES)
 BACKENDS = ("auto", "cpu", "cuda")
 
 
@@ -89,20 +92,6 @@ def _pick_backend(backend: str, arrays: list[Any], gpu_limit: str | None = None)
     return "cuda" if gpu_limit is None and _cuda_usable() else "cpu"
 
 
-def _host_array(name: str, x: Any, allowed=_SCAN_TYPES) -> np.ndarray:
-    if x is None:
-        raise ScanWeaverTypeError(f"argument '{name}' is required")
-    try:
-        arr = np.asarray(x)
-    except Exception as e:  # noqa: BLE001 - any conversion failure is the user's input
-        kind = ScanWeaverTypeError if isinstance(e, TypeError) else ScanWeaverValueError
-        raise kind(f"argument '{name}' is not an array: {e}") from None
-    if allowed is not None and arr.dtype not in [np.dtype(t) for t in allowed]:
-        names = ", ".join(np.dtype(t).name for t in allowed)
-        raise ScanWeaverTypeError(f"argument '{name}' has dtype {arr.dtype}; expected one of {names}")
-    return arr
-
-
 def _check_flag(name: str, value: Any) -> None:
     if not isinstance(value, (bool, np.bool_)):
         raise ScanWeaverTypeError(f"{name} must be True or False, got {value!r}")
@@ -149,13 +138,6 @@ def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axi
     return converted
 
 
-def _check_shape(name: str, arr: Any, shape: tuple[int, ...], meaning: str) -> None:
-    if tuple(arr.shape) != tuple(shape):
-        raise ScanWeaverValueError(
-            f"argument '{name}' has shape {tuple(arr.shape)}; expected {tuple(shape)} ({meaning})"
-        )
-
-
 # ------------------------------------------------------------------------- linear_scan
 
 
@@ -195,7 +177,7 @@ def linear_scan(
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
 
         return linear_scan_cuda(a, b, h0, axis, reverse, return_final_state)
-    a_arr, b_arr = _host_array("a", a), _host_array("b", b)
+    a_arr, b_arr = _host_array("a", a, _SCAN_TYPES), _host_array("b", b, _SCAN_TYPES)
     if a_arr.dtype.kind == "c" or b_arr.dtype.kind == "c":
         a_arr, b_arr = _promote_complex(a_arr, b_arr)
     if a_arr.dtype != b_arr.dtype:
@@ -425,63 +407,6 @@ def _selective_scan_complex(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
 
 
 # ----------------------------------------------------------------------------- compile
-
-
-class NoSuchFunctionError(ScanWeaverError, AttributeError):
-    """A `Program` has no function of that name (an AttributeError too, for hasattr)."""
-
-
-class Program:
-    """A compiled module: call its functions by name with numpy arrays.
-
-    Memref arguments are numpy arrays written in place; scalar results are returned.
-    ``program.stages`` lists (stage name, IR text) after each pass;
-    ``program.stage_ir(name)`` returns one of them.
-    """
-
-    def __init__(
-        self,
-        functions: dict[str, Callable[..., Any]],
-        stages: Callable[[], list[Any]] | list[Any],
-        artifact: str,
-        cache_hit: bool = False,
-    ):
-        self._functions = functions
-        self._stages = stages
-        self.artifact = artifact
-        self.cache_hit = cache_hit  # the build came from the on-disk compile cache
-
-    @property
-    def stages(self) -> list[tuple[str, str]]:
-        """(stage name, IR) after each pass; recomputed on demand after a cached build."""
-        if callable(self._stages):
-            self._stages = self._stages()
-        return [(s.name, s.ir) for s in self._stages]
-
-    @property
-    def function_names(self) -> list[str]:
-        return sorted(self._functions)
-
-    def stage_ir(self, name: str) -> str:
-        for stage, ir in self.stages:
-            if stage == name:
-                return ir
-        raise ScanWeaverValueError(
-            f"no stage named '{name}' (stages: {', '.join(s for s, _ in self.stages)})"
-        )
-
-    def __getitem__(self, name: str) -> Callable[..., Any]:
-        try:
-            return self._functions[name]
-        except KeyError:
-            raise NoSuchFunctionError(
-                f"no function '@{name}' in the program (have: {', '.join(self.function_names)})"
-            ) from None
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return self[name]
 
 
 def _without_aliasing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:

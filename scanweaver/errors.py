@@ -33,6 +33,18 @@ class ScanWeaverTypeError(ScanWeaverError, TypeError):
     """An argument of the wrong type or dtype (what numpy and torch raise `TypeError` for)."""
 
 
+class CannotLower(Exception):
+    """A lowering strategy declines an op, with the reason (``.reason``, also ``str()``).
+
+    Internal, not user-facing: the pass that catches it leaves the op for the next
+    strategy (the sequential lowering) and may report the reason in a remark.
+    """
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class ScanWeaverWarning(UserWarning):
     """Something the user should know that does not stop the work."""
 

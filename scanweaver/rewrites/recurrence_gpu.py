@@ -130,6 +130,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import is_side_effect_free
 
 from scanweaver.dialects import scan
+from scanweaver.errors import CannotLower
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.launch import KernelLaunch
@@ -144,8 +145,8 @@ HOIST_PER_ELEMENT_REGISTERS = 32
 KEEP_PAIRS_REGISTERS = 16
 
 
-class Unsupported(Exception):
-    """Why a `scan.recurrence` is left for the sequential lowering."""
+#: Why a `scan.recurrence` is left for the sequential lowering (the shared "cannot lower").
+Unsupported = CannotLower
 
 
 def _scalar(t: Attribute) -> bool:

@@ -83,6 +83,7 @@ from xdsl.rewriter import InsertPoint
 from xdsl.traits import IsTerminator, is_side_effect_free
 
 from scanweaver.dialects import scan
+from scanweaver.errors import CannotLower
 from scanweaver.rewrites.loop_utils import (
     const_index,
     const_scalar,
@@ -915,8 +916,8 @@ class LowerAffineCpu(RewritePattern):
 # ---------------------------------------------------------------------------
 
 
-class _Unsupported(Exception):
-    """The vectoriser does not handle this recurrence (the sequential lowering will)."""
+#: The vectoriser does not handle this recurrence (the sequential lowering will).
+_Unsupported = CannotLower
 
 
 _REDUCTIONS: dict[type, vector.CombiningKindFlag] = {

@@ -31,24 +31,13 @@ from typing import Any, Callable, Iterator, Sequence
 import llvmlite.binding as llvm
 import numpy as np
 
+from scanweaver.dtypes import NUMPY_DTYPES
 from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError, ToolFailedError
 
 # ------------------------------------------------------------------ argument types
 
-# MLIR element type -> numpy dtype of the buffer. i1 is stored as one byte in memory.
-# bf16 has no numpy dtype: pass its raw bits as uint16.
-_NUMPY_DTYPES: dict[str, np.dtype] = {
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(np.uint16),
-    "f32": np.dtype(np.float32),
-    "f64": np.dtype(np.float64),
-    "i1": np.dtype(np.bool_),
-    "i8": np.dtype(np.int8),
-    "i16": np.dtype(np.int16),
-    "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-    "index": np.dtype(np.int64),  # index is i64 on the 64-bit hosts we target
-}
+# MLIR element type -> numpy dtype of the buffer (the one table, in scanweaver.dtypes).
+_NUMPY_DTYPES = NUMPY_DTYPES
 
 # Scalars passed by value. i1 comes back in a byte whose upper bits LLVM does not
 # define, so results are read as uint8 and masked (see _result_value).

@@ -44,8 +44,10 @@ from typing import Any
 
 import numpy as np
 
+from scanweaver.dtypes import COMPLEX_ELEMENTS, mlir_element
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cpu import CpuProgram, flush_denormals
+from scanweaver.runtime.validation import check_shape
 
 # ---------------------------------------------------------------------------
 # Compilation (the one place) and its in-process cache
@@ -253,22 +255,20 @@ def split_range(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
 # Affine scans
 # ---------------------------------------------------------------------------
 
-_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
-           np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
-           np.dtype(np.complex64): "complex<f32>", np.dtype(np.complex128): "complex<f64>"}
 #: Variants a complex scan runs as: the kernel is the sequential loop on (re, im)
 #: pairs (scan-complex-to-real), parallel across channels only.
 COMPLEX_VARIANTS = ("single", "channels")
+_CPU_ELEMENTS = ("f32", "f64", "i32", "i64", *COMPLEX_ELEMENTS)  # f16 inputs are widened to f32 before
 
 
 def _mlir_el(dtype: np.dtype) -> str:
-    try:
-        return _DTYPES[np.dtype(dtype)]
-    except KeyError:
+    el = mlir_element(dtype, _CPU_ELEMENTS)
+    if el is None:
         raise ScanWeaverTypeError(
             f"affine_scan_cpu: dtype {np.dtype(dtype)} is not supported "
             "(float32, float64, int32, int64, complex64, complex128)"
-        ) from None
+        )
+    return el
 
 
 def _memref(rank: int, el: str) -> str:
@@ -867,10 +867,11 @@ def selective_scan_cpu(
         raise ScanWeaverValueError(f"selective_scan_cpu: state size N = {N} not supported (1..64)")
     b_kind, Bk = _bc_kind(np.asarray(B), "B", batch, Dn, N, L)
     c_kind, Ck = _bc_kind(np.asarray(C), "C", batch, Dn, N, L)
-    vec = lambda x, name: None if x is None else _check_shape(f32(x), (Dn,), name)  # noqa: E731
+    where = "selective_scan_cpu"
+    vec = lambda x, name: None if x is None else check_shape(name, f32(x), (Dn,), "(D,)", where)  # noqa: E731
     Dk, bias = vec(D, "D"), vec(delta_bias, "delta_bias")
-    zk = None if z is None else _check_shape(f32(z), u.shape, "z")
-    h0k = None if h0 is None else _check_shape(f32(h0), (batch, Dn, N), "h0")
+    zk = None if z is None else check_shape("z", f32(z), u.shape, "(batch, D, L) like 'u'", where)
+    h0k = None if h0 is None else check_shape("h0", f32(h0), (batch, Dn, N), "(batch, D, N)", where)
     spec = SelectiveScanSpec(N, b_kind, c_kind, Dk is not None, zk is not None, bias is not None,
                              bool(delta_softplus), h0k is not None, bool(return_last_state))
     ir = selective_scan_ir(spec)
@@ -890,9 +891,3 @@ def selective_scan_cpu(
     parallel_for([k.bind(*arrays, lo, hi) for lo, hi in parts], threads=threads)
     result = out.astype(out_dtype, copy=False)
     return (result, last) if return_last_state else result
-
-
-def _check_shape(x: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
-    if x.shape != shape:
-        raise ScanWeaverValueError(f"selective_scan_cpu: {name} must have shape {shape}, got {x.shape}")
-    return x

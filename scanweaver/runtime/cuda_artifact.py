@@ -151,7 +151,7 @@ def plan(doc: dict[str, Any]) -> tuple[dict[str, list[KernelLaunch]], dict[str, 
 def load(path: str | os.PathLike, driver: Any = None):
     """A callable `Program` from an artifact written by `scanweaver compile --target
     ptx|cubin -o OUT` (give OUT or OUT.launch.json).  Needs a CUDA driver binding."""
-    from scanweaver.api import Program
+    from scanweaver.runtime.program import Program
     from scanweaver.runtime.cuda import CudaFunction, CudaModule, current_driver, device_chip
 
     doc, image = read_artifact(path)

@@ -178,7 +178,7 @@ class _CudaFunction(CudaFunction):
 
 def compile_cuda_program(mlir_text: str):
     """Compile for the GPU of this machine and return a `Program` of callables."""
-    from scanweaver.api import Program
+    from scanweaver.runtime.program import Program
     from scanweaver.runtime.cuda import CudaModule, require_cuda
 
     require_cuda()

@@ -73,7 +73,7 @@ def _device_like(template: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
 def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
     on_device = hasattr(a, "__cuda_array_interface__")
     if not on_device:
-        from scanweaver.api import _host_array
+        from scanweaver.runtime.validation import host_array as _host_array
 
         a, b = np.asarray(_host_array("a", a)), np.asarray(_host_array("b", b))
     iface_a = a.__cuda_array_interface__ if on_device else None

@@ -7,16 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-#: numpy dtype -> MLIR element type of the scan kernels.
-MLIR_ELEMENT = {
-    np.dtype(np.float16): "f16",
-    np.dtype(np.float32): "f32",
-    np.dtype(np.float64): "f64",
-    np.dtype(np.int32): "i32",
-    np.dtype(np.int64): "i64",
-}
+from scanweaver.dtypes import MLIR_ELEMENT  # re-exported: numpy dtype -> MLIR element type
 
 
 def memref_type(shape: Sequence[int | str], element: str) -> str:
