@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from xdsl.builder import Builder
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
+from xdsl.dialects import complex as cx
+from xdsl.dialects.builtin import ComplexType, FloatAttr, IntegerAttr, IntegerType
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
@@ -206,10 +207,18 @@ class Materializer:
         self.leaf_value = leaf_value
         self.scope = scope
         self.is_int = isinstance(element_type, IntegerType)
+        self.is_complex = isinstance(element_type, ComplexType)
         self._consts: dict[int | str, SSAValue] = {}
         self._done: list[tuple[Term, SSAValue]] = []
 
-    def _const(self, v: int) -> SSAValue:
+    def _const(self, v: int | float) -> SSAValue:
+        if self.is_complex:  # v + 0i (the -0 addend: -0 - 0i, the identity of complex.add)
+            key = "c-0" if v == 0 and math.copysign(1.0, v) < 0 else v
+            if key not in self._consts:
+                part = float(v)
+                op = cx.ConstantOp.from_floats((part, part if key == "c-0" else 0.0), self.type.element_type)
+                self._consts[key] = self.builder.insert(op).complex
+            return self._consts[key]
         if v not in self._consts:
             attr = (
                 IntegerAttr(v, self.type) if self.is_int else FloatAttr(float(v), self.type)
@@ -223,6 +232,8 @@ class Materializer:
         without an addend (a masked-off step, `h = a*h`) keep the sign of a zero."""
         if self.is_int or t[0] not in ("0", "sel", "if"):
             return self.emit(t)
+        if t is ZERO and self.is_complex:
+            return self._const(-0.0)
         if t is ZERO:
             if "-0" not in self._consts:
                 attr = FloatAttr(-0.0, self.type)
@@ -266,6 +277,8 @@ class Materializer:
         b, ints = self.builder, self.is_int
         if kind == "neg":
             x = self.emit(t[1])
+            if self.is_complex:
+                return b.insert(cx.NegOp(x)).result
             if ints:
                 return b.insert(arith.SubiOp(self._const(0), x)).result
             return b.insert(arith.NegfOp(x)).result
@@ -276,6 +289,9 @@ class Materializer:
         if kind == "if":
             return self._emit_if(t, addend=False)
         x, y = self.emit(t[1]), self.emit(t[2])
+        if self.is_complex:
+            cop = {"add": cx.AddOp, "sub": cx.SubOp, "mul": cx.MulOp, "div": cx.DivOp}[kind]
+            return b.insert(cop(x, y)).result
         op_type = {
             ("add", False): arith.AddfOp,
             ("sub", False): arith.SubfOp,

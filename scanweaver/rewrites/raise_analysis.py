@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import complex as cx
 from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, IndexType, IntegerAttr
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
@@ -186,7 +187,10 @@ def _state_type_reason(what: str, t: Attribute) -> str:
             "and the scan ops carry f32, f64, i32 or i64 state; widening it would "
             "change the results, so it is not raised"
         )
-    return f"{what} has type {t}, not a supported state type (f32, f64, i32, i64)"
+    return (
+        f"{what} has type {t}, not a supported state type "
+        "(f32, f64, i32, i64, complex<f32>, complex<f64>)"
+    )
 
 
 def _plan_iter_args(loop: scf.ForOp, kind: str) -> RaisePlan:
@@ -877,6 +881,8 @@ def _transfer(
         return v in dep
 
     name = op.name
+    if isinstance(op, _COMPLEX_AFFINE):
+        return _complex_transfer(op, form, is_dep)
     if isinstance(op, arith.AddfOp | arith.AddiOp | arith.SubfOp | arith.SubiOp):
         x, y = form(op.lhs), form(op.rhs)
         if x is None or y is None:
@@ -944,6 +950,34 @@ def _transfer(
     if name.startswith("math."):
         return f"the state flows into {name} (non-affine)"
     return f"the state is used by {name}, which is not affine"
+
+
+#: Complex ops through which a complex state stays affine (the same rules as their
+#: real counterparts: add/sub of forms, mul by an independent value, div by one, neg).
+_COMPLEX_AFFINE = (cx.AddOp, cx.SubOp, cx.MulOp, cx.DivOp, cx.NegOp)
+
+
+def _complex_transfer(op: Operation, form, is_dep) -> AffineForm | str:
+    name = op.name
+    if isinstance(op, cx.NegOp):
+        x = form(op.complex)
+        return f"the state flows into {name} through a non-affine value" if x is None else x.neg()
+    lhs, rhs = op.operands
+    if isinstance(op, cx.AddOp | cx.SubOp):
+        x, y = form(lhs), form(rhs)
+        if x is None or y is None:
+            return f"the state flows into {name} through a non-affine value"
+        return x + y if isinstance(op, cx.AddOp) else x - y
+    if isinstance(op, cx.DivOp):
+        if is_dep(rhs):
+            return "the state is used as a divisor (complex.div by a state-dependent value)"
+        x = form(lhs)
+        return f"the state flows into {name} through a non-affine value" if x is None else x.scale(af.leaf(rhs), divide=True)
+    if is_dep(lhs) and is_dep(rhs):
+        return f"the state is multiplied by a state-dependent value ({name} h*h)"
+    d, c = (lhs, rhs) if is_dep(lhs) else (rhs, lhs)
+    x = form(d)
+    return f"the state flows into {name} through a non-affine value" if x is None else x.scale(af.leaf(c))
 
 
 def _outer_block(op: Operation) -> Block | None:

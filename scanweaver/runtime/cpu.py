@@ -121,7 +121,7 @@ class MemRef:
 ArgType = Scalar | MemRef
 
 _MEMREF_RE = re.compile(
-    r"memref<((?:(?:\?|\d+)x)*)(\w+)(?:,\s*strided<\[([^\]]*)\](?:,\s*offset:\s*(\?|\d+))?>)?\s*>"
+    r"memref<((?:(?:\?|\d+)x)*)(\w+|complex<\w+>)(?:,\s*strided<\[([^\]]*)\](?:,\s*offset:\s*(\?|\d+))?>)?\s*>"
 )
 
 

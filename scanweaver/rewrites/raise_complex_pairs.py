@@ -1,0 +1,115 @@
+"""A (re, im) pair recurrence written by hand becomes a complex `scan.recurrence`.
+
+The raise finds `hr' = p*hr - q*hi + br, hi' = q*hr + p*hi + bi` (two real carried
+values) as a coupled 2x2 `scan.linear_recurrence` with the matrix
+
+    [[p, -q],
+     [q,  p]]         (rows: the new re, the new im)
+
+which is multiplication by the complex number p + qi.  This stage recognises that
+rotation-scaling shape (the same SSA value on the diagonal, one off-diagonal entry the
+`arith.negf` of the other) and rewrites the op into a diagonal complex recurrence:
+a = create(p, q), b = create(br, bi), the state one complex value.  It is exact:
+`linear_recurrence` computes `(p*s0 + (-q)*s1) + br` and `(q*s0 + p*s1) + bi`, and
+complex.mul then complex.add compute `(p*s0 - q*s1) + br` and `(p*s1 + q*s0) + bi`,
+the same roundings (negation is exact, x + (-y) is x - y, products and sums commute).
+
+The old `memref<2xT>` state stays the program's view: the emit region first writes
+the complex state's parts into it, and after the op it holds the final (re, im), so
+everything that read it (emit, the code after the loop) is unchanged.
+"""
+
+from __future__ import annotations
+
+from xdsl.builder import Builder
+from xdsl.dialects import arith, memref
+from xdsl.dialects import complex as cx
+from xdsl.dialects.builtin import ComplexType, Float32Type, Float64Type, IndexType, IntegerAttr, MemRefType
+from xdsl.ir import Block, Region, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+from xdsl.rewriter import InsertPoint
+
+from scanweaver.dialects import scan
+
+
+def _negates(x: SSAValue, y: SSAValue) -> bool:
+    """Whether x is `arith.negf y`."""
+    return isinstance(x.owner, arith.NegfOp) and x.owner.operand is y
+
+
+def rotation_parts(op: scan.LinearRecurrenceOp) -> tuple[int, int] | None:
+    """(index of p, index of q) in the coeffs yield when the 2x2 matrix is
+    [[p, -q], [q, p]] (multiplication by p + qi), else None."""
+    if op.size != 2 or not isinstance(op.state_type.element_type, Float32Type | Float64Type):
+        return None
+    last = op.coeffs.block.last_op
+    assert isinstance(last, scan.YieldOp)
+    m00, m01, m10, m11 = last.arguments[:4]
+    if m00 is not m11:
+        return None
+    if _negates(m01, m10):
+        return 0, 2  # q = m10
+    return None
+
+
+def _index(b: Builder, v: int) -> SSAValue:
+    return b.insert(arith.ConstantOp(IntegerAttr(v, IndexType()))).result
+
+
+class PairRecurrenceToComplex(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: scan.LinearRecurrenceOp, rewriter: PatternRewriter) -> None:
+        parts = rotation_parts(op)
+        if parts is None:
+            return
+        real_t = op.state_type.element_type
+        ct = ComplexType(real_t)
+        pair = op.state
+        b = Builder(InsertPoint.before(op))
+        zero, one = _index(b, 0), _index(b, 1)
+        state = b.insert(memref.AllocaOp.get(ct, shape=[])).memref
+        init = b.insert(
+            cx.CreateOp(b.insert(memref.LoadOp.get(pair, [zero])).res, b.insert(memref.LoadOp.get(pair, [one])).res, ct)
+        ).complex
+        b.insert(memref.StoreOp.get(init, state, []))
+
+        # coeffs: the old body, yielding (p + qi, br + bi i)
+        coeffs = op.coeffs.clone()
+        cy = coeffs.block.last_op
+        assert isinstance(cy, scan.YieldOp)
+        vals = list(cy.arguments)
+        cb = Builder(InsertPoint.before(cy))
+        a = cb.insert(cx.CreateOp(vals[parts[0]], vals[parts[1]], ct)).complex
+        x = cb.insert(cx.CreateOp(vals[4], vals[5], ct)).complex
+        cy.detach()
+        cy.erase()
+        cb = Builder(InsertPoint.at_end(coeffs.block))
+        cb.insert(scan.YieldOp(a, x))
+
+        # emit: write the parts into the pair view, then the old consumer on that view
+        emit_block = Block(arg_types=[IndexType(), MemRefType(ct, [])])
+        eb = Builder(InsertPoint.at_end(emit_block))
+        self._store_parts(eb, emit_block.args[1], pair)
+        old = op.emit.clone()
+        old_block = old.block
+        old_block.args[0].replace_all_uses_with(emit_block.args[0])
+        old_block.args[1].replace_all_uses_with(pair)
+        for o in list(old_block.ops):
+            o.detach()
+            emit_block.add_op(o)
+
+        new = scan.RecurrenceOp(op.lb, op.ub, op.step, state, coeffs, Region(emit_block))
+        rewriter.insert_op(new, InsertPoint.before(op))
+        after = Builder(InsertPoint.after(new))
+        self._store_parts(after, state, pair)
+        rewriter.erase_op(op)
+
+    @staticmethod
+    def _store_parts(b: Builder, state: SSAValue, pair: SSAValue) -> None:
+        z = b.insert(memref.LoadOp.get(state, [])).res
+        zero, one = _index(b, 0), _index(b, 1)
+        b.insert(memref.StoreOp.get(b.insert(cx.ReOp(z)).result, pair, [zero]))
+        b.insert(memref.StoreOp.get(b.insert(cx.ImOp(z)).result, pair, [one]))
+
+
+__all__ = ["PairRecurrenceToComplex", "rotation_parts"]
