@@ -99,10 +99,10 @@ class PairRecurrenceToComplex(RewritePattern):
             emit_block.add_op(o)
 
         new = scan.RecurrenceOp(op.lb, op.ub, op.step, state, coeffs, Region(emit_block))
-        rewriter.insert_op(new, InsertPoint.before(op))
+        rewriter.insert(new, InsertPoint.before(op))
         after = Builder(InsertPoint.after(new))
         self._store_parts(after, state, pair)
-        rewriter.erase_op(op)
+        rewriter.erase(op)
 
     @staticmethod
     def _store_parts(b: Builder, state: SSAValue, pair: SSAValue) -> None:
