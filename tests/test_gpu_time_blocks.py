@@ -303,3 +303,21 @@ def test_ptxas_one_channel_2_pow_26(chip):
     assert set(out["ptxas"]) == {d.kernel_name for d in descs}
     for kernel, figures in out["ptxas"].items():
         assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (kernel, figures)
+
+
+def test_linear_scan_cuda_builds_the_time_blocks_for_one_long_channel(monkeypatch):
+    """`linear_scan(..., backend="cuda")` picks the strategy by channels and length; the
+    build (no GPU needed) replays three launches for one long channel, one otherwise."""
+    from scanweaver.runtime import cuda_scan
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+
+    built = []
+    monkeypatch.setattr(cuda_scan, "_run", lambda ir, name, arrays: built.append((ir, [x.shape for x in arrays])))
+    a = np.full((1, 2 * cuda_scan.DEFAULT_TIME_CHUNK), 0.9, np.float32)
+    cuda_scan.linear_scan_cuda(a, a.copy(), None, -1, False, True)
+    cuda_scan.linear_scan_cuda(np.ones((300, 64), np.float32), np.ones((300, 64), np.float32), None, -1, False, True)
+    (long_ir, _), (many_ir, _) = built
+    assert TIME_BLOCKS_ATTR in long_ir and TIME_BLOCKS_ATTR not in many_ir
+    art = build_cuda_artifacts(long_ir, "sm_90")
+    assert [d.kernel_name.rsplit("_", 1)[-1] for d in art.launches["f"]] == ["reduce", "carries", "chunks"]
+    assert len(build_cuda_artifacts(many_ir, "sm_90").launches["f"]) == 1
