@@ -321,3 +321,85 @@ def test_linear_scan_cuda_builds_the_time_blocks_for_one_long_channel(monkeypatc
     art = build_cuda_artifacts(long_ir, "sm_90")
     assert [d.kernel_name.rsplit("_", 1)[-1] for d in art.launches["f"]] == ["reduce", "carries", "chunks"]
     assert len(build_cuda_artifacts(many_ir, "sm_90").launches["f"]) == 1
+
+
+# -- generic scan.scan (rewrites/scan_time_blocks.py) ----------------------------------------------
+
+
+def _generic(kind, shape, axis, reverse=False, in_place=False, **sim):
+    import sys
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_scan_gpu import inputs, scan_text
+
+    dyn = ["?"] * len(shape)
+    text = scan_text(kind, dyn, axis, reverse, in_place=in_place)
+    xs = inputs(kind, shape)
+    args = xs if in_place else xs + [np.zeros_like(x) for x in xs]
+    ref = [x.copy() for x in args]
+    run_function(parse_ir(text), "f", *ref)
+    got = [x.copy() for x in args]
+    simulate_launch(lower(text), "f", *got, **sim)
+    return ref, got
+
+
+@pytest.mark.parametrize("kind", ["cumsum_i32", "cummax_i32", "affine_pair_i32", "first_i64", "argmax_f32_i32"])
+@pytest.mark.parametrize("length", [0, 1, 17, 33])
+def test_generic_exact_combines_bit_for_bit(kind, length):
+    ref, got = _generic(kind, (2, length), 1, reverse=length == 33)
+    for r, g in zip(ref, got):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_generic_float_axis0_in_place_any_block_order():
+    ref, got = _generic("affine_pair_f32", (2 * CHUNK + 3, 2), 0, in_place=True, block_order=3)
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    _, forward = _generic("affine_pair_f32", (2 * CHUNK + 3, 2), 0, in_place=True)
+    for f, g in zip(forward, got):
+        np.testing.assert_array_equal(g, f)
+
+
+def test_generic_runtime_replays_scan_then_propagate():
+    import sys
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_scan_gpu import inputs, scan_text
+
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule
+    from scanweaver.runtime.cuda_program import _host_launches
+
+    text = scan_text("argmax_f32_i32", ["?", "?"], 1, True)
+    m = lower(text)
+    launches, counts = _host_launches(m)
+    assert [d.kernel_name for d in launches["f"]] == ["scan_generic_tb_0", "scan_generic_0", "scan_generic_tb_0_carry"]
+    driver = SimulatorDriver(m)
+    xs = inputs("argmax_f32_i32", (3, 2 * CHUNK + 5))
+    args = xs + [np.zeros_like(x) for x in xs]
+    ref = [x.copy() for x in args]
+    run_function(parse_ir(text), "f", *ref)
+    CudaFunction(CudaModule("ptx", driver=driver), "f", launches["f"], counts["f"])(*args)
+    assert [g for _, g in driver.launches] == [(9, 1, 1), (3, 1, 1), (9, 1, 1)]
+    for r, g in zip(ref, args):
+        np.testing.assert_array_equal(g, r)
+
+
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_generic_ptxas_one_channel_2_pow_26(chip):
+    import sys
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_scan_gpu import scan_text
+
+    from scanweaver.toolchain.gpu_export import MIN_PTX_FEATURES, export_gpu, ptxas_available
+
+    m = parse_ir(scan_text("argmax_f32_i32", [1, 1 << 26], 1))
+    ScanToGpu().apply(Context(), m)
+    descs = launch_descriptions(m)
+    assert sorted(d.grid for d in descs) == sorted([(8192, 1, 1), (1, 1, 1), (8192, 1, 1)])
+    if not ptxas_available():
+        pytest.skip("ptxas is not installed: PTX checked, not assembled")
+    out = export_gpu(m, chip=chip, features=MIN_PTX_FEATURES[chip])
+    assert len(out["ptxas"]) == 3
+    for kernel, figures in out["ptxas"].items():
+        assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (kernel, figures)

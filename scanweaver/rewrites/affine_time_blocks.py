@@ -95,7 +95,7 @@ def _to(e: Emitter, v: SSAValue, t: Attribute) -> SSAValue:
     return e.val(arith.ExtFOp(v, t) if wider else arith.TruncFOp(v, t))
 
 
-def _chunk_of_block(e: Emitter, length: SSAValue, chunk: int) -> tuple[SSAValue, SSAValue, SSAValue]:
+def chunk_of_block(e: Emitter, length: SSAValue, chunk: int) -> tuple[SSAValue, SSAValue, SSAValue]:
     """(linear channel, chunk index k, chunk count) of this block; chunks =
     max(1, ceil(length / chunk)), the same as the grid's `cdiv` term."""
     n = e.divu(e.add(e.val(arith.MaxUIOp(length, e.index(1))), e.index(chunk - 1)), e.index(chunk))
@@ -126,7 +126,7 @@ def _emit_reduce(
     a_ref, b_ref = args["a"], args["b"]
     tid = bg._thread_id(e)
     length = e.dim(a_ref, axis)
-    c_lin, k, _ = _chunk_of_block(e, length, chunk)
+    c_lin, k, _ = chunk_of_block(e, length, chunk)
     channel = bg.channel_indices(e, a_ref, axis, c_lin)
     s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared))
     s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared))
@@ -178,7 +178,7 @@ def _emit_chunks(
     h_ref, init_ref, final_ref = args["h"], args.get("init"), args.get("final")
     tid = bg._thread_id(e)
     length = e.dim(h_ref, axis)
-    c_lin, k, n = _chunk_of_block(e, length, chunk)
+    c_lin, k, n = chunk_of_block(e, length, chunk)
     channel = bg.channel_indices(e, h_ref, axis, c_lin)
     init = e.load(init_ref, channel) if init_ref is not None else pairs.zero(e)
     first = e.cmp("eq", k, e.index(0))
@@ -386,4 +386,4 @@ def lower_affine_time_blocks(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt
     Rewriter.erase_op(op)
 
 
-__all__ = ["lower_affine_time_blocks", "wants_time_blocks"]
+__all__ = ["chunk_of_block", "lower_affine_time_blocks", "wants_time_blocks"]

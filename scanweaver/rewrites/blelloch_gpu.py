@@ -546,7 +546,24 @@ class ScanToGpu(ModulePass):
         from scanweaver.rewrites.scan_gpu import lower_scans
 
         refused.update(lower_linear_recurrences(op, bs, ipt))
+        # generic scans with few long channels: in time across blocks (scan_time_blocks.py)
+        from scanweaver.rewrites.scan_gpu import Unsupported
+        from scanweaver.rewrites.scan_time_blocks import (
+            fix_scratch_launches,
+            lower_scan_time_blocks,
+            wants_time_blocks as scan_wants_time_blocks,
+        )
+
+        scratch: dict = {}
+        for s in [o for o in op.walk() if isinstance(o, scan.ScanOp)]:
+            if scan_wants_time_blocks(s, bs * ipt * self.chunk_tiles, self.time_blocks):
+                try:
+                    lower_scan_time_blocks(s, op, bs, ipt, self.chunk_tiles, scratch)
+                except Unsupported:
+                    pass  # lower_scans says why
         refused.update(lower_scans(op, bs, ipt))
+        if scratch:
+            fix_scratch_launches(op, scratch)
         record_refusals(refused, diagnose=self.diagnose)
 
     # ------------------------------------------------------------------ one scan.affine
