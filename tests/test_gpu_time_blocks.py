@@ -314,7 +314,7 @@ def test_linear_scan_cuda_builds_the_time_blocks_for_one_long_channel(monkeypatc
     built = []
     monkeypatch.setattr(cuda_scan, "_run", lambda ir, name, arrays: built.append((ir, [x.shape for x in arrays])))
     a = np.full((1, 2 * cuda_scan.DEFAULT_TIME_CHUNK), 0.9, np.float32)
-    cuda_scan.linear_scan_cuda(a, a.copy(), None, -1, False, True)
+    cuda_scan.linear_scan_cuda(a, a.copy(), None, -1, True, True)
     cuda_scan.linear_scan_cuda(np.ones((300, 64), np.float32), np.ones((300, 64), np.float32), None, -1, False, True)
     (long_ir, _), (many_ir, _) = built
     assert TIME_BLOCKS_ATTR in long_ir and TIME_BLOCKS_ATTR not in many_ir

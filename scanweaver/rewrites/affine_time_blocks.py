@@ -82,6 +82,20 @@ def wants_time_blocks(op: scan.AffineOp, chunk: int) -> bool:
     return prefer_time_blocks(channels, shape[axis], chunk)
 
 
+def ask_time_blocks(ir_text: str) -> str:
+    """`ir_text` with every `scan.affine` and `scan.scan` marked for the time blocks
+    (the `scanweaver.gpu_strategy` attribute; drivers that know the sizes use it)."""
+    from xdsl.dialects.builtin import StringAttr
+
+    from scanweaver.ir import parse_ir, print_ir
+
+    module = parse_ir(ir_text)
+    for o in module.walk():
+        if isinstance(o, (scan.AffineOp, scan.ScanOp)):
+            o.attributes[TIME_BLOCKS_ATTR] = StringAttr("time_blocks")
+    return print_ir(module)
+
+
 def _agg_type(state_t: Attribute) -> Attribute:
     """Aggregates and carries: f64 for float states, the state type for integers."""
     return state_t if isinstance(state_t, IntegerType) else f64
@@ -386,4 +400,4 @@ def lower_affine_time_blocks(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt
     Rewriter.erase_op(op)
 
 
-__all__ = ["chunk_of_block", "lower_affine_time_blocks", "wants_time_blocks"]
+__all__ = ["ask_time_blocks", "chunk_of_block", "lower_affine_time_blocks", "wants_time_blocks"]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
-from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, prefer_time_blocks
+from scanweaver.runtime.cuda_launch import prefer_time_blocks
 from scanweaver.workloads.scans import MLIR_ELEMENT, affine_scan_ir
 
 
@@ -132,7 +132,9 @@ def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
     )
     if prefer_time_blocks(channels, length, DEFAULT_TIME_CHUNK):
         # few channels, long rows: several blocks per channel, in time (one more build)
-        ir = ir.replace(" axis 1", f' axis 1 {{"{TIME_BLOCKS_ATTR}" = "time_blocks"}}', 1)
+        from scanweaver.rewrites.affine_time_blocks import ask_time_blocks
+
+        ir = ask_time_blocks(ir)
     _run(ir, "f", args)
     if on_device:
         return (h, final) if return_final_state else h
