@@ -113,7 +113,10 @@ def test_runner_dry_run_on_a_fake_driver(tmp_path):
     statuses = {c["name"]: c["check"]["status"] for c in result["cases"]}
     assert statuses.pop("affine_large_offsets_f32") == "skipped"
     assert set(statuses.values()) == {"dry-run"} and len(statuses) == len(_listing()["cases"]) - 1
-    assert got["launches"] == len(statuses)
+    # one launch per case, three for the time-block cases (several blocks per channel)
+    assert got["launches"] == sum(len(c.get("launches", [])) for c in result["cases"])
+    assert all(len(c["launches"]) == (3 if "time_blocks" in c["name"] else 1)
+               for c in result["cases"] if c["name"] in statuses)
     by_name = {c["name"]: c for c in result["cases"]}
     assert by_name["affine_f32"]["launches"][0]["grid"] == [1024, 1, 1]
     assert by_name["selective_N32_grouped"]["launches"][0]["grid"] == [2 * 256, 1, 1]

@@ -49,17 +49,20 @@ def test_sm90_ptx_and_ptxas(name):
     out = export_gpu(module, "sm_90")
     (ptx,) = out["ptx"].values()
     assert ".target sm_90" in ptx and ".version 8.0" in ptx
-    (desc,) = out["launches"]
-    assert f".entry {desc.kernel_name}(" in ptx
+    # one kernel, or three for few long channels (time blocks, affine_time_blocks.py)
+    assert len(out["launches"]) in (1, 3)
     assert "bar.sync" in ptx and ".shared" in ptx
-    # one .param per expanded memref-descriptor field
-    assert len(re.findall(rf"\.param [^\n]*{desc.kernel_name}_param_\d+", ptx)) == desc.param_count()
+    for desc in out["launches"]:
+        assert f".entry {desc.kernel_name}(" in ptx
+        # one .param per expanded memref-descriptor field
+        assert len(re.findall(rf"\.param [^\n]*{desc.kernel_name}_param_\d+", ptx)) == desc.param_count()
     _need_ptxas()
-    info = out["ptxas"][desc.kernel_name]
-    assert info["spill_stores"] == 0 and info["spill_loads"] == 0, out["warnings"]
-    assert info["stack_bytes"] == 0
-    # LLVM may drop the carry slot when one tile covers the sequence and no final is asked
-    assert desc.shared_bytes - 8 <= info["shared_bytes"] <= desc.shared_bytes
+    for desc in out["launches"]:
+        info = out["ptxas"][desc.kernel_name]
+        assert info["spill_stores"] == 0 and info["spill_loads"] == 0, out["warnings"]
+        assert info["stack_bytes"] == 0
+        # LLVM may drop the carry slot when one tile covers the sequence and no final is asked
+        assert desc.shared_bytes - 8 <= info["shared_bytes"] <= desc.shared_bytes
     assert not out["warnings"]
 
 

@@ -94,3 +94,15 @@ def test_linear_recurrence_single_sequence():
     seen = []
     simulate_launch(m, name, *args, on_launch=lambda k, g, b, kargs: seen.append((g, descs[k].resolve_grid({}))))
     assert seen == [((1, 1, 1), (1, 1, 1))]
+
+
+@pytest.mark.parametrize("shape", [(2, 37), (1, 0), (3, 16)])
+def test_affine_time_blocks_three_launches(shape):
+    """reduce-then-scan: grids with the `cdiv` chunk term, and the channel grid between."""
+    m = parse_ir(affine_scan_ir(("?", "?"), 1, "f32", "f32", init=True, final=True))
+    ScanToGpu(block_size=4, items_per_thread=2, time_blocks="always", chunk_tiles=2).apply(Context(), m)
+    a = np.full(shape, 0.5, np.float32)
+    chunks = max(1, -(-shape[1] // 16))
+    grids = _grids_agree(m, [a, a.copy(), np.zeros(shape[:1], np.float32), np.zeros(shape, np.float32),
+                             np.zeros(shape[:1], np.float32)])
+    assert grids == [(shape[0] * chunks, 1, 1), (shape[0], 1, 1), (shape[0] * chunks, 1, 1)]

@@ -22,6 +22,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 from scanweaver import compiler  # noqa: E402
 from scanweaver.ir import print_ir  # noqa: E402
 from scanweaver.runtime.cuda_artifact import describe, write_artifact  # noqa: E402
+from scanweaver.rewrites.affine_time_blocks import ask_time_blocks  # noqa: E402
 from scanweaver.runtime.cuda_program import artifacts_from_module  # noqa: E402
 from scanweaver.runtime.cuda_scan import selective_scan_ir  # noqa: E402
 from scanweaver.workloads import loops  # noqa: E402
@@ -56,7 +57,13 @@ def generic_scan_ir(name: str) -> str:
     )
 
 
-def affine_case(name, shape, el, *, init=False, final=False, reverse=False, time=False, check_rows=None):
+def _time_blocks(ir: str, on: bool) -> str:
+    """Ask for the multi-block strategy in time (few long channels; `affine_time_blocks.py`)."""
+    return ask_time_blocks(ir) if on else ir
+
+
+def affine_case(name, shape, el, *, init=False, final=False, reverse=False, time=False, check_rows=None,
+                time_blocks=False):
     st = el
     args = [("a", "in", shape, el), ("b", "in", shape, el)]
     if init:
@@ -65,7 +72,7 @@ def affine_case(name, shape, el, *, init=False, final=False, reverse=False, time
     if final:
         args.append(("final", "out", shape[:1], st))
     return {
-        "name": name, "family": "affine", "ir": affine_scan_ir(("?", "?"), 1, el, st, init=init, final=final, reverse=reverse),
+        "name": name, "family": "affine", "ir": _time_blocks(affine_scan_ir(("?", "?"), 1, el, st, init=init, final=final, reverse=reverse), time_blocks),
         "function": "f", "args": args, "reverse": reverse, "time": time, "check_rows": check_rows,
         "exact": el.startswith("i"),
     }
@@ -80,6 +87,11 @@ def cases() -> list[dict]:
         affine_case("affine_init_final_f32", (300, 1000), "f32", init=True, final=True),
         # each array > 2^31 bytes: the last rows sit beyond 2^31-byte offsets; only they are checked
         affine_case("affine_large_offsets_f32", LARGE, "f32", final=True, check_rows=4),
+        # one channel of 2^24 steps: several blocks per channel, in time (three launches)
+        affine_case("affine_time_blocks_f32_1x2p24", (1, 1 << 24), "f32", init=True, final=True, time=True,
+                    time_blocks=True),
+        affine_case("affine_time_blocks_i32_4x2p20", (4, 1 << 20), "i32", final=True, reverse=True, time=True,
+                    time_blocks=True),
     ]
     for g, shape in (("pair_f32", (512, 4096)), ("cumsum_i32", (512, 4096))):
         types = GENERIC[g][0]
@@ -88,6 +100,11 @@ def cases() -> list[dict]:
         ]
         out.append({"name": f"generic_{g}", "family": "generic", "combine": g, "ir": generic_scan_ir(g),
                     "function": "f", "args": args, "time": True, "exact": g.endswith("i32")})
+    shape = (2, 1 << 21)  # few long channels: scan-then-propagate across blocks
+    args = [("x0", "in", shape, "i32"), ("y0", "out", shape, "i32")]
+    out.append({"name": "generic_time_blocks_cumsum_i32_2x2p21", "family": "generic", "combine": "cumsum_i32",
+                "ir": _time_blocks(generic_scan_ir("cumsum_i32"), True), "function": "f", "args": args,
+                "time": True, "exact": True})
     batch, D, L = 2, 256, 2048
     for n in (16, 32):
         for bc, groups in (("constant", 1), ("shared", 1), ("grouped", 2)):

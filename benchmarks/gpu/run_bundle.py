@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
-from scanweaver.runtime.cuda import CudaFunction, CudaModule, device_chip, launch  # noqa: E402
+from scanweaver.runtime.cuda import CudaFunction, CudaModule, device_chip, launch, launch_arguments  # noqa: E402
 from scanweaver.runtime.cuda_artifact import plan, read_artifact  # noqa: E402
 from scanweaver.runtime.cuda_driver import open_driver  # noqa: E402
 from scanweaver.workloads.reference import iir2_reference, selective_scan_reference  # noqa: E402
@@ -254,8 +254,13 @@ def run_case(driver, bundle: Path, case: dict, reps: int, dry_run: bool) -> dict
     dev_out = {k: driver.to_device(prefilled(a)) for k, a in outs.items()}
     order = [dev_in.get(a["name"]) or dev_out[a["name"]] for a in case["args"]]
     fn(*order)
+    scratch: dict = {}  # multi-block scans: scratch buffers (host_args < -1), allocated once here
+
+    def args_of(d):
+        return launch_arguments(driver, d, order, scratch)
+
     entry["launches"] = [
-        {"kernel": d.kernel_name, "grid": list(d.resolve_grid({n: tuple(order[h].shape) for (n, *_), h in zip(d.args, d.host_args)})),
+        {"kernel": d.kernel_name, "grid": list(d.resolve_grid({n: tuple(a.shape) for (n, *_), a in zip(d.args, args_of(d))})),
          "block": list(d.block), "static_shared_bytes": d.shared_bytes, "dynamic_shared_bytes": d.dynamic_shared_bytes}
         for d in seq
     ]
@@ -272,7 +277,7 @@ def run_case(driver, bundle: Path, case: dict, reps: int, dry_run: bool) -> dict
 
     def run():
         for d in seq:
-            launch(module, d, [order[i] for i in d.host_args])
+            launch(module, d, args_of(d))
 
     sw_ms = time_events(driver, run, reps)
     half = max(nbytes // 2, 1)  # a copy of n bytes moves 2n (read + write)

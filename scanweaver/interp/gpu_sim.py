@@ -3,7 +3,9 @@
 `simulate_launch(module, "fname", *arrays)` runs a host `func.func` like
 `run_function` does; every `gpu.launch_func` it meets runs the kernel here:
 
-* blocks of the grid run one after the other (x fastest, then y, z); inside a block
+* blocks of the grid run one after the other (x fastest, then y, z, or in the order
+  `block_order` gives: "reverse", or an int seed for a random permutation, so tests
+  can show that no block depends on another block of the same launch); inside a block
   every thread is a Python generator over the kernel body that stops at each
   `gpu.barrier`. The block scheduler advances all threads to their next barrier, then
   releases them together.
@@ -16,6 +18,10 @@
   at another barrier op while others wait), and, with `race_check=True` (default),
   shared-memory data races: two threads of a block touching the same shared element
   between two barriers where at least one of them writes.
+* Cross-block races in global memory (`race_check`): within one launch, a block that
+  reads or writes an element of a kernel argument that another block wrote (or writes
+  one another block read) is an error: blocks of a launch run in any order and
+  concurrently, so only separate launches may pass data between blocks.
 * Inside a thread the executor walks `scf.for`, `scf.if`, `scf.yield`, `gpu.return`
   itself and runs every other op (arith, math, memref, ...) with the implementations
   registered in ScanWeaver's interpreter (`make_interpreter`), so f32 rounding and
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Generator
 from typing import Any
 
@@ -68,8 +75,9 @@ _DIMS = {"x": 0, "y": 1, "z": 2}
 class _Block:
     """State shared by the threads of one block."""
 
-    def __init__(self, block_id: tuple[int, int, int], block_dim, grid_dim, race_check: bool):
+    def __init__(self, block_id: tuple[int, int, int], block_dim, grid_dim, race_check: bool, glob=None):
         self.block_id = block_id
+        self.glob = glob  # _GlobalAccesses of the launch (cross-block race check), or None
         self.block_dim = block_dim
         self.grid_dim = grid_dim
         self.shared: dict[str, ShapedArray[Any]] = {}
@@ -119,6 +127,33 @@ class _Block:
             self.reads.setdefault(key, set()).add(tid)
 
 
+class _GlobalAccesses:
+    """Which block wrote / read each element of global memory during one launch."""
+
+    def __init__(self) -> None:
+        self.writer: dict[tuple[int, tuple[int, ...]], tuple[int, int, int]] = {}
+        self.readers: dict[tuple[int, tuple[int, ...]], set[tuple[int, int, int]]] = {}
+
+    def check(self, buf: Any, idx: tuple[int, ...], blk: tuple[int, int, int], write: bool, op: Operation) -> None:
+        key = (id(buf), idx)
+        w = self.writer.get(key)
+        if w is not None and w != blk:
+            raise GpuSimError(
+                f"cross-block race in global memory: block {blk} {'writes' if write else 'reads'} element "
+                f"{list(idx)} that block {w} wrote in the same launch ({op.name})"
+            )
+        if write:
+            others = self.readers.get(key, set()) - {blk}
+            if others:
+                raise GpuSimError(
+                    f"cross-block race in global memory: block {blk} writes element {list(idx)} "
+                    f"that block {min(others)} read in the same launch ({op.name})"
+                )
+            self.writer[key] = blk
+        else:
+            self.readers.setdefault(key, set()).add(blk)
+
+
 class _Thread:
     def __init__(self, interp: Interpreter, blk: _Block, tid: tuple[int, int, int]):
         self.interp = interp
@@ -162,9 +197,11 @@ class _Thread:
                 if self.blk.race_check:
                     is_store = kind is memref.StoreOp
                     buf = inputs[1] if is_store else inputs[0]
+                    idx = tuple(inputs[2:] if is_store else inputs[1:])
                     if id(buf) in self.blk.shared_ids:
-                        idx = tuple(inputs[2:] if is_store else inputs[1:])
                         self.blk.check_access(buf, idx, self.linear, is_store, op)
+                    elif self.blk.glob is not None:
+                        self.blk.glob.check(buf, idx, self.blk.block_id, is_store, op)
                 self._bounds_check(op, inputs, kind is memref.StoreOp)
                 results = self.interp.run_op(op, tuple(inputs))
                 for r, v in zip(op.results, results):
@@ -209,12 +246,22 @@ def run_kernel(
     block: tuple[int, int, int],
     args: PythonValues,
     race_check: bool = True,
+    block_order: str | int = "forward",
 ) -> None:
-    """Execute `kernel` over the whole grid; `args` are interpreter values (ShapedArrays)."""
+    """Execute `kernel` over the whole grid; `args` are interpreter values (ShapedArrays).
+    `block_order`: "forward", "reverse" or an int seed of a random permutation."""
     if any(g < 1 for g in grid) or any(b < 1 for b in block):
         raise GpuSimError(f"invalid launch configuration grid={grid} block={block}")
-    for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
-        blk = _Block((bx, by, bz), block, grid, race_check)
+    order = [(bx, by, bz) for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))]
+    if block_order == "reverse":
+        order.reverse()
+    elif isinstance(block_order, int) and not isinstance(block_order, bool):
+        random.Random(block_order).shuffle(order)
+    elif block_order != "forward":
+        raise GpuSimError(f"gpu simulator: unknown block order {block_order!r}")
+    glob = _GlobalAccesses() if race_check else None
+    for bx, by, bz in order:
+        blk = _Block((bx, by, bz), block, grid, race_check, glob)
         threads = []
         for tz, ty, tx in itertools.product(range(block[2]), range(block[1]), range(block[0])):
             th = _Thread(interp, blk, (tx, ty, tz))
@@ -261,6 +308,7 @@ class GpuLaunchFunctions(InterpreterFunctions):
     """Host-side `gpu.launch_func`, running the kernel in the block simulator."""
 
     race_check: bool = True
+    block_order: str | int = "forward"
     on_launch: Any = None  # called as on_launch(kernel name, grid, block, kernel args)
 
     @impl(gpu.LaunchFuncOp)
@@ -274,15 +322,17 @@ class GpuLaunchFunctions(InterpreterFunctions):
         kargs = tuple(vals[v] for v in op.kernelOperands)
         if self.on_launch is not None:
             self.on_launch(kernel.sym_name.data, grid, block, kargs)
-        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check)
+        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check, self.block_order)
         return ()
 
 
 def simulate_launch(
-    module: ModuleOp | str, name: str, *args: Any, race_check: bool = True, on_launch: Any = None
+    module: ModuleOp | str, name: str, *args: Any, race_check: bool = True, on_launch: Any = None,
+    block_order: str | int = "forward",
 ) -> tuple[Any, ...]:
     """Run host `func.func @name` on numpy arrays (updated in place), kernels simulated.
-    `on_launch(kernel name, grid, block, kernel args)` sees each launch before it runs."""
+    `on_launch(kernel name, grid, block, kernel args)` sees each launch before it runs;
+    `block_order` as in `run_kernel`."""
     if isinstance(module, str):
         from scanweaver.ir import parse_ir
 
@@ -290,4 +340,5 @@ def simulate_launch(
     launcher = GpuLaunchFunctions()
     launcher.race_check = race_check
     launcher.on_launch = on_launch
+    launcher.block_order = block_order
     return run_function(module, name, *args, extra_impls=[launcher])

@@ -415,7 +415,13 @@ def emit_grid_size(host: Emitter, expr: int | str, values: dict[str, SSAValue]) 
     `gpu.launch_func` and for `KernelLaunch.resolve_grid`."""
     acc: SSAValue | None = None
     for term in grid_terms(expr):
-        v = host.index(term) if isinstance(term, int) else host.dim(values[term[0]], term[1])
+        if isinstance(term, int):
+            v = host.index(term)
+        else:
+            v = host.dim(values[term[0]], term[1])
+            if len(term) == 3:  # cdiv(size, n), at least 1
+                n = term[2]  # type: ignore[misc]
+                v = host.divu(host.add(host.val(arith.MaxUIOp(v, host.index(1))), host.index(n - 1)), host.index(n))
         acc = v if acc is None else host.mul(acc, v)
     assert acc is not None
     return acc
@@ -505,6 +511,10 @@ class ScanToGpu(ModulePass):
     block_size: int = 128
     items_per_thread: int = 4
     diagnose: bool = False
+    # scan.affine in time across blocks (affine_time_blocks.py): "auto" (few static
+    # channels and long rows, or the op's scanweaver.gpu_strategy attribute), "always", "never"
+    time_blocks: str = "auto"
+    chunk_tiles: int = 16  # tiles per time chunk of a multi-block scan
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         bs, ipt = self.block_size, self.items_per_thread
@@ -512,11 +522,21 @@ class ScanToGpu(ModulePass):
             raise ScanWeaverError(f"scan-to-gpu: block-size must be a power of two in [1, 1024], got {bs}")
         if ipt < 1 or ipt > 64:
             raise ScanWeaverError(f"scan-to-gpu: items-per-thread must be in [1, 64], got {ipt}")
+        if self.time_blocks not in ("auto", "always", "never"):
+            raise ScanWeaverError(f"scan-to-gpu: time-blocks must be auto, always or never, got {self.time_blocks!r}")
+        if self.chunk_tiles < 1:
+            raise ScanWeaverError(f"scan-to-gpu: chunk-tiles must be at least 1, got {self.chunk_tiles}")
         affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
         if affines:
+            from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
+
             kmod = get_kernel_module(op)
+            chunk = bs * ipt * self.chunk_tiles
             for aff in affines:
-                self._lower_affine(aff, kmod)
+                if self.time_blocks == "always" or (self.time_blocks == "auto" and wants_time_blocks(aff, chunk)):
+                    lower_affine_time_blocks(aff, kmod, bs, ipt, self.chunk_tiles)
+                else:
+                    self._lower_affine(aff, kmod)
         # Fused producer/consumer recurrences (loop nests around scan.recurrence).
         from scanweaver.rewrites.recurrence_gpu import lower_recurrences
 
@@ -526,7 +546,24 @@ class ScanToGpu(ModulePass):
         from scanweaver.rewrites.scan_gpu import lower_scans
 
         refused.update(lower_linear_recurrences(op, bs, ipt))
+        # generic scans with few long channels: in time across blocks (scan_time_blocks.py)
+        from scanweaver.rewrites.scan_gpu import Unsupported
+        from scanweaver.rewrites.scan_time_blocks import (
+            fix_scratch_launches,
+            lower_scan_time_blocks,
+            wants_time_blocks as scan_wants_time_blocks,
+        )
+
+        scratch: dict = {}
+        for s in [o for o in op.walk() if isinstance(o, scan.ScanOp)]:
+            if scan_wants_time_blocks(s, bs * ipt * self.chunk_tiles, self.time_blocks):
+                try:
+                    lower_scan_time_blocks(s, op, bs, ipt, self.chunk_tiles, scratch)
+                except Unsupported:
+                    pass  # lower_scans says why
         refused.update(lower_scans(op, bs, ipt))
+        if scratch:
+            fix_scratch_launches(op, scratch)
         record_refusals(refused, diagnose=self.diagnose)
 
     # ------------------------------------------------------------------ one scan.affine
@@ -603,125 +640,147 @@ class ScanToGpu(ModulePass):
         shared: tuple[MemRefType, MemRefType, MemRefType],
         reverse: bool,
     ) -> None:
-        bs, ipt = self.block_size, self.items_per_thread
-        pairs = GuardedPairArith(state_t) if needs_overflow_guard(state_t, bs) else PairArith(state_t)
-        a_ref, b_ref, h_ref = args["a"], args["b"], args["h"]
-        init_ref, final_ref = args.get("init"), args.get("final")
-
-        tid = _thread_id(e)
-        bid = _block_id(e)
-        zero, one = e.index(0), e.index(1)
-        length = e.dim(h_ref, axis)
-
-        # Channel index: delinearise the block id over the non-axis dims (row-major).
-        channel = channel_indices(e, h_ref, axis, bid)
-
-        def at(t_phys: SSAValue) -> list[SSAValue]:
-            return [*channel[:axis], t_phys, *channel[axis:]]
-
-        s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared[0]))
-        s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared[1]))
-        s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
-
+        """One block per channel: every tile of the channel in turn, from `init`."""
+        pairs = GuardedPairArith(state_t) if needs_overflow_guard(state_t, self.block_size) else PairArith(state_t)
+        h_ref, init_ref, final_ref = args["h"], args.get("init"), args.get("final")
+        channel = channel_indices(e, h_ref, axis, _block_id(e))
         carry0 = e.load(init_ref, channel) if init_ref is not None else pairs.zero(e)
-        tile = e.index(bs * ipt)
-        ntiles = e.divu(e.add(length, e.index(bs * ipt - 1)), tile)
-        thread_base = e.mul(tid, e.index(ipt))
-        last_t = e.sub(length, one)
-
-        def phys(le: Emitter, t: SSAValue) -> SSAValue:
-            return le.sub(last_t, t) if reverse else t
-
-        guard = needs_overflow_guard(state_t, bs)
-
-        def tile_body(le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
-            (carry,) = carried
-            start = le.add(le.mul(k, tile), thread_base)
-            # 1. registers: this thread's pairs, identity past the end; sequential fold.
-            items: list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]] = []
-            for j in range(ipt):
-                t = le.add(start, le.index(j)) if j else start
-                inside = le.cmp("ult", t, length)
-
-                def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
-                    idx = at(phys(ie, t))
-                    return [
-                        pairs.widen(ie, ie.load(a_ref, idx)),
-                        pairs.widen(ie, ie.load(b_ref, idx)),
-                    ]
-
-                a_j, b_j = le.if_(inside, [state_t, state_t], load, lambda ie: list(pairs.identity(ie)))
-                items.append((a_j, b_j, t, inside))
-            agg = (items[0][0], items[0][1])
-            for a_j, b_j, _, _ in items[1:]:
-                agg = pairs.combine(le, agg, (a_j, b_j))
-            le.store(agg[0], s_a, [tid])
-            le.store(agg[1], s_b, [tid])
-
-            # 2. up-sweep over the block's aggregates.
-            blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
-
-            # 3. seed the root with the running state: pair (1, carry); a is unused below,
-            #    so its slot carries the overflow flag (root aggregate not finite).
-            def seed(ie: Emitter) -> None:
-                if guard:
-                    root = [ie.load(s_a, [ie.index(bs - 1)]), ie.load(s_b, [ie.index(bs - 1)])]
-                    flag_tile_root(ie, root, s_a, bs - 1)
-                ie.store(carry, s_b, [ie.index(bs - 1)])
-
-            le.if_(le.cmp("eq", tid, le.index(0)), [], seed)
-
-            # 4. down-sweep on b only (see module doc), then a barrier.
-            flag: list[SSAValue] = []
-            blelloch_down_sweep(
-                le, pairs, tid, bs, [(s_a, s_b, 0)],
-                after_first_barrier=(lambda ie: flag.append(read_tile_flag(ie, s_a, bs - 1))) if guard else None,
-            )
-
-            # 5. replay the registers from the exclusive prefix; store in-range states.
-            #    A flagged tile takes its entering states from the loop's own order instead.
-            if guard:
-
-                def load_state(ie: Emitter, j: SSAValue) -> list[SSAValue]:
-                    first = ie.cmp("eq", j, ie.index(0))
-                    return list(ie.if_(first, [state_t], lambda x: [carry], lambda x: [x.load(s_c, [x.index(0)])]))
-
-                def replay_own(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
-                    (x,) = h
-                    for a_j, b_j, _, _ in items:
-                        x = pairs.apply(ie, a_j, x, b_j)
-                    return [x]
-
-                def exact(ie: Emitter) -> list[SSAValue]:
-                    return sequential_entry_states(
-                        ie, tid, bs, [state_t], load_state, replay_own, lambda x, h: x.store(h[0], s_c, [x.index(0)])
-                    )
-
-                (h,) = le.if_(flag[0], [state_t], exact, lambda ie: [ie.load(s_b, [tid])])
-            else:
-                h = le.load(s_b, [tid])
-            for a_j, b_j, t, inside in items:
-                h = pairs.apply(le, a_j, h, b_j)
-
-                def store(ie: Emitter, h: SSAValue = h, t: SSAValue = t) -> None:
-                    ie.store(h, h_ref, at(phys(ie, t)))
-
-                le.if_(inside, [], store)
-
-            # 6. broadcast the tile's last state as the next carry.
-            def publish(ie: Emitter, h: SSAValue = h) -> None:
-                ie.store(h, s_c, [ie.index(0)])
-
-            le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
-            le.op(gpu.BarrierOp())
-            return [le.load(s_c, [le.index(0)])]
-
-        (carry,) = e.for_(zero, ntiles, one, [carry0], tile_body)
-
+        length = e.dim(h_ref, axis)
+        carry = emit_chained_tiles(
+            e, pairs, args, name, channel, axis, shared, reverse, self.block_size, self.items_per_thread,
+            e.index(0), length, carry0,
+        )
         if final_ref is not None:
             fin = final_ref
 
             def write_final(ie: Emitter) -> None:
                 ie.store(carry, fin, channel)
 
-            e.if_(e.cmp("eq", tid, zero), [], write_final)
+            e.if_(e.cmp("eq", _thread_id(e), e.index(0)), [], write_final)
+
+
+def emit_chained_tiles(
+    e: Emitter,
+    pairs: PairArith,
+    args: dict[str, SSAValue],
+    name: str,
+    channel: Sequence[SSAValue],
+    axis: int,
+    shared: tuple[MemRefType, MemRefType, MemRefType],
+    reverse: bool,
+    bs: int,
+    ipt: int,
+    t_begin: SSAValue,
+    t_end: SSAValue,
+    carry0: SSAValue,
+) -> SSAValue:
+    """The tiles of logical time steps [t_begin, t_end) of one channel, one after the
+    other, entering with the state `carry0`; returns (in every thread) the state after
+    the last step. Stores h[t] for every step; block-uniform control flow only."""
+    state_t = carry0.type
+    a_ref, b_ref, h_ref = args["a"], args["b"], args["h"]
+    tid = _thread_id(e)
+    one = e.index(1)
+    length = e.dim(h_ref, axis)
+
+    def at(t_phys: SSAValue) -> list[SSAValue]:
+        return [*channel[:axis], t_phys, *channel[axis:]]
+
+    s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared[0]))
+    s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared[1]))
+    s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
+
+    tile = e.index(bs * ipt)
+    ntiles = e.divu(e.add(e.sub(t_end, t_begin), e.index(bs * ipt - 1)), tile)
+    thread_base = e.add(t_begin, e.mul(tid, e.index(ipt)))
+    last_t = e.sub(length, one)
+
+    def phys(le: Emitter, t: SSAValue) -> SSAValue:
+        return le.sub(last_t, t) if reverse else t
+
+    guard = needs_overflow_guard(state_t, bs)
+
+    def tile_body(le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        (carry,) = carried
+        start = le.add(le.mul(k, tile), thread_base)
+        # 1. registers: this thread's pairs, identity past the end; sequential fold.
+        items: list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]] = []
+        for j in range(ipt):
+            t = le.add(start, le.index(j)) if j else start
+            inside = le.cmp("ult", t, t_end)
+
+            def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
+                idx = at(phys(ie, t))
+                return [
+                    pairs.widen(ie, ie.load(a_ref, idx)),
+                    pairs.widen(ie, ie.load(b_ref, idx)),
+                ]
+
+            a_j, b_j = le.if_(inside, [state_t, state_t], load, lambda ie: list(pairs.identity(ie)))
+            items.append((a_j, b_j, t, inside))
+        agg = (items[0][0], items[0][1])
+        for a_j, b_j, _, _ in items[1:]:
+            agg = pairs.combine(le, agg, (a_j, b_j))
+        le.store(agg[0], s_a, [tid])
+        le.store(agg[1], s_b, [tid])
+
+        # 2. up-sweep over the block's aggregates.
+        blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
+
+        # 3. seed the root with the running state: pair (1, carry); a is unused below,
+        #    so its slot carries the overflow flag (root aggregate not finite).
+        def seed(ie: Emitter) -> None:
+            if guard:
+                root = [ie.load(s_a, [ie.index(bs - 1)]), ie.load(s_b, [ie.index(bs - 1)])]
+                flag_tile_root(ie, root, s_a, bs - 1)
+            ie.store(carry, s_b, [ie.index(bs - 1)])
+
+        le.if_(le.cmp("eq", tid, le.index(0)), [], seed)
+
+        # 4. down-sweep on b only (see module doc), then a barrier.
+        flag: list[SSAValue] = []
+        blelloch_down_sweep(
+            le, pairs, tid, bs, [(s_a, s_b, 0)],
+            after_first_barrier=(lambda ie: flag.append(read_tile_flag(ie, s_a, bs - 1))) if guard else None,
+        )
+
+        # 5. replay the registers from the exclusive prefix; store in-range states.
+        #    A flagged tile takes its entering states from the loop's own order instead.
+        if guard:
+
+            def load_state(ie: Emitter, j: SSAValue) -> list[SSAValue]:
+                first = ie.cmp("eq", j, ie.index(0))
+                return list(ie.if_(first, [state_t], lambda x: [carry], lambda x: [x.load(s_c, [x.index(0)])]))
+
+            def replay_own(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+                (x,) = h
+                for a_j, b_j, _, _ in items:
+                    x = pairs.apply(ie, a_j, x, b_j)
+                return [x]
+
+            def exact(ie: Emitter) -> list[SSAValue]:
+                return sequential_entry_states(
+                    ie, tid, bs, [state_t], load_state, replay_own, lambda x, h: x.store(h[0], s_c, [x.index(0)])
+                )
+
+            (h,) = le.if_(flag[0], [state_t], exact, lambda ie: [ie.load(s_b, [tid])])
+        else:
+            h = le.load(s_b, [tid])
+        for a_j, b_j, t, inside in items:
+            h = pairs.apply(le, a_j, h, b_j)
+
+            def store(ie: Emitter, h: SSAValue = h, t: SSAValue = t) -> None:
+                ie.store(h, h_ref, at(phys(ie, t)))
+
+            le.if_(inside, [], store)
+
+        # 6. broadcast the tile's last state as the next carry.
+        def publish(ie: Emitter, h: SSAValue = h) -> None:
+            ie.store(h, s_c, [ie.index(0)])
+
+        le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
+        le.op(gpu.BarrierOp())
+        return [le.load(s_c, [le.index(0)])]
+
+    (carry,) = e.for_(e.index(0), ntiles, one, [carry0], tile_body)
+    return carry

@@ -69,6 +69,9 @@ def launch_to_attr(desc: KernelLaunch) -> DictionaryAttr:
                     for a, i, b, j in desc.covers_dims
                 ]
             ),
+            "scratch": ArrayAttr(
+                [ArrayAttr([StringAttr(n), ArrayAttr([entry(x) for x in shape])]) for n, shape in desc.scratch]
+            ),
         }
     )
 
@@ -99,6 +102,7 @@ def launch_from_attr(attr: DictionaryAttr) -> KernelLaunch:
         abi=val(d["abi"]) if "abi" in d else "memref-descriptor",
         equal_dims=val(d["equal_dims"]) if "equal_dims" in d else (),
         covers_dims=val(d["covers_dims"]) if "covers_dims" in d else (),
+        scratch=val(d["scratch"]) if "scratch" in d else (),
         notes=val(d["notes"]) if "notes" in d else "",
     )
 

@@ -195,7 +195,12 @@ def _emit_kernel(
     shared: list[tuple[SSAValue, SSAValue]],
     bs: int,
     ipt: int,
+    chunk: int = 0,
+    aggs: Sequence[SSAValue] = (),
 ) -> None:
+    """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
+    the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
+    thread 0 then stores the chunk's aggregate into `aggs[j][channel.., k]`."""
     axis, reverse = op.axis_value, op.is_reverse
     types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
     s_arr = [s for s, _ in shared]
@@ -206,13 +211,20 @@ def _emit_kernel(
     zero, one = e.index(0), e.index(1)
     ref = outs[0]
     length = e.dim(ref, axis)
+    t_begin, t_end = zero, length
+    if chunk:
+        from scanweaver.rewrites.affine_time_blocks import chunk_of_block
+
+        bid, k_chunk, _ = chunk_of_block(e, length, chunk)
+        t_begin = e.mul(k_chunk, e.index(chunk))
+        t_end = e.val(arith.MinUIOp(length, e.add(t_begin, e.index(chunk))))
     channel = bg.channel_indices(e, ref, axis, bid)
 
     def at(t_phys: SSAValue) -> list[SSAValue]:
         return [*channel[:axis], t_phys, *channel[axis:]]
 
     tile = e.index(bs * ipt)
-    ntiles = e.divu(e.add(length, e.index(bs * ipt - 1)), tile)
+    ntiles = e.divu(e.add(e.sub(t_end, t_begin), e.index(bs * ipt - 1)), tile)
     thread_base = e.mul(tid, e.index(ipt))
     last_t = e.sub(length, one)
 
@@ -227,19 +239,19 @@ def _emit_kernel(
             ie.store(v, s, [slot])
 
     def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
-        tile_start = le.mul(kt, tile)
+        tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
         start = le.add(tile_start, thread_base)
         has_carry = le.cmp("ugt", kt, zero)
 
         def holds_valid(ie: Emitter, first_thread: SSAValue) -> SSAValue:
             """Whether the run of threads starting at `first_thread` holds a step < L."""
-            return ie.cmp("ult", ie.add(ie.mul(first_thread, ie.index(ipt)), tile_start), length)
+            return ie.cmp("ult", ie.add(ie.mul(first_thread, ie.index(ipt)), tile_start), t_end)
 
         # 1. registers: this thread's tuples (zeros past the end), folded in order.
         items: list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]] = []
         for j in range(ipt):
             t = le.add(start, le.index(j)) if j else start
-            inside = le.cmp("ult", t, length)
+            inside = le.cmp("ult", t, t_end)
 
             def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
                 idx = at(phys(ie, t))
@@ -306,6 +318,15 @@ def _emit_kernel(
         le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
 
     e.for_(zero, ntiles, one, [], tile_body)
+    if chunk and aggs:
+        # the last tile's carry (published by the last thread) is the chunk's aggregate
+        e.op(gpu.BarrierOp())
+
+        def store_aggregate(ie: Emitter) -> None:
+            for c, g in zip(c_arr, aggs):
+                ie.store(ie.load(c, [ie.index(0)]), g, [*channel, k_chunk])
+
+        e.if_(e.cmp("eq", tid, zero), [], store_aggregate)
 
 
 def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int) -> None:

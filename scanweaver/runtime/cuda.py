@@ -269,6 +269,29 @@ def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream
     )
 
 
+def launch_arguments(driver, desc: KernelLaunch, device: Sequence[Any], scratch: dict[int, Any]) -> list[Any]:
+    """The arrays of one launch: host function arguments (`device`), and scratch buffers
+    (`host_args` -2 - j), allocated in `scratch` the first time a launch names them with
+    the shape its description gives over its other arguments."""
+    out: list[Any] = [device[i] if i >= 0 else scratch.get(-2 - i) for i in desc.host_args]
+    missing = [k for k, i in enumerate(desc.host_args) if i <= -2 and out[k] is None]
+    if missing:
+        shapes = {
+            a[0]: tuple(x.__cuda_array_interface__["shape"])
+            for a, x in zip(desc.args, out)
+            if x is not None and hasattr(x, "__cuda_array_interface__")
+        }
+        for k in missing:
+            name, _, dtype, _ = desc.args[k]
+            buf = driver.empty(desc.scratch_shape(name, shapes), _NUMPY_DTYPE.get(dtype, dtype))
+            scratch[-2 - desc.host_args[k]] = out[k] = buf
+    return out
+
+
+#: MLIR element type names of scratch buffers -> numpy dtypes
+_NUMPY_DTYPE = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "i16": "int16", "i8": "int8"}
+
+
 def scalar_positions(launches: Sequence[KernelLaunch]) -> set[int]:
     return {
         host
@@ -367,8 +390,9 @@ class CudaFunction:
         self.check_arguments(arrays)
         driver = self._module.driver
         staged = DeviceArguments(driver, arrays, self._outputs, self._scalars)
+        scratch: dict[int, Any] = {}
         for desc in self._launches:
-            launch(self._module, desc, [staged.device[i] for i in desc.host_args], stream)
+            launch(self._module, desc, launch_arguments(driver, desc, staged.device, scratch), stream)
         driver.synchronize()
         staged.copy_back()
 
@@ -400,6 +424,7 @@ __all__ = [
     "driver_implementation",
     "kernel_params",
     "launch",
+    "launch_arguments",
     "output_positions",
     "require_cuda",
     "time_kernel",

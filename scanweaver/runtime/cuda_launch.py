@@ -10,13 +10,19 @@ Conventions
 * `grid` entries are ints, or for dynamic shapes a product over kernel argument
   sizes such as `"h.shape[0]*h.shape[2]"` (`resolve_grid` evaluates it; `grid_terms`
   parses it, which is also what the lowering builds the host IR's grid from, so the
-  runtime and the `gpu.launch_func` in the IR use one formula).
+  runtime and the `gpu.launch_func` in the IR use one formula).  A factor may also be
+  `cdiv(h.shape[1],8192)`: ceil(size / 8192), at least 1 (the time chunks of a
+  multi-block scan; one block still runs for an empty axis, to write `final`).
 * `args` are in kernel-parameter order: `(name, kind, dtype, shape)`; kind is `"in"`,
   `"out"`, `"inout"` for memrefs and `"scalar"` for a scalar parameter (shape `()`);
   dtype a MLIR element type name (`f32`, `bf16`, `i32`, `index`, ...); shape a tuple of
   ints, `"?"` for a dynamic size.
 * `host_args[i]` is the position of kernel argument i among the host function's
-  arguments (`-1` when it is not a function argument).
+  arguments (`-1` when it is not a function argument), or `-2 - j` for the function's
+  scratch buffer j: device memory the runtime allocates for one call (multi-block scans
+  pass tile aggregates between launches through it).  The first launch that names
+  buffer j gives its shape in `scratch` as `(arg name, shape entries)`, entries being
+  grid-entry formulas over that launch's other arguments.
 * ABI (`abi = "memref-descriptor"`): every memref argument is an expanded descriptor
   `(ptr allocated, ptr aligned, i64 offset, i64 sizes[rank], i64 strides[rank])`, i.e.
   `3 + 2 * rank` kernel parameters; a scalar argument is one parameter of its type.
@@ -42,18 +48,45 @@ ArgDesc = tuple[str, str, str, tuple[ShapeEntry, ...]]
 #: an opt-in (`cudaFuncAttributeMaxDynamicSharedMemorySize`), on every chip since sm_70.
 SHARED_PER_BLOCK_LIMIT = 48 * 1024
 
+#: `scan.affine` attribute choosing the GPU strategy: "time_blocks" (several blocks per
+#: channel, in time; `rewrites/affine_time_blocks.py`) or "chained" (one block per channel)
+TIME_BLOCKS_ATTR = "scanweaver.gpu_strategy"
+
+#: Below this many channels one block per channel leaves SMs idle: 2 blocks per SM of
+#: the largest chip we target (H200: 132 SMs).
+TIME_BLOCKS_MAX_CHANNELS = 2 * 132
+
+
+def prefer_time_blocks(channels: int, length: int, chunk: int) -> bool:
+    """Several blocks per channel (in time) for few channels and rows of >= 2 chunks."""
+    return channels < TIME_BLOCKS_MAX_CHANNELS and length >= 2 * chunk
+
 _DIM = re.compile(r"^(\w+)\.shape\[(\d+)\]$")
+_CDIV = re.compile(r"^cdiv\((\w+)\.shape\[(\d+)\],(\d+)\)$")
+
+#: one factor of a grid entry: an int, (arg, dim) for a size, or (arg, dim, n) for
+#: max(1, ceil(size / n))
+GridTerm = int | tuple[str, int] | tuple[str, int, int]
 
 
-def grid_terms(expr: ShapeEntry) -> list[int | tuple[str, int]]:
-    """The factors of one grid entry: ints, or (argument name, dimension) pairs."""
+def cdiv_at_least_1(size: int, n: int) -> int:
+    return max(1, -(-size // n))
+
+
+def grid_terms(expr: ShapeEntry) -> list[GridTerm]:
+    """The factors of one grid entry: ints, (argument name, dimension) pairs, or
+    (argument name, dimension, n) for `cdiv(name.shape[dim],n)`."""
     if isinstance(expr, int):
         return [expr]
-    terms: list[int | tuple[str, int]] = []
+    terms: list[GridTerm] = []
     for term in expr.split("*"):
         term = term.strip()
         if term.isdigit():
             terms.append(int(term))
+            continue
+        c = _CDIV.match(term.replace(" ", ""))
+        if c and int(c.group(3)) > 0:
+            terms.append((c.group(1), int(c.group(2)), int(c.group(3))))
             continue
         m = _DIM.match(term)
         if not m:
@@ -68,10 +101,11 @@ def eval_grid_entry(expr: ShapeEntry, shapes: dict[str, tuple[int, ...]]) -> int
         if isinstance(t, int):
             factors.append(t)
             continue
-        name, dim = t
+        name, dim = t[0], t[1]
         if name not in shapes or dim >= len(shapes[name]):
             raise ScanWeaverValueError(f"cannot evaluate launch size {expr!r}: no size {name}.shape[{dim}]")
-        factors.append(shapes[name][dim])
+        size = shapes[name][dim]
+        factors.append(cdiv_at_least_1(size, t[2]) if len(t) == 3 else size)
     return math.prod(factors)
 
 
@@ -94,6 +128,9 @@ class KernelLaunch:
     # (arg, dim, other arg, other dim): arg.shape[dim] >= other.shape[other dim], where
     # a loop running over `other`'s size indexes `arg` (loop nests raised from code)
     covers_dims: tuple[tuple[str, int, str, int], ...] = ()
+    # scratch buffers this launch allocates first: (arg name, shape entries over the
+    # launch's other arguments); see `host_args`
+    scratch: tuple[tuple[str, tuple[ShapeEntry, ...]], ...] = ()
 
     # -- runtime helpers ------------------------------------------------------------
     def arg_shapes(self, arrays: list[Any]) -> dict[str, tuple[int, ...]]:
@@ -102,6 +139,13 @@ class KernelLaunch:
     def resolve_grid(self, shapes: dict[str, tuple[int, ...]]) -> tuple[int, int, int]:
         """Evaluate the grid for concrete argument shapes (name -> shape)."""
         return tuple(eval_grid_entry(g, shapes) for g in self.grid)  # type: ignore[return-value]
+
+    def scratch_shape(self, name: str, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+        """The shape of scratch argument `name` for these argument shapes."""
+        for arg, entries in self.scratch:
+            if arg == name:
+                return tuple(eval_grid_entry(x, shapes) for x in entries)
+        raise ScanWeaverValueError(f"kernel {self.kernel_name}: no scratch shape for argument '{name}'")
 
     def check_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
         """Raise `ScanWeaverValueError` unless the sizes in `equal_dims` agree."""
@@ -137,6 +181,7 @@ class KernelLaunch:
             "abi": self.abi,
             "equal_dims": [list(e) for e in self.equal_dims],
             "covers_dims": [list(e) for e in self.covers_dims],
+            "scratch": [[n, list(s)] for n, s in self.scratch],
             "notes": self.notes,
         }
 
@@ -155,6 +200,7 @@ class KernelLaunch:
             abi=d.get("abi", "memref-descriptor"),
             equal_dims=tuple(tuple(e) for e in d.get("equal_dims", ())),  # type: ignore[misc]
             covers_dims=tuple(tuple(e) for e in d.get("covers_dims", ())),  # type: ignore[misc]
+            scratch=tuple((n, tuple(s)) for n, s in d.get("scratch", ())),
             notes=d.get("notes", ""),
         )
 
@@ -171,4 +217,4 @@ class KernelLaunch:
         return launch_from_attr(attr)
 
 
-__all__ = ["KernelLaunch", "SHARED_PER_BLOCK_LIMIT", "eval_grid_entry", "grid_terms"]
+__all__ = ["KernelLaunch", "SHARED_PER_BLOCK_LIMIT", "TIME_BLOCKS_ATTR", "TIME_BLOCKS_MAX_CHANNELS", "cdiv_at_least_1", "prefer_time_blocks", "eval_grid_entry", "grid_terms"]

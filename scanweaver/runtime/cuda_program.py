@@ -32,7 +32,11 @@ _HOST_OPS = (
     arith.SubiOp,
     arith.DivUIOp,
     arith.CeilDivUIOp,
+    arith.MaxUIOp,
     memref.DimOp,
+    # scratch of multi-block scans: the runtime allocates it per call (`host_args` < -1)
+    memref.AllocOp,
+    memref.DeallocOp,
     func.ReturnOp,
 )
 

@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.runtime.cuda_launch import prefer_time_blocks
 from scanweaver.workloads.scans import MLIR_ELEMENT, affine_scan_ir
+
+
+#: the time chunk of `scan-to-gpu`'s defaults (block 128 x 4 items x 16 tiles)
+DEFAULT_TIME_CHUNK = 128 * 4 * 16
 
 
 class _Reshaped:
@@ -125,6 +130,11 @@ def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
         ("?", "?"), 1, MLIR_ELEMENT[dtype], MLIR_ELEMENT[state],
         init=h0 is not None, final=True, reverse=reverse,
     )
+    if prefer_time_blocks(channels, length, DEFAULT_TIME_CHUNK):
+        # few channels, long rows: several blocks per channel, in time (one more build)
+        from scanweaver.rewrites.affine_time_blocks import ask_time_blocks
+
+        ir = ask_time_blocks(ir)
     _run(ir, "f", args)
     if on_device:
         return (h, final) if return_final_state else h

@@ -1,0 +1,308 @@
+"""Generic `scan.scan` parallel in time across blocks: scan-then-propagate.
+
+For few channels and long rows (the choice of `affine_time_blocks.wants_time_blocks`),
+each channel's time axis is cut into chunks of `chunk = block_size * items_per_thread
+* chunk_tiles` steps and the op becomes:
+
+1. `<name>` (the chained-tile kernel of `scan_gpu.py` with `chunk`), grid channels x
+   chunks: each block scans its chunk as if the scan started there, writing the outputs,
+   and stores the chunk's aggregate (its last inclusive value) into scratch `g_j`.
+2. a new `scan.scan` with the same combine over the aggregates into scratch `c_j`
+   (lowered by `scan_gpu.py` like any other: one block per channel), so `c_j[.., k]` is
+   the combine of chunks 0..k.
+3. `<name>_carry`, grid channels x chunks: every block of a chunk k > 0 replaces each
+   output of its chunk by combine(c[.., k-1], output); combine operands keep scan order
+   (the carry is the earlier part), so only associativity is assumed, as in `scan_gpu`.
+
+Blocks of a launch never touch what another block of it writes. Integer combines stay
+bit-exact; float combines are reassociated (as in `scan_gpu`). Cost: the outputs are
+written, then read and written again (4 passes over the data for 2): chosen only where
+one block per channel would leave the chip mostly idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from xdsl.dialects import arith, func, gpu, memref
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    DictionaryAttr,
+    FunctionType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    SymbolRefAttr,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from scanweaver.dialects import scan
+from scanweaver.rewrites import blelloch_gpu as bg
+from scanweaver.rewrites import recurrence_gpu as rg
+from scanweaver.rewrites import scan_gpu as sg
+from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, chunk_of_block
+from scanweaver.rewrites.affine_to_pairs import Emitter
+from scanweaver.rewrites.launch import LAUNCH_ATTR, KernelLaunch, launch_from_attr
+from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, prefer_time_blocks
+
+#: scratch values of the host IR -> (host_args position, like: the value whose shape it has or None)
+Scratch = dict[SSAValue, tuple[int, SSAValue | None]]
+
+
+def wants_time_blocks(op: scan.ScanOp, chunk: int, mode: str) -> bool:
+    if mode == "never":
+        return False
+    choice = op.attributes.get(TIME_BLOCKS_ATTR)
+    if mode == "always" or choice is not None:
+        return mode == "always" or getattr(choice, "data", "") == "time_blocks"
+    t = op.outputs[0].type
+    shape = t.get_shape()  # type: ignore[attr-defined]
+    if any(d == DYNAMIC_INDEX for d in shape):
+        return False
+    axis = op.axis_value
+    channels = 1
+    for i, d in enumerate(shape):
+        if i != axis:
+            channels *= d
+    return prefer_time_blocks(channels, shape[axis], chunk)
+
+
+def _host_func(op) -> func.FuncOp:
+    fn = op.parent_op()
+    while not isinstance(fn, func.FuncOp):
+        fn = fn.parent_op()
+    return fn
+
+
+def _kernel(name: str, names: Sequence[str], types: Sequence[Attribute]):
+    kfunc = gpu.FuncOp(name, FunctionType.from_lists(list(types), []), kernel=True)
+    kfunc.attributes["gpu.kernel"] = UnitAttr()
+    for a, n in zip(kfunc.body.block.args, names):
+        a.name_hint = n
+    return kfunc, Emitter(kfunc.body.block)
+
+
+def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, chunk_tiles: int, scratch: Scratch) -> None:
+    """Replace `op` by the three steps of the module doc (raises `Unsupported` like
+    `scan_gpu.lower_scan`, leaving `op` alone)."""
+    combine = sg.match_scan(op)
+    chunk = bs * ipt * chunk_tiles
+    axis, reverse = op.axis_value, op.is_reverse
+    out_t = op.outputs[0].type
+    assert isinstance(out_t, MemRefType)
+    rank, shape = out_t.get_num_dims(), out_t.get_shape()
+    channel_dims = [i for i in range(rank) if i != axis]
+    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
+    k = len(types)
+    kmod = bg.get_kernel_module(top)
+    name = rg._kernel_name(top, "scan_generic_tb")
+    fn = _host_func(op)
+
+    # -- host: scratch (aggregates g_j, prefixes c_j) ------------------------------------------
+    host = Emitter(InsertPoint.before(op))
+    n_static = -(-max(shape[axis], 1) // chunk) if shape[axis] != DYNAMIC_INDEX else DYNAMIC_INDEX
+    agg_shape = [shape[i] for i in channel_dims] + [n_static]
+    sizes = [host.dim(op.outputs[0], i) for i in channel_dims if shape[i] == DYNAMIC_INDEX]
+    if n_static == DYNAMIC_INDEX:
+        length = host.dim(op.outputs[0], axis)
+        sizes.append(host.divu(host.add(host.val(arith.MaxUIOp(length, host.index(1))), host.index(chunk - 1)),
+                               host.index(chunk)))
+    j0 = fn.attributes[_SCRATCH_BASE_ATTR].value.data if _SCRATCH_BASE_ATTR in fn.attributes else 0  # type: ignore[attr-defined]
+    fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + 2 * k, i64)
+    aggs = [host.val(memref.AllocOp(sizes, [], MemRefType(t, agg_shape))) for t in types]
+    prefixes = [host.val(memref.AllocOp(sizes, [], MemRefType(t, agg_shape))) for t in types]
+    for j, (g, c) in enumerate(zip(aggs, prefixes)):
+        scratch[g] = (-2 - j0 - j, None)
+        scratch[c] = (-2 - j0 - k - j, g)
+
+    # kernel arguments of step 1: inputs, outputs (an output that is an input once), aggregates
+    operands: list[SSAValue] = []
+    names: list[str] = []
+    kinds: list[str] = []
+    for j, v in enumerate(op.inputs):
+        if v not in operands:
+            operands += [v]
+            names += [f"x{j}"]
+            kinds += ["in"]
+    for j, v in enumerate(op.outputs):
+        if v in operands:
+            kinds[operands.index(v)] = "inout" if kinds[operands.index(v)] == "in" else "out"
+        else:
+            operands += [v]
+            names += [f"y{j}"]
+            kinds += ["out"]
+    operands += aggs
+    names += [f"g{j}" for j in range(k)]
+    kinds += ["out"] * k
+    ref_name = names[operands.index(op.outputs[0])]
+
+    # -- step 1: chunk-local scans and their aggregates ------------------------------------------
+    kf1, e1 = _kernel(name, names, [v.type for v in operands])
+    argmap = dict(zip(operands, kf1.body.block.args))
+    shared = []
+    for j, el in enumerate(types):
+        s_t = MemRefType(el, [bs], memory_space=bg.SHARED_SPACE)
+        c_t = MemRefType(el, [1], memory_space=bg.SHARED_SPACE)
+        shared.append((e1.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e1.val(memref.GetGlobalOp(f"{name}_c{j}", c_t))))
+    sg._emit_kernel(e1, op, combine, [argmap[v] for v in op.inputs], [argmap[v] for v in op.outputs], shared,
+                    bs, ipt, chunk=chunk, aggs=[argmap[g] for g in aggs])
+    e1.op(gpu.ReturnOp([]))
+    rg._check_closed(kf1)
+    for j, el in enumerate(types):
+        bg.shared_global(kmod, f"{name}_s{j}", el, bs)
+    for j, el in enumerate(types):
+        bg.shared_global(kmod, f"{name}_c{j}", el, 1)
+    kmod.body.block.add_op(kf1)
+
+    def entry(arg: str, i: int) -> int | str:
+        return shape[i] if shape[i] != DYNAMIC_INDEX else f"{arg}.shape[{i}]"
+
+    def chunked_grid(arg: str) -> int | str:
+        terms = [entry(arg, i) for i in channel_dims]
+        terms.append(n_static if n_static != DYNAMIC_INDEX else f"cdiv({arg}.shape[{axis}],{chunk})")
+        if all(isinstance(t, int) for t in terms):
+            out = 1
+            for t in terms:
+                out *= t  # type: ignore[operator]
+            return out
+        return "*".join(str(t) for t in terms)
+
+    def arg_desc(ns, ks, vs):
+        return [(n, kd, bg.type_name(v.type.element_type), bg._shape_entries(v.type)) for n, kd, v in zip(ns, ks, vs)]  # type: ignore[attr-defined]
+
+    g_entries = tuple([entry(ref_name, i) for i in channel_dims]
+                      + [n_static if n_static != DYNAMIC_INDEX else f"cdiv({ref_name}.shape[{axis}],{chunk})"])
+    g1 = chunked_grid(ref_name)
+    desc1 = KernelLaunch(
+        kernel_name=name, module_name=bg.KERNEL_MODULE, grid=(g1, 1, 1), block=(bs, 1, 1),
+        shared_bytes=sg.shared_layout_bytes([bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]),
+        args=arg_desc(names, kinds, operands), host_args=(),
+        equal_dims=tuple((n, i, ref_name, i) for n in names[: len(operands) - k] if n != ref_name for i in range(rank)),
+        scratch=tuple((f"g{j}", g_entries) for j in range(k)),
+        notes=f"scan.scan time blocks 1/3: {chunk}-step chunks scanned from their start, aggregates out",
+    )
+    kf1.attributes[LAUNCH_ATTR] = desc1.to_attr()
+
+    # -- step 2: the scan of the aggregates, a scan.scan like any other ------------------------------
+    region = Region(Block(arg_types=[*types, *types]))
+    mapping = dict(zip(op.combine.block.args, region.block.args))
+    for o in op.combine.block.ops:
+        region.block.add_op(o.clone(value_mapper=mapping))
+    agg_scan = scan.ScanOp(aggs, prefixes, rank - 1, region)
+
+    # -- step 3: carries into every chunk after the first -----------------------------------------------
+    outs = list(dict.fromkeys(op.outputs))
+    names3 = [f"y{j}" for j in range(len(outs))] + [f"c{j}" for j in range(k)]
+    vals3 = outs + prefixes
+    kinds3 = ["inout"] * len(outs) + ["in"] * k
+    kf3, e3 = _kernel(f"{name}_carry", names3, [v.type for v in vals3])
+    a3 = kf3.body.block.args
+    _emit_carry(e3, combine, [a3[outs.index(v)] for v in op.outputs], list(a3[len(outs):]), axis, reverse, bs, chunk)
+    e3.op(gpu.ReturnOp([]))
+    rg._check_closed(kf3)
+    kmod.body.block.add_op(kf3)
+    g3 = chunked_grid("y0")
+    desc3 = KernelLaunch(
+        kernel_name=f"{name}_carry", module_name=bg.KERNEL_MODULE, grid=(g3, 1, 1), block=(bs, 1, 1),
+        shared_bytes=0, args=arg_desc(names3, kinds3, vals3), host_args=(),
+        notes=f"scan.scan time blocks 3/3: combine(prefix of the chunks before, output) per step",
+    )
+    kf3.attributes[LAUNCH_ATTR] = desc3.to_attr()
+
+    # -- host: launches in order ----------------------------------------------------------------------------
+    static_channels = all(shape[i] != DYNAMIC_INDEX for i in channel_dims)
+
+    def launches(le: Emitter) -> None:
+        one = le.index(1)
+        for kname, g, ref, vals in ((name, g1, {ref_name: op.outputs[0]}, operands), (None, None, None, None),
+                                     (f"{name}_carry", g3, {"y0": outs[0]}, vals3)):
+            if kname is None:
+                le.op(agg_scan)
+                continue
+            size = bg.emit_grid_size(le, g, ref)
+            le.op(gpu.LaunchFuncOp(SymbolRefAttr(bg.KERNEL_MODULE, [kname]), [size, one, one],
+                                   [le.index(bs), one, one], kernelOperands=list(vals)))
+
+    if static_channels:
+        launches(host)
+    else:
+        nch = bg.emit_grid_size(host, "*".join(str(entry(ref_name, i)) for i in channel_dims) or "1", {ref_name: op.outputs[0]})
+        host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
+    for buf in (*aggs, *prefixes):
+        host.op(memref.DeallocOp.get(buf))
+    Rewriter.erase_op(op)
+
+
+def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequence[SSAValue], axis: int,
+                reverse: bool, bs: int, chunk: int) -> None:
+    """Step 3: y[t] = combine(c[.., k-1], y[t]) over the steps of chunk k > 0."""
+    combine.capture(e)
+    tid = bg._thread_id(e)
+    length = e.dim(outs[0], axis)
+    c_lin, k, _ = chunk_of_block(e, length, chunk)
+    channel = bg.channel_indices(e, outs[0], axis, c_lin)
+    last_t = e.sub(length, e.index(1))
+
+    def body(ie: Emitter) -> None:
+        carry = [ie.load(c, [*channel, ie.sub(k, ie.index(1))]) for c in prefixes]
+        t_begin = ie.mul(k, ie.index(chunk))
+        t_end = ie.val(arith.MinUIOp(length, ie.add(t_begin, ie.index(chunk))))
+
+        def step(le: Emitter, t: SSAValue, _: Sequence[SSAValue]) -> list[SSAValue]:
+            p = le.sub(last_t, t) if reverse else t
+            idx = [*channel[:axis], p, *channel[axis:]]
+            new = combine(le, carry, [le.load(y, idx) for y in outs])
+            for v, y in zip(new, outs):
+                le.store(v, y, idx)
+            return []
+
+        ie.for_(ie.add(t_begin, tid), t_end, ie.index(bs), [], step)
+
+    e.if_(e.cmp("ugt", k, e.index(0)), [], body)
+
+
+def fix_scratch_launches(top: ModuleOp, scratch: Scratch) -> None:
+    """Give every launch that passes scratch values their `host_args` positions, and the
+    first launch of each scratch buffer its shape (same as the buffer it is `like`)."""
+    for fn in top.ops:
+        if not isinstance(fn, func.FuncOp):
+            continue
+        seen: set[SSAValue] = set()
+        for launch in [o for o in fn.walk() if isinstance(o, gpu.LaunchFuncOp)]:
+            kname = launch.kernel.nested_references.data[-1].data
+            kfunc = next(o for o in bg.get_kernel_module(top).body.block.ops
+                         if isinstance(o, gpu.FuncOp) and o.sym_name.data == kname)
+            attr = kfunc.attributes.get(LAUNCH_ATTR)
+            if not isinstance(attr, DictionaryAttr):
+                continue
+            desc = launch_from_attr(attr)
+            vals = list(launch.kernelOperands)
+            if not any(v in scratch for v in vals) and desc.host_args:
+                seen.update(v for v in vals if v in scratch)
+                continue
+            host_args, new_scratch = [], list(desc.scratch)
+            known = {n for n, _ in desc.scratch}
+            for (n, *_), v in zip(desc.args, vals):
+                if v in scratch:
+                    pos, like = scratch[v]
+                    host_args.append(pos)
+                    if v not in seen and n not in known and like is not None and like in vals:
+                        like_name = desc.args[vals.index(like)][0]
+                        t = v.type
+                        new_scratch.append((n, tuple(d if d != DYNAMIC_INDEX else f"{like_name}.shape[{i}]"
+                                                     for i, d in enumerate(t.get_shape()))))  # type: ignore[attr-defined]
+                    seen.add(v)
+                elif v.owner is fn.body.block:  # type: ignore[attr-defined]
+                    host_args.append(v.index)  # type: ignore[attr-defined]
+                else:
+                    host_args.append(-1)
+            kfunc.attributes[LAUNCH_ATTR] = replace(
+                desc, host_args=tuple(host_args), scratch=tuple(new_scratch), func_name=fn.sym_name.data
+            ).to_attr()
+
+
+__all__ = ["fix_scratch_launches", "lower_scan_time_blocks", "wants_time_blocks"]
