@@ -569,6 +569,12 @@ class VjpBuilder:
             if r.type == el and not isinstance(o, arith.ConstantOp)]
         INV = e.hoisted_alloca(MemRefType(el, [len(kept), Kc])) if kept else None
         row, grow = (e.hoisted_alloca(st_t) for _ in range(2))
+        # the same for the emit region: its ops not reading the state (silu of z, D*u, ...)
+        # run in a loop over the chunk's steps of their own, their float results kept in EINV
+        eb = op.emit.block
+        e_inv = time_only_ops(eb, eb.args[1])
+        e_kept = [r for o in e_inv for r in o.results if is_float(r.type) and not isinstance(o, arith.ConstantOp)]
+        EINV = [e.hoisted_alloca(MemRefType(v.type, [Kc])) for v in e_kept]
         mu = self.shadow[op.state]  # cotangent of the final state; becomes that of the initial
         cells = self.make_cells(e, free_float_values([op.coeffs, op.emit], op))
         lb, ub, step = vmap[op.lb], vmap[op.ub], vmap[op.step]
@@ -587,15 +593,28 @@ class VjpBuilder:
             self.recompute_states(e, op, vmap, s0, s1, step, row, H, AB)
 
             # 2. the consumer's cotangent of the state at each step, last step first
+            def emit_time_only(jj):
+                inner = dict(vmap)
+                inner[eb.args[0]] = e.addi(s0, e.muli(jj, step))
+                for o in e_inv:
+                    self.clone(e, o, inner)
+                for v, buf in zip(e_kept, EINV):
+                    e.store(inner[v], buf, [jj])
+
+            if e_kept:
+                e.for_(e.iconst(0), n, emit_time_only)
+
             def emit_step(jj):
                 i = e.addi(s0, e.muli(jj, step))
                 e.copy_rows(shape, H, [e.addi(jj, e.iconst(1))], row, [])
                 e.fill(shape, grow, [], zero)
-                eb = op.emit.block
                 inner = dict(vmap)
                 inner[eb.args[0]], inner[eb.args[1]] = i, row
+                for v, buf in zip(e_kept, EINV):
+                    inner[v] = e.load(buf, [jj])
                 self.shadow[eb.args[1]] = grow
-                self.rev_block(e, eb, inner, Scope(cells=cells))
+                ops = [o for o in eb.ops if not isinstance(o, scan.YieldOp)]
+                self.rev_ops(e, ops, inner, Scope(cells=cells), preset=frozenset(e_kept))
                 e.copy_rows(shape, grow, [], GS, [jj])
 
             e.for_(e.iconst(0), n, emit_step, reverse=True)
@@ -945,6 +964,26 @@ def split_by_state_index(cb: Block) -> tuple[list[Operation], list[Operation]]:
         else:
             inv.append(op)
     return inv, dep
+
+
+def time_only_ops(block: Block, state: SSAValue) -> list[Operation]:
+    """The ops of an emit block (in order) that compute from the time index and the
+    inputs only: arith/math ops and loads of memrefs the block does not write, none
+    depending on `state` (or on an op that is not one of them)."""
+    written = {o.memref for o in block.walk() if isinstance(o, memref.StoreOp)}
+    dep: set[SSAValue] = {state}
+    out: list[Operation] = []
+    for op in block.ops:
+        if isinstance(op, scan.YieldOp):
+            break
+        free = not op.regions and not any(v in dep for v in op.operands)
+        pure = (isinstance(op, memref.LoadOp) and op.memref not in written) or (
+            op.dialect_name() in ("arith", "math") and not isinstance(op, memref.StoreOp))
+        if free and pure:
+            out.append(op)
+        else:
+            dep |= set(op.results)
+    return out
 
 
 def _access_indices(loop: Operation, m: SSAValue) -> list[tuple[SSAValue, ...]]:
