@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.arith import FastMathFlag
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BFloat16Type,
@@ -151,12 +152,14 @@ class Emit:
     def store(self, v, m, idx: Sequence[SSAValue]):
         self.put(memref.StoreOp.get(v, m, list(idx)))
 
-    def accumulate(self, m, idx: Sequence[SSAValue], d: SSAValue):
-        """m[idx] += d (d converted to m's element type)."""
+    def accumulate(self, m, idx: Sequence[SSAValue], d: SSAValue, reassoc: bool = False):
+        """m[idx] += d (d converted to m's element type).  reassoc: the sum may be
+        reordered (a reduction cell: LLVM then vectorises the loop around it)."""
         el = m.type.element_type
         if d.type != el:
             d = self.put(arith.TruncFOp(d, el) if _width(el) < _width(d.type) else arith.ExtFOp(d, el)).result
-        self.store(self.add(self.load(m, idx), d), m, idx)
+        flags = arith.FastMathFlagsAttr([FastMathFlag.REASSOC, FastMathFlag.NO_SIGNED_ZEROS]) if reassoc else None
+        self.store(self.put(arith.AddfOp(self.load(m, idx), d, flags)).result, m, idx)
 
     def hoisted_alloca(self, t: MemRefType) -> SSAValue:
         op = memref.AllocaOp.get(t.element_type, shape=list(t.get_shape()))
@@ -340,6 +343,7 @@ class VjpBuilder:
         e.put(func.ReturnOp())
         for op in reversed(e.hoisted):
             block.insert_op_before(op, block.first_op)
+        _reassociate_sums(block)
         vjp = func.FuncOp(self.name + "_vjp", (list(block.arg_types), []), Region(block))
         return vjp
 
@@ -417,7 +421,7 @@ class VjpBuilder:
             return
         cell = scope.cells.get(v)
         if cell is not None:
-            e.accumulate(cell, [], d)
+            e.accumulate(cell, [], d, reassoc=True)
         elif v in scope.adj:
             scope.adj[v] = e.add(scope.adj[v], d)
         else:
@@ -552,15 +556,25 @@ class VjpBuilder:
         shape = list(st_t.get_shape())
         Kc = self.chunk
         buf_t = MemRefType(el, [Kc, *shape])
-        H, GS, MU = (e.hoisted_alloca(buf_t) for _ in range(3))
+        # H[jj] = state before step jj (H[0]: the checkpoint), MU[jj + 1] = cotangent of
+        # the state after step jj from the future (MU[n]: from the next chunk): one row
+        # past the chunk, so the reverse reads both without a select per element
+        H, MU = (e.hoisted_alloca(MemRefType(el, [Kc + 1, *shape])) for _ in range(2))
+        GS = e.hoisted_alloca(buf_t)
         AB = None if linear else (e.hoisted_alloca(buf_t), e.hoisted_alloca(buf_t))
         # float values of coeffs that do not depend on the state index, per step of the
         # chunk: computed once by fill_coefficients, read back by the reverse
         kept = [] if linear else [
             r for o in split_by_state_index(op.coeffs.block)[0] for r in o.results
             if r.type == el and not isinstance(o, arith.ConstantOp)]
-        INV = e.hoisted_alloca(MemRefType(el, [Kc, len(kept)])) if kept else None
-        row, grow, mu_in = (e.hoisted_alloca(st_t) for _ in range(3))
+        INV = e.hoisted_alloca(MemRefType(el, [len(kept), Kc])) if kept else None
+        row, grow = (e.hoisted_alloca(st_t) for _ in range(2))
+        # the same for the emit region: its ops not reading the state (silu of z, D*u, ...)
+        # run in a loop over the chunk's steps of their own, their float results kept in EINV
+        eb = op.emit.block
+        e_inv = time_only_ops(eb, eb.args[1])
+        e_kept = [r for o in e_inv for r in o.results if is_float(r.type) and not isinstance(o, arith.ConstantOp)]
+        EINV = [e.hoisted_alloca(MemRefType(v.type, [Kc])) for v in e_kept]
         mu = self.shadow[op.state]  # cotangent of the final state; becomes that of the initial
         cells = self.make_cells(e, free_float_values([op.coeffs, op.emit], op))
         lb, ub, step = vmap[op.lb], vmap[op.ub], vmap[op.step]
@@ -575,38 +589,47 @@ class VjpBuilder:
             if AB is not None:
                 self.fill_coefficients(e, op, vmap, s0, step, n, AB, kept, INV)
             e.copy_rows(shape, ck, [c], row, [])
+            e.copy_rows(shape, ck, [c], H, [e.iconst(0)])
             self.recompute_states(e, op, vmap, s0, s1, step, row, H, AB)
 
             # 2. the consumer's cotangent of the state at each step, last step first
+            def emit_time_only(jj):
+                inner = dict(vmap)
+                inner[eb.args[0]] = e.addi(s0, e.muli(jj, step))
+                for o in e_inv:
+                    self.clone(e, o, inner)
+                for v, buf in zip(e_kept, EINV):
+                    e.store(inner[v], buf, [jj])
+
+            if e_kept:
+                e.for_(e.iconst(0), n, emit_time_only)
+
             def emit_step(jj):
                 i = e.addi(s0, e.muli(jj, step))
-                e.copy_rows(shape, H, [jj], row, [])
+                e.copy_rows(shape, H, [e.addi(jj, e.iconst(1))], row, [])
                 e.fill(shape, grow, [], zero)
-                eb = op.emit.block
                 inner = dict(vmap)
                 inner[eb.args[0]], inner[eb.args[1]] = i, row
+                for v, buf in zip(e_kept, EINV):
+                    inner[v] = e.load(buf, [jj])
                 self.shadow[eb.args[1]] = grow
-                self.rev_block(e, eb, inner, Scope(cells=cells))
+                ops = [o for o in eb.ops if not isinstance(o, scan.YieldOp)]
+                self.rev_ops(e, ops, inner, Scope(cells=cells), preset=frozenset(e_kept))
                 e.copy_rows(shape, grow, [], GS, [jj])
 
             e.for_(e.iconst(0), n, emit_step, reverse=True)
             # 3. the adjoint recurrence, backwards over the chunk
-            e.copy_rows(shape, mu, [], mu_in, [])
+            e.copy_rows(shape, mu, [], MU, [n])
             self.adjoint_scan(e, op, vmap, s0, step, n, mu, GS, MU, AB)
 
             # 4. the producer's reverse: (da, db) per step into the input gradients
             def param_step(jj):
                 i = e.addi(s0, e.muli(jj, step))
-                last = e.cmpi(jj, e.subi(n, e.iconst(1)), "eq")
-                first = e.cmpi(jj, e.iconst(0), "eq")
-                nxt = e.mini(e.addi(jj, e.iconst(1)), e.subi(n, e.iconst(1)))
-                prv = e.maxi(e.subi(jj, e.iconst(1)), e.iconst(0))
+                nxt = e.addi(jj, e.iconst(1))
 
                 def lam_h(k):
-                    m = e.select(last, e.load(mu_in, k), e.load(MU, [nxt, *k]))
-                    lam = e.add(m, e.load(GS, [jj, *k]))
-                    hp = e.select(first, e.load(ck, [c, *k]), e.load(H, [prv, *k]))
-                    return lam, hp
+                    lam = e.add(e.load(MU, [nxt, *k]), e.load(GS, [jj, *k]))
+                    return lam, e.load(H, [jj, *k])
 
                 cb = op.coeffs.block
                 yielded = list(cb.last_op.operands)
@@ -629,7 +652,7 @@ class VjpBuilder:
                 inner = dict(vmap)
                 inner[cb.args[0]] = i
                 for m, v in enumerate(kept):
-                    inner[v] = e.load(INV, [jj, e.iconst(m)])
+                    inner[v] = e.load(INV, [e.iconst(m), jj])
                 for o in inv:
                     if not (o.results and all(r in kept for r in o.results)):
                         self.clone(e, o, inner)
@@ -668,18 +691,32 @@ class VjpBuilder:
 
     def fill_coefficients(self, e: Emit, op, vmap, s0, step, n, AB, kept=(), INV=None) -> None:
         """A[jj, k], B[jj, k] = coeffs(s0 + jj*step, k) for the chunk's steps; the ops not
-        depending on k once per step, their `kept` float results stored in INV[jj, m]."""
+        depending on k once per step, their `kept` float results stored in INV[m, jj]."""
         shape = list(op.state_type.get_shape())
         cb = op.coeffs.block
         inv, dep = split_by_state_index(cb)
 
-        def step_fn(jj):
+        def time_only(jj):
             inner = dict(vmap)
             inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
             for o in inv:
                 self.clone(e, o, inner)
             for m, v in enumerate(kept):
-                e.store(inner[v], INV, [jj, e.iconst(m)])
+                e.store(inner[v], INV, [e.iconst(m), jj])
+
+        # the ops not depending on k in a loop of their own, stored along time: it
+        # vectorises over the chunk's steps (softplus and the like, not one step at a time)
+        if kept:
+            e.for_(e.iconst(0), n, time_only)
+
+        def step_fn(jj):
+            inner = dict(vmap)
+            inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
+            for m, v in enumerate(kept):
+                inner[v] = e.load(INV, [e.iconst(m), jj])
+            for o in inv:
+                if not (o.results and all(r in kept for r in o.results)):
+                    self.clone(e, o, inner)
 
             def per_element(k):
                 inner_k = dict(inner)
@@ -707,7 +744,8 @@ class VjpBuilder:
         return Region(blk)
 
     def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H, AB=None) -> None:
-        """The recurrence from s0 to s1 on `row`, its emit storing each state into H."""
+        """The recurrence from s0 to s1 on `row`, its emit storing the state after step
+        jj into H[jj + 1]."""
         shape = list(op.state_type.get_shape())
         if AB is not None:
             coeffs = self.buffered_coeffs(e, op, s0, step, AB)
@@ -717,7 +755,7 @@ class VjpBuilder:
         blk = Block(arg_types=[IndexType(), op.state_type])
         outer, e.block = e.block, blk
         jj = e.divui(e.subi(blk.args[0], s0), step)
-        e.copy_rows(shape, blk.args[1], [], H, [jj])
+        e.copy_rows(shape, blk.args[1], [], H, [e.addi(jj, e.iconst(1))])
         e.put(scan.YieldOp())
         e.block = outer
         e.put(type(op)(s0, s1, step, row, coeffs, Region(blk)))
@@ -866,6 +904,20 @@ class VjpBuilder:
             e.dealloc(init)
 
 
+def _reassociate_sums(block: Block) -> None:
+    """Mark the additive reductions of loops (`acc = acc + x` in iter_args, such as the
+    recomputed sum_n C[n] * h[n]) reassociable, so LLVM vectorises the loops around them;
+    the forward's own vectorised consumer sums in tree order too."""
+    for op in block.walk():
+        if not isinstance(op, scf.ForOp) or not op.iter_args:
+            continue
+        body = op.body.block
+        for arg, y in zip(body.args[1:], body.last_op.operands):
+            owner = getattr(y, "owner", None)
+            if isinstance(owner, arith.AddfOp) and arg in owner.operands:
+                owner.fastmath = arith.FastMathFlagsAttr([FastMathFlag.REASSOC, FastMathFlag.NO_SIGNED_ZEROS])
+
+
 def _memory_effects(op: Operation) -> tuple[list[SSAValue], list[SSAValue]]:
     """(memrefs read, memrefs written) by op and the ops nested in it."""
     reads: list[SSAValue] = []
@@ -912,6 +964,26 @@ def split_by_state_index(cb: Block) -> tuple[list[Operation], list[Operation]]:
         else:
             inv.append(op)
     return inv, dep
+
+
+def time_only_ops(block: Block, state: SSAValue) -> list[Operation]:
+    """The ops of an emit block (in order) that compute from the time index and the
+    inputs only: arith/math ops and loads of memrefs the block does not write, none
+    depending on `state` (or on an op that is not one of them)."""
+    written = {o.memref for o in block.walk() if isinstance(o, memref.StoreOp)}
+    dep: set[SSAValue] = {state}
+    out: list[Operation] = []
+    for op in block.ops:
+        if isinstance(op, scan.YieldOp):
+            break
+        free = not op.regions and not any(v in dep for v in op.operands)
+        pure = (isinstance(op, memref.LoadOp) and op.memref not in written) or (
+            op.dialect_name() in ("arith", "math") and not isinstance(op, memref.StoreOp))
+        if free and pure:
+            out.append(op)
+        else:
+            dep |= set(op.results)
+    return out
 
 
 def _access_indices(loop: Operation, m: SSAValue) -> list[tuple[SSAValue, ...]]:
