@@ -132,6 +132,46 @@ for _getter in (_affine_kernel, _aggregate_kernel, _openmp_affine_kernel):
     on_clear_cache(_getter.cache_clear)
 
 
+#: Per (dtype, reverse, final): the small-call function (or False: not available).
+_SMALL_CALLS: dict[tuple, Callable[..., None] | bool] = {}
+
+
+def small_affine_scan(a: np.ndarray, b: np.ndarray, reverse: bool, return_final: bool):
+    """The scan of small C-contiguous 2-D ndarrays a, b (one dtype, one shape) in one
+    call of the single-variant kernel through the object-call trampoline: h, and the
+    final state with return_final; None when the call is not such a call (callers
+    then take the general path).  The same kernel and result as `affine_scan_cpu`.
+    """
+    if a.ndim != 2 or a.shape != b.shape or a.size >= THREAD_MIN_ELEMENTS:
+        return None
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return None
+    key = (a.dtype, b.dtype, reverse, return_final)
+    call = _SMALL_CALLS.get(key)
+    if call is None:
+        call = False
+        if a.dtype == b.dtype and a.dtype in _DTYPES:
+            from scanweaver.runtime.cpu_object_call import object_caller
+
+            k = _affine_kernel(_DTYPES[a.dtype], 2, False, return_final, reverse)
+            call = object_caller(k.program.address("affine"), k.spec, [a.itemsize] * len(k.spec)) or False
+            if call:
+                call.kernel = k  # type: ignore[attr-defined]  # keeps the kernel's program alive
+        _SMALL_CALLS[key] = call
+    if call is False:
+        return None
+    h = np.empty(a.shape, a.dtype)
+    if return_final:
+        final = np.empty(a.shape[0], a.dtype)
+        call(a, b, h, final)  # type: ignore[operator]
+        return h, final
+    call(a, b, h)  # type: ignore[operator]
+    return h
+
+
+on_clear_cache(_SMALL_CALLS.clear)
+
+
 def affine_scan_cpu(
     a: np.ndarray,
     b: np.ndarray,
@@ -435,5 +475,5 @@ __all__ = [  # the names callers import from here (some defined in cpu_jit, cpu_
     "CHUNKED_MIN_LENGTH", "OPENMP_MIN_ELEMENTS", "STATS", "SELECTIVE_TASKS_PER_THREAD", "TASKS_PER_THREAD",
     "THREAD_MIN_BYTES", "THREAD_MIN_ELEMENTS", "CompileStats", "Kernel", "SelectiveScanSpec", "affine_ir",
     "affine_scan_cpu", "aligned_empty", "choose_affine_variant", "clear_cache", "compile_cpu", "kernel",
-    "num_threads", "openmp_available", "parallel_for", "selective_scan_cpu", "selective_scan_ir", "split_range",
+    "num_threads", "openmp_available", "parallel_for", "selective_scan_cpu", "selective_scan_ir", "small_affine_scan", "split_range",
 ]
