@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import functools
 import operator
 
 import numpy as np
@@ -92,6 +93,27 @@ def _pick_backend(backend: str, arrays: list[Any], gpu_limit: str | None = None)
     return "cuda" if gpu_limit is None and _cuda_usable() else "cpu"
 
 
+_CUDA_USABLE: list[bool] = []  # computed once, on the first call that asks
+
+
+def _host_only(backend: Any) -> bool:
+    """Whether host arrays run on the CPU with this backend ('cpu', or 'auto' without a GPU)."""
+    if type(backend) is not str or backend not in ("auto", "cpu"):
+        return False
+    if backend == "cpu":
+        return True
+    if not _CUDA_USABLE:
+        _CUDA_USABLE.append(_cuda_usable())
+    return not _CUDA_USABLE[0]
+
+
+@functools.cache
+def _small_affine_scan() -> Callable[..., Any]:
+    from scanweaver.runtime.cpu_scan import small_affine_scan
+
+    return small_affine_scan
+
+
 def _check_flag(name: str, value: Any) -> None:
     if not isinstance(value, (bool, np.bool_)):
         raise ScanWeaverTypeError(f"{name} must be True or False, got {value!r}")
@@ -165,6 +187,13 @@ def linear_scan(
     around like C), and with ``return_final_state=True`` also the last state.
     NaN and Inf propagate exactly as in the sequential loop.
     """
+    if (type(a) is np.ndarray and type(b) is np.ndarray and h0 is None and type(axis) is int
+            and type(reverse) is bool and type(return_final_state) is bool
+            and (axis == -1 or axis == a.ndim - 1) and _host_only(backend)):
+        # Small 2-D host arrays with the defaults: one compiled call (runtime/cpu_scan.py).
+        done = _small_affine_scan()(a, b, reverse, return_final_state)
+        if done is not None:
+            return done
     try:
         axis = operator.index(axis)
     except TypeError:

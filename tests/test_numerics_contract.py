@@ -14,7 +14,7 @@ from scanweaver.interp.run import run_function
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
-from scanweaver.runtime import cpu_scan
+from scanweaver.runtime import cpu_chunked, cpu_scan
 from scanweaver.runtime.cpu_scan import affine_scan_cpu
 from scanweaver.workloads import loops
 
@@ -56,12 +56,12 @@ def test_infinite_and_nan_inputs_propagate_like_the_loop():
     b = rng.standard_normal((3, 4096)).astype(np.float32)
     a[0, 1000], b[1, 2000], a[2, 3000] = np.inf, np.nan, 0.0
     b[2, 2999] = np.inf  # inf, then a reset: 0 * inf = NaN in the loop too
-    old = cpu_scan.CHUNKED_TEST_MIN_CHUNK
-    cpu_scan.CHUNKED_TEST_MIN_CHUNK = 64
+    old = cpu_chunked.CHUNKED_TEST_MIN_CHUNK
+    cpu_chunked.CHUNKED_TEST_MIN_CHUNK = 64
     try:
         h = _scan(a, b, "chunked")
     finally:
-        cpu_scan.CHUNKED_TEST_MIN_CHUNK = old
+        cpu_chunked.CHUNKED_TEST_MIN_CHUNK = old
     seq = _scan(a, b, "single")
     np.testing.assert_array_equal(np.isnan(h), np.isnan(seq))
     np.testing.assert_array_equal(np.isinf(h), np.isinf(seq))

@@ -21,7 +21,7 @@ from scanweaver.interp.run import run_function
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.exp_polynomial import ExpToPolynomial, rewrite_log1ps
 from scanweaver.rewrites.scan_to_cpu import ScanToCpu
-from scanweaver.runtime import cpu_scan
+from scanweaver.runtime import cpu_scan, cpu_variants
 from scanweaver.runtime.cpu import CpuProgram
 from scanweaver.toolchain.mlir import emit_c_interface, lower_to_llvm_ir
 
@@ -424,7 +424,7 @@ def test_variant_choice_and_errors(monkeypatch):
     big = "openmp" if cpu_scan.openmp_available() else "channels"
     assert cpu_scan.choose_affine_variant(1024, 4096, np.float32, threads=2) == big
     assert cpu_scan.choose_affine_variant(1024, 4096, np.float32, threads=1) == "single"
-    monkeypatch.setattr(cpu_scan, "openmp_available", lambda: False)  # no libomp: Python threads
+    monkeypatch.setattr(cpu_variants, "openmp_available", lambda: False)  # no libomp: Python threads
     assert cpu_scan.choose_affine_variant(1024, 4096, np.float32, threads=2) == "channels"
     monkeypatch.undo()
     assert cpu_scan.choose_affine_variant(4, 1 << 20, np.float32, threads=2) == "chunked"
@@ -508,7 +508,7 @@ def _tiled_kernel(text: str, spec, nontemporal: bool, parallel: bool) -> cpu_sca
 @pytest.mark.parametrize("init,final,reverse", FLAGS[:2])
 def test_nontemporal_stores_bit_exact(monkeypatch, dtype, init, final, reverse):
     """Streaming h stores (aligned output) == ordinary stores; misaligned falls back."""
-    import scanweaver.rewrites.scan_to_cpu as s2c
+    import scanweaver.rewrites.cpu_affine_tiles as s2c
 
     monkeypatch.setattr(s2c, "NONTEMPORAL_MIN_BYTES", 0)  # small test arrays take the NT path
     el = EL[dtype]
@@ -542,7 +542,7 @@ def test_nontemporal_stores_bit_exact(monkeypatch, dtype, init, final, reverse):
 def test_nontemporal_openmp_and_driver(monkeypatch):
     """The OpenMP variant with streaming stores, and affine_scan_cpu's aligned output."""
     _openmp_or_skip()
-    import scanweaver.rewrites.scan_to_cpu as s2c
+    import scanweaver.rewrites.cpu_affine_tiles as s2c
 
     monkeypatch.setattr(s2c, "NONTEMPORAL_MIN_BYTES", 0)
     text = cpu_scan.affine_ir("f32", 2, True, True, True)

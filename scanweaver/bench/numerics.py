@@ -12,7 +12,7 @@ Each case runs three ways:
   seq    the sequential loop in the input precision (the `single` CPU variant, which is
          bit-identical to the loop)
   par    the parallel variant under test: `chunked` (time-parallel CPU) with small
-         chunks forced (`cpu_scan.CHUNKED_TEST_MIN_CHUNK`) so that short rows cross
+         chunks forced (`cpu_chunked.CHUNKED_TEST_MIN_CHUNK`) so that short rows cross
          many chunk boundaries, or with the default chunks for long rows; and, on a
          smaller subset (rows of 1 to 96 steps), the GPU Blelloch kernels (`scan-to-gpu`,
          blocks of 8 threads x 2 items: 16-step tiles, so a row crosses several tiles and
@@ -269,15 +269,15 @@ def check_rows(par: np.ndarray, seq: np.ndarray, ref: np.ndarray, mag: np.ndarra
 
 
 def run_chunked(batch: Batch) -> np.ndarray:
-    from scanweaver.runtime import cpu_scan
+    from scanweaver.runtime import cpu_chunked, cpu_scan
 
-    old = cpu_scan.CHUNKED_TEST_MIN_CHUNK
-    cpu_scan.CHUNKED_TEST_MIN_CHUNK = batch.forced_chunk
+    old = cpu_chunked.CHUNKED_TEST_MIN_CHUNK
+    cpu_chunked.CHUNKED_TEST_MIN_CHUNK = batch.forced_chunk
     try:
         return cpu_scan.affine_scan_cpu(batch.a, batch.b, batch.h0, reverse=batch.reverse, return_final=True,
                                         variant="chunked")[0]
     finally:
-        cpu_scan.CHUNKED_TEST_MIN_CHUNK = old
+        cpu_chunked.CHUNKED_TEST_MIN_CHUNK = old
 
 
 def run_sequential(batch: Batch) -> np.ndarray:

@@ -32,224 +32,36 @@ Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import os
-import threading
-import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from scanweaver.dtypes import COMPLEX_ELEMENTS, mlir_element
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
-from scanweaver.runtime.cpu import CpuProgram, flush_denormals
+from scanweaver.runtime.cpu import CpuProgram
+from scanweaver.runtime.cpu_chunked import _chunked
+from scanweaver.runtime.cpu_jit import STATS, CompileStats, Kernel, clear_cache, compile_cpu, kernel, on_clear_cache
+from scanweaver.runtime.cpu_parallel import (
+    _set_openmp_threads,
+    num_threads,
+    openmp_available,
+    parallel_for,
+    split_range,
+)
+from scanweaver.runtime.cpu_variants import (
+    CHUNKED_MIN_LENGTH,
+    OPENMP_MIN_ELEMENTS,
+    SELECTIVE_TASKS_PER_THREAD,
+    TASKS_PER_THREAD,
+    THREAD_MIN_BYTES,
+    THREAD_MIN_ELEMENTS,
+    _lanes,
+    aligned_empty,
+    choose_affine_variant,
+)
 from scanweaver.runtime.validation import check_shape
-
-# ---------------------------------------------------------------------------
-# Compilation (the one place) and its in-process cache
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class CompileStats:
-    """What compile_cpu did: seconds spent compiling, cache hits."""
-
-    compiles: int = 0
-    hits: int = 0
-    seconds: float = 0.0
-    last_seconds: float = 0.0
-    last_cached: bool = False
-
-
-_CACHE: dict[str, CpuProgram] = {}
-_CACHE_LOCK = threading.Lock()
-STATS = CompileStats()
-
-
-def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram:
-    """Compile IR text (scan dialect + func/arith/memref/scf/math/vector) for this CPU.
-
-    The single entry point for the drivers: `scanweaver-lower{target=cpu}` through
-    `compiler.build_cpu` (cached on disk), JIT-compiled once per process.  With
-    `openmp`, loops over channel groups run on OpenMP threads (BackendUnavailableError
-    when libomp cannot be loaded, raised before compiling).
-    """
-    if openmp:
-        from scanweaver.runtime.cpu import load_openmp_runtime
-
-        load_openmp_runtime()
-    key = ("// openmp\n" if openmp else "") + ir_text
-    with _CACHE_LOCK:
-        program = _CACHE.get(key)
-        if program is not None:
-            STATS.hits += 1
-            STATS.last_cached, STATS.last_seconds = True, 0.0
-            return program
-        from scanweaver.compiler import build_cpu
-
-        start = time.perf_counter()
-        program = CpuProgram(build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
-        elapsed = time.perf_counter() - start
-        _CACHE[key] = program
-        STATS.compiles += 1
-        STATS.seconds += elapsed
-        STATS.last_seconds, STATS.last_cached = elapsed, False
-        return program
-
-
-def clear_cache() -> None:
-    """Forget compiled kernels (the next call of each kernel compiles again)."""
-    with _CACHE_LOCK:
-        _CACHE.clear()
-    _KERNELS.clear()
-    _affine_kernel.cache_clear()
-    _aggregate_kernel.cache_clear()
-    _openmp_affine_kernel.cache_clear()
-
-
-# ---------------------------------------------------------------------------
-# Fast calls: the lowered function with memrefs expanded, through ctypes
-# ---------------------------------------------------------------------------
-
-_SCALARS = {"index": ctypes.c_int64, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
-            "f32": ctypes.c_float, "f64": ctypes.c_double}
-
-
-class Kernel:
-    """A compiled `func.func` called with numpy arrays (zero copy) and scalars.
-
-    `args`: per argument, an int R for a rank-R memref (any element type; the array
-    must have the element type the IR declares, non-negative strides that are a
-    multiple of the item size, innermost stride 1 when R > 0), or a scalar type name.
-    The expanded MLIR calling convention is used: (allocated, aligned, offset,
-    sizes[R], strides[R]) per memref.  ctypes releases the GIL during the call.
-    """
-
-    def __init__(self, program: CpuProgram, name: str, args: Sequence[int | str]):
-        self.program = program  # keeps the JIT engine alive
-        self.spec = list(args)
-        ctypes_args: list[Any] = []
-        for a in self.spec:
-            if isinstance(a, int):
-                ctypes_args += [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * (1 + 2 * a)
-            else:
-                ctypes_args.append(_SCALARS[a])
-        self._fn = ctypes.CFUNCTYPE(None, *ctypes_args)(program.address(name))
-
-    def __call__(self, *values: Any) -> None:
-        self._fn(*self._flatten(values))
-
-    def bind(self, *values: Any) -> Callable[[], None]:
-        """The call with its arguments converted now (threads then only do the call)."""
-        flat = self._flatten(values)
-        fn = self._fn
-        return lambda: fn(*flat)
-
-    def _flatten(self, values: Sequence[Any]) -> list[Any]:
-        flat: list[Any] = []
-        for spec, v in zip(self.spec, values, strict=True):
-            if isinstance(spec, int):
-                if v.ndim != spec:
-                    raise ScanWeaverValueError(f"kernel expects a {spec}-D array, got shape {v.shape}")
-                ptr = v.__array_interface__["data"][0]
-                item = v.itemsize
-                flat += [ptr, ptr, 0, *v.shape, *(s // item for s in v.strides)]
-            else:
-                flat.append(v)
-        return flat
-
-
-_KERNELS: dict[tuple, Kernel] = {}
-
-
-def kernel(ir_text: str, name: str, args: Sequence[int | str]) -> Kernel:
-    key = (ir_text, name, tuple(args))
-    k = _KERNELS.get(key)
-    if k is None:
-        k = Kernel(compile_cpu(ir_text), name, args)
-        _KERNELS[key] = k
-    return k
-
-
-# ---------------------------------------------------------------------------
-# Threads
-# ---------------------------------------------------------------------------
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def num_threads() -> int:
-    """Worker count: SCANWEAVER_NUM_THREADS, else the CPUs this process may use."""
-    env = os.environ.get("SCANWEAVER_NUM_THREADS")
-    if env:
-        return max(1, int(env))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(1, num_threads() - 1), thread_name_prefix="scanweaver")
-        return _POOL
-
-
-def parallel_for(tasks: Sequence[Callable[[], None]], ftz: bool = False, threads: int | None = None) -> None:
-    """Run `tasks` on this thread and the pool's workers, each taking the next task
-    when done with one (dynamic balance: a core that another process slows down takes
-    fewer tasks); wait for all.  ftz: flush denormals to zero while the tasks run (an
-    explicit option, off by default; no ScanWeaver variant uses it).
-    """
-    if not tasks:
-        return
-    threads = min(num_threads() if threads is None else max(1, threads), len(tasks))
-    order = iter(range(len(tasks)))
-    lock = threading.Lock()
-
-    def drain() -> None:
-        while True:
-            with lock:
-                i = next(order, None)
-            if i is None:
-                return
-            tasks[i]()
-
-    def work() -> None:
-        if ftz:
-            with flush_denormals():
-                drain()
-        else:
-            drain()
-
-    if threads == 1:
-        work()
-        return
-    futures = [_pool().submit(work) for _ in range(threads - 1)]
-    try:
-        work()
-    finally:
-        for f in futures:
-            f.result()
-
-
-def split_range(n: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
-    """Cut [0, n) into at most `parts` nearly equal pieces, boundaries multiples of `align`."""
-    parts = max(1, min(parts, -(-n // align) if n else 1))
-    bounds = [0]
-    for p in range(1, parts):
-        cut = round(n * p / parts / align) * align
-        bounds.append(min(max(cut, bounds[-1]), n))
-    bounds.append(n)
-    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
-
 
 # ---------------------------------------------------------------------------
 # Affine scans
@@ -321,79 +133,46 @@ def _openmp_affine_kernel(el: str, init: bool, final: bool, reverse: bool) -> Ke
     ir = affine_ir(el, 2, init, final, reverse)
     return Kernel(compile_cpu(ir, openmp=True), "affine", spec)
 
-
-@functools.lru_cache(maxsize=None)
-def _omp_set_num_threads() -> Callable[[int], None]:
-    from scanweaver.runtime.cpu import load_openmp_runtime
-
-    fn = ctypes.CDLL(load_openmp_runtime()).omp_set_num_threads
-    fn.argtypes, fn.restype = [ctypes.c_int], None
-    return fn
+for _getter in (_affine_kernel, _aggregate_kernel, _openmp_affine_kernel):
+    on_clear_cache(_getter.cache_clear)
 
 
-_OMP_THREADS = threading.local()
+#: Per (dtype, reverse, final): the small-call function (or False: not available).
+_SMALL_CALLS: dict[tuple, Callable[..., None] | bool] = {}
 
 
-def _set_openmp_threads(threads: int) -> None:
-    """omp_set_num_threads for the calling thread (an OpenMP per-thread setting)."""
-    if getattr(_OMP_THREADS, "n", None) != threads:
-        _omp_set_num_threads()(threads)
-        _OMP_THREADS.n = threads
-
-
-def openmp_available() -> bool:
-    """Whether libomp loads (the 'openmp' variant can run)."""
-    from scanweaver.errors import BackendUnavailableError
-    from scanweaver.runtime.cpu import load_openmp_runtime
-
-    try:
-        load_openmp_runtime()
-    except BackendUnavailableError:
-        return False
-    return True
-
-#: Lanes per vector group of the tiled kernel, by element size (256-bit vectors).
-def _lanes(dtype: np.dtype) -> int:
-    return 32 // np.dtype(dtype).itemsize
-
-
-# Heuristic thresholds (measured on 2 cores, see benchmarks/README.md).
-THREAD_MIN_ELEMENTS = 1 << 19  # below this one call beats waking a worker (~60 us here)
-THREAD_MIN_BYTES = 16 << 20  # a, b and h together: below this, one core (see choose_affine_variant)
-CHUNKED_MIN_LENGTH = 1 << 13  # rows at least this long may be cut in time
-TASKS_PER_THREAD = 1  # pieces per thread (more: dynamic balance under outside load, but more calls)
-SELECTIVE_TASKS_PER_THREAD = 4
-OPENMP_MIN_ELEMENTS = 1 << 19  # from here the OpenMP kernel beats one call (1024x1024 f32: 2x)
-
-
-def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: int | None = None) -> str:
-    """'single', 'channels' or 'chunked' for a (channels, length) scan.
-
-    Threads only pay for inputs larger than the shared cache: below THREAD_MIN_BYTES of
-    traffic one core already streams at cache bandwidth (measured here: 1024x1024 f32,
-    12 MB, 0.32 ms on one core, 0.34-0.43 ms on two; 1024x4096, 48 MB, 2.8 ms on one
-    core, 1.8 ms on two).
+def small_affine_scan(a: np.ndarray, b: np.ndarray, reverse: bool, return_final: bool):
+    """The scan of small C-contiguous 2-D ndarrays a, b (one dtype, one shape) in one
+    call of the single-variant kernel through the object-call trampoline: h, and the
+    final state with return_final; None when the call is not such a call (callers
+    then take the general path).  The same kernel and result as `affine_scan_cpu`.
     """
-    threads = num_threads() if threads is None else threads
-    total = channels * length
-    # f64 rows are never cut in time: their compensated chunk aggregates cost what the
-    # time parallelism saves (measured here, 2 cores, 1x2^20: 3.3 ms chunked, 3.3 ms
-    # single; 3x2^20: 6.9 ms vs 3.6 ms), and the single variant is bit-identical.
-    chunkable = np.dtype(dtype) != np.float64
-    if threads > 1 and channels >= 2 * _lanes(dtype) * threads and total >= OPENMP_MIN_ELEMENTS and openmp_available():
-        return "openmp"
-    small = total < THREAD_MIN_ELEMENTS or 3 * total * np.dtype(dtype).itemsize < THREAD_MIN_BYTES
-    if threads <= 1 or small:
-        # One thread: still cut long rows in time when there are too few channels to
-        # fill the vector lanes (latency-bound otherwise).
-        if chunkable and channels < _lanes(dtype) and length >= CHUNKED_MIN_LENGTH and total >= THREAD_MIN_ELEMENTS:
-            return "chunked"
-        return "single"
-    if channels >= 2 * _lanes(dtype) * threads:
-        return "channels"
-    if chunkable and length >= CHUNKED_MIN_LENGTH:
-        return "chunked"
-    return "channels" if channels >= 2 * threads else "single"
+    if a.ndim != 2 or a.shape != b.shape or a.size >= THREAD_MIN_ELEMENTS:
+        return None
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return None
+    key = (a.dtype, b.dtype, reverse, return_final)
+    call = _SMALL_CALLS.get(key)
+    if call is None:
+        call = False
+        el = mlir_element(a.dtype, ("f32", "f64", "i32", "i64"))  # real scans only: one element per item
+        if a.dtype == b.dtype and el is not None:
+            from scanweaver.runtime.cpu_object_call import object_caller
+
+            k = _affine_kernel(el, 2, False, return_final, reverse)
+            call = object_caller(k.program.address("affine"), k.spec, [a.itemsize] * len(k.spec)) or False
+            if call:
+                call.kernel = k  # type: ignore[attr-defined]  # keeps the kernel's program alive
+        _SMALL_CALLS[key] = call
+    if call is False:
+        return None
+    h = np.empty(a.shape, a.dtype)
+    if return_final:
+        final = np.empty(a.shape[0], a.dtype)
+        call(a, b, h, final)  # type: ignore[operator]
+        return h, final
+    call(a, b, h)  # type: ignore[operator]
+    return h
 
 
 def _complex_variant(channels: int, length: int, dtype: np.dtype, threads: int) -> str:
@@ -404,19 +183,7 @@ def _complex_variant(channels: int, length: int, dtype: np.dtype, threads: int) 
     return "single"
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64) -> np.ndarray:
-    """np.empty(shape, dtype) whose data starts on an `align`-byte boundary.
-
-    numpy's large allocations typically start 16 bytes past a 64-byte boundary; the
-    tiled affine kernel stores h with non-temporal (streaming) stores only when its
-    rows are 32-byte aligned, so outputs allocated here (and rows whose length is a
-    multiple of 32 bytes) take the faster path.
-    """
-    dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(n + align, np.uint8)
-    skip = (-raw.ctypes.data) % align
-    return raw[skip : skip + n].view(dtype).reshape(shape)
+on_clear_cache(_SMALL_CALLS.clear)
 
 
 def affine_scan_cpu(
@@ -468,7 +235,7 @@ def affine_scan_cpu(
             )
     variant = variant or choose_affine_variant(C, L, a.dtype, threads)
     if variant == "chunked" and L >= 2:
-        _chunked(a, b, h0, h, final, reverse, threads)
+        _chunked(a, b, h0, h, final, reverse, threads, el, _affine_kernel, _aggregate_kernel)
     elif variant == "openmp":
         k = _openmp_affine_kernel(el, h0 is not None, final is not None, reverse)
         _set_openmp_threads(threads)
@@ -489,179 +256,6 @@ def affine_scan_cpu(
         raise ScanWeaverValueError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp)")
     return (h, final) if return_final else h
 
-
-#: Chunked-scan knob: when set (tests), rows at least this long may be chunked
-#: whatever their size, and chunks are at least this long, so that small inputs
-#: exercise the chunked code (every chunk boundary, the tail, the overflow guard).
-CHUNKED_TEST_MIN_CHUNK: int | None = None
-
-
-def _chunk_count(C: int, L: int, lanes: int, threads: int) -> int:
-    """Chunks per row: enough rows of chunks to fill the lanes on every thread."""
-    want = max(2 * lanes, -(-lanes * threads * 2 // max(C, 1)))
-    want = -(-want // lanes) * lanes  # a multiple of the lanes
-    # Chunks of at least 4 tiles of time each.
-    min_chunk = 8 * lanes if CHUNKED_TEST_MIN_CHUNK is None else max(1, CHUNKED_TEST_MIN_CHUNK)
-    return max(1, min(want, L // min_chunk))
-
-
-# ---- Carries between chunks (phase 2), in more precision than the element type.
-#
-# Chunk k's aggregate (A_k, B_k) maps the state entering the chunk to the state
-# leaving it: h_out = A_k * h_in + B_k.  f32 rows: A, B in f64; f64 rows: A, B in
-# double-double (hi + lo).  A is renormalised: A = A_m * 2^E (E: i64).  The
-# carry is kept in the same precision from chunk to chunk and rounded to the element
-# type only as each chunk's start.  Where the combine is not finite (the product of
-# `a` left the exponent range, B overflowed, the inputs hold Inf/NaN, or the carry
-# itself overflows) the chunk is scanned sequentially from its start instead: the
-# sequential loop's own arithmetic, so no Inf*0 the loop never forms.
-
-_SPLIT = 134217729.0  # 2^27 + 1: Dekker's split of a double into 26-bit halves
-
-
-def _two_prod(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """p + e == x * y exactly (Dekker; numpy has no FMA).  Non-finite for |x|, |y| > 2^995."""
-    p = x * y
-    tx = _SPLIT * x
-    xh = tx - (tx - x)
-    xl = x - xh
-    ty = _SPLIT * y
-    yh = ty - (ty - y)
-    yl = y - yh
-    e = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
-    return p, e
-
-
-def _dd_add(ah, al, bh, bl):
-    s = ah + bh
-    z = s - ah
-    e = (ah - (s - z)) + (bh - z) + al + bl
-    hi = s + e
-    return hi, e - (hi - s)
-
-
-def _scale2(x: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """x * 2^e, exact unless it leaves the range (0 or inf then)."""
-    return np.ldexp(x, np.clip(e, -1 << 20, 1 << 20).astype(np.int32))
-
-
-class _Carry:
-    """The carry entering a chunk, per row, in the carry precision."""
-
-    def __init__(self, start: np.ndarray, dd: bool):
-        self.hi = start.astype(np.float64)
-        self.lo = np.zeros_like(self.hi) if dd else None
-
-    def start(self, dtype: np.dtype) -> np.ndarray:
-        with np.errstate(over="ignore"):  # beyond the range of dtype: inf, as the loop gets
-            return self.hi.astype(dtype)  # hi + lo rounds to hi: hi is the rounded sum
-
-    def combine(self, agg: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """A_k * carry + B_k (not stored); non-finite where the combine is unsafe."""
-        if self.lo is None:  # wide: A, E, B
-            A, E, B = (x[:, k] for x in agg)
-            return _scale2(A * self.hi, E) + B, None
-        Ah, Al, E, Bh, Bl = (x[:, k] for x in agg)
-        p, e = _two_prod(Ah, self.hi)
-        e = e + (Ah * self.lo + Al * self.hi)
-        ph = p + e
-        pl = e - (ph - p)
-        return _dd_add(_scale2(ph, E), _scale2(pl, E), Bh, Bl)
-
-
-def _chunked(a, b, h0, h, final, reverse: bool, threads: int) -> None:
-    C, L = a.shape
-    el = _mlir_el(a.dtype)
-    lanes = _lanes(a.dtype)
-    K = _chunk_count(C, L, lanes, threads)
-    Lc = L // K
-    main = K * Lc
-    # Chunk views (C, K, Lc) over the first K*Lc steps; the `tail` steps after them run
-    # last (first when reversed) with a plain scan.
-    def view(x: np.ndarray) -> np.ndarray:
-        return np.lib.stride_tricks.as_strided(x, shape=(C, K, Lc), strides=(x.strides[0], Lc * x.itemsize, x.itemsize))
-
-    av, bv, hv = view(a), view(b), view(h)
-    tail = L - main
-    carry = np.zeros(C, a.dtype) if h0 is None else h0.copy()
-    if tail and reverse:  # the last `tail` steps run first
-        ka = _affine_kernel(el, 2, True, True, True)
-        t_final = np.empty(C, a.dtype)
-        ka(a[:, main:], b[:, main:], carry, h[:, main:], t_final)
-        carry = t_final
-    # Phase 1: aggregates per chunk, in parallel over the chunk dim.  No flush to zero:
-    # denormal inputs count (the rescaled product never goes denormal itself).
-    from scanweaver.rewrites.scan_to_cpu import AGGREGATE_MODES, aggregate_mode
-
-    from xdsl.dialects.builtin import f32, f64, i32, i64
-
-    mode = aggregate_mode({"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el])
-    agg_dtype = a.dtype if mode == "exact" else np.dtype(np.float64)
-    agg = [np.empty((C, K), np.int64 if name == "E" else agg_dtype) for name in AGGREGATE_MODES[mode]]
-    kagg = _aggregate_kernel(el, reverse)
-    parts = split_range(K, threads, lanes)
-    parallel_for([kagg.bind(av[:, lo:hi], bv[:, lo:hi], *(x[:, lo:hi] for x in agg)) for lo, hi in parts],
-                 threads=threads)
-    # Phase 2: carries, chunk to chunk.
-    starts = np.empty((C, K), a.dtype)
-    order = range(K - 1, -1, -1) if reverse else range(K)
-    done = np.zeros(K, bool)  # chunks already scanned (sequentially, in phase 2)
-    if mode == "exact":
-        c = carry.copy()
-        A, B = agg
-        with np.errstate(over="ignore"):
-            for k in order:
-                starts[:, k] = c
-                c = A[:, k] * c + B[:, k]
-        carry = c
-    else:
-        cr = _Carry(carry, dd=mode == "dd")
-        seq = None
-        with np.errstate(all="ignore"):
-            for k in order:
-                starts[:, k] = cr.start(a.dtype)
-                hi, lo = cr.combine(agg, k)
-                unsafe = ~np.isfinite(hi)
-                if lo is not None:
-                    unsafe |= ~np.isfinite(lo)
-                if unsafe.any():
-                    # The sequential loop's own steps for this chunk, from its start.
-                    seq = seq or _affine_kernel(el, 2, True, True, reverse)
-                    last = np.empty(C, a.dtype)
-                    seq(av[:, k], bv[:, k], starts[:, k].copy(), hv[:, k], last)
-                    done[k] = True
-                    hi = np.where(unsafe, last.astype(np.float64), hi)
-                    if lo is not None:
-                        lo = np.where(unsafe, 0.0, lo)
-                cr.hi, cr.lo = hi, lo
-        carry = cr.start(a.dtype)
-    # Phase 3: each chunk scanned from its carry, in parallel.
-    ks = _affine_kernel(el, 3, True, False, reverse)
-    runs = [(lo, hi) for lo, hi in _runs_without(done, parts)]
-    tasks = [ks.bind(av[:, lo:hi], bv[:, lo:hi], starts[:, lo:hi], hv[:, lo:hi]) for lo, hi in runs]
-    if tail and not reverse:
-        ka = _affine_kernel(el, 2, True, final is not None, False)
-        t_args = [a[:, main:], b[:, main:], carry, h[:, main:]] + ([final] if final is not None else [])
-        tasks.append(lambda: ka(*t_args))
-        parallel_for(tasks, threads=threads)
-        return
-    parallel_for(tasks, threads=threads)
-    if final is not None:
-        final[...] = carry
-
-
-def _runs_without(done: np.ndarray, parts: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The ranges of `parts` with the chunks marked done cut out."""
-    runs = []
-    for lo, hi in parts:
-        start = None
-        for k in range(lo, hi + 1):
-            if k < hi and not done[k]:
-                start = k if start is None else start
-            elif start is not None:
-                runs.append((start, k))
-                start = None
-    return runs
 
 
 # ---------------------------------------------------------------------------
@@ -891,3 +485,11 @@ def selective_scan_cpu(
     parallel_for([k.bind(*arrays, lo, hi) for lo, hi in parts], threads=threads)
     result = out.astype(out_dtype, copy=False)
     return (result, last) if return_last_state else result
+
+
+__all__ = [  # the names callers import from here (some defined in cpu_jit, cpu_parallel, cpu_variants)
+    "CHUNKED_MIN_LENGTH", "OPENMP_MIN_ELEMENTS", "STATS", "SELECTIVE_TASKS_PER_THREAD", "TASKS_PER_THREAD",
+    "THREAD_MIN_BYTES", "THREAD_MIN_ELEMENTS", "CompileStats", "Kernel", "SelectiveScanSpec", "affine_ir",
+    "affine_scan_cpu", "aligned_empty", "choose_affine_variant", "clear_cache", "compile_cpu", "kernel",
+    "num_threads", "openmp_available", "parallel_for", "selective_scan_cpu", "selective_scan_ir", "small_affine_scan", "split_range",
+]

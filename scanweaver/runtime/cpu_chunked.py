@@ -1,0 +1,188 @@
+"""The time-chunked affine scan (`chunked` variant of `affine_scan_cpu`): parallel in
+time for few channels and long rows (see cpu_scan's docstring for the three phases)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from scanweaver.runtime.cpu_jit import Kernel
+from scanweaver.runtime.cpu_parallel import parallel_for, split_range
+from scanweaver.runtime.cpu_variants import _lanes
+
+#: Chunked-scan knob: when set (tests), rows at least this long may be chunked
+#: whatever their size, and chunks are at least this long, so that small inputs
+#: exercise the chunked code (every chunk boundary, the tail, the overflow guard).
+CHUNKED_TEST_MIN_CHUNK: int | None = None
+
+
+def _chunk_count(C: int, L: int, lanes: int, threads: int) -> int:
+    """Chunks per row: enough rows of chunks to fill the lanes on every thread."""
+    want = max(2 * lanes, -(-lanes * threads * 2 // max(C, 1)))
+    want = -(-want // lanes) * lanes  # a multiple of the lanes
+    # Chunks of at least 4 tiles of time each.
+    min_chunk = 8 * lanes if CHUNKED_TEST_MIN_CHUNK is None else max(1, CHUNKED_TEST_MIN_CHUNK)
+    return max(1, min(want, L // min_chunk))
+
+
+# ---- Carries between chunks (phase 2), in more precision than the element type.
+#
+# Chunk k's aggregate (A_k, B_k) maps the state entering the chunk to the state
+# leaving it: h_out = A_k * h_in + B_k.  f32 rows: A, B in f64; f64 rows: A, B in
+# double-double (hi + lo).  A is renormalised: A = A_m * 2^E (E: i64).  The
+# carry is kept in the same precision from chunk to chunk and rounded to the element
+# type only as each chunk's start.  Where the combine is not finite (the product of
+# `a` left the exponent range, B overflowed, the inputs hold Inf/NaN, or the carry
+# itself overflows) the chunk is scanned sequentially from its start instead: the
+# sequential loop's own arithmetic, so no Inf*0 the loop never forms.
+
+_SPLIT = 134217729.0  # 2^27 + 1: Dekker's split of a double into 26-bit halves
+
+
+def _two_prod(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """p + e == x * y exactly (Dekker; numpy has no FMA).  Non-finite for |x|, |y| > 2^995."""
+    p = x * y
+    tx = _SPLIT * x
+    xh = tx - (tx - x)
+    xl = x - xh
+    ty = _SPLIT * y
+    yh = ty - (ty - y)
+    yl = y - yh
+    e = ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+    return p, e
+
+
+def _dd_add(ah, al, bh, bl):
+    s = ah + bh
+    z = s - ah
+    e = (ah - (s - z)) + (bh - z) + al + bl
+    hi = s + e
+    return hi, e - (hi - s)
+
+
+def _scale2(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """x * 2^e, exact unless it leaves the range (0 or inf then)."""
+    return np.ldexp(x, np.clip(e, -1 << 20, 1 << 20).astype(np.int32))
+
+
+class _Carry:
+    """The carry entering a chunk, per row, in the carry precision."""
+
+    def __init__(self, start: np.ndarray, dd: bool):
+        self.hi = start.astype(np.float64)
+        self.lo = np.zeros_like(self.hi) if dd else None
+
+    def start(self, dtype: np.dtype) -> np.ndarray:
+        with np.errstate(over="ignore"):  # beyond the range of dtype: inf, as the loop gets
+            return self.hi.astype(dtype)  # hi + lo rounds to hi: hi is the rounded sum
+
+    def combine(self, agg: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """A_k * carry + B_k (not stored); non-finite where the combine is unsafe."""
+        if self.lo is None:  # wide: A, E, B
+            A, E, B = (x[:, k] for x in agg)
+            return _scale2(A * self.hi, E) + B, None
+        Ah, Al, E, Bh, Bl = (x[:, k] for x in agg)
+        p, e = _two_prod(Ah, self.hi)
+        e = e + (Ah * self.lo + Al * self.hi)
+        ph = p + e
+        pl = e - (ph - p)
+        return _dd_add(_scale2(ph, E), _scale2(pl, E), Bh, Bl)
+
+
+def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
+             scan_kernel: Callable[..., Kernel], aggregate_kernel: Callable[..., Kernel]) -> None:
+    """The chunked scan of rows a, b into h (and final); `el` the MLIR element type,
+    `scan_kernel(el, rank, init, final, reverse)` and `aggregate_kernel(el, reverse)`
+    the compiled kernels (cpu_scan's cached getters)."""
+    C, L = a.shape
+    lanes = _lanes(a.dtype)
+    K = _chunk_count(C, L, lanes, threads)
+    Lc = L // K
+    main = K * Lc
+    # Chunk views (C, K, Lc) over the first K*Lc steps; the `tail` steps after them run
+    # last (first when reversed) with a plain scan.
+    def view(x: np.ndarray) -> np.ndarray:
+        return np.lib.stride_tricks.as_strided(x, shape=(C, K, Lc), strides=(x.strides[0], Lc * x.itemsize, x.itemsize))
+
+    av, bv, hv = view(a), view(b), view(h)
+    tail = L - main
+    carry = np.zeros(C, a.dtype) if h0 is None else h0.copy()
+    if tail and reverse:  # the last `tail` steps run first
+        ka = scan_kernel(el, 2, True, True, True)
+        t_final = np.empty(C, a.dtype)
+        ka(a[:, main:], b[:, main:], carry, h[:, main:], t_final)
+        carry = t_final
+    # Phase 1: aggregates per chunk, in parallel over the chunk dim.  No flush to zero:
+    # denormal inputs count (the rescaled product never goes denormal itself).
+    from scanweaver.rewrites.cpu_aggregate_arith import AGGREGATE_MODES, aggregate_mode
+
+    from xdsl.dialects.builtin import f32, f64, i32, i64
+
+    mode = aggregate_mode({"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el])
+    agg_dtype = a.dtype if mode == "exact" else np.dtype(np.float64)
+    agg = [np.empty((C, K), np.int64 if name == "E" else agg_dtype) for name in AGGREGATE_MODES[mode]]
+    kagg = aggregate_kernel(el, reverse)
+    parts = split_range(K, threads, lanes)
+    parallel_for([kagg.bind(av[:, lo:hi], bv[:, lo:hi], *(x[:, lo:hi] for x in agg)) for lo, hi in parts],
+                 threads=threads)
+    # Phase 2: carries, chunk to chunk.
+    starts = np.empty((C, K), a.dtype)
+    order = range(K - 1, -1, -1) if reverse else range(K)
+    done = np.zeros(K, bool)  # chunks already scanned (sequentially, in phase 2)
+    if mode == "exact":
+        c = carry.copy()
+        A, B = agg
+        with np.errstate(over="ignore"):
+            for k in order:
+                starts[:, k] = c
+                c = A[:, k] * c + B[:, k]
+        carry = c
+    else:
+        cr = _Carry(carry, dd=mode == "dd")
+        seq = None
+        with np.errstate(all="ignore"):
+            for k in order:
+                starts[:, k] = cr.start(a.dtype)
+                hi, lo = cr.combine(agg, k)
+                unsafe = ~np.isfinite(hi)
+                if lo is not None:
+                    unsafe |= ~np.isfinite(lo)
+                if unsafe.any():
+                    # The sequential loop's own steps for this chunk, from its start.
+                    seq = seq or scan_kernel(el, 2, True, True, reverse)
+                    last = np.empty(C, a.dtype)
+                    seq(av[:, k], bv[:, k], starts[:, k].copy(), hv[:, k], last)
+                    done[k] = True
+                    hi = np.where(unsafe, last.astype(np.float64), hi)
+                    if lo is not None:
+                        lo = np.where(unsafe, 0.0, lo)
+                cr.hi, cr.lo = hi, lo
+        carry = cr.start(a.dtype)
+    # Phase 3: each chunk scanned from its carry, in parallel.
+    ks = scan_kernel(el, 3, True, False, reverse)
+    runs = [(lo, hi) for lo, hi in _runs_without(done, parts)]
+    tasks = [ks.bind(av[:, lo:hi], bv[:, lo:hi], starts[:, lo:hi], hv[:, lo:hi]) for lo, hi in runs]
+    if tail and not reverse:
+        ka = scan_kernel(el, 2, True, final is not None, False)
+        t_args = [a[:, main:], b[:, main:], carry, h[:, main:]] + ([final] if final is not None else [])
+        tasks.append(lambda: ka(*t_args))
+        parallel_for(tasks, threads=threads)
+        return
+    parallel_for(tasks, threads=threads)
+    if final is not None:
+        final[...] = carry
+
+
+def _runs_without(done: np.ndarray, parts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ranges of `parts` with the chunks marked done cut out."""
+    runs = []
+    for lo, hi in parts:
+        start = None
+        for k in range(lo, hi + 1):
+            if k < hi and not done[k]:
+                start = k if start is None else start
+            elif start is not None:
+                runs.append((start, k))
+                start = None
+    return runs

@@ -1,0 +1,152 @@
+"""The CPU JIT and calling layer: `compile_cpu` (the one place that compiles), its
+in-process cache, and `Kernel`, a compiled `func.func` called through ctypes.
+
+Calls go straight to the lowered function (memrefs expanded into pointer, offset,
+sizes and strides) through ctypes, which releases the GIL for the foreign call: Python
+threads then run kernels on both cores at once (`cpu_parallel.parallel_for`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scanweaver.errors import ScanWeaverValueError
+from scanweaver.runtime.cpu import CpuProgram
+
+# ---------------------------------------------------------------------------
+# Compilation (the one place) and its in-process cache
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class CompileStats:
+    """What compile_cpu did: seconds spent compiling, cache hits."""
+
+    compiles: int = 0
+    hits: int = 0
+    seconds: float = 0.0
+    last_seconds: float = 0.0
+    last_cached: bool = False
+
+
+_CACHE: dict[str, CpuProgram] = {}
+_CACHE_LOCK = threading.Lock()
+STATS = CompileStats()
+
+
+def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram:
+    """Compile IR text (scan dialect + func/arith/memref/scf/math/vector) for this CPU.
+
+    The single entry point for the drivers: `scanweaver-lower{target=cpu}` through
+    `compiler.build_cpu` (cached on disk), JIT-compiled once per process.  With
+    `openmp`, loops over channel groups run on OpenMP threads (BackendUnavailableError
+    when libomp cannot be loaded, raised before compiling).
+    """
+    if openmp:
+        from scanweaver.runtime.cpu import load_openmp_runtime
+
+        load_openmp_runtime()
+    key = ("// openmp\n" if openmp else "") + ir_text
+    with _CACHE_LOCK:
+        program = _CACHE.get(key)
+        if program is not None:
+            STATS.hits += 1
+            STATS.last_cached, STATS.last_seconds = True, 0.0
+            return program
+        from scanweaver.compiler import build_cpu
+
+        start = time.perf_counter()
+        program = CpuProgram(build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
+        elapsed = time.perf_counter() - start
+        _CACHE[key] = program
+        STATS.compiles += 1
+        STATS.seconds += elapsed
+        STATS.last_seconds, STATS.last_cached = elapsed, False
+        return program
+
+
+def clear_cache() -> None:
+    """Forget compiled kernels (the next call of each kernel compiles again)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+    _KERNELS.clear()
+    for clear in _CLEAR_HOOKS:
+        clear()
+
+
+#: Caches of derived kernels (cpu_scan's per-variant getters) that clear_cache empties.
+_CLEAR_HOOKS: list[Callable[[], None]] = []
+
+
+def on_clear_cache(clear: Callable[[], None]) -> None:
+    """Have clear_cache also call `clear` (a cache of kernels built on compile_cpu)."""
+    _CLEAR_HOOKS.append(clear)
+
+
+# ---------------------------------------------------------------------------
+# Fast calls: the lowered function with memrefs expanded, through ctypes
+# ---------------------------------------------------------------------------
+
+_SCALARS = {"index": ctypes.c_int64, "i64": ctypes.c_int64, "i32": ctypes.c_int32,
+            "f32": ctypes.c_float, "f64": ctypes.c_double}
+
+
+class Kernel:
+    """A compiled `func.func` called with numpy arrays (zero copy) and scalars.
+
+    `args`: per argument, an int R for a rank-R memref (any element type; the array
+    must have the element type the IR declares, non-negative strides that are a
+    multiple of the item size, innermost stride 1 when R > 0), or a scalar type name.
+    The expanded MLIR calling convention is used: (allocated, aligned, offset,
+    sizes[R], strides[R]) per memref.  ctypes releases the GIL during the call.
+    """
+
+    def __init__(self, program: CpuProgram, name: str, args: Sequence[int | str]):
+        self.program = program  # keeps the JIT engine alive
+        self.spec = list(args)
+        ctypes_args: list[Any] = []
+        for a in self.spec:
+            if isinstance(a, int):
+                ctypes_args += [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int64] * (1 + 2 * a)
+            else:
+                ctypes_args.append(_SCALARS[a])
+        self._fn = ctypes.CFUNCTYPE(None, *ctypes_args)(program.address(name))
+
+    def __call__(self, *values: Any) -> None:
+        self._fn(*self._flatten(values))
+
+    def bind(self, *values: Any) -> Callable[[], None]:
+        """The call with its arguments converted now (threads then only do the call)."""
+        flat = self._flatten(values)
+        fn = self._fn
+        return lambda: fn(*flat)
+
+    def _flatten(self, values: Sequence[Any]) -> list[Any]:
+        flat: list[Any] = []
+        for spec, v in zip(self.spec, values, strict=True):
+            if isinstance(spec, int):
+                if v.ndim != spec:
+                    raise ScanWeaverValueError(f"kernel expects a {spec}-D array, got shape {v.shape}")
+                ptr = v.__array_interface__["data"][0]
+                item = v.itemsize
+                flat += [ptr, ptr, 0, *v.shape, *(s // item for s in v.strides)]
+            else:
+                flat.append(v)
+        return flat
+
+
+_KERNELS: dict[tuple, Kernel] = {}
+
+
+def kernel(ir_text: str, name: str, args: Sequence[int | str]) -> Kernel:
+    key = (ir_text, name, tuple(args))
+    k = _KERNELS.get(key)
+    if k is None:
+        k = Kernel(compile_cpu(ir_text), name, args)
+        _KERNELS[key] = k
+    return k
