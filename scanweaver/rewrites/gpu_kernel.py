@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from xdsl.dialects import arith, func, gpu
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, IntegerType, MemRefType, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from scanweaver.rewrites import blelloch_gpu as bg
@@ -83,6 +83,16 @@ def note_on_function(fn: func.FuncOp, line: str) -> None:
     fn.attributes[bg.REFUSED_ATTR] = ArrayAttr(lines)
 
 
+def refuse_i1_memrefs(values: Iterable[SSAValue]) -> None:
+    """MLIR's memref-to-LLVM lowering cannot load sub-byte elements (mlir-opt asserts);
+    the CPU path widens bool arrays to bytes (`widen-i1-memrefs`), the kernels do not."""
+    for v in values:
+        t = v.type
+        if isinstance(t, MemRefType) and isinstance(t.element_type, IntegerType) and t.element_type.width.data == 1:
+            name = f"%{v.name_hint}" if v.name_hint else "an argument"
+            raise Unsupported(f"{name} is a memref of i1 (bool), which GPU kernels cannot load; pass it as i8 or i32")
+
+
 def _round_up(x: int, align: int) -> int:
     return -(-x // align) * align
 
@@ -104,5 +114,6 @@ __all__ = [
     "free_values",
     "kernel_name",
     "note_on_function",
+    "refuse_i1_memrefs",
     "shared_layout_bytes",
 ]

@@ -106,7 +106,7 @@ class _Dims:
         if self.alloca_sizes[i] is not None:
             return self.alloca_sizes[i]  # type: ignore[return-value]
         idx = arith.ConstantOp.from_int_and_width(i, IndexType())
-        dim = memref.DimOp.from_source_and_index(self.rec.state, idx.result)
+        dim = memref.DimOp(self.rec.state, idx.result)
         Rewriter.insert_op([idx, dim], e_point)
         return dim.result
 

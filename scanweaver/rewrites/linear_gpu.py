@@ -63,7 +63,7 @@ from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites import recurrence_gpu as rg
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
-from scanweaver.rewrites.gpu_kernel import Unsupported, kernel_name, shared_layout_bytes
+from scanweaver.rewrites.gpu_kernel import Unsupported, kernel_name, refuse_i1_memrefs, shared_layout_bytes
 
 #: Largest state vector handled (the pair is K*K + K registers per item).
 MAX_K = 4
@@ -322,6 +322,7 @@ def lower_linear_recurrence(
     wrapper = rg.wrap_depth0(rec)
     try:
         nest = rg.match_recurrence(rec)
+        refuse_i1_memrefs(nest.kernel_args)
     except Unsupported:
         if wrapper is not None:
             rg.unwrap_depth0(wrapper)

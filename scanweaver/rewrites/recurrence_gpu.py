@@ -139,6 +139,7 @@ from scanweaver.rewrites.gpu_kernel import (
     defined_inside,
     free_values,
     kernel_name,
+    refuse_i1_memrefs,
 )
 from scanweaver.rewrites.gpu_split_state import needs_split, split_state
 from scanweaver.rewrites.launch import KernelLaunch
@@ -1188,6 +1189,7 @@ def lower_recurrence(
     wrapper = wrap_depth0(rec)
     try:
         nest = match_recurrence(rec)
+        refuse_i1_memrefs(nest.kernel_args)
         name = kernel_name(top, "scan_recurrence")
         gen = _KernelGen(nest, name, block_size, items_per_thread, keep_pairs)
         kfunc = gen.build()

@@ -85,6 +85,7 @@ from scanweaver.rewrites.gpu_kernel import (
     free_values,
     kernel_name,
     note_on_function,
+    refuse_i1_memrefs,
     shared_layout_bytes,
 )
 
@@ -302,6 +303,7 @@ def _emit_kernel(
 def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int) -> None:
     """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`."""
     combine = match_scan(op)
+    refuse_i1_memrefs([*op.inputs, *op.outputs])
     bs, ipt = block_size, items_per_thread
     name = kernel_name(top, "scan_generic")
     k = len(op.inputs)
