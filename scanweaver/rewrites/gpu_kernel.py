@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from xdsl.dialects import arith, func, gpu
+from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, IntegerType, MemRefType, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
+from xdsl.transforms.scf_for_loop_unroll import UnrollLoopPattern
 
 from scanweaver.rewrites import blelloch_gpu as bg
 
@@ -93,6 +95,25 @@ def refuse_i1_memrefs(values: Iterable[SSAValue]) -> None:
             raise Unsupported(f"{name} is a memref of i1 (bool), which GPU kernels cannot load; pass it as i8 or i32")
 
 
+def unroll_loops_over(kfunc: gpu.FuncOp, buf: SSAValue, max_trip: int) -> None:
+    """Fully unroll the constant-bound `scf.for` loops of `kfunc` that load from `buf`
+    (a private state buffer): with constant indices LLVM keeps the buffer in registers.
+    LLVM's own full unroll stops near 32 trips, leaving a 64-element state in local
+    memory (the stack frame ptxas reports)."""
+
+    class Unroll(RewritePattern):
+        @op_type_rewrite_pattern
+        def match_and_rewrite(self, op: scf.ForOp, rewriter: PatternRewriter) -> None:
+            lb, ub, st = const_int(op.lb), const_int(op.ub), const_int(op.step)
+            if lb is None or ub is None or st is None or st <= 0 or (ub - lb) // st > max_trip:
+                return
+            if not any(isinstance(o, memref.LoadOp) and o.memref == buf for o in op.walk()):
+                return
+            UnrollLoopPattern().match_and_rewrite(op, rewriter)
+
+    PatternRewriteWalker(Unroll(), apply_recursively=True).rewrite_region(kfunc.body)
+
+
 def _round_up(x: int, align: int) -> int:
     return -(-x // align) * align
 
@@ -116,4 +137,5 @@ __all__ = [
     "note_on_function",
     "refuse_i1_memrefs",
     "shared_layout_bytes",
+    "unroll_loops_over",
 ]

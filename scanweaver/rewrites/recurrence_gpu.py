@@ -140,12 +140,15 @@ from scanweaver.rewrites.gpu_kernel import (
     free_values,
     kernel_name,
     refuse_i1_memrefs,
+    unroll_loops_over,
 )
 from scanweaver.rewrites.gpu_split_state import needs_split, split_state
 from scanweaver.rewrites.launch import KernelLaunch
 
 #: Largest state (elements per channel) kept in registers.
 MAX_STATE = 64
+#: States up to this size are indexed by constants after LLVM's own full unroll.
+UNROLL_BY_LLVM = 32
 #: Shared memory for the sweep arrays sA + sB (bytes); components go in groups beyond.
 SWEEP_SHARED_BUDGET = 32 * 1024
 #: Hoist element-only coefficient values (N copies each) when they fit in this many registers.
@@ -921,6 +924,7 @@ class _KernelGen:
     def build(self) -> gpu.FuncOp:
         nest, rec, bs, ipt = self.nest, self.nest.rec, self.bs, self.ipt
         k_ = begin_nest_kernel(nest, self.name, self.el, self.shape)
+        self.priv = k_.priv
         kfunc, e, vmap, tid = k_.kfunc, k_.e, k_.vmap, k_.tid
         priv, state_src, trip, step_index = k_.priv, k_.state_src, k_.trip, k_.step_index
         pairs, el = self.pairs, self.el
@@ -1176,6 +1180,14 @@ def guard_last_stores(orig: Operation, new: Operation, last_stores: set[Operatio
 # ---------------------------------------------------------------------------
 
 
+def items_for_state(n: int, items_per_thread: int) -> int:
+    """Items per thread for a state of `n` elements: each thread holds n states, n
+    aggregate pairs and the per-item values, so beyond `UNROLL_BY_LLVM` elements one item
+    per thread keeps within the 255 registers (ptxas, selective scan N = 64: 4 items
+    spill 1392 stores, 2 items 96, 1 item none)."""
+    return items_per_thread if n <= UNROLL_BY_LLVM else 1
+
+
 def lower_recurrence(
     rec: scan.RecurrenceOp,
     top: ModuleOp,
@@ -1191,8 +1203,12 @@ def lower_recurrence(
         nest = match_recurrence(rec)
         refuse_i1_memrefs(nest.kernel_args)
         name = kernel_name(top, "scan_recurrence")
-        gen = _KernelGen(nest, name, block_size, items_per_thread, keep_pairs)
+        n_state = math.prod(rec.state_type.get_shape())
+        ipt = items_for_state(n_state, items_per_thread)
+        gen = _KernelGen(nest, name, block_size, ipt, keep_pairs)
         kfunc = gen.build()
+        if gen.n > UNROLL_BY_LLVM:  # the emit's loops over the state: constant indices
+            unroll_loops_over(kfunc, gen.priv, MAX_STATE)
     except Unsupported:
         if wrapper is not None:
             unwrap_depth0(wrapper)
@@ -1215,7 +1231,8 @@ def lower_recurrence(
             f"scan.recurrence over "
             f"{'no channel loop (one block)' if wrapper is not None else f'{len(nest.loops)} channel loop(s)'}, state "
             f"{'x'.join(map(str, gen.shape)) or 'scalar'} {gen.el}; block_size={block_size} "
-            f"items_per_thread={items_per_thread}; fused coeffs/emit, "
+            f"items_per_thread={ipt}{'' if ipt == items_per_thread else f' (capped from {items_per_thread} for the state)'}"
+            f"; fused coeffs/emit, "
             f"{'kept' if gen.keep else 'recomputed'} pairs, {gen.group} components per sweep"
         ),
     )
