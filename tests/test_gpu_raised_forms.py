@@ -1,7 +1,8 @@
 """The forms `scanweaver-raise` learned in issue 14, through scan-to-gpu: the thread-block
 simulator against the interpreter on the original loops, and ptxas (sm_80, sm_90, no
 spills).  Dynamic channel counts (the state `memref<?xf32>` itself, or a temporary
-slice of another memref) become one block per state element (`gpu_split_state.py`);
+slice of another memref) and a static state of more than 64 elements become one block
+per state element (`gpu_split_state.py`);
 single-series multi-lag recurrences and lfilter (final state stored to an argument)
 run in one block; masked updates and `math.fma` lower like any recurrence.  The forms
 still kept from the CUDA runtime are pinned with their reasons."""
@@ -68,6 +69,12 @@ def _dyn(n=37, c=5):
 FORMS = {
     "dyn_direct": (rename(dyn_channels(), "ema", "dyn_direct"), _dyn, False),
     "dyn_slice": (rename(dyn_channels(DYN_NC_OF_X), "ema", "dyn_slice"), _dyn, False),
+    "big_static": (
+        rename(dyn_channels().replace("memref<?x?xf32>", "memref<?x80xf32>").replace("memref<?xf32>", "memref<80xf32>"),
+               "ema", "big_static"),
+        lambda: dyn_args(13, 80, 80),
+        False,
+    ),
     "iir_seq": (rename(multilag(), "iir", "iir_seq"), lambda: multilag_args("f32", 3, n=45), False),
     "iir_seq_i32": (rename(multilag("i32"), "iir", "iir_seq_i32"), lambda: multilag_args("i32", 3, n=45), True),
     "lfilter_seq": (
@@ -142,6 +149,7 @@ def test_dynamic_state_becomes_one_block_per_element(lowered):
     assert descs["dyn_direct"].grid == ("h.shape[0]", 1, 1)
     assert descs["dyn_slice"].grid == ("x.shape[1]", 1, 1)
     assert descs["iir_seq"].grid == (1, 1, 1)
+    assert descs["big_static"].grid == (80, 1, 1)  # more than 64 elements: one block each
 
 
 def test_dynamic_state_sizes_are_checked_against_the_loops(lowered):
