@@ -22,7 +22,7 @@ TESTS = REPO / "tests"
 sys.path.insert(0, str(REPO / "benchmarks" / "gpu"))
 import build_bundle  # noqa: E402
 
-FAMILIES = {"affine", "generic", "selective", "linear_recurrence"}
+FAMILIES = {"affine", "generic", "selective", "linear_recurrence", "dynamic_state", "multilag", "masked"}
 
 
 def _listing():
@@ -34,7 +34,8 @@ def test_committed_bundle_covers_every_family_and_is_small():
     names = {c["name"] for c in cases}
     assert {c["family"] for c in cases} == FAMILIES
     for want in ("affine_f32", "affine_f64", "affine_i32", "affine_reverse_f32", "affine_init_final_f32",
-                 "affine_large_offsets_f32", "generic_pair_f32", "linear_recurrence_iir2_f32"):
+                 "affine_large_offsets_f32", "generic_pair_f32", "linear_recurrence_iir2_f32",
+                 "dynamic_state_ema_f32", "multilag3_one_series_f32", "masked_channels_f32"):
         assert want in names
     assert {f"selective_N{n}_{bc}" for n in (16, 32) for bc in ("constant", "shared", "grouped")} <= names
     size = sum(f.stat().st_size for f in BUNDLE.iterdir())
@@ -184,6 +185,29 @@ def test_references_agree_with_the_cpu_path(runner):
     want = runner["reference"](c, x)
     assert runner["compare"](out, want["out"], "f32", None)["ok"]
     assert runner["compare"](last, want["last_state"], "f32", None)["ok"]
+
+
+@pytest.mark.parametrize("name,function,ir,shapes", [
+    ("dynamic_state_ema_f32", "ema", build_bundle.DYNAMIC_STATE_EMA, dict(x=(9, 5), a=(5,), h=(5,), y=(9, 5))),
+    ("multilag3_one_series_f32", "iir3", build_bundle.MULTILAG3, dict(x=(40,), y=(40,))),
+    ("masked_channels_f32", "masked", build_bundle.MASKED_CHANNELS,
+     dict(x=(3, 30), a=(3, 30), mask=(3, 30), y=(3, 30), hs=(3,))),
+])
+def test_new_form_references_agree_with_the_interpreter(runner, name, function, ir, shapes):
+    """The runner's float64 references of the issue-14 forms against the interpreted loops."""
+    from scanweaver.interp.run import run_function
+
+    c = _small(next(c for c in _listing()["cases"] if c["name"] == name), **shapes)
+    x = runner["make_inputs"](c, np.random.default_rng(3))
+    arrays = {a["name"]: (x[a["name"]].copy() if a["name"] in x else np.zeros(a["shape"], np.float32))
+              for a in c["args"]}
+    run_function(ir, function, *arrays.values())
+    want = runner["reference"](c, x)
+    assert set(want) == {a["name"] for a in c["args"] if a["role"] in ("out", "inout")}
+    for k, v in want.items():
+        assert runner["compare"](arrays[k], v, "f32", None)["ok"], (name, k)
+        if name == "masked_channels_f32" and k == "y":  # masked-off steps keep the state
+            assert np.count_nonzero(x["mask"]) not in (0, x["mask"].size)
 
 
 def test_generic_pair_reference_is_the_affine_scan(runner):

@@ -57,6 +57,93 @@ def generic_scan_ir(name: str) -> str:
     )
 
 
+# Loop forms the raise took in issue 14, written as users write them (the GPU lowering's
+# newer paths): a dynamic channel count (state memref<?xf32>: one block per element), a
+# third-order IIR filter over one long series (scan.linear_recurrence, one block), and a
+# masked update over channels (an i32 mask).
+DYNAMIC_STATE_EMA = """
+func.func @ema(%x: memref<?x?xf32>, %a: memref<?xf32>, %h: memref<?xf32>, %y: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %nt = memref.dim %x, %c0 : memref<?x?xf32>
+  %nc = memref.dim %h, %c0 : memref<?xf32>
+  scf.for %t = %c0 to %nt step %c1 {
+    scf.for %c = %c0 to %nc step %c1 {
+      %hv = memref.load %h[%c] : memref<?xf32>
+      %av = memref.load %a[%c] : memref<?xf32>
+      %xv = memref.load %x[%t, %c] : memref<?x?xf32>
+      %m = arith.mulf %av, %hv : f32
+      %hn = arith.addf %m, %xv : f32
+      memref.store %hn, %h[%c] : memref<?xf32>
+      memref.store %hn, %y[%t, %c] : memref<?x?xf32>
+    }
+  }
+  func.return
+}
+"""
+
+MULTILAG3 = """
+func.func @iir3(%x: memref<?xf32>, %a: memref<3xf32>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %a1 = memref.load %a[%c0] : memref<3xf32>
+  %a2 = memref.load %a[%c1] : memref<3xf32>
+  %a3 = memref.load %a[%c2] : memref<3xf32>
+  %n = memref.dim %y, %c0 : memref<?xf32>
+  scf.for %t = %c3 to %n step %c1 {
+    %t1 = arith.subi %t, %c1 : index
+    %t2 = arith.subi %t, %c2 : index
+    %t3 = arith.subi %t, %c3 : index
+    %y1 = memref.load %y[%t1] : memref<?xf32>
+    %y2 = memref.load %y[%t2] : memref<?xf32>
+    %y3 = memref.load %y[%t3] : memref<?xf32>
+    %p1 = arith.mulf %a1, %y1 : f32
+    %p2 = arith.mulf %a2, %y2 : f32
+    %p3 = arith.mulf %a3, %y3 : f32
+    %s1 = arith.addf %p1, %p2 : f32
+    %s2 = arith.addf %s1, %p3 : f32
+    %xv = memref.load %x[%t] : memref<?xf32>
+    %yn = arith.addf %s2, %xv : f32
+    memref.store %yn, %y[%t] : memref<?xf32>
+  }
+  func.return
+}
+"""
+
+MASKED_CHANNELS = """
+func.func @masked(%x: memref<?x?xf32>, %a: memref<?x?xf32>, %mask: memref<?x?xi32>, %y: memref<?x?xf32>,
+                  %hs: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zm = arith.constant 0 : i32
+  %nc = memref.dim %x, %c0 : memref<?x?xf32>
+  %n = memref.dim %x, %c1 : memref<?x?xf32>
+  scf.for %c = %c0 to %nc step %c1 {
+    %h0 = memref.load %hs[%c] : memref<?xf32>
+    %r = scf.for %t = %c0 to %n step %c1 iter_args(%h = %h0) -> (f32) {
+      %mv = memref.load %mask[%c, %t] : memref<?x?xi32>
+      %m = arith.cmpi ne, %mv, %zm : i32
+      %hn = scf.if %m -> (f32) {
+        %av = memref.load %a[%c, %t] : memref<?x?xf32>
+        %xv = memref.load %x[%c, %t] : memref<?x?xf32>
+        %p = arith.mulf %av, %h : f32
+        %q = arith.addf %p, %xv : f32
+        scf.yield %q : f32
+      } else {
+        scf.yield %h : f32
+      }
+      memref.store %hn, %y[%c, %t] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+    memref.store %r, %hs[%c] : memref<?xf32>
+  }
+  func.return
+}
+"""
+
+
 def _time_blocks(ir: str, on: bool) -> str:
     """Ask for the multi-block strategy in time (few long channels; `affine_time_blocks.py`)."""
     return ask_time_blocks(ir) if on else ir
@@ -121,6 +208,19 @@ def cases() -> list[dict]:
                 "ir": print_ir(loops.iir2_loops(C, L)), "function": "iir2",
                 "args": [("x", "in", (C, L), "f32"), ("c1", "in", (C,), "f32"), ("c2", "in", (C,), "f32"),
                          ("y", "out", (C, L), "f32")], "time": True, "exact": False})
+    T, C = 2048, 4096
+    out.append({"name": "dynamic_state_ema_f32", "family": "dynamic_state", "ir": DYNAMIC_STATE_EMA,
+                "function": "ema", "args": [("x", "in", (T, C), "f32"), ("a", "in", (C,), "f32"),
+                                            ("h", "inout", (C,), "f32"), ("y", "out", (T, C), "f32")],
+                "time": True, "exact": False})
+    out.append({"name": "multilag3_one_series_f32", "family": "multilag", "ir": MULTILAG3, "function": "iir3",
+                "args": [("x", "in", (1 << 16,), "f32"), ("a", "in", (3,), "f32"), ("y", "inout", (1 << 16,), "f32")],
+                "time": True, "exact": False})
+    C, L = 512, 4096
+    out.append({"name": "masked_channels_f32", "family": "masked", "ir": MASKED_CHANNELS, "function": "masked",
+                "args": [("x", "in", (C, L), "f32"), ("a", "in", (C, L), "f32"), ("mask", "in", (C, L), "i32"),
+                         ("y", "out", (C, L), "f32"), ("hs", "inout", (C,), "f32")],
+                "time": True, "exact": False})
     return out
 
 

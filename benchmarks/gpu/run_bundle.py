@@ -75,10 +75,13 @@ INT_FILL = 0x5A5A5A5A
 
 
 def make_inputs(case: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    ins = {a["name"]: a for a in case["args"] if a["role"] == "in"}
+    ins = {a["name"]: a for a in case["args"] if a["role"] in ("in", "inout")}
     out: dict[str, np.ndarray] = {}
     for name, a in ins.items():
         shape, dtype = tuple(a["shape"]), NP[a["dtype"]]
+        if name == "mask":  # masked updates: about half the steps update
+            out[name] = rng.integers(0, 2, size=shape, dtype=dtype)
+            continue
         if np.issubdtype(dtype, np.integer):
             info = np.iinfo(dtype)
             out[name] = rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
@@ -91,6 +94,10 @@ def make_inputs(case: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
             x = {"A": -(0.5 + 2 * x), "delta": 0.1 * x, "delta_bias": -1 + 0.5 * x}.get(name, 2 * x - 1)
         elif fam == "linear_recurrence":
             x = {"c1": 1.8 * x - 0.9, "c2": -0.5 * x}.get(name, 2 * x - 1)  # a stable filter
+        elif fam in ("dynamic_state", "masked") and name == "a":
+            x = 0.5 + 0.45 * x  # decaying coefficients
+        elif fam == "multilag" and name == "a":
+            x = np.array([0.5, -0.2, 0.1]) * (0.5 + 0.5 * x)  # sum |a| < 1: a stable filter
         else:
             x = 2 * x - 1
         out[name] = np.ascontiguousarray(x, dtype=dtype)
@@ -147,6 +154,28 @@ def reference(case: dict, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"out": out, "last_state": last}
     if fam == "linear_recurrence":
         return {"y": iir2_reference(x["x"], x["c1"], x["c2"])}
+    if fam == "dynamic_state":  # h[c] = a[c] h[c] + x[t, c], every step stored
+        xs, h = x["x"].astype(np.float64), x["h"].astype(np.float64)
+        y = np.empty_like(xs)
+        for t in range(xs.shape[0]):
+            h = x["a"] * h + xs[t]
+            y[t] = h
+        return {"y": y, "h": h}
+    if fam == "multilag":  # y[t] = a1 y[t-1] + a2 y[t-2] + a3 y[t-3] + x[t] from t = 3
+        y = x["y"].astype(np.float64).tolist()
+        a1, a2, a3 = (float(v) for v in x["a"])
+        xs = x["x"].astype(np.float64).tolist()
+        for t in range(3, len(y)):
+            y[t] = a1 * y[t - 1] + a2 * y[t - 2] + a3 * y[t - 3] + xs[t]
+        return {"y": np.array(y)}
+    if fam == "masked":  # if mask[c, t]: h = a h + x; y[c, t] = h; final h to hs
+        h = x["hs"].astype(np.float64)
+        xs, a, m = x["x"].astype(np.float64), x["a"].astype(np.float64), x["mask"] != 0
+        y = np.empty_like(xs)
+        for t in range(xs.shape[1]):
+            h = np.where(m[:, t], a[:, t] * h + xs[:, t], h)
+            y[:, t] = h
+        return {"y": y, "hs": h}
     raise ValueError(f"unknown family {fam}")
 
 
@@ -249,9 +278,10 @@ def run_case(driver, bundle: Path, case: dict, reps: int, dry_run: bool) -> dict
     fn = CudaFunction(module, case["function"], seq, counts[case["function"]])
     rng = np.random.default_rng(0)
     x = make_inputs(case, rng)
-    outs = {a["name"]: a for a in case["args"] if a["role"] == "out"}
+    outs = {a["name"]: a for a in case["args"] if a["role"] in ("out", "inout")}
     dev_in = {k: driver.to_device(v) for k, v in x.items()}
-    dev_out = {k: driver.to_device(prefilled(a)) for k, a in outs.items()}
+    # outputs start as NaN (or a fill integer); in/out arrays start as their inputs
+    dev_out = {k: dev_in[k] if a["role"] == "inout" else driver.to_device(prefilled(a)) for k, a in outs.items()}
     order = [dev_in.get(a["name"]) or dev_out[a["name"]] for a in case["args"]]
     fn(*order)
     scratch: dict = {}  # multi-block scans: scratch buffers (host_args < -1), allocated once here
@@ -273,7 +303,7 @@ def run_case(driver, bundle: Path, case: dict, reps: int, dry_run: bool) -> dict
     entry["check"] = {"status": "ok" if all(v["ok"] for v in verdicts.values()) else "wrong", "outputs": verdicts}
     if not case.get("time") or entry["check"]["status"] != "ok":
         return entry
-    nbytes = sum(v.nbytes for v in x.values()) + sum(prefilled(a).nbytes for a in outs.values())
+    nbytes = sum(v.nbytes for v in x.values()) + sum(prefilled(a).nbytes for a in outs.values() if a["role"] == "out")
 
     def run():
         for d in seq:

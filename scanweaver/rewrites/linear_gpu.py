@@ -63,8 +63,7 @@ from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites import recurrence_gpu as rg
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
-from scanweaver.rewrites.recurrence_gpu import Unsupported
-from scanweaver.rewrites.scan_gpu import shared_layout_bytes
+from scanweaver.rewrites.gpu_kernel import Unsupported, kernel_name, refuse_i1_memrefs, shared_layout_bytes
 
 #: Largest state vector handled (the pair is K*K + K registers per item).
 MAX_K = 4
@@ -128,7 +127,7 @@ class MatArith:
 # ---------------------------------------------------------------------------
 
 
-def _build_kernel(nest: rg._Nest, name: str, bs: int, ipt: int, keep: bool) -> tuple:
+def _build_kernel(nest: rg.Nest, name: str, bs: int, ipt: int, keep: bool) -> tuple:
     rec = nest.rec
     assert isinstance(rec, scan.LinearRecurrenceOp)
     el = rec.state_type.element_type
@@ -155,15 +154,15 @@ def _build_kernel(nest: rg._Nest, name: str, bs: int, ipt: int, keep: bool) -> t
     t_c = cblock.args[0]
     t_e, s_e = eblock.args
     yields = list(cblock.last_op.operands)  # type: ignore[union-attr]
-    cs = rg._split(list(cblock.ops)[:-1], {t_c: frozenset("t")})
-    es = rg._split(list(eblock.ops)[:-1], {t_e: frozenset("t"), s_e: frozenset("t")})
+    cs = rg.split_by_dependence(list(cblock.ops)[:-1], {t_c: frozenset("t")})
+    es = rg.split_by_dependence(list(eblock.ops)[:-1], {t_e: frozenset("t"), s_e: frozenset("t")})
     for op in cs.consts + es.consts:
         e.op(op.clone(value_mapper=vmap))
     base = dict(vmap)
     hoisted = cs.hoist + es.hoist
     if hoisted:
         later = set(cs.per_step + es.per_step) | {cblock.last_op}
-        need = rg._needed(hoisted, later)
+        need = rg.needed_values(hoisted, later)
         if need:
             types = [v.type for v in need]
 
@@ -291,7 +290,7 @@ def _build_kernel(nest: rg._Nest, name: str, bs: int, ipt: int, keep: bool) -> t
                 for op in es.per_step:
                     new = ie.op(op.clone(value_mapper=me))
                     if last_stores:
-                        rg._guard_last(op, new, last_stores, is_last)  # type: ignore[arg-type]
+                        rg.guard_last_stores(op, new, last_stores, is_last)  # type: ignore[arg-type]
                 return new_h
 
             h = list(le.if_(inside, [el] * K, replay, lambda ie, h=h: h))
@@ -323,12 +322,13 @@ def lower_linear_recurrence(
     wrapper = rg.wrap_depth0(rec)
     try:
         nest = rg.match_recurrence(rec)
+        refuse_i1_memrefs(nest.kernel_args)
     except Unsupported:
         if wrapper is not None:
             rg.unwrap_depth0(wrapper)
         raise
     keep = ((K * K + K) * items_per_thread <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
-    name = rg._kernel_name(top, "scan_linear")
+    name = kernel_name(top, "scan_linear")
     kfunc, el, K = _build_kernel(nest, name, block_size, items_per_thread, keep)
 
     kmod = bg.get_kernel_module(top)

@@ -130,13 +130,25 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import is_side_effect_free
 
 from scanweaver.dialects import scan
-from scanweaver.errors import CannotLower
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
+from scanweaver.rewrites.gpu_kernel import (
+    Unsupported,
+    check_closed,
+    const_int,
+    defined_inside,
+    free_values,
+    kernel_name,
+    refuse_i1_memrefs,
+    unroll_loops_over,
+)
+from scanweaver.rewrites.gpu_split_state import needs_split, split_state
 from scanweaver.rewrites.launch import KernelLaunch
 
 #: Largest state (elements per channel) kept in registers.
 MAX_STATE = 64
+#: States up to this size are indexed by constants after LLVM's own full unroll.
+UNROLL_BY_LLVM = 32
 #: Shared memory for the sweep arrays sA + sB (bytes); components go in groups beyond.
 SWEEP_SHARED_BUDGET = 32 * 1024
 #: Hoist element-only coefficient values (N copies each) when they fit in this many registers.
@@ -145,42 +157,8 @@ HOIST_PER_ELEMENT_REGISTERS = 32
 KEEP_PAIRS_REGISTERS = 16
 
 
-#: Why a `scan.recurrence` is left for the sequential lowering (the shared "cannot lower").
-Unsupported = CannotLower
-
-
 def _scalar(t: Attribute) -> bool:
     return isinstance(t, (IndexType, IntegerType, Float16Type, BFloat16Type, Float32Type, Float64Type))
-
-
-def _const_int(v: SSAValue) -> int | None:
-    op = v.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        return op.value.value.data
-    return None
-
-
-def _defined_inside(ops: Iterable[Operation]) -> set[SSAValue]:
-    inside: set[SSAValue] = set()
-    for top in ops:
-        for o in top.walk():
-            inside.update(o.results)
-            for r in o.regions:
-                for b in r.blocks:
-                    inside.update(b.args)
-    return inside
-
-
-def _free_values(ops: Sequence[Operation]) -> list[SSAValue]:
-    """Values used by `ops` (nested regions included) but defined elsewhere, in order."""
-    inside = _defined_inside(ops)
-    seen: dict[SSAValue, None] = {}
-    for top in ops:
-        for o in top.walk():
-            for v in o.operands:
-                if v not in inside:
-                    seen.setdefault(v, None)
-    return list(seen)
 
 
 def _accesses(ops: Iterable[Operation]) -> list[tuple[Operation, SSAValue, Sequence[SSAValue], bool]]:
@@ -248,7 +226,7 @@ class _EmitStores:
     def __init__(self, emit: Block):
         self.emit = emit
         self.t = emit.args[0]
-        inside = _defined_inside(list(emit.ops)) | set(emit.args)
+        inside = defined_inside(list(emit.ops)) | set(emit.args)
         self.fixed: set[SSAValue] = set()
         for o in emit.walk():
             if (
@@ -265,7 +243,7 @@ class _EmitStores:
     def lin(self, v: SSAValue) -> _Lin | None:
         if v == self.t:
             return (1, 0, frozenset())
-        c = _const_int(v)
+        c = const_int(v)
         if c is not None:
             return (0, c, frozenset())
         if self.is_fixed(v):
@@ -282,7 +260,7 @@ class _EmitStores:
             return (x[0] + sign * y[0], x[1] + sign * y[1], frozenset((k, cf) for k, cf in terms.items() if cf))
         if isinstance(op, arith.MuliOp):
             for a, b in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
-                c = _const_int(b)
+                c = const_int(b)
                 x = self.lin(a)
                 if c is not None and x is not None:
                     return (x[0] * c, x[1] * c, frozenset((k, cf * c) for k, cf in x[2]))
@@ -324,7 +302,7 @@ class _EmitStores:
 
 
 @dataclass
-class _Nest:
+class Nest:
     fn: func.FuncOp
     rec: scan.LoopRecurrence  # scan.recurrence, or scan.linear_recurrence (linear_gpu.py)
     loops: list[scf.ForOp]
@@ -368,7 +346,7 @@ def _reads_own_element(load: Operation, ref: SSAValue, idx: Sequence[SSAValue], 
 def _arg_dim(v: SSAValue, fn_args: set[SSAValue]) -> tuple[BlockArgument, int] | None:
     op = v.owner
     if isinstance(op, memref.DimOp) and op.source in fn_args:
-        d = _const_int(op.index)
+        d = const_int(op.index)
         if d is not None:
             return op.source, d  # type: ignore[return-value]
     return None
@@ -377,7 +355,7 @@ def _arg_dim(v: SSAValue, fn_args: set[SSAValue]) -> tuple[BlockArgument, int] |
 def _trip(loop: scf.ForOp, fn_args: set[SSAValue]) -> int | tuple[BlockArgument, int]:
     if not isinstance(loop.lb.type, IndexType):
         raise Unsupported("channel loops must iterate over index values")
-    lb, ub, st = _const_int(loop.lb), _const_int(loop.ub), _const_int(loop.step)
+    lb, ub, st = const_int(loop.lb), const_int(loop.ub), const_int(loop.step)
     if st is not None and st <= 0:
         raise Unsupported("channel loop step must be positive")
     if lb is not None and ub is not None and st is not None:
@@ -388,7 +366,7 @@ def _trip(loop: scf.ForOp, fn_args: set[SSAValue]) -> int | tuple[BlockArgument,
     raise Unsupported("channel loop bounds must be constants, or 0 to memref.dim(%arg, c) step 1")
 
 
-def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
+def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
     """The loop nest of `rec` if the kernel design applies, else `Unsupported(reason)`."""
     loops: list[scf.ForOp] = []
     cur: Operation = rec
@@ -459,7 +437,7 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
             raise Unsupported("the prologue writes a memref other than its own allocas")
 
     # -- steps in parallel: coeffs / emit memory discipline -------------------------------
-    if rec.state in _free_values(emit_ops):
+    if rec.state in free_values(emit_ops):
         raise Unsupported("emit uses the state buffer directly instead of its block argument")
     s_e = rec.emit.block.args[1]
     emit_local = _allocas(emit_ops)
@@ -522,11 +500,11 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
                         f"variable %{iv.name_hint or j} at one dimension: channels may overlap"
                     )
 
-    nest = _Nest(fn, rec, loops, outer_pre, prologue, epilogue, state_arg, trips, last_stores)
+    nest = Nest(fn, rec, loops, outer_pre, prologue, epilogue, state_arg, trips, last_stores)
 
     # -- values from outside the nest -------------------------------------------------------
     args: set[BlockArgument] = set()
-    work = list(_free_values([nest.root]))
+    work = list(free_values([nest.root]))
     seen: set[SSAValue] = set()
     while work:
         v = work.pop()
@@ -586,6 +564,33 @@ def _capturable(v: SSAValue, fn_args: set[SSAValue]) -> bool:
     return False
 
 
+def _reads_only(op: Operation) -> bool:
+    """Pure ops and loads, possibly in `scf.if` (the guarded initial loads of a multi-lag
+    state, `t - j < n ? y[t - j] : 0`): safe to move into the kernel's prologue."""
+    for o in op.walk():
+        if isinstance(o, (scf.IfOp, scf.YieldOp)):
+            continue
+        if o.regions or not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+            return False
+    return True
+
+
+def _reaches_return(v: SSAValue) -> bool:
+    """Whether `v` flows (through pure ops) into `func.return`."""
+    work, seen = [v], set()
+    while work:
+        x = work.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        for u in x.uses:
+            if isinstance(u.operation, func.ReturnOp):
+                return True
+            if is_side_effect_free(u.operation):
+                work.extend(u.operation.results)
+    return False
+
+
 def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
     """Move a depth-0 recurrence with an alloca state (no channel loop: one long
     sequence) into a one-trip `scf.for` together with the alloca, its initial stores,
@@ -627,6 +632,11 @@ def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
                     and st.value == user.res
                     and st.memref in fn_args
                 ):
+                    if _reaches_return(user.res):
+                        raise Unsupported(
+                            "the function returns a final value of the state: GPU kernels only write "
+                            "memref arguments (store it to one instead)"
+                        )
                     raise Unsupported("a final value of the state is used other than stored to an argument")
                 moved.add(st)
         else:
@@ -634,7 +644,7 @@ def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
 
     # Values the moved ops need from the block: capturable ones stay, the rest (loads
     # and pure ops on them) move along, provided nothing else uses them.
-    work = _free_values(list(moved))
+    work = free_values(list(moved))
     while work:
         v = work.pop()
         op = v.owner
@@ -645,10 +655,10 @@ def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
             raise Unsupported("the recurrence uses a value it cannot take into a kernel")
         if op in moved:
             continue
-        if op.regions or not (is_side_effect_free(op) or isinstance(op, memref.LoadOp)):
+        if not _reads_only(op):
             raise Unsupported(f"the recurrence needs '{op.name}' from the function body")
         moved.add(op)
-        work.extend(op.operands)
+        work.extend(free_values([op]))
     for o in moved:
         for res in o.results:
             if any(top(u.operation) not in moved for u in res.uses):
@@ -698,7 +708,7 @@ def unwrap_depth0(loop: scf.ForOp) -> None:
 
 
 @dataclass
-class _Split:
+class Split:
     """The ops of a region by what they vary with (see module doc, "Hoisting")."""
 
     consts: list[Operation]
@@ -708,18 +718,18 @@ class _Split:
     per_both: list[Operation]  # step and element (coeffs)
 
 
-def _split(
+def split_by_dependence(
     ops: Sequence[Operation], varying: dict[SSAValue, frozenset[str]], per_elem: bool = True
-) -> _Split:
+) -> Split:
     """Classify `ops`; with `per_elem=False` element-only ops stay in the step loop."""
     dep = dict(varying)
-    out = _Split([], [], [], [], [])
+    out = Split([], [], [], [], [])
     for op in ops:
         if isinstance(op, arith.ConstantOp):
             out.consts.append(op)
             continue
         d: set[str] = set()
-        for v in _free_values([op]):
+        for v in free_values([op]):
             d |= dep.get(v, frozenset())
         hoistable = (
             (per_elem or "n" not in d)
@@ -753,7 +763,7 @@ def _used_by(v: SSAValue, among: set[Operation]) -> bool:
     return False
 
 
-def _needed(ops: Sequence[Operation], among: set[Operation]) -> list[SSAValue]:
+def needed_values(ops: Sequence[Operation], among: set[Operation]) -> list[SSAValue]:
     """Results of `ops` that some op of `among` uses."""
     return [r for op in ops for r in op.results if _used_by(r, among)]
 
@@ -763,7 +773,7 @@ class NestKernel:
     """The start of a kernel for a matched nest (`begin_nest_kernel`): what the
     recurrence-specific code needs to go on."""
 
-    nest: _Nest
+    nest: Nest
     kfunc: gpu.FuncOp
     e: Emitter
     vmap: dict[SSAValue, SSAValue]  # nest values -> kernel values
@@ -774,7 +784,7 @@ class NestKernel:
     step_index: Callable[[Emitter, SSAValue], SSAValue]  # step number k -> loop index
 
 
-def begin_nest_kernel(nest: _Nest, name: str, el: Attribute, shape: Sequence[int]) -> NestKernel:
+def begin_nest_kernel(nest: Nest, name: str, el: Attribute, shape: Sequence[int]) -> NestKernel:
     """A `gpu.func` taking the nest's memref arguments, started with what every
     thread runs first: values captured from outside the nest (constants, dims, pure
     arith), the channel loop variables from the block id (row-major over the trip
@@ -803,7 +813,7 @@ def begin_nest_kernel(nest: _Nest, name: str, el: Attribute, shape: Sequence[int
             capture(o)
         e.op(op.clone(value_mapper=vmap))
 
-    for v in _free_values([nest.root]):
+    for v in free_values([nest.root]):
         capture(v)
 
     # channel loop variables from the block id
@@ -819,7 +829,7 @@ def begin_nest_kernel(nest: _Nest, name: str, el: Attribute, shape: Sequence[int
             ks[i] = e.remu(rest, trips[i])
             rest = e.divu(rest, trips[i])
     for loop, k in zip(nest.loops, ks):
-        lb, st = _const_int(loop.lb), _const_int(loop.step)
+        lb, st = const_int(loop.lb), const_int(loop.step)
         assert lb is not None and st is not None
         iv = k if st == 1 else e.mul(k, e.index(st))
         iv = iv if lb == 0 else e.add(iv, e.index(lb))
@@ -840,7 +850,7 @@ def begin_nest_kernel(nest: _Nest, name: str, el: Attribute, shape: Sequence[int
 
     # trip count and step index of the recurrence
     lb_v, ub_v, step_v = vmap[rec.lb], vmap[rec.ub], vmap[rec.step]
-    lb_c, step_c, ub_c = _const_int(rec.lb), _const_int(rec.step), _const_int(rec.ub)
+    lb_c, step_c, ub_c = const_int(rec.lb), const_int(rec.step), const_int(rec.ub)
     ub_nonneg = (ub_c is not None and ub_c >= 0) or isinstance(rec.ub.owner, memref.DimOp)
     zero, one = e.index(0), e.index(1)
     if lb_c == 0 and step_c == 1 and ub_nonneg:
@@ -879,10 +889,10 @@ def finish_nest_kernel(
 
         e.if_(e.cmp("eq", k.tid, e.index(0)), [], finish)
     e.op(gpu.ReturnOp([]))
-    _check_closed(k.kfunc)
+    check_closed(k.kfunc)
 
 
-def arg_name(nest: _Nest, a: BlockArgument) -> str:
+def arg_name(nest: Nest, a: BlockArgument) -> str:
     """The kernel argument name of function argument `a` (its name, made unique)."""
     base = a.name_hint or f"arg{a.index}"
     names = [x.name_hint or f"arg{x.index}" for x in nest.kernel_args]
@@ -890,7 +900,7 @@ def arg_name(nest: _Nest, a: BlockArgument) -> str:
 
 
 class _KernelGen:
-    def __init__(self, nest: _Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
+    def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
         self.nest, self.name, self.bs, self.ipt = nest, name, bs, ipt
         rec = nest.rec
         st = rec.state_type
@@ -914,6 +924,7 @@ class _KernelGen:
     def build(self) -> gpu.FuncOp:
         nest, rec, bs, ipt = self.nest, self.nest.rec, self.bs, self.ipt
         k_ = begin_nest_kernel(nest, self.name, self.el, self.shape)
+        self.priv = k_.priv
         kfunc, e, vmap, tid = k_.kfunc, k_.e, k_.vmap, k_.tid
         priv, state_src, trip, step_index = k_.priv, k_.state_src, k_.trip, k_.step_index
         pairs, el = self.pairs, self.el
@@ -938,10 +949,10 @@ class _KernelGen:
         emit_ops = list(eblock.ops)[:-1]
         y_a, y_b = cblock.last_op.operands  # type: ignore[union-attr]
         cvary = {t_c: frozenset("t"), **{k: frozenset("n") for k in k_c}}
-        cs = _split(coeffs_ops, cvary)
-        if len(_needed(cs.per_elem, set(cs.per_both) | {cblock.last_op})) * self.n > HOIST_PER_ELEMENT_REGISTERS:
-            cs = _split(coeffs_ops, cvary, per_elem=False)  # reload them per step instead
-        es = _split(emit_ops, {t_e: frozenset("t"), s_e: frozenset("t")})
+        cs = split_by_dependence(coeffs_ops, cvary)
+        if len(needed_values(cs.per_elem, set(cs.per_both) | {cblock.last_op})) * self.n > HOIST_PER_ELEMENT_REGISTERS:
+            cs = split_by_dependence(coeffs_ops, cvary, per_elem=False)  # reload them per step instead
+        es = split_by_dependence(emit_ops, {t_e: frozenset("t"), s_e: frozenset("t")})
         for op in cs.consts + es.consts:
             e.op(op.clone(value_mapper=vmap))
         base = vmap
@@ -949,8 +960,8 @@ class _KernelGen:
         hoisted = cs.hoist + es.hoist
         if hoisted or cs.per_elem:
             later = set(cs.per_step + cs.per_both + es.per_step) | {cblock.last_op}
-            need_i = _needed(hoisted, later | set(cs.per_elem))
-            need_n = _needed(cs.per_elem, later)
+            need_i = needed_values(hoisted, later | set(cs.per_elem))
+            need_n = needed_values(cs.per_elem, later)
             out_types = [v.type for v in need_i] + [v.type for v in need_n] * self.n
 
             def hoist(ie: Emitter) -> list[SSAValue]:
@@ -977,7 +988,7 @@ class _KernelGen:
                 pos += len(need_n)
 
         # values of the step-only part that the replay needs (recompute mode)
-        frontier = [] if self.keep else _needed(cs.per_step, set(cs.per_both) | {cblock.last_op})
+        frontier = [] if self.keep else needed_values(cs.per_step, set(cs.per_both) | {cblock.last_op})
         for v in frontier:
             if not _scalar(v.type):
                 raise Unsupported("coeffs passes a non-scalar value between its parts")
@@ -1134,7 +1145,7 @@ class _KernelGen:
                     for op in es.per_step:
                         new = ie.op(op.clone(value_mapper=me))
                         if last_stores:
-                            _guard_last(op, new, last_stores, is_last)
+                            guard_last_stores(op, new, last_stores, is_last)
                     return new_h
 
                 h = list(le.if_(inside, [el] * self.n, replay, lambda ie, h=h: h))
@@ -1152,7 +1163,7 @@ class _KernelGen:
         return kfunc
 
 
-def _guard_last(orig: Operation, new: Operation, last_stores: set[Operation], cond: SSAValue) -> None:
+def guard_last_stores(orig: Operation, new: Operation, last_stores: set[Operation], cond: SSAValue) -> None:
     """Wrap the clones of step-invariant emit stores in `scf.if (last step)`."""
     for o, c in zip(orig.walk(), new.walk()):
         if o in last_stores:
@@ -1164,24 +1175,17 @@ def _guard_last(orig: Operation, new: Operation, last_stores: set[Operation], co
             block.add_op(scf.YieldOp())
 
 
-def _check_closed(kfunc: gpu.FuncOp) -> None:
-    inside = _defined_inside([kfunc])
-    for o in kfunc.walk():
-        for v in o.operands:
-            if v not in inside:
-                raise AssertionError(f"recurrence kernel: '{o.name}' uses a value from outside the kernel")
-
-
 # ---------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------
 
 
-def _kernel_name(top: ModuleOp, base: str) -> str:
-    for op in top.ops:
-        if isinstance(op, gpu.ModuleOp) and op.sym_name.data == bg.KERNEL_MODULE:
-            return bg._unique_name(op, base)
-    return f"{base}_0"
+def items_for_state(n: int, items_per_thread: int) -> int:
+    """Items per thread for a state of `n` elements: each thread holds n states, n
+    aggregate pairs and the per-item values, so beyond `UNROLL_BY_LLVM` elements one item
+    per thread keeps within the 255 registers (ptxas, selective scan N = 64: 4 items
+    spill 1392 stores, 2 items 96, 1 item none)."""
+    return items_per_thread if n <= UNROLL_BY_LLVM else 1
 
 
 def lower_recurrence(
@@ -1197,9 +1201,14 @@ def lower_recurrence(
     wrapper = wrap_depth0(rec)
     try:
         nest = match_recurrence(rec)
-        name = _kernel_name(top, "scan_recurrence")
-        gen = _KernelGen(nest, name, block_size, items_per_thread, keep_pairs)
+        refuse_i1_memrefs(nest.kernel_args)
+        name = kernel_name(top, "scan_recurrence")
+        n_state = math.prod(rec.state_type.get_shape())
+        ipt = items_for_state(n_state, items_per_thread)
+        gen = _KernelGen(nest, name, block_size, ipt, keep_pairs)
         kfunc = gen.build()
+        if gen.n > UNROLL_BY_LLVM:  # the emit's loops over the state: constant indices
+            unroll_loops_over(kfunc, gen.priv, MAX_STATE)
     except Unsupported:
         if wrapper is not None:
             unwrap_depth0(wrapper)
@@ -1222,13 +1231,14 @@ def lower_recurrence(
             f"scan.recurrence over "
             f"{'no channel loop (one block)' if wrapper is not None else f'{len(nest.loops)} channel loop(s)'}, state "
             f"{'x'.join(map(str, gen.shape)) or 'scalar'} {gen.el}; block_size={block_size} "
-            f"items_per_thread={items_per_thread}; fused coeffs/emit, "
+            f"items_per_thread={ipt}{'' if ipt == items_per_thread else f' (capped from {items_per_thread} for the state)'}"
+            f"; fused coeffs/emit, "
             f"{'kept' if gen.keep else 'recomputed'} pairs, {gen.group} components per sweep"
         ),
     )
 
 
-def _covered_sizes(nest: _Nest, names: dict[SSAValue, str]) -> tuple[tuple[str, int, str, int], ...]:
+def _covered_sizes(nest: Nest, names: dict[SSAValue, str]) -> tuple[tuple[str, int, str, int], ...]:
     """(arg, dim, other, dim'): wherever a loop running over `other.shape[dim']` (a
     channel loop, or the recurrence from 0 step 1) indexes `arg` at `dim` directly,
     `arg` must be at least that large, or the kernel would read or write past it."""
@@ -1238,7 +1248,7 @@ def _covered_sizes(nest: _Nest, names: dict[SSAValue, str]) -> tuple[tuple[str, 
             loops[loop.body.block.args[0]] = trip
     rec = nest.rec
     bound = _arg_dim(rec.ub, set(names))
-    if bound is not None and _const_int(rec.lb) == 0 and _const_int(rec.step) == 1:
+    if bound is not None and const_int(rec.lb) == 0 and const_int(rec.step) == 1:
         for region in (rec.coeffs, rec.emit):
             loops[region.block.args[0]] = bound
     out: set[tuple[str, int, str, int]] = set()
@@ -1253,7 +1263,7 @@ def _covered_sizes(nest: _Nest, names: dict[SSAValue, str]) -> tuple[tuple[str, 
     return tuple(sorted(out))
 
 
-def launch_nest_kernel(nest: _Nest, kfunc: gpu.FuncOp, block_size: int, shared_bytes: int, notes: str) -> None:
+def launch_nest_kernel(nest: Nest, kfunc: gpu.FuncOp, block_size: int, shared_bytes: int, notes: str) -> None:
     """Replace the nest by the launch of `kfunc` (one block per channel iteration) and
     attach its launch description."""
     name = kfunc.sym_name.data
@@ -1315,6 +1325,8 @@ def lower_recurrences(
     skipped: dict[scan.RecurrenceOp, str] = {}
     for rec in [o for o in top.walk() if isinstance(o, scan.RecurrenceOp)]:
         try:
+            if needs_split(rec, MAX_STATE):  # dynamic or large diagonal state: one channel per element
+                rec = split_state(rec)
             lower_recurrence(rec, top, block_size, items_per_thread, keep_pairs)
         except Unsupported as why:
             skipped[rec] = str(why)

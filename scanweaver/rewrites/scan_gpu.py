@@ -77,29 +77,21 @@ from xdsl.traits import is_side_effect_free
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
-from scanweaver.rewrites import recurrence_gpu as rg
 from scanweaver.rewrites.affine_to_pairs import Emitter
 from scanweaver.rewrites.launch import KernelLaunch
-from scanweaver.rewrites.recurrence_gpu import Unsupported
+from scanweaver.rewrites.gpu_kernel import (
+    Unsupported,
+    check_closed,
+    free_values,
+    kernel_name,
+    note_on_function,
+    refuse_i1_memrefs,
+    shared_layout_bytes,
+)
 
 _SCALARS = (IntegerType, IndexType, Float16Type, BFloat16Type, Float32Type, Float64Type)
 #: Ops a `scan.scan` may be nested in on the host (the launch replaces it in place).
 _HOST_PARENTS = (scf.ForOp, scf.IfOp, scf.WhileOp)
-SHARED_ALIGN = 16
-
-
-def _round_up(x: int, align: int) -> int:
-    return -(-x // align) * align
-
-
-def shared_layout_bytes(sizes: Sequence[int]) -> int:
-    """Bytes of static shared memory for globals of `sizes`, each `SHARED_ALIGN`-aligned."""
-    total = 0
-    for size in sizes:
-        total = _round_up(total, SHARED_ALIGN) + size
-    return total
-
-
 class Combine:
     """The combine region of a `scan.scan`, cloned on demand into kernel code."""
 
@@ -117,7 +109,7 @@ class Combine:
             if not is_side_effect_free(o):
                 raise Unsupported(f"combine: '{o.name}' has side effects")
         own = set(block.args)
-        self.free = [v for v in rg._free_values([*self.ops, last]) if v not in own]
+        self.free = [v for v in free_values([*self.ops, last]) if v not in own]
         self._check_capturable(self.free, set())
         self.captured: dict[SSAValue, SSAValue] = {}
 
@@ -332,8 +324,9 @@ def _emit_kernel(
 def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int) -> None:
     """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`."""
     combine = match_scan(op)
+    refuse_i1_memrefs([*op.inputs, *op.outputs])
     bs, ipt = block_size, items_per_thread
-    name = rg._kernel_name(top, "scan_generic")
+    name = kernel_name(top, "scan_generic")
     k = len(op.inputs)
     types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
 
@@ -374,7 +367,7 @@ def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread
         e, op, combine, [argmap[v] for v in op.inputs], [argmap[v] for v in op.outputs], shared, bs, ipt
     )
     e.op(gpu.ReturnOp([]))
-    rg._check_closed(kfunc)
+    check_closed(kfunc)
 
     # -- commit ------------------------------------------------------------------------------
     kmod = bg.get_kernel_module(top)
@@ -417,10 +410,25 @@ def lower_scans(top: ModuleOp, block_size: int, items_per_thread: int) -> dict[s
     """Lower every matching `scan.scan`; returns why the others were left alone."""
     skipped: dict[scan.ScanOp, str] = {}
     for op in [o for o in top.walk() if isinstance(o, scan.ScanOp)]:
+        temporaries = any(isinstance(v.owner, (memref.AllocOp, memref.AllocaOp)) for v in (*op.inputs, *op.outputs))
+        fn = op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            fn = fn.parent_op()
         try:
             lower_scan(op, top, block_size, items_per_thread)
         except Unsupported as why:
             skipped[op] = str(why)
+            continue
+        if temporaries and fn is not None:
+            # The kernel runs (the simulator shows it), but its operands live in host
+            # temporaries that host loops fill and read (the associative raise's copies):
+            # say so, or the CUDA runtime's refusal of those loops would name no reason.
+            note_on_function(
+                fn,
+                "scan.scan: lowered to a kernel, but its operands are temporaries "
+                "(memref.alloc) that host loops fill and read, and the CUDA runtime runs no "
+                "host loops and allocates no temporaries",
+            )
     return skipped
 
 

@@ -1,0 +1,271 @@
+"""Before the GPU recurrence kernel: a diagonal state too large for registers becomes channels.
+
+`scan.recurrence` updates every state element on its own (`state[k] = a * state[k] + b`
+with `a, b = coeffs(i, *k)`), so a state of dynamic shape (`memref<?xf32>`: an EMA over
+a dynamic number of series, time-outer / channel-inner loops) or of more than
+`recurrence_gpu.MAX_STATE` elements is a set of independent scalar recurrences, one per
+element.  The only thing that ties the elements together is the emit region; when it
+reads the state element by element in one loop nest over the state's dimensions
+
+    emit { ^bb0(%t, %s):  scf.for %c = 0 to dim(%s, 0) { %v = load %s[%c]; store %v, %y[%t, %c] } }
+
+it splits too.  `split_state(rec)` then rewrites
+
+    scan.recurrence lb to ub state(%S : memref<?xT>) coeffs {^(t, k): ...} emit {...}
+
+into a loop over the elements, each with a rank-0 state (the form `recurrence_gpu.py`
+makes one block per channel of):
+
+    scf.for %c = 0 to dim(%S, 0) {
+      %s = memref.alloca() : memref<T>
+      %s[] = %S[%c]                                  (or the copy-in loop's body, see below)
+      scan.recurrence lb to ub state(%s) coeffs {^(t): ... k := %c} emit {^(t, %s2): loop body, %c, %s2[]}
+      %S[%c] = %s[]                                  (a function-argument state only)
+    }
+
+A state that is a `memref.alloca` of the recurrence's block (the raise's temporary for
+a state slice of another memref) must be used only by the recurrence and by one copy-in
+loop nest before it (`%tmp[c] = f(c)`, loops from 0 to the alloca's sizes); the nest's
+body becomes each channel's initialisation.  Sequential meaning is unchanged: the
+elements never interact, and the emit's loop nest visits them in the order the channel
+loops do.  What does not have this shape raises `Unsupported` with the reason, before
+anything is changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from xdsl.dialects import arith, memref, scf
+from xdsl.dialects.builtin import IndexType, MemRefType
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.traits import is_side_effect_free
+
+from scanweaver.dialects import scan
+from scanweaver.rewrites.gpu_kernel import Unsupported, const_int
+
+__all__ = ["needs_split", "split_state"]
+
+
+def needs_split(rec: scan.LoopRecurrence, max_state: int) -> bool:
+    """A diagonal (`scan.recurrence`) state the register kernel cannot hold."""
+    st = rec.state_type
+    if not isinstance(rec, scan.RecurrenceOp) or st.get_num_dims() == 0:
+        return False
+    return not st.has_static_shape() or math.prod(st.get_shape()) > max_state
+
+
+def _loop_nest(op: Operation, depth: int) -> list[scf.ForOp] | None:
+    """`op` as a perfect nest of `depth` plain `scf.for` loops (0 to ?, step 1), outermost first."""
+    loops: list[scf.ForOp] = []
+    cur: Operation = op
+    for level in range(depth):
+        if not isinstance(cur, scf.ForOp) or cur.iter_args or const_int(cur.lb) != 0 or const_int(cur.step) != 1:
+            return None
+        loops.append(cur)
+        if level + 1 < depth:
+            inner = list(cur.body.block.ops)
+            if len(inner) != 2 or not isinstance(inner[1], scf.YieldOp):
+                return None
+            cur = inner[0]
+    return loops
+
+
+class _Dims:
+    """Whether a value is the size of dimension i of the state (a constant equal to it,
+    `memref.dim` of the state operand or the emit's block argument, or the alloca's size)."""
+
+    def __init__(self, rec: scan.RecurrenceOp):
+        self.rec = rec
+        self.refs = {rec.state, rec.emit.block.args[1]}
+        owner = rec.state.owner
+        self.alloca_sizes: list[SSAValue | None] = []
+        shape = rec.state_type.get_shape()
+        dyn = list(owner.dynamic_sizes) if isinstance(owner, memref.AllocaOp) else []
+        for n in shape:
+            self.alloca_sizes.append(dyn.pop(0) if n < 0 and dyn else None)
+
+    def size(self, v: SSAValue, i: int) -> bool:
+        n = self.rec.state_type.get_shape()[i]
+        if n >= 0 and const_int(v) == n:
+            return True
+        if self.alloca_sizes[i] is not None and v == self.alloca_sizes[i]:
+            return True
+        op = v.owner
+        return isinstance(op, memref.DimOp) and op.source in self.refs and const_int(op.index) == i
+
+    def host_size(self, e_point: InsertPoint, i: int) -> SSAValue:
+        """The size of dimension i, made before the recurrence."""
+        n = self.rec.state_type.get_shape()[i]
+        if n >= 0:
+            c = arith.ConstantOp.from_int_and_width(n, IndexType())
+            Rewriter.insert_op(c, e_point)
+            return c.result
+        if self.alloca_sizes[i] is not None:
+            return self.alloca_sizes[i]  # type: ignore[return-value]
+        idx = arith.ConstantOp.from_int_and_width(i, IndexType())
+        dim = memref.DimOp(self.rec.state, idx.result)
+        Rewriter.insert_op([idx, dim], e_point)
+        return dim.result
+
+
+def _element_loads(body: Block, ref: SSAValue, ivs: Sequence[SSAValue], where: str) -> list[memref.LoadOp]:
+    """Every use of `ref` in `body` is `memref.load ref[ivs]`; those loads."""
+    loads = []
+    for use in ref.uses:
+        o = use.operation
+        if isinstance(o, memref.DimOp):
+            continue
+        if not isinstance(o, memref.LoadOp) or list(o.indices) != list(ivs):
+            raise Unsupported(f"{where} reads the state other than element by element in one loop nest over it")
+        p: Operation | None = o
+        while p is not None and p.parent_block() is not body:
+            p = p.parent_op()
+        if p is None:
+            raise Unsupported(f"{where} reads the state outside its loop nest over the state")
+        loads.append(o)
+    return loads
+
+
+def _copy_in(rec: scan.RecurrenceOp, dims: _Dims) -> tuple[list[scf.ForOp], memref.StoreOp] | None:
+    """For an alloca state: the copy-in loop nest before `rec` and its store, else Unsupported."""
+    alloca = rec.state.owner
+    if not isinstance(alloca, memref.AllocaOp):
+        return None
+    block = rec.parent_block()
+    if alloca.parent_block() is not block:
+        raise Unsupported("the state is an alloca of another block than the recurrence's")
+    rank = rec.state_type.get_num_dims()
+    users = [u.operation for u in rec.state.uses if u.operation is not rec]
+    stores = [o for o in users if isinstance(o, memref.StoreOp)]
+    if len(stores) != 1 or len(users) != 1:
+        raise Unsupported("a state temporary of dynamic shape must be filled by one copy-in loop nest and used by nothing else")
+    (store,) = stores
+    top: Operation = store
+    while top.parent_block() is not block:
+        top = top.parent_op()  # type: ignore[assignment]
+    loops = _loop_nest(top, rank)
+    if loops is None or store.parent_op() is not loops[-1]:
+        raise Unsupported("the state temporary's copy-in is not a loop nest over the state from 0 step 1")
+    ivs = [lp.body.block.args[0] for lp in loops]
+    if list(store.indices) != ivs or not all(dims.size(lp.ub, i) for i, lp in enumerate(loops)):
+        raise Unsupported("the state temporary's copy-in does not write each element once")
+    if store.value.owner is not None and isinstance(store.value.owner, memref.LoadOp) and store.value.owner.memref == rec.state:
+        raise Unsupported("the copy-in reads the state")
+    body = loops[-1].body.block
+    for o in body.walk():
+        if o is store or isinstance(o, (memref.LoadOp, scf.YieldOp)):
+            continue
+        if o.regions or not is_side_effect_free(o):
+            raise Unsupported(f"the state temporary's copy-in does '{o.name}'")
+    # nothing between the copy-in and the recurrence may write memory
+    ops = list(block.ops)
+    for o in ops[ops.index(top) + 1 : ops.index(rec)]:
+        if not is_side_effect_free(o) and not isinstance(o, memref.LoadOp):
+            raise Unsupported(f"'{o.name}' between the state's copy-in and the recurrence writes memory")
+    return loops, store
+
+
+def split_state(rec: scan.RecurrenceOp) -> scan.RecurrenceOp:
+    """Rewrite `rec` (see the module doc) and return the per-element recurrence, or raise
+    `Unsupported` leaving the IR as it was."""
+    st = rec.state_type
+    rank, el = st.get_num_dims(), st.element_type
+    dims = _Dims(rec)
+    copy_in = _copy_in(rec, dims)
+
+    # -- the emit: ops that do not touch the state, and one loop nest over the state ----
+    eblock = rec.emit.block
+    s_e = eblock.args[1]
+    nest_ops = [o for o in eblock.ops if any(v == s_e for w in o.walk() for v in w.operands)]
+    nest_ops = [o for o in nest_ops if not (isinstance(o, memref.DimOp) and o.source == s_e)]
+    if len(nest_ops) != 1:
+        raise Unsupported("emit reads the state outside one loop nest over it (elements combined)")
+    loops = _loop_nest(nest_ops[0], rank)
+    if loops is None or not all(dims.size(lp.ub, i) for i, lp in enumerate(loops)):
+        raise Unsupported(
+            "emit does not read the state in one loop nest from 0 to each state dimension step 1 "
+            "(a dynamic state splits into channels only element by element)"
+        )
+    ivs = [lp.body.block.args[0] for lp in loops]
+    inner = loops[-1].body.block
+    loads = _element_loads(inner, s_e, ivs, "emit")
+    # -- build ------------------------------------------------------------------------------
+    where = InsertPoint.before(copy_in[0][0] if copy_in else rec)
+    sizes = [dims.host_size(where, i) for i in range(rank)]
+    zero = arith.ConstantOp.from_int_and_width(0, IndexType())
+    one = arith.ConstantOp.from_int_and_width(1, IndexType())
+    Rewriter.insert_op([zero, one], where)
+    channel: list[SSAValue] = []
+    blocks: list[Block] = []
+    for i in range(rank):
+        b = Block(arg_types=[IndexType()])
+        b.args[0].name_hint = f"ch{i}"
+        loop = scf.ForOp(zero.result, sizes[i], one.result, [], b)
+        channel.append(b.args[0])
+        if blocks:
+            blocks[-1].add_op(loop)
+        else:
+            outer = loop
+        blocks.append(b)
+    body_of = blocks[-1]
+    scalar_t = MemRefType(el, [])
+    priv = memref.AllocaOp.get(el, shape=[])
+    body_of.add_op(priv)
+    s = priv.memref
+    if copy_in is not None:
+        c_loops, c_store = copy_in
+        m = dict(zip([lp.body.block.args[0] for lp in c_loops], channel))
+        for o in list(c_loops[-1].body.block.ops)[:-1]:
+            if o is c_store:
+                body_of.add_op(memref.StoreOp.get(m.get(o.value, o.value), s, []))
+            else:
+                body_of.add_op(o.clone(value_mapper=m))
+    else:
+        init = memref.LoadOp.get(rec.state, channel)
+        body_of.add_op(init)
+        body_of.add_op(memref.StoreOp.get(init.res, s, []))
+
+    # coeffs: the step and the element index (now the channel)
+    cblock = rec.coeffs.block
+    new_c = Block(arg_types=[IndexType()])
+    new_c.args[0].name_hint = cblock.args[0].name_hint
+    cm: dict[SSAValue, SSAValue] = {cblock.args[0]: new_c.args[0], **dict(zip(cblock.args[1:], channel))}
+    for o in cblock.ops:
+        new_c.add_op(o.clone(value_mapper=cm))
+    # emit: the ops around the nest, the nest's body at the channel, loads -> s2[]
+    new_e = Block(arg_types=[IndexType(), scalar_t])
+    new_e.args[0].name_hint = eblock.args[0].name_hint
+    em: dict[SSAValue, SSAValue] = {eblock.args[0]: new_e.args[0], s_e: new_e.args[1], **dict(zip(ivs, channel))}
+    for o in eblock.ops:
+        if isinstance(o, memref.DimOp) and o.source == s_e:
+            em[o.results[0]] = sizes[const_int(o.index)]  # type: ignore[index]
+            continue
+        if o is not nest_ops[0]:
+            new_e.add_op(o.clone(value_mapper=em))
+            continue
+        for x in list(inner.ops)[:-1]:
+            if x in loads:
+                ld = memref.LoadOp.get(new_e.args[1], [])
+                new_e.add_op(ld)
+                em[x.results[0]] = ld.res
+                continue
+            new_e.add_op(x.clone(value_mapper=em))
+    new = scan.RecurrenceOp(rec.lb, rec.ub, rec.step, s, Region(new_c), Region(new_e))
+    body_of.add_op(new)
+    if copy_in is None:
+        fin = memref.LoadOp.get(s, [])
+        body_of.add_op(fin)
+        body_of.add_op(memref.StoreOp.get(fin.res, rec.state, channel))
+    for b in blocks:
+        b.add_op(scf.YieldOp())
+    Rewriter.insert_op(outer, InsertPoint.before(rec))
+    alloca = rec.state.owner
+    Rewriter.erase_op(rec)
+    if copy_in is not None:
+        Rewriter.erase_op(copy_in[0][0])
+        assert isinstance(alloca, Operation)
+        Rewriter.erase_op(alloca)
+    return new
