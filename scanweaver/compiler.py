@@ -8,11 +8,12 @@ cache, so a second process does not run mlir-opt again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.toolchain import cache
@@ -22,6 +23,8 @@ from scanweaver.toolchain import cache
 if TYPE_CHECKING:
     from xdsl.dialects import func
     from xdsl.dialects.builtin import ModuleOp
+
+T = TypeVar("T")
 
 #: Pipeline target of each artifact kind.
 TARGET_FOR_KIND = {"llvm": "cpu", "mlir": "cpu", "ptx": "gpu", "cubin": "gpu"}
@@ -153,6 +156,16 @@ def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_c
 
     (llvm_ir, signatures), hit = cache.cached(key, build, parse=_parse_cpu_build)
     return CpuBuild(llvm_ir, signatures, hit)
+
+
+def built_workload(key_material: dict, build: Callable[[], bytes], parse: Callable[[bytes], T]) -> T:
+    """A workload builder's printed IR (`runtime/kernel_ir.py`) through the disk cache,
+    keyed by the builder, its options and ScanWeaver's sources: a warm process gets a
+    kernel's IR text, the key of its build, without importing xDSL."""
+    material = {"kind": "workload-ir", **key_material, "compiler": cache.compiler_fingerprint()}
+    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    value, _ = cache.cached(key, build, parse=parse)
+    return value
 
 
 def _refuse_nested_modules(module: ModuleOp, source: str) -> None:

@@ -292,18 +292,13 @@ def run_gpu_sim(batch: Batch) -> np.ndarray:
     from xdsl.context import Context
 
     from scanweaver.interp.gpu_sim import simulate_launch
-    from scanweaver.ir import parse_ir
     from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+    from scanweaver.workloads.affine import affine_scan
 
     C, L = batch.a.shape
     el = "f32" if batch.dtype == np.float32 else "f64"
-    full, ch = f"memref<{C}x{L}x{el}>", f"memref<{C}x{el}>"
-    text = (
-        f"func.func @f(%a: {full}, %b: {full}, %h0: {ch}, %h: {full}) {{\n"
-        f"  scan.affine %a, %b init %h0 into %h axis 1{' reverse' if batch.reverse else ''}"
-        f" : {full}, {full}, {ch} -> {full}\n  func.return\n}}\n"
-    )
-    module = parse_ir(text)
+    module = affine_scan((C, L), 1, el, el, init=True, reverse=batch.reverse, name="f")
+    module.verify()
     ScanToGpu(block_size=8, items_per_thread=2).apply(Context(), module)
     h = np.zeros((C, L), batch.dtype)
     with np.errstate(all="ignore"):

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,7 +60,9 @@ from scanweaver.runtime.cpu_variants import (
     aligned_empty,
     choose_affine_variant,
 )
+from scanweaver.runtime.kernel_ir import kernel_ir
 from scanweaver.runtime.validation import check_shape
+from scanweaver.workloads.specs import SelectiveScanSpec
 
 # ---------------------------------------------------------------------------
 # Affine scans
@@ -83,30 +84,21 @@ def _mlir_el(dtype: np.dtype) -> str:
     return el
 
 
-def _memref(rank: int, el: str) -> str:
-    return "memref<" + "?x" * rank + el + ">"
+def _affine_options(el: str, rank: int, init: bool, final: bool, reverse: bool) -> dict:
+    """The affine workload of the drivers: dynamic shape, scan along the last axis."""
+    return dict(shape=("?",) * rank, axis=rank - 1, in_el=el, state_el=el,
+                init=init, final=final, reverse=reverse, name="affine")
 
 
 def affine_ir(el: str, rank: int = 2, init: bool = False, final: bool = False, reverse: bool = False) -> str:
     """IR text: `func.func @affine(a, b, [h0], h, [hT])` holding one dynamic-shape scan.affine."""
-    full, chan = _memref(rank, el), _memref(rank - 1, el)
-    args = [f"%a: {full}", f"%b: {full}"] + ([f"%h0: {chan}"] if init else []) + [f"%h: {full}"]
-    args += [f"%hT: {chan}"] if final else []
-    op = "scan.affine %a, %b" + (" init %h0" if init else "") + " into %h" + (" final %hT" if final else "")
-    op += f" axis {rank - 1}" + (" reverse" if reverse else "")
-    ins = [full, full] + ([chan] if init else [])
-    outs = [full] + ([chan] if final else [])
-    return (
-        f"func.func @affine({', '.join(args)}) {{\n"
-        f"  {op} : {', '.join(ins)} -> {', '.join(outs)}\n"
-        "  func.return\n}\n"
-    )
+    return kernel_ir("affine", **_affine_options(el, rank, init, final, reverse)).text
 
 
 @functools.lru_cache(maxsize=None)
 def _affine_kernel(el: str, rank: int, init: bool, final: bool, reverse: bool) -> Kernel:
-    spec: list[int | str] = [rank, rank] + ([rank - 1] if init else []) + [rank] + ([rank - 1] if final else [])
-    return kernel(affine_ir(el, rank, init, final, reverse), "affine", spec)
+    ir = kernel_ir("affine", **_affine_options(el, rank, init, final, reverse))
+    return kernel(ir.text, ir.name, ir.args)
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,9 +121,8 @@ def _aggregate_kernel(el: str, reverse: bool) -> Kernel:
 
 @functools.lru_cache(maxsize=None)
 def _openmp_affine_kernel(el: str, init: bool, final: bool, reverse: bool) -> Kernel:
-    spec: list[int | str] = [2, 2] + ([1] if init else []) + [2] + ([1] if final else [])
-    ir = affine_ir(el, 2, init, final, reverse)
-    return Kernel(compile_cpu(ir, openmp=True), "affine", spec)
+    ir = kernel_ir("affine", **_affine_options(el, 2, init, final, reverse))
+    return Kernel(compile_cpu(ir.text, openmp=True), ir.name, ir.args)
 
 for _getter in (_affine_kernel, _aggregate_kernel, _openmp_affine_kernel):
     on_clear_cache(_getter.cache_clear)
@@ -263,143 +254,16 @@ def affine_scan_cpu(
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SelectiveScanSpec:
-    """The compile-time shape of a selective scan kernel (one IR text per spec)."""
-
-    n: int  # state size N (static: the state vector lives in registers)
-    b_kind: str  # "const" (D, N) | "shared" (batch, L, N) | "grouped" (batch, G, L, N)
-    c_kind: str
-    has_d: bool
-    has_z: bool
-    has_bias: bool
-    softplus: bool
-    has_h0: bool
-    has_last: bool
-
-
-def _bc_type(kind: str, n: int) -> str:
-    return {"const": f"memref<?x{n}xf32>", "shared": f"memref<?x?x{n}xf32>", "grouped": f"memref<?x?x?x{n}xf32>"}[kind]
-
-
-def _bc_index(kind: str, name: str, i: str, n: str) -> str:
-    return {"const": f"{name}[%d, {n}]", "shared": f"{name}[%b, {i}, {n}]", "grouped": f"{name}[%b, %g{name[1:]}, {i}, {n}]"}[kind]
-
-
 @functools.lru_cache(maxsize=None)
 def selective_scan_ir(spec: SelectiveScanSpec) -> str:
-    """IR text of `func.func @selective_scan`: one scan.recurrence per (batch, channel).
-
-    Arguments (in order): u, delta (batch, D, L); A (D, N); B, C in the layout of their
-    kind with time before the state index ((batch, L, N), (batch, G, L, N)) or (D, N);
-    [D_skip (D,)]; [z (batch, D, L)]; [delta_bias (D,)]; [h0 (batch, D, N)]; out
-    (batch, D, L); [last (batch, D, N)]; d_begin, d_end (index): the channels to run.
+    """IR text of `func.func @selective_scan` (`workloads/selective.py`): one
+    scan.recurrence per (batch, channel); its arguments, in order: u, delta (batch, D,
+    L); A (D, N); B, C in the layout of their kind with time before the state index
+    ((batch, L, N), (batch, G, L, N)) or (D, N); [D_skip (D,)]; [z (batch, D, L)];
+    [delta_bias (D,)]; [h0 (batch, D, N)]; out (batch, D, L); [last (batch, D, N)];
+    d_begin, d_end (index): the channels to run.
     """
-    N = spec.n
-    f = "f32"
-    m3 = "memref<?x?x?xf32>"
-    args = [f"%u: {m3}", f"%delta: {m3}", f"%A: memref<?x{N}xf32>", f"%B: {_bc_type(spec.b_kind, N)}",
-            f"%C: {_bc_type(spec.c_kind, N)}"]
-    args += ["%Dskip: memref<?xf32>"] if spec.has_d else []
-    args += [f"%z: {m3}"] if spec.has_z else []
-    args += ["%bias: memref<?xf32>"] if spec.has_bias else []
-    args += [f"%h0: memref<?x?x{N}xf32>"] if spec.has_h0 else []
-    args += [f"%out: {m3}"]
-    args += [f"%last: memref<?x?x{N}xf32>"] if spec.has_last else []
-    args += ["%d_begin: index", "%d_end: index"]
-    st = f"memref<{N}xf32>"
-    L: list[str] = []
-    e = L.append
-    e(f"func.func @selective_scan({', '.join(args)}) {{")
-    e("  %c0 = arith.constant 0 : index")
-    e("  %c1 = arith.constant 1 : index")
-    e("  %c2 = arith.constant 2 : index")
-    e(f"  %cN = arith.constant {N} : index")
-    e(f"  %zero = arith.constant 0.0 : {f}")
-    e(f"  %one = arith.constant 1.0 : {f}")
-    e(f"  %twenty = arith.constant 20.0 : {f}")
-    e(f"  %batch = memref.dim %u, %c0 : {m3}")
-    e(f"  %Dn = memref.dim %u, %c1 : {m3}")
-    e(f"  %len = memref.dim %u, %c2 : {m3}")
-    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
-        if kind == "grouped":
-            e(f"  %ng{name[1:]} = memref.dim {name}, %c1 : {_bc_type(kind, N)}")
-            e(f"  %per{name[1:]} = arith.divui %Dn, %ng{name[1:]} : index")
-    e(f"  %S = memref.alloca() : {st}")
-    e("  scf.for %b = %c0 to %batch step %c1 {")
-    e("    scf.for %d = %d_begin to %d_end step %c1 {")
-    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
-        if kind == "grouped":
-            e(f"      %g{name[1:]} = arith.divui %d, %per{name[1:]} : index")
-    e("      scf.for %n = %c0 to %cN step %c1 {")
-    if spec.has_h0:
-        e(f"        %v = memref.load %h0[%b, %d, %n] : memref<?x?x{N}xf32>")
-        e(f"        memref.store %v, %S[%n] : {st}")
-    else:
-        e(f"        memref.store %zero, %S[%n] : {st}")
-    e("      }")
-    if spec.has_bias:
-        e("      %bd = memref.load %bias[%d] : memref<?xf32>")
-    if spec.has_d:
-        e("      %dd = memref.load %Dskip[%d] : memref<?xf32>")
-    e(f"      scan.recurrence %c0 to %len step %c1 state(%S : {st}) coeffs {{")
-    e("      ^bb0(%i: index, %k: index):")
-    e(f"        %dl = memref.load %delta[%b, %d, %i] : {m3}")
-    dt = "%dl"
-    if spec.has_bias:
-        e(f"        %dlb = arith.addf %dl, %bd : {f}")
-        dt = "%dlb"
-    if spec.softplus:
-        # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
-        e(f"        %ex = math.exp {dt} : {f}")
-        e(f"        %lp = math.log1p %ex : {f}")
-        e(f"        %big = arith.cmpf ogt, {dt}, %twenty : {f}")
-        e(f"        %sp = arith.select %big, {dt}, %lp : {f}")
-        dt = "%sp"
-    e(f"        %ak = memref.load %A[%d, %k] : memref<?x{N}xf32>")
-    e(f"        %da = arith.mulf {dt}, %ak : {f}")
-    e(f"        %a = math.exp %da : {f}")
-    e(f"        %bk = memref.load {_bc_index(spec.b_kind, '%B', '%i', '%k')} : {_bc_type(spec.b_kind, N)}")
-    e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
-    e(f"        %dtu = arith.mulf {dt}, %uu : {f}")
-    e(f"        %x = arith.mulf %bk, %dtu : {f}")
-    e(f"        scan.yield %a, %x : {f}, {f}")
-    e("      } emit {")
-    e(f"      ^bb0(%i: index, %s: {st}):")
-    e(f"        %y = scf.for %n = %c0 to %cN step %c1 iter_args(%acc = %zero) -> ({f}) {{")
-    e(f"          %hv = memref.load %s[%n] : {st}")
-    e(f"          %cv = memref.load {_bc_index(spec.c_kind, '%C', '%i', '%n')} : {_bc_type(spec.c_kind, N)}")
-    e(f"          %pr = arith.mulf %hv, %cv : {f}")
-    e(f"          %acc2 = arith.addf %acc, %pr : {f}")
-    e(f"          scf.yield %acc2 : {f}")
-    e("        }")
-    y = "%y"
-    if spec.has_d:
-        e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
-        e(f"        %du = arith.mulf %dd, %uu : {f}")
-        e(f"        %yd = arith.addf %y, %du : {f}")
-        y = "%yd"
-    if spec.has_z:
-        e(f"        %zz = memref.load %z[%b, %d, %i] : {m3}")
-        e(f"        %nz = arith.negf %zz : {f}")
-        e(f"        %ez = math.exp %nz : {f}")
-        e(f"        %den = arith.addf %one, %ez : {f}")
-        e(f"        %sz = arith.divf %zz, %den : {f}")
-        e(f"        %yz = arith.mulf {y}, %sz : {f}")
-        y = "%yz"
-    e(f"        memref.store {y}, %out[%b, %d, %i] : {m3}")
-    e("        scan.yield")
-    e("      }")
-    if spec.has_last:
-        e("      scf.for %n = %c0 to %cN step %c1 {")
-        e(f"        %v = memref.load %S[%n] : {st}")
-        e(f"        memref.store %v, %last[%b, %d, %n] : memref<?x?x{N}xf32>")
-        e("      }")
-    e("    }")
-    e("  }")
-    e("  func.return")
-    e("}")
-    return "\n".join(L) + "\n"
+    return kernel_ir("selective", spec=spec).text
 
 
 def _bc_kind(x: np.ndarray, name: str, batch: int, D: int, N: int, L: int) -> tuple[str, np.ndarray]:
@@ -468,10 +332,8 @@ def selective_scan_cpu(
     h0k = None if h0 is None else check_shape("h0", f32(h0), (batch, Dn, N), "(batch, D, N)", where)
     spec = SelectiveScanSpec(N, b_kind, c_kind, Dk is not None, zk is not None, bias is not None,
                              bool(delta_softplus), h0k is not None, bool(return_last_state))
-    ir = selective_scan_ir(spec)
-    arg_spec: list[int | str] = [3, 3, 2, Bk.ndim, Ck.ndim] + [1] * (Dk is not None) + [3] * (zk is not None)
-    arg_spec += [1] * (bias is not None) + [3] * (h0k is not None) + [3] + [3] * bool(return_last_state) + ["index", "index"]
-    k = kernel(ir, "selective_scan", arg_spec)
+    ir = kernel_ir("selective", spec=spec)
+    k = kernel(ir.text, ir.name, ir.args)
     out = np.empty((batch, Dn, L), np.float32)
     last = np.empty((batch, Dn, N), np.float32) if return_last_state else None
     arrays = [u, delta, A, Bk, Ck] + [x for x in (Dk, zk, bias, h0k) if x is not None] + [out]

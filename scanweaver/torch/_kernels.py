@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 
-from scanweaver.runtime.cpu_scan import Kernel, SelectiveScanSpec, compile_cpu, selective_scan_ir
+from scanweaver.runtime.cpu_scan import Kernel, SelectiveScanSpec, compile_cpu
+from scanweaver.runtime.kernel_ir import KernelIR, kernel_ir
 from scanweaver.workloads.scans import affine_scan_ir
 
 #: Steps between state checkpoints in the backward (checkpoints: L / CHUNK states).
@@ -65,26 +66,20 @@ def _polynomial_math_outside_scans(module) -> None:
             op.erase()
 
 
-def selective_ir(spec: SelectiveScanSpec, f64: bool) -> str:
-    text = selective_scan_ir(spec)
-    return text.replace("f32", "f64") if f64 else text
-
-
-def _bc_rank(kind: str) -> int:
-    return {"const": 2, "shared": 3, "grouped": 4}[kind]
+def selective_ir(spec: SelectiveScanSpec, f64: bool) -> KernelIR:
+    return kernel_ir("selective", spec=spec, element="f64" if f64 else "f32")
 
 
 def selective_arg_ranks(spec: SelectiveScanSpec) -> list[int]:
-    """Ranks of the memref arguments of @selective_scan, in order (the float memrefs)."""
-    ranks = [3, 3, 2, _bc_rank(spec.b_kind), _bc_rank(spec.c_kind)]
-    ranks += [1] * spec.has_d + [3] * spec.has_z + [1] * spec.has_bias + [3] * spec.has_h0
-    return ranks + [3] + [3] * spec.has_last
+    """Ranks of the memref arguments of @selective_scan, in order (the float memrefs),
+    read from the built function's signature."""
+    return [a for a in selective_ir(spec, False).args if isinstance(a, int)]
 
 
 @functools.lru_cache(maxsize=None)
 def selective_forward(spec: SelectiveScanSpec, f64: bool) -> Kernel:
-    program = compile_cpu(selective_ir(spec, f64))
-    return Kernel(program, "selective_scan", [*selective_arg_ranks(spec), "index", "index"])
+    ir = selective_ir(spec, f64)
+    return Kernel(compile_cpu(ir.text), ir.name, ir.args)
 
 
 def _compile_noalias(ir_text: str, name: str):
@@ -111,9 +106,10 @@ def _compile_noalias(ir_text: str, name: str):
 
 @functools.lru_cache(maxsize=None)
 def selective_vjp(spec: SelectiveScanSpec, f64: bool) -> Kernel:
-    program = _compile_noalias(_vjp_only(selective_ir(spec, f64)), "selective_scan_vjp")
-    ranks = selective_arg_ranks(spec)
-    return Kernel(program, "selective_scan_vjp", [*ranks, "index", "index", *ranks])
+    """`@selective_scan_vjp(forward arguments..., d_memrefs...)`: one cotangent per memref."""
+    ir = selective_ir(spec, f64)
+    program = _compile_noalias(_vjp_only(ir.text), f"{ir.name}_vjp")
+    return Kernel(program, f"{ir.name}_vjp", [*ir.args, *selective_arg_ranks(spec)])
 
 
 def _affine_text(el: str, reverse: bool) -> str:

@@ -18,6 +18,7 @@ numpy float64 version of each.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from xdsl.builder import ImplicitBuilder
 from xdsl.dialects import arith, func, memref, scf
@@ -174,8 +175,6 @@ def selective_scan_loops(
     if bc == "grouped" and (groups < 1 or D % groups):
         raise ScanWeaverError(f"groups={groups} must divide D={D}")
     io = element_type(dtype)
-    ct = f64 if dtype == "f64" else f32
-    low = isinstance(io, Float16Type | BFloat16Type)
     bc_shape = {"constant": (D, N), "shared": (batch, N, L), "grouped": (batch, groups, N, L)}[bc]
     args = [
         ("u", mref(io, batch, D, L)),
@@ -190,70 +189,113 @@ def selective_scan_loops(
     args += [("out", mref(io, batch, D, L))]
     args += [("last_state", mref(io, batch, D, N))] if return_last_state else []
     names = [n for n, _ in args]
-
-    def ld(m: SSAValue, *ix: SSAValue) -> SSAValue:
-        v = load(m, *ix)
-        return arith.ExtFOp(v, ct).result if low else v
-
-    def st(v: SSAValue, m: SSAValue, *ix: SSAValue) -> None:
-        store(arith.TruncFOp(v, io).result if low else v, m, *ix)
+    loops = _SelectiveLoops(
+        batch, D, L, N, bc, D // groups if bc == "grouped" else 1, io,
+        with_D, with_z, with_delta_bias, delta_softplus, return_last_state,
+    )
 
     def body(*vals: SSAValue) -> None:
-        a = dict(zip(names, vals))
-        per_group = D // groups if bc == "grouped" else 1
-
-        def bc_load(m: SSAValue, b: SSAValue, d: SSAValue, n: SSAValue, t: SSAValue):
-            if bc == "constant":
-                return ld(m, d, n)
-            if bc == "shared":
-                return ld(m, b, n, t)
-            g = arith.DivUIOp(d, idx(per_group)).result
-            return ld(m, b, g, n, t)
-
-        def over_d(b: SSAValue) -> None:
-            def channel(d: SSAValue) -> None:
-                h = memref.AllocaOp.get(ct, shape=[N]).memref
-                h.name_hint = "h"
-                zero = const(0.0, ct)
-                for_(0, N, lambda n: store(zero, h, n), iv_name="n")
-
-                def step(t: SSAValue) -> None:
-                    u = ld(a["u"], b, d, t)
-                    dt = ld(a["delta"], b, d, t)
-                    if with_delta_bias:
-                        dt = add(dt, ld(a["delta_bias"], d))
-                    if delta_softplus:
-                        soft = mathd.Log1pOp(exp(dt)).result
-                        big = arith.CmpfOp(dt, const(20.0, ct), "ogt").result
-                        dt = arith.SelectOp(big, dt, soft).result
-                    dtu = mul(dt, u)
-
-                    def state(n: SSAValue, acc: SSAValue) -> list[SSAValue]:
-                        hn = load(h, n)
-                        decay = exp(mul(dt, ld(a["A"], d, n)))
-                        drive = mul(dtu, bc_load(a["B"], b, d, n, t))
-                        hnew = add(mul(decay, hn), drive)
-                        store(hnew, h, n)
-                        return [add(acc, mul(hnew, bc_load(a["C"], b, d, n, t)))]
-
-                    (y,) = for_(0, N, state, [const(0.0, ct)], iv_name="n")
-                    if with_D:
-                        y = add(y, mul(ld(a["D_skip"], d), u))
-                    if with_z:
-                        z = ld(a["z"], b, d, t)
-                        sig = div(const(1.0, ct), add(const(1.0, ct), exp(arith.NegfOp(z).result)))
-                        y = mul(y, mul(z, sig))
-                    st(y, a["out"], b, d, t)
-
-                for_(0, L, step, iv_name="t")
-                if return_last_state:
-                    for_(0, N, lambda n: st(load(h, n), a["last_state"], b, d, n), iv_name="n")
-
-            for_(0, D, channel, iv_name="d")
-
-        for_(0, batch, over_d, iv_name="b")
+        loops.a = dict(zip(names, vals))
+        for_(0, batch, loops.over_channels, iv_name="b")
 
     return function("selective_scan", args, body)
+
+
+@dataclass
+class _SelectiveLoops:
+    """The loop nest of `selective_scan_loops`, one method per level:
+    batch -> channel (state alloca, time loop, last state) -> time step (dt, state
+    loop, output) -> state element (decay, drive, C reduction)."""
+
+    batch: int
+    D: int
+    L: int
+    N: int
+    bc: str
+    per_group: int
+    io: Attribute
+    with_D: bool
+    with_z: bool
+    with_delta_bias: bool
+    delta_softplus: bool
+    return_last_state: bool
+    a: dict[str, SSAValue] = field(default_factory=dict)  # the function's arguments by name
+
+    @property
+    def ct(self) -> Attribute:
+        """The compute type: f64 for f64 data, else f32."""
+        return f64 if self.io == f64 else f32
+
+    @property
+    def low(self) -> bool:
+        """16-bit data: extended to f32 on load, truncated on store."""
+        return isinstance(self.io, Float16Type | BFloat16Type)
+
+    def ld(self, m: SSAValue, *ix: SSAValue) -> SSAValue:
+        v = load(m, *ix)
+        return arith.ExtFOp(v, self.ct).result if self.low else v
+
+    def st(self, v: SSAValue, m: SSAValue, *ix: SSAValue) -> None:
+        store(arith.TruncFOp(v, self.io).result if self.low else v, m, *ix)
+
+    def bc_load(self, m: SSAValue, b: SSAValue, d: SSAValue, n: SSAValue, t: SSAValue) -> SSAValue:
+        if self.bc == "constant":
+            return self.ld(m, d, n)
+        if self.bc == "shared":
+            return self.ld(m, b, n, t)
+        g = arith.DivUIOp(d, idx(self.per_group)).result
+        return self.ld(m, b, g, n, t)
+
+    def over_channels(self, b: SSAValue) -> None:
+        for_(0, self.D, lambda d: self.channel(b, d), iv_name="d")
+
+    def channel(self, b: SSAValue, d: SSAValue) -> None:
+        """h = 0; the time loop; [last_state[b, d, :] = h]."""
+        h = memref.AllocaOp.get(self.ct, shape=[self.N]).memref
+        h.name_hint = "h"
+        zero = const(0.0, self.ct)
+        for_(0, self.N, lambda n: store(zero, h, n), iv_name="n")
+        for_(0, self.L, lambda t: self.step(b, d, t, h), iv_name="t")
+        if self.return_last_state:
+            for_(0, self.N, lambda n: self.st(load(h, n), self.a["last_state"], b, d, n), iv_name="n")
+
+    def delta(self, b: SSAValue, d: SSAValue, t: SSAValue) -> SSAValue:
+        """dt = delta[b, d, t] (+ delta_bias[d]), through softplus when asked."""
+        dt = self.ld(self.a["delta"], b, d, t)
+        if self.with_delta_bias:
+            dt = add(dt, self.ld(self.a["delta_bias"], d))
+        if self.delta_softplus:
+            soft = mathd.Log1pOp(exp(dt)).result
+            big = arith.CmpfOp(dt, const(20.0, self.ct), "ogt").result
+            dt = arith.SelectOp(big, dt, soft).result
+        return dt
+
+    def step(self, b: SSAValue, d: SSAValue, t: SSAValue, h: SSAValue) -> None:
+        """One time step: update every state element, then out[b, d, t]."""
+        u = self.ld(self.a["u"], b, d, t)
+        dt = self.delta(b, d, t)
+        dtu = mul(dt, u)
+
+        def state(n: SSAValue, acc: SSAValue) -> list[SSAValue]:
+            hn = load(h, n)
+            decay = exp(mul(dt, self.ld(self.a["A"], d, n)))
+            drive = mul(dtu, self.bc_load(self.a["B"], b, d, n, t))
+            hnew = add(mul(decay, hn), drive)
+            store(hnew, h, n)
+            return [add(acc, mul(hnew, self.bc_load(self.a["C"], b, d, n, t)))]
+
+        (y,) = for_(0, self.N, state, [const(0.0, self.ct)], iv_name="n")
+        self.output(y, u, b, d, t)
+
+    def output(self, y: SSAValue, u: SSAValue, b: SSAValue, d: SSAValue, t: SSAValue) -> None:
+        """out[b, d, t] = y [+ D_skip[d] * u], [times silu(z) = z * sigmoid(z)]."""
+        if self.with_D:
+            y = add(y, mul(self.ld(self.a["D_skip"], d), u))
+        if self.with_z:
+            z = self.ld(self.a["z"], b, d, t)
+            sig = div(const(1.0, self.ct), add(const(1.0, self.ct), exp(arith.NegfOp(z).result)))
+            y = mul(y, mul(z, sig))
+        self.st(y, self.a["out"], b, d, t)
 
 
 # ---------------------------------------------------------------------------

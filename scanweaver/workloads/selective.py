@@ -1,0 +1,211 @@
+"""Builder of Mamba's selective scan as one `scan.recurrence` per (batch, channel).
+
+    selective_scan_recurrence(spec, element="f32")
+        func.func @selective_scan(u, delta, A, B, C, [Dskip], [z], [bias], [h0], out,
+                                  [last], d_begin, d_end)
+
+Every size but the state size N is dynamic, so one compiled kernel serves every
+(batch, D, L); `d_begin`/`d_end` pick the channels a call runs (the CPU driver splits
+them across threads).  B and C come in the kernel layout of their kind, time before
+the state index: (D, N) "const", (batch, L, N) "shared", (batch, G, L, N) "grouped"
+(channel d uses group d // (D / G)).  The argument list of a kernel is this function's
+signature (`kernel_arguments`); callers never keep a second one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.builder import ImplicitBuilder
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import math as mathd
+from xdsl.dialects.builtin import FloatAttr, IndexType, IntegerAttr, MemRefType, ModuleOp
+from xdsl.ir import Attribute, Block, Region, SSAValue
+
+from scanweaver.dialects import scan
+from scanweaver.workloads.loops import element_type
+from scanweaver.workloads.specs import SelectiveScanSpec
+from scanweaver.workloads.types import kernel_arguments, memref_of
+
+BC_KINDS = ("const", "shared", "grouped")
+
+
+def bc_type(kind: str, n: int, element: str = "f32") -> MemRefType:
+    """The memref type of B or C in the kernel layout of `kind`."""
+    return memref_of({"const": ("?", n), "shared": ("?", "?", n), "grouped": ("?", "?", "?", n)}[kind], element)
+
+
+def _named(value: SSAValue, hint: str) -> SSAValue:
+    value.name_hint = hint
+    return value
+
+
+class _Body:
+    """Emits ops at the current ImplicitBuilder point with the value names of the kernel."""
+
+    def __init__(self, el: Attribute):
+        self.el = el
+
+    def index(self, v: int, hint: str) -> SSAValue:
+        return _named(arith.ConstantOp(IntegerAttr(v, IndexType())).result, hint)
+
+    def float(self, v: float, hint: str) -> SSAValue:
+        return _named(arith.ConstantOp(FloatAttr(v, self.el)).result, hint)
+
+    def load(self, m: SSAValue, indices: list[SSAValue], hint: str) -> SSAValue:
+        return _named(memref.LoadOp.get(m, indices).res, hint)
+
+    def op(self, make: Callable[..., object], *operands: SSAValue, hint: str) -> SSAValue:
+        return _named(make(*operands).result, hint)
+
+
+def _for(lb: SSAValue, ub: SSAValue, step: SSAValue, iv: str, body: Callable[[SSAValue], None]) -> None:
+    """`scf.for %iv = lb to ub step step { body(iv) }` without carried values."""
+    block = Block(arg_types=[IndexType()])
+    block.args[0].name_hint = iv
+    with ImplicitBuilder(block):
+        body(block.args[0])
+        scf.YieldOp()
+    scf.ForOp(lb, ub, step, [], Region(block))
+
+
+def _arguments(spec: SelectiveScanSpec, el: str) -> list[tuple[str, Attribute]]:
+    n = spec.n
+    m3 = memref_of(("?", "?", "?"), el)
+    args = [("u", m3), ("delta", m3), ("A", memref_of(("?", n), el)),
+            ("B", bc_type(spec.b_kind, n, el)), ("C", bc_type(spec.c_kind, n, el))]
+    args += [("Dskip", memref_of(("?",), el))] if spec.has_d else []
+    args += [("z", m3)] if spec.has_z else []
+    args += [("bias", memref_of(("?",), el))] if spec.has_bias else []
+    args += [("h0", memref_of(("?", "?", n), el))] if spec.has_h0 else []
+    args += [("out", m3)]
+    args += [("last", memref_of(("?", "?", n), el))] if spec.has_last else []
+    return args + [("d_begin", IndexType()), ("d_end", IndexType())]
+
+
+def _bc_indices(kind: str, group: SSAValue | None, b: SSAValue, d: SSAValue, i: SSAValue, n: SSAValue):
+    return {"const": [d, n], "shared": [b, i, n], "grouped": [b, group, i, n]}[kind]
+
+
+def selective_scan_recurrence(spec: SelectiveScanSpec, element: str = "f32") -> ModuleOp:
+    """`func.func @selective_scan` for `spec`, computing in `element` (f32, or f64)."""
+    if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
+        raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
+    args = _arguments(spec, element)
+    block = Block(arg_types=[t for _, t in args])
+    for value, (hint, _) in zip(block.args, args):
+        value.name_hint = hint
+    v = dict(zip((hint for hint, _ in args), block.args))
+    with ImplicitBuilder(block):
+        _kernel_body(spec, element, v)
+        func.ReturnOp()
+    fn = func.FuncOp("selective_scan", ([t for _, t in args], []), Region(block))
+    return ModuleOp([fn])
+
+
+def _kernel_body(spec: SelectiveScanSpec, element: str, v: dict[str, SSAValue]) -> None:
+    """Constants and sizes, then the (batch, channel) loops around one scan.recurrence."""
+    e = _Body(element_type(element))
+    c0, c1, c2 = e.index(0, "c0"), e.index(1, "c1"), e.index(2, "c2")
+    cN = e.index(spec.n, "cN")
+    k = {"c0": c0, "c1": c1, "cN": cN,
+         "zero": e.float(0.0, "zero"), "one": e.float(1.0, "one"), "twenty": e.float(20.0, "twenty")}
+    dim = lambda i, hint: _named(memref.DimOp(v["u"], i).result, hint)  # noqa: E731
+    batch, k["Dn"], length = dim(c0, "batch"), dim(c1, "Dn"), dim(c2, "len")
+    per: dict[str, SSAValue] = {}
+    for name, kind in (("B", spec.b_kind), ("C", spec.c_kind)):
+        if kind == "grouped":
+            groups = _named(memref.DimOp(v[name], c1).result, f"ng{name}")
+            per[name] = e.op(arith.DivUIOp, k["Dn"], groups, hint=f"per{name}")
+    state_type = memref_of((spec.n,), element)
+    state = _named(memref.AllocaOp.get(state_type.element_type, shape=[spec.n]).memref, "S")
+
+    def channel(b: SSAValue, d: SSAValue) -> None:
+        group = {name: e.op(arith.DivUIOp, d, p, hint=f"g{name}") for name, p in per.items()}
+        _initial_state(e, spec, v, k, state, b, d)
+        bd = e.load(v["bias"], [d], "bd") if spec.has_bias else None
+        dd = e.load(v["Dskip"], [d], "dd") if spec.has_d else None
+        coeffs = _coeffs_region(e, spec, v, k, state_type, b, d, group, bd)
+        emit = _emit_region(e, spec, v, k, state_type, b, d, group, dd)
+        scan.RecurrenceOp(c0, length, c1, state, coeffs, emit)
+        if spec.has_last:
+            _for(c0, cN, c1, "n", lambda n: memref.StoreOp.get(
+                e.load(state, [n], "v"), v["last"], [b, d, n]))
+
+    _for(c0, batch, c1, "b", lambda b: _for(v["d_begin"], v["d_end"], c1, "d", lambda d: channel(b, d)))
+
+
+def _initial_state(e: _Body, spec, v, k, state: SSAValue, b: SSAValue, d: SSAValue) -> None:
+    """S[n] = h0[b, d, n], or 0 without h0."""
+
+    def init(n: SSAValue) -> None:
+        value = e.load(v["h0"], [b, d, n], "v") if spec.has_h0 else k["zero"]
+        memref.StoreOp.get(value, state, [n])
+
+    _for(k["c0"], k["cN"], k["c1"], "n", init)
+
+
+def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd) -> Region:
+    """(a, b) at step i, state index n: exp(dt * A[d, n]) and B[.., i, n] * dt * u."""
+    block = Block(arg_types=[IndexType(), IndexType()])
+    i, n = block.args
+    i.name_hint, n.name_hint = "i", "k"
+    with ImplicitBuilder(block):
+        dt = e.load(v["delta"], [b, d, i], "dl")
+        if spec.has_bias:
+            dt = e.op(arith.AddfOp, dt, bd, hint="dlb")
+        if spec.softplus:
+            # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
+            ex = e.op(mathd.ExpOp, dt, hint="ex")
+            lp = e.op(mathd.Log1pOp, ex, hint="lp")
+            big = _named(arith.CmpfOp(dt, k["twenty"], "ogt").result, "big")
+            dt = _named(arith.SelectOp(big, dt, lp).result, "sp")
+        ak = e.load(v["A"], [d, n], "ak")
+        da = e.op(arith.MulfOp, dt, ak, hint="da")
+        a = e.op(mathd.ExpOp, da, hint="a")
+        bk = e.load(v["B"], _bc_indices(spec.b_kind, group.get("B"), b, d, i, n), "bk")
+        uu = e.load(v["u"], [b, d, i], "uu")
+        dtu = e.op(arith.MulfOp, dt, uu, hint="dtu")
+        x = e.op(arith.MulfOp, bk, dtu, hint="x")
+        scan.YieldOp(a, x)
+    return Region(block)
+
+
+def _emit_region(e: _Body, spec, v, k, state_type, b, d, group, dd) -> Region:
+    """out[b, d, i] = (C[.., i, :] . S  [+ Dskip[d] u]) [* silu(z)]."""
+    block = Block(arg_types=[IndexType(), state_type])
+    i, s = block.args
+    i.name_hint, s.name_hint = "i", "s"
+    with ImplicitBuilder(block):
+        y = _dot_c(e, spec, v, k, s, b, d, i, group)
+        if spec.has_d:
+            uu = e.load(v["u"], [b, d, i], "uu")
+            du = e.op(arith.MulfOp, dd, uu, hint="du")
+            y = e.op(arith.AddfOp, y, du, hint="yd")
+        if spec.has_z:
+            zz = e.load(v["z"], [b, d, i], "zz")
+            nz = e.op(arith.NegfOp, zz, hint="nz")
+            ez = e.op(mathd.ExpOp, nz, hint="ez")
+            den = e.op(arith.AddfOp, k["one"], ez, hint="den")
+            sz = e.op(arith.DivfOp, zz, den, hint="sz")
+            y = e.op(arith.MulfOp, y, sz, hint="yz")
+        memref.StoreOp.get(y, v["out"], [b, d, i])
+        scan.YieldOp()
+    return Region(block)
+
+
+def _dot_c(e: _Body, spec, v, k, s, b, d, i, group) -> SSAValue:
+    """sum over n of S[n] * C[.., i, n], as an scf.for reduction."""
+    block = Block(arg_types=[IndexType(), e.el])
+    n, acc = block.args
+    n.name_hint, acc.name_hint = "n", "acc"
+    with ImplicitBuilder(block):
+        hv = e.load(s, [n], "hv")
+        cv = e.load(v["C"], _bc_indices(spec.c_kind, group.get("C"), b, d, i, n), "cv")
+        pr = e.op(arith.MulfOp, hv, cv, hint="pr")
+        scf.YieldOp(e.op(arith.AddfOp, acc, pr, hint="acc2"))
+    loop = scf.ForOp(k["c0"], k["cN"], k["c1"], [k["zero"]], Region(block))
+    return _named(loop.results[0], "y")
+
+
+__all__ = ["BC_KINDS", "SelectiveScanSpec", "bc_type", "kernel_arguments", "selective_scan_recurrence"]  # re-exports

@@ -1,0 +1,172 @@
+"""The IR text generators the drivers used before the xDSL builders (issue 9), kept
+as the oracle of tests/test_workload_builders.py: the builders must print exactly what
+these texts parse and print to.  Only tests use them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def memref_type(shape: Sequence[int | str], element: str) -> str:
+    return "memref<" + "".join(f"{d}x" for d in shape) + element + ">"
+
+
+def affine_scan_ir(
+    shape: Sequence[int | str],
+    axis: int,
+    in_el: str,
+    state_el: str,
+    *,
+    init: bool = False,
+    final: bool = False,
+    reverse: bool = False,
+    name: str = "f",
+) -> str:
+    """`func.func @name(a, b, [init], h, [final])` holding one scan.affine."""
+    channels = [d for i, d in enumerate(shape) if i != axis]
+    t_in, t_h, t_c = (
+        memref_type(shape, in_el),
+        memref_type(shape, state_el),
+        memref_type(channels, state_el),
+    )
+    args, ins, outs = [f"%a: {t_in}", f"%b: {t_in}"], [t_in, t_in], [t_h]
+    op = "scan.affine %a, %b"
+    if init:
+        args.append(f"%h0: {t_c}")
+        ins.append(t_c)
+        op += " init %h0"
+    args.append(f"%h: {t_h}")
+    op += " into %h"
+    if final:
+        args.append(f"%hT: {t_c}")
+        outs.append(t_c)
+        op += " final %hT"
+    op += f" axis {axis}" + (" reverse" if reverse else "")
+    return (
+        f"func.func @{name}({', '.join(args)}) {{\n"
+        f"  {op} : {', '.join(ins)} -> {', '.join(outs)}\n"
+        "  func.return\n}\n"
+    )
+
+
+def _bc_type(kind: str, n: int) -> str:
+    return {"const": f"memref<?x{n}xf32>", "shared": f"memref<?x?x{n}xf32>", "grouped": f"memref<?x?x?x{n}xf32>"}[kind]
+
+
+def _bc_index(kind: str, name: str, i: str, n: str) -> str:
+    return {"const": f"{name}[%d, {n}]", "shared": f"{name}[%b, {i}, {n}]", "grouped": f"{name}[%b, %g{name[1:]}, {i}, {n}]"}[kind]
+
+
+def selective_scan_ir(spec) -> str:
+    """IR text of `func.func @selective_scan`: one scan.recurrence per (batch, channel).
+
+    Arguments (in order): u, delta (batch, D, L); A (D, N); B, C in the layout of their
+    kind with time before the state index ((batch, L, N), (batch, G, L, N)) or (D, N);
+    [D_skip (D,)]; [z (batch, D, L)]; [delta_bias (D,)]; [h0 (batch, D, N)]; out
+    (batch, D, L); [last (batch, D, N)]; d_begin, d_end (index): the channels to run.
+    """
+    N = spec.n
+    f = "f32"
+    m3 = "memref<?x?x?xf32>"
+    args = [f"%u: {m3}", f"%delta: {m3}", f"%A: memref<?x{N}xf32>", f"%B: {_bc_type(spec.b_kind, N)}",
+            f"%C: {_bc_type(spec.c_kind, N)}"]
+    args += ["%Dskip: memref<?xf32>"] if spec.has_d else []
+    args += [f"%z: {m3}"] if spec.has_z else []
+    args += ["%bias: memref<?xf32>"] if spec.has_bias else []
+    args += [f"%h0: memref<?x?x{N}xf32>"] if spec.has_h0 else []
+    args += [f"%out: {m3}"]
+    args += [f"%last: memref<?x?x{N}xf32>"] if spec.has_last else []
+    args += ["%d_begin: index", "%d_end: index"]
+    st = f"memref<{N}xf32>"
+    L: list[str] = []
+    e = L.append
+    e(f"func.func @selective_scan({', '.join(args)}) {{")
+    e("  %c0 = arith.constant 0 : index")
+    e("  %c1 = arith.constant 1 : index")
+    e("  %c2 = arith.constant 2 : index")
+    e(f"  %cN = arith.constant {N} : index")
+    e(f"  %zero = arith.constant 0.0 : {f}")
+    e(f"  %one = arith.constant 1.0 : {f}")
+    e(f"  %twenty = arith.constant 20.0 : {f}")
+    e(f"  %batch = memref.dim %u, %c0 : {m3}")
+    e(f"  %Dn = memref.dim %u, %c1 : {m3}")
+    e(f"  %len = memref.dim %u, %c2 : {m3}")
+    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
+        if kind == "grouped":
+            e(f"  %ng{name[1:]} = memref.dim {name}, %c1 : {_bc_type(kind, N)}")
+            e(f"  %per{name[1:]} = arith.divui %Dn, %ng{name[1:]} : index")
+    e(f"  %S = memref.alloca() : {st}")
+    e("  scf.for %b = %c0 to %batch step %c1 {")
+    e("    scf.for %d = %d_begin to %d_end step %c1 {")
+    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
+        if kind == "grouped":
+            e(f"      %g{name[1:]} = arith.divui %d, %per{name[1:]} : index")
+    e("      scf.for %n = %c0 to %cN step %c1 {")
+    if spec.has_h0:
+        e(f"        %v = memref.load %h0[%b, %d, %n] : memref<?x?x{N}xf32>")
+        e(f"        memref.store %v, %S[%n] : {st}")
+    else:
+        e(f"        memref.store %zero, %S[%n] : {st}")
+    e("      }")
+    if spec.has_bias:
+        e("      %bd = memref.load %bias[%d] : memref<?xf32>")
+    if spec.has_d:
+        e("      %dd = memref.load %Dskip[%d] : memref<?xf32>")
+    e(f"      scan.recurrence %c0 to %len step %c1 state(%S : {st}) coeffs {{")
+    e("      ^bb0(%i: index, %k: index):")
+    e(f"        %dl = memref.load %delta[%b, %d, %i] : {m3}")
+    dt = "%dl"
+    if spec.has_bias:
+        e(f"        %dlb = arith.addf %dl, %bd : {f}")
+        dt = "%dlb"
+    if spec.softplus:
+        # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
+        e(f"        %ex = math.exp {dt} : {f}")
+        e(f"        %lp = math.log1p %ex : {f}")
+        e(f"        %big = arith.cmpf ogt, {dt}, %twenty : {f}")
+        e(f"        %sp = arith.select %big, {dt}, %lp : {f}")
+        dt = "%sp"
+    e(f"        %ak = memref.load %A[%d, %k] : memref<?x{N}xf32>")
+    e(f"        %da = arith.mulf {dt}, %ak : {f}")
+    e(f"        %a = math.exp %da : {f}")
+    e(f"        %bk = memref.load {_bc_index(spec.b_kind, '%B', '%i', '%k')} : {_bc_type(spec.b_kind, N)}")
+    e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
+    e(f"        %dtu = arith.mulf {dt}, %uu : {f}")
+    e(f"        %x = arith.mulf %bk, %dtu : {f}")
+    e(f"        scan.yield %a, %x : {f}, {f}")
+    e("      } emit {")
+    e(f"      ^bb0(%i: index, %s: {st}):")
+    e(f"        %y = scf.for %n = %c0 to %cN step %c1 iter_args(%acc = %zero) -> ({f}) {{")
+    e(f"          %hv = memref.load %s[%n] : {st}")
+    e(f"          %cv = memref.load {_bc_index(spec.c_kind, '%C', '%i', '%n')} : {_bc_type(spec.c_kind, N)}")
+    e(f"          %pr = arith.mulf %hv, %cv : {f}")
+    e(f"          %acc2 = arith.addf %acc, %pr : {f}")
+    e(f"          scf.yield %acc2 : {f}")
+    e("        }")
+    y = "%y"
+    if spec.has_d:
+        e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
+        e(f"        %du = arith.mulf %dd, %uu : {f}")
+        e(f"        %yd = arith.addf %y, %du : {f}")
+        y = "%yd"
+    if spec.has_z:
+        e(f"        %zz = memref.load %z[%b, %d, %i] : {m3}")
+        e(f"        %nz = arith.negf %zz : {f}")
+        e(f"        %ez = math.exp %nz : {f}")
+        e(f"        %den = arith.addf %one, %ez : {f}")
+        e(f"        %sz = arith.divf %zz, %den : {f}")
+        e(f"        %yz = arith.mulf {y}, %sz : {f}")
+        y = "%yz"
+    e(f"        memref.store {y}, %out[%b, %d, %i] : {m3}")
+    e("        scan.yield")
+    e("      }")
+    if spec.has_last:
+        e("      scf.for %n = %c0 to %cN step %c1 {")
+        e(f"        %v = memref.load %S[%n] : {st}")
+        e(f"        memref.store %v, %last[%b, %d, %n] : memref<?x?x{N}xf32>")
+        e("      }")
+    e("    }")
+    e("  }")
+    e("  func.return")
+    e("}")
+    return "\n".join(L) + "\n"

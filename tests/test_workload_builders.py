@@ -1,0 +1,159 @@
+"""One builder per workload (issue 9): the drivers' kernels are built with xDSL in
+`scanweaver/workloads/`, their argument lists read from the built signature, and no
+module of the package writes IR with format strings.
+
+The builders replaced f-string generators; `legacy_ir.py` keeps those as the oracle:
+for every option, the built module prints exactly what the old text parses and prints
+to (same ops, same order, same types, same value names).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+import legacy_ir
+import scanweaver
+from scanweaver.ir import parse_ir, print_ir
+from scanweaver.runtime import kernel_ir as kir
+from scanweaver.workloads.affine import affine_scan
+from scanweaver.workloads.selective import kernel_arguments, selective_scan_recurrence
+from scanweaver.workloads.specs import SelectiveScanSpec
+
+AFFINE_CASES = [
+    (shape, axis, ie, se, init, final, reverse)
+    for shape, axis in ((("?", "?"), 1), ((3, 6), 1), ((5, 2), 0), (("?", "?", "?"), 0), ((4, "?"), 1))
+    for ie, se in (("f32", "f32"), ("f16", "f32"), ("f64", "f64"), ("i32", "i32"), ("i64", "i64"))
+    for init, final, reverse in itertools.product((False, True), repeat=3)
+]
+
+
+@pytest.mark.parametrize("shape,axis,ie,se,init,final,reverse", AFFINE_CASES[::5])
+def test_affine_builder_prints_the_old_text(shape, axis, ie, se, init, final, reverse):
+    old = legacy_ir.affine_scan_ir(shape, axis, ie, se, init=init, final=final, reverse=reverse, name="affine")
+    new = affine_scan(shape, axis, ie, se, init=init, final=final, reverse=reverse, name="affine")
+    new.verify()
+    assert print_ir(new) == print_ir(parse_ir(old))
+
+
+def _specs():
+    for n in (1, 16):
+        for b_kind, c_kind in itertools.product(("const", "shared", "grouped"), repeat=2):
+            for flags in itertools.product((False, True), repeat=6):
+                yield SelectiveScanSpec(n, b_kind, c_kind, *flags)
+
+
+SPECS = list(_specs())
+
+
+def _old_arguments(spec: SelectiveScanSpec) -> list[int | str]:
+    """The hand-kept argument list the CPU driver had before (ranks, then indices)."""
+    rank = {"const": 2, "shared": 3, "grouped": 4}
+    args = [3, 3, 2, rank[spec.b_kind], rank[spec.c_kind]] + [1] * spec.has_d + [3] * spec.has_z
+    return args + [1] * spec.has_bias + [3] * spec.has_h0 + [3] + [3] * spec.has_last + ["index", "index"]
+
+
+@pytest.mark.parametrize("element", ["f32", "f64"])
+def test_selective_builder_prints_the_old_text(element):
+    # every 11th of the 1152 combinations (11 is prime to the 64 flag sets and 9 layout
+    # pairs, so each layout and flag shows up): the old module, the old argument list
+    for spec in SPECS[::11]:
+        old = legacy_ir.selective_scan_ir(spec)
+        if element == "f64":
+            old = old.replace("f32", "f64")  # what the torch f64 kernels did with the text
+        module = selective_scan_recurrence(spec, element)
+        module.verify()
+        assert print_ir(module) == print_ir(parse_ir(old)), spec
+        (fn,) = module.body.block.ops
+        assert list(kernel_arguments(fn)) == _old_arguments(spec), spec
+
+
+def test_kernel_ir_comes_back_from_the_disk_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCANWEAVER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(kir, "_MEMO", {})
+    spec = SelectiveScanSpec(4, "shared", "grouped", True, False, True, True, False, True)
+    built = kir.kernel_ir("selective", spec=spec)
+    assert built.name == "selective_scan" and built.args == tuple(_old_arguments(spec))
+    assert built.text == print_ir(selective_scan_recurrence(spec))
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("rebuilt although cached")
+
+    monkeypatch.setattr(kir, "_MEMO", {})
+    monkeypatch.setattr(kir, "_build_entry", no_build)
+    assert kir.kernel_ir("selective", spec=spec) == built
+    with pytest.raises(AssertionError, match="rebuilt"):  # other options: a miss
+        kir.kernel_ir("selective", spec=SelectiveScanSpec(5, "const", "const", *[False] * 6))
+
+
+def test_affine_kernel_arguments_follow_the_signature(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCANWEAVER_CACHE_DIR", str(tmp_path))
+    for init, final in itertools.product((False, True), repeat=2):
+        ir = kir.kernel_ir("affine", shape=("?", "?", "?"), axis=2, in_el="f32", state_el="f32",
+                           init=init, final=final, reverse=False, name="affine")
+        assert ir.args == (3, 3) + (2,) * init + (3,) + (2,) * final
+
+
+# ------------------------------------------------------------ no IR from format strings
+
+PACKAGE = Path(scanweaver.__file__).parent
+# IR syntax: an op applied to SSA values, a func/module header, a memref type, a block label
+IR_TEXT = re.compile(
+    r"func\.func\s*@|\b(arith|memref|scf|scan|math|vector|llvm|gpu|func)\.[a-z_]+\b[^'\n]*%"
+    r"|memref<|\^bb\d|\bbuiltin\.module\b|= (arith|memref|scf|scan|math)\."
+)
+# Formatted strings that quote IR inside a message are not IR being built.
+MESSAGE_CALLS = ("Error", "Exception", "Warning", "warn", "print", "append", "CannotLower", "Unsupported",
+                 "NotAssociative", "_Reject")
+# The calling layer's readable name of a parsed argument type (messages, not code to compile).
+ALLOWED = {("runtime/cpu.py", "MemRef.__str__")}
+
+
+def _formatted_ir(path: Path, package: Path = PACKAGE) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def context(node) -> tuple[bool, str]:
+        where, p = [], parents.get(node)
+        message = False
+        while p is not None:
+            if isinstance(p, ast.Raise):
+                message = True
+            if isinstance(p, ast.Call):
+                f = p.func
+                name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")
+                message |= name.endswith(MESSAGE_CALLS)
+            if isinstance(p, (ast.FunctionDef, ast.ClassDef)):
+                where.append(p.name)
+            p = parents.get(p)
+        return message, ".".join(reversed(where))
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            literal = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+            if not IR_TEXT.search(literal):
+                continue
+            message, where = context(node)
+            if not message and (str(path.relative_to(package)), where) not in ALLOWED:
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno} ({where}): {literal[:60]!r}")
+    return found
+
+
+def test_the_checker_finds_formatted_ir(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        'def ir(el):\n    return f"func.func @f(%a: memref<?x{el}>) {{}}"\n'
+        'def msg(x):\n    raise ValueError(f"scan.yield %a : {x} is wrong")\n'
+    )
+    found = _formatted_ir(probe, tmp_path)
+    assert len(found) == 1 and "(ir)" in found[0]
+
+
+def test_no_ir_built_from_format_strings():
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _formatted_ir(path)]
+    assert not found, "IR written with format strings (use the xDSL builders):\n" + "\n".join(found)
