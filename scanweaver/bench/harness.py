@@ -113,6 +113,7 @@ SPEED_BAR = {
     },
     "selective-grad b=1 D=256 N=16 D+z+delta_bias+softplus L=2048": {
         "torch-ref-autograd": 20.0,
+        "jax-lax-scan-grad": 3.0,
         "backward_over_forward": 2.5,  # at most: VJP time / forward time (same run)
     },
 }
@@ -367,6 +368,7 @@ class Options:
     tolerance: float = TOLERANCE
     seed: int = 0
     settle_s: float = 0.2
+    grad_memory: bool = True  # peak memory of selective-grad peers (one child process each)
 
 
 def run_benchmark(
@@ -420,6 +422,15 @@ def run_benchmark(
         entry["results"] = _run_case(case_peers, case, inp, ref, nbytes, denominator, options, too_slow)
         for peer in case_peers:
             progress("  " + _describe(peer.name, entry["results"][peer.name]))
+        if case.workload == "selective-grad" and options.grad_memory:
+            from scanweaver.bench import grad_memory
+
+            entry["peak_memory"] = {}
+            for peer in case_peers:  # each in a fresh process, after the timings
+                if peer.name != "scanweaver-cpu-backward" and entry["results"][peer.name].get("status") == "ok":
+                    entry["peak_memory"][peer.name] = m = grad_memory.measure(peer.name, case.params)
+                    progress(f"  peak memory {peer.name}: " + (f"{m['extra_bytes'] / 2**20:.1f} MiB extra"
+                                                               if m["status"] == "ok" else m["reason"]))
         sw = entry["results"].get("scanweaver-cpu", {})
         entry["ratios"] = {
             name: r["median_s"] / sw["median_s"]
@@ -585,7 +596,11 @@ def write_outputs(result: dict[str, Any], out_dir: Path, name: str, readme: bool
         paths["readme"] = out_dir / "README.md"
         from scanweaver.bench.gpu_check import readme_section
 
-        paths["readme"].write_text(plots.readme_text(result) + "\n" + readme_section(results_dir))
+        from scanweaver.bench.grad_memory import readme_section as memory_section
+
+        memory = memory_section(result)
+        paths["readme"].write_text(plots.readme_text(result) + "\n" + (memory + "\n" if memory else "")
+                                   + readme_section(results_dir))
     return paths
 
 
