@@ -599,7 +599,11 @@ def write_outputs(result: dict[str, Any], out_dir: Path, name: str, readme: bool
         from scanweaver.bench.grad_memory import readme_section as memory_section
 
         memory = memory_section(result)
-        paths["readme"].write_text(plots.readme_text(result) + "\n" + (memory + "\n" if memory else "")
+        text = plots.readme_text(result)
+        if result.get("note"):  # --note: the conditions of the run, after the method paragraph
+            head, sep, tail = text.partition("\n\nMachine:")
+            text = head + "\n\n" + result["note"] + sep + tail
+        paths["readme"].write_text(text + "\n" + (memory + "\n" if memory else "")
                                    + readme_section(results_dir))
     return paths
 
@@ -622,6 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--peers", help="comma-separated peer names to run (default: all available)")
     parser.add_argument("--no-readme", action="store_true", help="do not regenerate README.md")
     parser.add_argument("--reps", type=int, help="maximum timed runs per measurement")
+    parser.add_argument("--note", help="a sentence on the run's conditions, written into the README")
     args = parser.parse_args(argv)
     cases = full_grid() if args.full else short_grid()
     if args.only:
@@ -640,6 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.policy.min_reps = min(options.policy.min_reps, options.policy.max_reps)
     name = args.name or f"{'gpu' if gpu_available() else 'cpu'}-{'full' if args.full else 'short'}"
     result = run_benchmark(cases, peers, options)
+    result["note"] = args.note
     paths = write_outputs(result, args.out, name, readme=not args.no_readme)
     for label, rows in result["speed_bar"].items():
         for what, row in rows.items():
