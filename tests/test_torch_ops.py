@@ -63,20 +63,55 @@ def test_gradcheck_kernel_options(b_layout, c_layout, z, softplus):
     _gradcheck(make_inputs(b_layout, c_layout, D=True, z=z, bias=True), softplus=softplus, last=True)
 
 
+def _initial_state(dtype, seed=5):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(BATCH, DIM, N, dtype=dtype, generator=gen).requires_grad_()
+
+
+def test_gradcheck_initial_state():
+    """initial_state (h0) gets its gradient (dh0 = a_1 * lambda_1), in float64 against
+    finite differences, with the other inputs' gradients and the last state."""
+    args = make_inputs("shared", "const", D=True, z=True, bias=True) + [_initial_state(torch.float64)]
+
+    def f(*xs):
+        return selective_scan_fn(*xs[:8], delta_softplus=True, return_last_state=True, initial_state=xs[8])
+
+    assert torch.autograd.gradcheck(f, args, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def test_initial_state_continues_a_split_sequence():
+    """Scanning the first half, then the second half from its last state, is the scan of
+    the whole sequence (what chunked / streaming inference relies on)."""
+    args = [a.detach() for a in make_inputs("shared", "shared", D=True, z=True, bias=True)]
+    u, delta, A, B, C, D, z, bias = args
+    whole, last = selective_scan_fn(*args, delta_softplus=True, return_last_state=True)
+    k = L // 2
+    cut = lambda x, s: x[..., s] if x.dim() == 3 else x  # noqa: E731
+    part = lambda s, h0=None: selective_scan_fn(  # noqa: E731
+        cut(u, s), cut(delta, s), A, cut(B, s), cut(C, s), D, cut(z, s), bias,
+        delta_softplus=True, return_last_state=True, initial_state=h0)
+    first, mid = part(slice(0, k))
+    second, end = part(slice(k, L), mid)
+    torch.testing.assert_close(torch.cat([first, second], dim=-1), whole)
+    torch.testing.assert_close(end, last)
+
+
 # float32 tests share one compiled kernel (with the training test): shared B and C, z, softplus
 F32 = dict(b_layout="shared", c_layout="shared", dtype=torch.float32)
 
 
-def test_float32_grads_match_autograd_through_reference():
-    args = make_inputs(**F32, seed=3)
-    out, last = selective_scan_fn(*args, delta_softplus=True, return_last_state=True)
-    ref, ref_last = selective_scan_ref(*args, delta_softplus=True, return_last_state=True)
+@pytest.mark.parametrize("with_h0", [False, True])
+def test_float32_grads_match_autograd_through_reference(with_h0):
+    args = make_inputs(**F32, seed=3) + ([_initial_state(torch.float32)] if with_h0 else [])
+    h0 = args[8] if with_h0 else None
+    out, last = selective_scan_fn(*args[:8], delta_softplus=True, return_last_state=True, initial_state=h0)
+    ref, ref_last = selective_scan_ref(*args[:8], delta_softplus=True, return_last_state=True, initial_state=h0)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(last, ref_last, rtol=1e-5, atol=1e-5)
     g, gl = torch.randn_like(out), torch.randn_like(last)
     ours = torch.autograd.grad((out * g).sum() + (last * gl).sum(), args)
     theirs = torch.autograd.grad((ref * g).sum() + (ref_last * gl).sum(), args)
-    for name, x, y in zip("u delta A B C D z delta_bias".split(), ours, theirs):
+    for name, x, y in zip("u delta A B C D z delta_bias initial_state".split(), ours, theirs):
         assert x.dtype == y.dtype and x.shape == y.shape, name
         err = (x - y).abs().max().item() / y.abs().max().item()
         assert err <= 1e-4, f"d{name}: relative error {err}"
@@ -108,6 +143,9 @@ def test_opcheck():
     last = torch.randn(BATCH, DIM, N)  # noqa: F841 - the bwd op's inputs
     plain = [a.detach() if a is not None else None for a in args]
     torch.library.opcheck(torch.ops.scanweaver.selective_scan_bwd.default, (*plain, True, out, last))
+    h0 = _initial_state(torch.float32)
+    torch.library.opcheck(torch.ops.scanweaver.selective_scan_fwd.default, (*args, True, h0))
+    torch.library.opcheck(torch.ops.scanweaver.selective_scan_bwd.default, (*plain, True, out, last, h0.detach()))
     f64 = dict(dtype=torch.float64, requires_grad=True)
     a, b, h0 = torch.rand(3, 8, **f64), torch.randn(3, 8, **f64), torch.randn(3, **f64)
     torch.library.opcheck(torch.ops.scanweaver.linear_scan_fwd.default, (a, b, h0, False))
@@ -160,6 +198,10 @@ def test_bad_inputs_name_the_argument():
         selective_scan_fn(u.to_sparse(), delta, A, B, C)
     with pytest.raises(ScanWeaverTypeError, match="'D' must be a torch.Tensor"):
         selective_scan_fn(u, delta, A, B, C, D=[1.0] * DIM)
+    with pytest.raises(ScanWeaverValueError, match="'initial_state' has shape"):
+        selective_scan_fn(u, delta, A, B, C, initial_state=torch.zeros(BATCH, DIM, N + 1))
+    with pytest.raises(ScanWeaverTypeError, match="'initial_state' has dtype"):
+        selective_scan_fn(u, delta, A, B, C, initial_state=torch.zeros(BATCH, DIM, N, dtype=torch.int32))
     with pytest.raises(ScanWeaverTypeError, match="'h0'.*one dtype"):
         linear_scan(torch.rand(2, 3), torch.rand(2, 3), torch.rand(2, dtype=torch.float64))
     with pytest.raises(ScanWeaverTypeError, match="'a' has dtype torch.int32"):

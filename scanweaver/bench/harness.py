@@ -113,6 +113,7 @@ SPEED_BAR = {
     },
     "selective-grad b=1 D=256 N=16 D+z+delta_bias+softplus L=2048": {
         "torch-ref-autograd": 20.0,
+        "jax-lax-scan-grad": 3.0,
         "backward_over_forward": 2.5,  # at most: VJP time / forward time (same run)
     },
 }
@@ -367,6 +368,7 @@ class Options:
     tolerance: float = TOLERANCE
     seed: int = 0
     settle_s: float = 0.2
+    grad_memory: bool = True  # peak memory of selective-grad peers (one child process each)
 
 
 def run_benchmark(
@@ -420,6 +422,15 @@ def run_benchmark(
         entry["results"] = _run_case(case_peers, case, inp, ref, nbytes, denominator, options, too_slow)
         for peer in case_peers:
             progress("  " + _describe(peer.name, entry["results"][peer.name]))
+        if case.workload == "selective-grad" and options.grad_memory:
+            from scanweaver.bench import grad_memory
+
+            entry["peak_memory"] = {}
+            for peer in case_peers:  # each in a fresh process, after the timings
+                if peer.name != "scanweaver-cpu-backward" and entry["results"][peer.name].get("status") == "ok":
+                    entry["peak_memory"][peer.name] = m = grad_memory.measure(peer.name, case.params)
+                    progress(f"  peak memory {peer.name}: " + (f"{m['extra_bytes'] / 2**20:.1f} MiB extra"
+                                                               if m["status"] == "ok" else m["reason"]))
         sw = entry["results"].get("scanweaver-cpu", {})
         entry["ratios"] = {
             name: r["median_s"] / sw["median_s"]
@@ -585,7 +596,15 @@ def write_outputs(result: dict[str, Any], out_dir: Path, name: str, readme: bool
         paths["readme"] = out_dir / "README.md"
         from scanweaver.bench.gpu_check import readme_section
 
-        paths["readme"].write_text(plots.readme_text(result) + "\n" + readme_section(results_dir))
+        from scanweaver.bench.grad_memory import readme_section as memory_section
+
+        memory = memory_section(result)
+        text = plots.readme_text(result)
+        if result.get("note"):  # --note: the conditions of the run, after the method paragraph
+            head, sep, tail = text.partition("\n\nMachine:")
+            text = head + "\n\n" + result["note"] + sep + tail
+        paths["readme"].write_text(text + "\n" + (memory + "\n" if memory else "")
+                                   + readme_section(results_dir))
     return paths
 
 
@@ -607,6 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--peers", help="comma-separated peer names to run (default: all available)")
     parser.add_argument("--no-readme", action="store_true", help="do not regenerate README.md")
     parser.add_argument("--reps", type=int, help="maximum timed runs per measurement")
+    parser.add_argument("--note", help="a sentence on the run's conditions, written into the README")
     args = parser.parse_args(argv)
     cases = full_grid() if args.full else short_grid()
     if args.only:
@@ -625,6 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.policy.min_reps = min(options.policy.min_reps, options.policy.max_reps)
     name = args.name or f"{'gpu' if gpu_available() else 'cpu'}-{'full' if args.full else 'short'}"
     result = run_benchmark(cases, peers, options)
+    result["note"] = args.note
     paths = write_outputs(result, args.out, name, readme=not args.no_readme)
     for label, rows in result["speed_bar"].items():
         for what, row in rows.items():

@@ -520,6 +520,86 @@ def _torch_selective_grad(inp: dict) -> Prepared:
     return Prepared(run, flat_grads)
 
 
+def _shared_bc_only(inp: dict) -> None:
+    if inp["B"].ndim != 3 or inp["C"].ndim != 3:
+        raise RuntimeError("peer written for shared (batch, N, L) B and C")
+
+
+def _jax_selective_grad(inp: dict) -> Prepared:
+    """jax.vjp of a jitted lax.scan over time with the discretisation in the step (what a
+    JAX user writes: exp(dt*A) and dt*u*B per step, no (batch, D, L, N) inputs)."""
+    import jax
+    import jax.numpy as jnp
+
+    _shared_bc_only(inp)
+    keys = [k for k in GRAD_ORDER if inp.get(k) is not None]
+    softplus = inp["delta_softplus"]
+
+    def forward(x):
+        u, delta, A, B, C = (x[k] for k in ("u", "delta", "A", "B", "C"))
+        dt = delta + x["delta_bias"][:, None] if "delta_bias" in x else delta
+        if softplus:
+            dt = jnp.where(dt > 20.0, dt, jax.nn.softplus(dt))
+
+        def step(h, xs):
+            dt_t, u_t, B_t, C_t = xs  # (batch, D), (batch, D), (batch, N), (batch, N)
+            h = jnp.exp(dt_t[..., None] * A) * h + (dt_t * u_t)[..., None] * B_t[:, None, :]
+            return h, jnp.einsum("bdn,bn->bd", h, C_t)
+
+        time_major = [jnp.moveaxis(v, -1, 0) for v in (dt, u, B, C)]
+        h0 = jnp.zeros((u.shape[0], u.shape[1], A.shape[1]), u.dtype)
+        out = jnp.moveaxis(jax.lax.scan(step, h0, time_major)[1], 0, -1)
+        if "D" in x:
+            out = out + u * x["D"][:, None]
+        if "z" in x:
+            out = out * jax.nn.silu(x["z"])
+        return out
+
+    grads = jax.jit(lambda x, g: jax.vjp(forward, x)[1](g)[0])
+    x = {k: jnp.asarray(inp[k]) for k in keys}
+    g = jnp.asarray(inp["g"])
+
+    def run():
+        return jax.block_until_ready(grads(x, g))
+
+    def result(d):
+        return np.concatenate([np.asarray(d[k], np.float64).ravel() for k in keys])
+
+    return Prepared(run, result, compile=run)
+
+
+def _mambapy_selective_grad(inp: dict) -> Prepared:
+    """Autograd through mambapy's selective scan (materialised deltaA and deltaB*u, its
+    parallel pscan with pscan's own backward)."""
+    import torch
+    import torch.nn.functional as F
+    from mambapy.pscan import pscan
+
+    _shared_bc_only(inp)
+    L = inp["u"].shape[2]
+    if L & (L - 1):
+        raise RuntimeError("mambapy pscan needs a power-of-two length")
+    t = {k: torch.from_numpy(inp[k]).requires_grad_() for k in GRAD_ORDER if inp.get(k) is not None}
+    g = torch.from_numpy(inp["g"])
+
+    def run():
+        delta = t["delta"] + t["delta_bias"][:, None] if "delta_bias" in t else t["delta"]
+        if inp["delta_softplus"]:
+            delta = F.softplus(delta)
+        dl = delta.transpose(1, 2)  # (B, L, D)
+        deltaA = torch.exp(dl.unsqueeze(-1) * t["A"])  # (B, L, D, N)
+        BX = (dl * t["u"].transpose(1, 2)).unsqueeze(-1) * t["B"].transpose(1, 2).unsqueeze(2)
+        hs = pscan(deltaA, BX)
+        y = (hs @ t["C"].transpose(1, 2).unsqueeze(-1)).squeeze(3).transpose(1, 2)  # (B, D, L)
+        if "D" in t:
+            y = y + t["u"] * t["D"][:, None]
+        if "z" in t:
+            y = y * F.silu(t["z"])
+        return torch.autograd.grad(y, list(t.values()), g)
+
+    return Prepared(run, flat_grads)
+
+
 # Elements of the largest (batch, D, L, N) array a materialising peer may build.
 _MATERIALISE_LIMIT = 1 << 27
 
@@ -561,6 +641,11 @@ def default_peers() -> list[Peer]:
         Peer("torch-ref-autograd", "selective-grad", _torch_selective_grad, ("torch",),
              max_elements=_MATERIALISE_LIMIT, max_seconds=30.0,
              note="autograd through Mamba's selective_scan_ref, eager loop over time"),
+        Peer("jax-lax-scan-grad", "selective-grad", _jax_selective_grad, ("jax",), max_seconds=30.0,
+             note="jit(jax.vjp) of lax.scan over time, discretisation in the step"),
+        Peer("mambapy-pscan-grad", "selective-grad", _mambapy_selective_grad, ("torch", "mambapy"),
+             max_elements=_MATERIALISE_LIMIT, max_seconds=30.0,
+             note="autograd through mambapy's pscan (deltaA, deltaB*u materialised)"),
     ]
 
 

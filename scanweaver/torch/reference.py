@@ -16,7 +16,7 @@ def _at_step(M: torch.Tensor, t: int, dim: int) -> torch.Tensor:
 
 
 def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                       return_last_state=False):
+                       return_last_state=False, initial_state=None):
     """shared/DESIGN.md section 2 with torch ops, one step at a time (autograd-friendly)."""
     dtype_in = u.dtype
     ct = torch.float64 if u.dtype == torch.float64 else torch.float32
@@ -25,7 +25,7 @@ def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     if delta_softplus:
         dt = F.softplus(dt)
     batch, dim, L = u.shape
-    h = u.new_zeros((batch, dim, A.shape[1]))
+    h = u.new_zeros((batch, dim, A.shape[1])) if initial_state is None else initial_state.to(ct)
     ys = []
     for t in range(L):
         d = dt[:, :, t, None]

@@ -43,12 +43,14 @@ def _from_kernel_layout(x: np.ndarray) -> np.ndarray:
     return x if x.ndim == 2 else np.ascontiguousarray(np.swapaxes(x, -1, -2))
 
 
-def _spec(N: int, B: torch.Tensor, C: torch.Tensor, has_z: bool, softplus: bool) -> SelectiveScanSpec:
-    return SelectiveScanSpec(N, _kind(B), _kind(C), True, has_z, True, bool(softplus), False, True)
+def _spec(N: int, B: torch.Tensor, C: torch.Tensor, has_z: bool, softplus: bool,
+          has_h0: bool = False) -> SelectiveScanSpec:
+    return SelectiveScanSpec(N, _kind(B), _kind(C), True, has_z, True, bool(softplus), has_h0, True)
 
 
-def _arrays(u, delta, A, B, C, D, z, delta_bias):
-    """numpy views in the compute dtype, B and C in the kernel's layout, D/bias filled."""
+def _arrays(u, delta, A, B, C, D, z, delta_bias, h0=None):
+    """numpy views in the compute dtype, B and C in the kernel's layout, D/bias filled,
+    then the initial state when given."""
     dt = _compute_dtype(u)
     Dn = u.shape[1]
     arrs = [_checks.view(u, dt), _checks.view(delta, dt), _checks.view(A, dt),
@@ -56,6 +58,7 @@ def _arrays(u, delta, A, B, C, D, z, delta_bias):
             _checks.view(D, dt) if D is not None else np.zeros(Dn, dt)]
     arrs += [_checks.view(z, dt)] if z is not None else []
     arrs += [_checks.view(delta_bias, dt) if delta_bias is not None else np.zeros(Dn, dt)]
+    arrs += [_checks.view(h0, dt)] if h0 is not None else []
     return dt, arrs
 
 
@@ -78,15 +81,17 @@ def _require_cuda() -> None:
 def selective_scan_fwd(
     u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
     D: Optional[torch.Tensor], z: Optional[torch.Tensor], delta_bias: Optional[torch.Tensor],
-    delta_softplus: bool,
+    delta_softplus: bool, initial_state: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out in u's dtype, last state (batch, D, N) in the compute dtype)."""
     if u.device.type == "cuda":
-        return _forward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+        return _forward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state)
     batch, Dn, L = u.shape
     N = A.shape[1]
-    dt, arrs = _arrays(u, delta, A, B, C, D, z, delta_bias)
-    kernel = _kernels.selective_forward(_spec(N, B, C, z is not None, delta_softplus), dt == np.float64)
+    h0 = initial_state
+    dt, arrs = _arrays(u, delta, A, B, C, D, z, delta_bias, h0)
+    kernel = _kernels.selective_forward(_spec(N, B, C, z is not None, delta_softplus, h0 is not None),
+                                        dt == np.float64)
     out = np.empty((batch, Dn, L), dt)
     last = np.empty((batch, Dn, N), dt)
     threads, parts = _tasks(Dn, batch * Dn * L * N, 4)
@@ -94,18 +99,18 @@ def selective_scan_fwd(
     return torch.from_numpy(out).to(u.dtype), torch.from_numpy(last)
 
 
-def _forward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+def _forward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state=None):
     _require_cuda()
     from scanweaver.runtime.cuda_scan import selective_scan_cuda
 
     f32 = lambda x: None if x is None else x.detach().float().contiguous()  # noqa: E731
     out, last = selective_scan_cuda(f32(u), f32(delta), f32(A), f32(B), f32(C), f32(D), f32(z),
-                                    f32(delta_bias), delta_softplus, True, None)
+                                    f32(delta_bias), delta_softplus, True, f32(initial_state))
     return torch.as_tensor(out, device=u.device).to(u.dtype), torch.as_tensor(last, device=u.device)
 
 
 @selective_scan_fwd.register_fake
-def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state=None):
     dt = torch.float64 if u.dtype == torch.float64 else torch.float32
     return u.new_empty(u.shape), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=dt)
 
@@ -118,9 +123,12 @@ def selective_scan_bwd(
     u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
     D: Optional[torch.Tensor], z: Optional[torch.Tensor], delta_bias: Optional[torch.Tensor],
     delta_softplus: bool, dout: torch.Tensor, dlast: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) in the inputs' dtypes;
-    dD / dz / ddelta_bias are empty tensors when D / z / delta_bias are None."""
+    initial_state: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+           torch.Tensor, torch.Tensor]:
+    """Gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dinitial_state) in the
+    inputs' dtypes; dD / dz / ddelta_bias / dinitial_state are empty tensors when D / z /
+    delta_bias / initial_state are None."""
     if u.device.type == "cuda":
         raise BackendUnavailableError(
             "selective_scan_fn backward on CUDA tensors is not available yet (the VJP runs on the CPU "
@@ -128,14 +136,16 @@ def selective_scan_bwd(
         )
     batch, Dn, L = u.shape
     N = A.shape[1]
-    dt, arrs = _arrays(u, delta, A, B, C, D, z, delta_bias)
-    kernel = _kernels.selective_vjp(_spec(N, B, C, z is not None, delta_softplus), dt == np.float64)
+    h0 = initial_state
+    dt, arrs = _arrays(u, delta, A, B, C, D, z, delta_bias, h0)
+    kernel = _kernels.selective_vjp(_spec(N, B, C, z is not None, delta_softplus, h0 is not None),
+                                    dt == np.float64)
     g_out = _checks.view(dout, dt).copy()  # consumed by the VJP
     g_last = _checks.view(dlast, dt).copy()
     out_scratch = np.empty((batch, Dn, L), dt)  # primal outputs: never read by the VJP
     last_scratch = np.empty((batch, Dn, N), dt)
     shared = [np.zeros_like(arrs[0]), np.zeros_like(arrs[1]), np.zeros_like(arrs[2])]
-    tail = [np.zeros_like(a) for a in arrs[5:]]  # dD, [dz], dbias
+    tail = [np.zeros_like(a) for a in arrs[5:]]  # dD, [dz], dbias, [dh0]
     threads, parts = _tasks(Dn, batch * Dn * L * N, 1)
     # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
     private = [_kind(B) != "const", _kind(C) != "const"]
@@ -150,7 +160,8 @@ def selective_scan_bwd(
     dC = _from_kernel_layout(sum(dBC[1][1:], dBC[1][0]) if private[1] else dBC[1][0])
     dD = tail[0]
     dz = tail[1] if z is not None else None
-    dbias = tail[-1]
+    dbias = tail[-2] if h0 is not None else tail[-1]
+    dh0 = tail[-1] if h0 is not None else None
 
     def back(g, like):
         if like is None:
@@ -158,38 +169,39 @@ def selective_scan_bwd(
         return torch.from_numpy(np.ascontiguousarray(g)).to(like.dtype)
 
     return (back(shared[0], u), back(shared[1], delta), back(shared[2], A), back(dB, B), back(dC, C),
-            back(dD, D), back(dz, z), back(dbias, delta_bias))
+            back(dD, D), back(dz, z), back(dbias, delta_bias), back(dh0, h0))
 
 
 @selective_scan_bwd.register_fake
-def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast):
+def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast, initial_state=None):
     like = lambda x: u.new_empty((0,)) if x is None else torch.empty_like(x)  # noqa: E731
     return (torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), torch.empty_like(B),
-            torch.empty_like(C), like(D), like(z), like(delta_bias))
+            torch.empty_like(C), like(D), like(z), like(delta_bias), like(initial_state))
 
 
 def _setup_context(ctx, inputs, output):
-    u, delta, A, B, C, D, z, delta_bias, delta_softplus = inputs
-    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state = inputs
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, initial_state)
     ctx.delta_softplus = delta_softplus
     ctx.last_shape = output[1].shape
     ctx.last_dtype = output[1].dtype
 
 
 def _backward(ctx, dout, dlast):
-    u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
+    u, delta, A, B, C, D, z, delta_bias, h0 = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(u)
     if dlast is None:
         dlast = u.new_zeros(ctx.last_shape, dtype=ctx.last_dtype)
     grads = torch.ops.scanweaver.selective_scan_bwd(
-        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast.to(ctx.last_dtype)
+        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast.to(ctx.last_dtype), h0
     )
-    du, ddelta, dA, dB, dC, dD, dz, dbias = grads
+    du, ddelta, dA, dB, dC, dD, dz, dbias, dh0 = grads
     need = ctx.needs_input_grad
     pick = lambda g, i, present=True: g if (present and need[i]) else None  # noqa: E731
     return (pick(du, 0), pick(ddelta, 1), pick(dA, 2), pick(dB, 3), pick(dC, 4),
-            pick(dD, 5, D is not None), pick(dz, 6, z is not None), pick(dbias, 7, delta_bias is not None), None)
+            pick(dD, 5, D is not None), pick(dz, 6, z is not None), pick(dbias, 7, delta_bias is not None), None,
+            pick(dh0, 9, h0 is not None))
 
 
 selective_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -199,7 +211,8 @@ selective_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def selective_scan_fn(
-    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
+    initial_state=None,
 ):
     """Mamba's selective scan, differentiable: drop-in for mamba_ssm's selective_scan_fn.
 
@@ -207,7 +220,9 @@ def selective_scan_fn(
     (batch, G, N, L) with G dividing D; D, delta_bias: (D,).  Returns out (batch, D, L)
     in u's dtype, and with return_last_state also the state after the last step
     (batch, D, N), float32 (float64 for float64 inputs).  Math is float32 for float32,
-    float16 and bfloat16 inputs, float64 for float64 inputs.
+    float16 and bfloat16 inputs, float64 for float64 inputs.  initial_state (an addition
+    to mamba_ssm's signature, keyword or last): the state before the first step
+    (batch, D, N), zeros when None; it gets a gradient like the other inputs.
     """
     u = _checks.tensor("u", u)
     delta, A = _checks.tensor("delta", delta), _checks.tensor("A", A)
@@ -215,7 +230,9 @@ def selective_scan_fn(
     D = _checks.tensor("D", D, optional=True)
     z = _checks.tensor("z", z, optional=True)
     delta_bias = _checks.tensor("delta_bias", delta_bias, optional=True)
-    _checks.same_device({"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias})
+    initial_state = _checks.tensor("initial_state", initial_state, optional=True)
+    _checks.same_device({"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias,
+                         "initial_state": initial_state})
     if u.dim() != 3:
         raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {tuple(u.shape)}")
     batch, Dn, L = u.shape
@@ -239,5 +256,7 @@ def selective_scan_fn(
     _checks.shape("D", D, (Dn,), "(D,)")
     _checks.shape("z", z, u.shape, "(batch, D, L) like 'u'")
     _checks.shape("delta_bias", delta_bias, (Dn,), "(D,)")
-    out, last = torch.ops.scanweaver.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
+    _checks.shape("initial_state", initial_state, (batch, Dn, N), "(batch, D, N)")
+    out, last = torch.ops.scanweaver.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus),
+                                                        initial_state)
     return (out, last) if return_last_state else out
