@@ -263,3 +263,33 @@ def test_command_line_names_every_refused_function(tmp_path, capsys):
         f"[scanweaver] @retnet_dyn: not lowered for the GPU: {REFUSED['retnet_dyn'][1]}",
         f"[scanweaver] @masked_ret: not lowered for the GPU: {REFUSED['masked_ret'][1]}",
     ]
+
+
+@pytest.mark.parametrize("nc", ["%nc = memref.dim %h, %c0 : memref<?xf32>", DYN_NC_OF_X])
+def test_a_split_the_kernel_refuses_is_undone(nc):
+    """Emit writes y[t] from every element (the last element wins each step): per element
+    the order of those writes would change, so the kernel lowering refuses the split
+    form and the original recurrence comes back unchanged, for the sequential lowering."""
+    from scanweaver.ir import print_ir
+
+    src = dyn_channels(nc).replace("memref.store %hn, %y[%t, %c] : memref<?x?xf32>",
+                                   "memref.store %hn, %y[%t, %c0] : memref<?x?xf32>")
+    m = parse_ir(src)
+    RaiseRecurrences().apply(make_context(), m)
+    before = print_ir(m)
+    ScanToGpu().apply(make_context(), m)
+    (fn,) = [op for op in m.ops if isinstance(op, func.FuncOp)]
+    (why,) = refusals(fn)
+    assert why.startswith("scan.recurrence: ") and "%y" in why, why
+    del fn.attributes["scanweaver.gpu_refused"]
+    m.attributes.pop("gpu.container_module", None)
+    after = "\n".join(x for x in print_ir(m).splitlines() if "gpu.module" not in x)
+    assert after.replace(" attributes {gpu.container_module}", "").strip() == before.strip()
+    args = dyn_args(9, 4, 4)
+    ref = [a.copy() for a in args]
+    got = [a.copy() for a in args]
+    run_function(parse_ir(src), "ema", *ref)
+    ScanToLoops().apply(make_context(), m)
+    run_function(m, "ema", *got)
+    for r, g in zip(ref, got):
+        assert r.tobytes() == g.tobytes()

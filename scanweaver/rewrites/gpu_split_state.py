@@ -27,15 +27,18 @@ A state that is a `memref.alloca` of the recurrence's block (the raise's tempora
 a state slice of another memref) must be used only by the recurrence and by one copy-in
 loop nest before it (`%tmp[c] = f(c)`, loops from 0 to the alloca's sizes); the nest's
 body becomes each channel's initialisation.  Sequential meaning is unchanged: the
-elements never interact, and the emit's loop nest visits them in the order the channel
-loops do.  What does not have this shape raises `Unsupported` with the reason, before
-anything is changed.
+elements never interact; the emit runs per (step, element) in another order, which is
+the same only where its writes are independent: the kernel lowering checks that (one
+element per step, or step-invariant, indexed by the channel), and a split it refuses is
+undone (`SplitState.undo`).  What does not have this shape raises `Unsupported` with the
+reason, before anything is changed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import IndexType, MemRefType
@@ -46,7 +49,7 @@ from xdsl.traits import is_side_effect_free
 from scanweaver.dialects import scan
 from scanweaver.rewrites.gpu_kernel import Unsupported, const_int
 
-__all__ = ["needs_split", "split_state"]
+__all__ = ["SplitState", "needs_split", "split_state"]
 
 
 def needs_split(rec: scan.LoopRecurrence, max_state: int) -> bool:
@@ -80,6 +83,7 @@ class _Dims:
     def __init__(self, rec: scan.RecurrenceOp):
         self.rec = rec
         self.refs = {rec.state, rec.emit.block.args[1]}
+        self.created: list[Operation] = []  # by host_size, uses before definitions
         owner = rec.state.owner
         self.alloca_sizes: list[SSAValue | None] = []
         shape = rec.state_type.get_shape()
@@ -102,12 +106,14 @@ class _Dims:
         if n >= 0:
             c = arith.ConstantOp.from_int_and_width(n, IndexType())
             Rewriter.insert_op(c, e_point)
+            self.created.append(c)
             return c.result
         if self.alloca_sizes[i] is not None:
             return self.alloca_sizes[i]  # type: ignore[return-value]
         idx = arith.ConstantOp.from_int_and_width(i, IndexType())
         dim = memref.DimOp(self.rec.state, idx.result)
         Rewriter.insert_op([idx, dim], e_point)
+        self.created += [dim, idx]
         return dim.result
 
 
@@ -168,7 +174,26 @@ def _copy_in(rec: scan.RecurrenceOp, dims: _Dims) -> tuple[list[scf.ForOp], memr
     return loops, store
 
 
-def split_state(rec: scan.RecurrenceOp) -> scan.RecurrenceOp:
+@dataclass
+class SplitState:
+    """A done split: `rec` the per-element recurrence; `undo()` restores the original
+    (the split form is only known to keep the loop's meaning once the kernel lowering
+    has proved the emit's writes independent, so a refused split is undone)."""
+
+    rec: scan.RecurrenceOp
+    outer: scf.ForOp
+    detached: list[tuple[Operation, Operation | None]]  # (op, the op it stood before), in order
+    created: list[Operation]
+
+    def undo(self) -> None:
+        for op, before in reversed(self.detached):
+            Rewriter.insert_op(op, InsertPoint.before(before if before is not None else self.outer))
+        Rewriter.erase_op(self.outer)
+        for op in self.created:
+            Rewriter.erase_op(op)
+
+
+def split_state(rec: scan.RecurrenceOp) -> SplitState:
     """Rewrite `rec` (see the module doc) and return the per-element recurrence, or raise
     `Unsupported` leaving the IR as it was."""
     st = rec.state_type
@@ -262,10 +287,17 @@ def split_state(rec: scan.RecurrenceOp) -> scan.RecurrenceOp:
     for b in blocks:
         b.add_op(scf.YieldOp())
     Rewriter.insert_op(outer, InsertPoint.before(rec))
-    alloca = rec.state.owner
-    Rewriter.erase_op(rec)
+    # keep the original ops aside (in block order, each with the op after it) for undo
+    originals: list[Operation] = [rec]
     if copy_in is not None:
-        Rewriter.erase_op(copy_in[0][0])
+        alloca = rec.state.owner
         assert isinstance(alloca, Operation)
-        Rewriter.erase_op(alloca)
-    return new
+        originals = [alloca, copy_in[0][0], rec]
+    moved = set(originals)
+    detached = []
+    for op in originals:
+        nxt = op.next_op
+        detached.append((op, None if nxt is None or nxt in moved or nxt is outer else nxt))
+    for op in originals:
+        op.detach()
+    return SplitState(new, outer, detached, [*dims.created, one, zero])

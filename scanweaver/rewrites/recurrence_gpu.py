@@ -484,8 +484,14 @@ def lower_recurrences(
     for rec in [o for o in top.walk() if isinstance(o, scan.RecurrenceOp)]:
         try:
             if needs_split(rec, MAX_STATE):  # dynamic or large diagonal state: one channel per element
-                rec = split_state(rec)
-            lower_recurrence(rec, top, block_size, items_per_thread, keep_pairs)
+                split = split_state(rec)
+                try:
+                    lower_recurrence(split.rec, top, block_size, items_per_thread, keep_pairs)
+                except Unsupported:
+                    split.undo()
+                    raise
+            else:
+                lower_recurrence(rec, top, block_size, items_per_thread, keep_pairs)
         except Unsupported as why:
             skipped[rec] = str(why)
     return skipped
