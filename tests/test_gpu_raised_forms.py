@@ -182,7 +182,8 @@ REFUSED = {
     "retnet_dyn": (
         rename(retnet(dynamic=True), "retnet", "retnet_dyn"),
         "scan.recurrence: emit does not read the state in one loop nest from 0 to each state "
-        "dimension step 1 (a dynamic state splits into channels only element by element)",
+        "dimension step 1 (a state of dynamic shape or of more than 64 elements splits into channels only "
+        "element by element)",
     ),
     # the final state is the function's result: kernels write only memref arguments
     "masked_ret": (

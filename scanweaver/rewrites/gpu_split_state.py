@@ -118,7 +118,7 @@ class _Dims:
 
 
 def _element_loads(body: Block, ref: SSAValue, ivs: Sequence[SSAValue], where: str) -> list[memref.LoadOp]:
-    """Every use of `ref` in `body` is `memref.load ref[ivs]`; those loads."""
+    """Every use of `ref` (but `memref.dim`) is `memref.load ref[ivs]` right in `body`; those loads."""
     loads = []
     for use in ref.uses:
         o = use.operation
@@ -126,11 +126,8 @@ def _element_loads(body: Block, ref: SSAValue, ivs: Sequence[SSAValue], where: s
             continue
         if not isinstance(o, memref.LoadOp) or list(o.indices) != list(ivs):
             raise Unsupported(f"{where} reads the state other than element by element in one loop nest over it")
-        p: Operation | None = o
-        while p is not None and p.parent_block() is not body:
-            p = p.parent_op()
-        if p is None:
-            raise Unsupported(f"{where} reads the state outside its loop nest over the state")
+        if o.parent_block() is not body:  # (under an scf.if, say: not taken apart here)
+            raise Unsupported(f"{where} reads the state elsewhere than directly in its loop nest over the state")
         loads.append(o)
     return loads
 
@@ -147,7 +144,9 @@ def _copy_in(rec: scan.RecurrenceOp, dims: _Dims) -> tuple[list[scf.ForOp], memr
     users = [u.operation for u in rec.state.uses if u.operation is not rec]
     stores = [o for o in users if isinstance(o, memref.StoreOp)]
     if len(stores) != 1 or len(users) != 1:
-        raise Unsupported("a state temporary of dynamic shape must be filled by one copy-in loop nest and used by nothing else")
+        raise Unsupported(
+            "a state temporary of dynamic shape must be filled by one copy-in loop nest and used by nothing else"
+        )
     (store,) = stores
     top: Operation = store
     while top.parent_block() is not block:
@@ -158,7 +157,8 @@ def _copy_in(rec: scan.RecurrenceOp, dims: _Dims) -> tuple[list[scf.ForOp], memr
     ivs = [lp.body.block.args[0] for lp in loops]
     if list(store.indices) != ivs or not all(dims.size(lp.ub, i) for i, lp in enumerate(loops)):
         raise Unsupported("the state temporary's copy-in does not write each element once")
-    if store.value.owner is not None and isinstance(store.value.owner, memref.LoadOp) and store.value.owner.memref == rec.state:
+    src = store.value.owner
+    if isinstance(src, memref.LoadOp) and src.memref == rec.state:
         raise Unsupported("the copy-in reads the state")
     body = loops[-1].body.block
     for o in body.walk():
@@ -212,7 +212,8 @@ def split_state(rec: scan.RecurrenceOp) -> SplitState:
     if loops is None or not all(dims.size(lp.ub, i) for i, lp in enumerate(loops)):
         raise Unsupported(
             "emit does not read the state in one loop nest from 0 to each state dimension step 1 "
-            "(a dynamic state splits into channels only element by element)"
+            "(a state of dynamic shape or of more than 64 elements splits into channels only "
+            "element by element)"
         )
     ivs = [lp.body.block.args[0] for lp in loops]
     inner = loops[-1].body.block
