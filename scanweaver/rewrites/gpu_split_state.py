@@ -185,6 +185,12 @@ class SplitState:
     detached: list[tuple[Operation, Operation | None]]  # (op, the op it stood before), in order
     created: list[Operation]
 
+    def drop_unused(self) -> None:
+        """After the kernel lowering took the split nest: its host sizes, if now unused."""
+        for op in self.created:
+            if not any(r.uses for r in op.results):
+                Rewriter.erase_op(op)
+
     def undo(self) -> None:
         for op, before in reversed(self.detached):
             Rewriter.insert_op(op, InsertPoint.before(before if before is not None else self.outer))

@@ -490,6 +490,7 @@ def lower_recurrences(
                 except Unsupported:
                     split.undo()
                     raise
+                split.drop_unused()
             else:
                 lower_recurrence(rec, top, block_size, items_per_thread, keep_pairs)
         except Unsupported as why:
