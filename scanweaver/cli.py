@@ -56,6 +56,8 @@ def cmd_compile(args) -> int:
     lowered = compiler.lower(
         text, pipeline, source=args.file, progress=lambda s: _say(f"[scanweaver] pass {s}")
     )
+    if pipeline == "gpu":
+        _say_gpu_refusals(lowered.module)
     if args.target == "mlir":
         write_output(args.output, lowered.text, inputs)
     elif args.target == "llvm":
@@ -80,6 +82,19 @@ def _say_raise_report(text: str, source: str) -> None:
     raise_recurrences(parse_ir(text, source=source), report=report)
     for line in report:
         _say(line)
+
+
+def _say_gpu_refusals(module) -> None:
+    """One line per scan op the GPU lowering left (or could not hand to the CUDA
+    runtime), with its reason, for every function: not only the first that fails."""
+    from xdsl.dialects import func
+
+    from scanweaver.rewrites.blelloch_gpu import refusals
+
+    for fn in module.ops:
+        if isinstance(fn, func.FuncOp):
+            for line in refusals(fn):
+                _say(f"[scanweaver] @{fn.sym_name.data}: not lowered for the GPU: {line}")
 
 
 def _launch_json_path(args) -> str | None:

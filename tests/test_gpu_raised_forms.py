@@ -182,7 +182,8 @@ REFUSED = {
     "retnet_dyn": (
         rename(retnet(dynamic=True), "retnet", "retnet_dyn"),
         "scan.recurrence: emit does not read the state in one loop nest from 0 to each state "
-        "dimension step 1 (a dynamic state splits into channels only element by element)",
+        "dimension step 1 (a state of dynamic shape or of more than 64 elements splits into channels only "
+        "element by element)",
     ),
     # the final state is the function's result: kernels write only memref arguments
     "masked_ret": (
@@ -251,3 +252,45 @@ def test_associative_scan_kernel_runs_like_the_loop(op, el):
     assert got[1].tobytes() == ref[1].tobytes()
     if r_got is not None:
         assert np.float64(r_got[0]).tobytes() == np.float64(r_ref[0]).tobytes()
+
+
+def test_command_line_names_every_refused_function(tmp_path, capsys):
+    """Not only the first function that fails: one line per op the GPU lowering left."""
+    f = tmp_path / "two.mlir"
+    f.write_text(REFUSED["retnet_dyn"][0] + REFUSED["masked_ret"][0])
+    assert main(["compile", str(f), "--target", "mlir", "--lower-for", "gpu", "-o", str(tmp_path / "o.mlir")]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if "not lowered for the GPU" in x]
+    assert lines == [
+        f"[scanweaver] @retnet_dyn: not lowered for the GPU: {REFUSED['retnet_dyn'][1]}",
+        f"[scanweaver] @masked_ret: not lowered for the GPU: {REFUSED['masked_ret'][1]}",
+    ]
+
+
+@pytest.mark.parametrize("nc", ["%nc = memref.dim %h, %c0 : memref<?xf32>", DYN_NC_OF_X])
+def test_a_split_the_kernel_refuses_is_undone(nc):
+    """Emit writes y[t] from every element (the last element wins each step): per element
+    the order of those writes would change, so the kernel lowering refuses the split
+    form and the original recurrence comes back unchanged, for the sequential lowering."""
+    from scanweaver.ir import print_ir
+
+    src = dyn_channels(nc).replace("memref.store %hn, %y[%t, %c] : memref<?x?xf32>",
+                                   "memref.store %hn, %y[%t, %c0] : memref<?x?xf32>")
+    m = parse_ir(src)
+    RaiseRecurrences().apply(make_context(), m)
+    before = print_ir(m)
+    ScanToGpu().apply(make_context(), m)
+    (fn,) = [op for op in m.ops if isinstance(op, func.FuncOp)]
+    (why,) = refusals(fn)
+    assert why.startswith("scan.recurrence: ") and "%y" in why, why
+    del fn.attributes["scanweaver.gpu_refused"]
+    m.attributes.pop("gpu.container_module", None)
+    after = "\n".join(x for x in print_ir(m).splitlines() if "gpu.module" not in x)
+    assert after.replace(" attributes {gpu.container_module}", "").strip() == before.strip()
+    args = dyn_args(9, 4, 4)
+    ref = [a.copy() for a in args]
+    got = [a.copy() for a in args]
+    run_function(parse_ir(src), "ema", *ref)
+    ScanToLoops().apply(make_context(), m)
+    run_function(m, "ema", *got)
+    for r, g in zip(ref, got):
+        assert r.tobytes() == g.tobytes()

@@ -62,6 +62,22 @@ def free_values(ops: Sequence[Operation]) -> list[SSAValue]:
     return list(seen)
 
 
+# The kernel-entry helpers of blelloch_gpu.py, under the names the other kernels use.
+def thread_id(e) -> SSAValue:
+    """`gpu.thread_id x` as an index."""
+    return bg._thread_id(e)
+
+
+def block_id(e) -> SSAValue:
+    """`gpu.block_id x` as an index."""
+    return bg._block_id(e)
+
+
+def shape_entries(t: MemRefType) -> tuple[int | str, ...]:
+    """A memref's shape for a launch description (`"?"` for dynamic sizes)."""
+    return bg._shape_entries(t)
+
+
 def check_closed(kfunc: gpu.FuncOp) -> None:
     """A built kernel uses nothing from outside itself (a builder bug otherwise)."""
     inside = defined_inside([kfunc])
@@ -131,6 +147,7 @@ def shared_layout_bytes(sizes: Sequence[int]) -> int:
 __all__ = [
     "SHARED_ALIGN",
     "Unsupported",
+    "block_id",
     "check_closed",
     "const_int",
     "defined_inside",
@@ -138,6 +155,8 @@ __all__ = [
     "kernel_name",
     "note_on_function",
     "refuse_i1_memrefs",
+    "shape_entries",
     "shared_layout_bytes",
+    "thread_id",
     "unroll_loops_over",
 ]

@@ -27,15 +27,18 @@ A state that is a `memref.alloca` of the recurrence's block (the raise's tempora
 a state slice of another memref) must be used only by the recurrence and by one copy-in
 loop nest before it (`%tmp[c] = f(c)`, loops from 0 to the alloca's sizes); the nest's
 body becomes each channel's initialisation.  Sequential meaning is unchanged: the
-elements never interact, and the emit's loop nest visits them in the order the channel
-loops do.  What does not have this shape raises `Unsupported` with the reason, before
-anything is changed.
+elements never interact; the emit runs per (step, element) in another order, which is
+the same only where its writes are independent: the kernel lowering checks that (one
+element per step, or step-invariant, indexed by the channel), and a split it refuses is
+undone (`SplitState.undo`).  What does not have this shape raises `Unsupported` with the
+reason, before anything is changed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import IndexType, MemRefType
@@ -46,7 +49,7 @@ from xdsl.traits import is_side_effect_free
 from scanweaver.dialects import scan
 from scanweaver.rewrites.gpu_kernel import Unsupported, const_int
 
-__all__ = ["needs_split", "split_state"]
+__all__ = ["SplitState", "needs_split", "split_state"]
 
 
 def needs_split(rec: scan.LoopRecurrence, max_state: int) -> bool:
@@ -80,6 +83,7 @@ class _Dims:
     def __init__(self, rec: scan.RecurrenceOp):
         self.rec = rec
         self.refs = {rec.state, rec.emit.block.args[1]}
+        self.created: list[Operation] = []  # by host_size, uses before definitions
         owner = rec.state.owner
         self.alloca_sizes: list[SSAValue | None] = []
         shape = rec.state_type.get_shape()
@@ -102,17 +106,19 @@ class _Dims:
         if n >= 0:
             c = arith.ConstantOp.from_int_and_width(n, IndexType())
             Rewriter.insert_op(c, e_point)
+            self.created.append(c)
             return c.result
         if self.alloca_sizes[i] is not None:
             return self.alloca_sizes[i]  # type: ignore[return-value]
         idx = arith.ConstantOp.from_int_and_width(i, IndexType())
         dim = memref.DimOp(self.rec.state, idx.result)
         Rewriter.insert_op([idx, dim], e_point)
+        self.created += [dim, idx]
         return dim.result
 
 
 def _element_loads(body: Block, ref: SSAValue, ivs: Sequence[SSAValue], where: str) -> list[memref.LoadOp]:
-    """Every use of `ref` in `body` is `memref.load ref[ivs]`; those loads."""
+    """Every use of `ref` (but `memref.dim`) is `memref.load ref[ivs]` right in `body`; those loads."""
     loads = []
     for use in ref.uses:
         o = use.operation
@@ -120,11 +126,8 @@ def _element_loads(body: Block, ref: SSAValue, ivs: Sequence[SSAValue], where: s
             continue
         if not isinstance(o, memref.LoadOp) or list(o.indices) != list(ivs):
             raise Unsupported(f"{where} reads the state other than element by element in one loop nest over it")
-        p: Operation | None = o
-        while p is not None and p.parent_block() is not body:
-            p = p.parent_op()
-        if p is None:
-            raise Unsupported(f"{where} reads the state outside its loop nest over the state")
+        if o.parent_block() is not body:  # (under an scf.if, say: not taken apart here)
+            raise Unsupported(f"{where} reads the state elsewhere than directly in its loop nest over the state")
         loads.append(o)
     return loads
 
@@ -141,7 +144,9 @@ def _copy_in(rec: scan.RecurrenceOp, dims: _Dims) -> tuple[list[scf.ForOp], memr
     users = [u.operation for u in rec.state.uses if u.operation is not rec]
     stores = [o for o in users if isinstance(o, memref.StoreOp)]
     if len(stores) != 1 or len(users) != 1:
-        raise Unsupported("a state temporary of dynamic shape must be filled by one copy-in loop nest and used by nothing else")
+        raise Unsupported(
+            "a state temporary of dynamic shape must be filled by one copy-in loop nest and used by nothing else"
+        )
     (store,) = stores
     top: Operation = store
     while top.parent_block() is not block:
@@ -152,7 +157,8 @@ def _copy_in(rec: scan.RecurrenceOp, dims: _Dims) -> tuple[list[scf.ForOp], memr
     ivs = [lp.body.block.args[0] for lp in loops]
     if list(store.indices) != ivs or not all(dims.size(lp.ub, i) for i, lp in enumerate(loops)):
         raise Unsupported("the state temporary's copy-in does not write each element once")
-    if store.value.owner is not None and isinstance(store.value.owner, memref.LoadOp) and store.value.owner.memref == rec.state:
+    src = store.value.owner
+    if isinstance(src, memref.LoadOp) and src.memref == rec.state:
         raise Unsupported("the copy-in reads the state")
     body = loops[-1].body.block
     for o in body.walk():
@@ -168,7 +174,32 @@ def _copy_in(rec: scan.RecurrenceOp, dims: _Dims) -> tuple[list[scf.ForOp], memr
     return loops, store
 
 
-def split_state(rec: scan.RecurrenceOp) -> scan.RecurrenceOp:
+@dataclass
+class SplitState:
+    """A done split: `rec` the per-element recurrence; `undo()` restores the original
+    (the split form is only known to keep the loop's meaning once the kernel lowering
+    has proved the emit's writes independent, so a refused split is undone)."""
+
+    rec: scan.RecurrenceOp
+    outer: scf.ForOp
+    detached: list[tuple[Operation, Operation | None]]  # (op, the op it stood before), in order
+    created: list[Operation]
+
+    def drop_unused(self) -> None:
+        """After the kernel lowering took the split nest: its host sizes, if now unused."""
+        for op in self.created:
+            if not any(r.uses for r in op.results):
+                Rewriter.erase_op(op)
+
+    def undo(self) -> None:
+        for op, before in reversed(self.detached):
+            Rewriter.insert_op(op, InsertPoint.before(before if before is not None else self.outer))
+        Rewriter.erase_op(self.outer)
+        for op in self.created:
+            Rewriter.erase_op(op)
+
+
+def split_state(rec: scan.RecurrenceOp) -> SplitState:
     """Rewrite `rec` (see the module doc) and return the per-element recurrence, or raise
     `Unsupported` leaving the IR as it was."""
     st = rec.state_type
@@ -187,7 +218,8 @@ def split_state(rec: scan.RecurrenceOp) -> scan.RecurrenceOp:
     if loops is None or not all(dims.size(lp.ub, i) for i, lp in enumerate(loops)):
         raise Unsupported(
             "emit does not read the state in one loop nest from 0 to each state dimension step 1 "
-            "(a dynamic state splits into channels only element by element)"
+            "(a state of dynamic shape or of more than 64 elements splits into channels only "
+            "element by element)"
         )
     ivs = [lp.body.block.args[0] for lp in loops]
     inner = loops[-1].body.block
@@ -262,10 +294,17 @@ def split_state(rec: scan.RecurrenceOp) -> scan.RecurrenceOp:
     for b in blocks:
         b.add_op(scf.YieldOp())
     Rewriter.insert_op(outer, InsertPoint.before(rec))
-    alloca = rec.state.owner
-    Rewriter.erase_op(rec)
+    # keep the original ops aside (in block order, each with the op after it) for undo
+    originals: list[Operation] = [rec]
     if copy_in is not None:
-        Rewriter.erase_op(copy_in[0][0])
+        alloca = rec.state.owner
         assert isinstance(alloca, Operation)
-        Rewriter.erase_op(alloca)
-    return new
+        originals = [alloca, copy_in[0][0], rec]
+    moved = set(originals)
+    detached = []
+    for op in originals:
+        nxt = op.next_op
+        detached.append((op, None if nxt is None or nxt in moved or nxt is outer else nxt))
+    for op in originals:
+        op.detach()
+    return SplitState(new, outer, detached, [*dims.created, one, zero])

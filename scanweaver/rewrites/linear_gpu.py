@@ -5,7 +5,7 @@ A coupled recurrence over a K-vector state (K <= 4), raised from loops carrying 
 linearly dependent values (the 2nd-order IIR filter `iir2_loops`: state
 (y_{t-1}, y_{t-2}), M_t = [[c1, c2], [1, 0]], v_t = (x_t, 0)), becomes one kernel like
 `recurrence_gpu.py` makes for `scan.recurrence`: its channel loop nest is matched by
-`recurrence_gpu.match_recurrence` (same conditions: parallel channels, emit stores one
+`gpu_nest.match_recurrence` (same conditions: parallel channels, emit stores one
 element per step or step-invariant, ...), one block per channel iteration. Anything
 that does not match is left unchanged, for the sequential lowering.
 
@@ -15,7 +15,7 @@ after it. Such a recurrence is first put into a one-iteration `scf.for` together
 the alloca, its initial stores, the loads (and pure ops) they need, and the final
 loads of the state with the stores of them to function arguments (all moved only
 across ops without memory writes); that loop is then an ordinary one-block nest. If
-the nest still does not match, the loop is dissolved again (`recurrence_gpu.wrap_depth0`
+the nest still does not match, the loop is dissolved again (`gpu_nest.wrap_depth0`
 and `unwrap_depth0`, shared with `scan.recurrence`).
 
 Kernel design
@@ -42,7 +42,7 @@ Kernel design
   its entering states in the loop's own order, thread after thread.
 * Chained tiles: the last thread's final state goes to `sC` for the next tile; after
   the last tile thread 0 writes it to the state buffer and runs the epilogue
-  (`recurrence_gpu.finish_nest_kernel`).
+  (`gpu_nest.finish_nest_kernel`).
 * Launch: grid (channel iterations, 1, 1), block (block_size, 1, 1), static shared
   memory (K*K + K) * block_size + K elements (16-byte aligned arrays).
 Integer states wrap exactly like the reference (integer arithmetic is a ring, so the
@@ -61,7 +61,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
-from scanweaver.rewrites import recurrence_gpu as rg
+from scanweaver.rewrites import gpu_nest
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.gpu_kernel import Unsupported, kernel_name, refuse_i1_memrefs, shared_layout_bytes
 
@@ -127,14 +127,14 @@ class MatArith:
 # ---------------------------------------------------------------------------
 
 
-def _build_kernel(nest: rg.Nest, name: str, bs: int, ipt: int, keep: bool) -> tuple:
+def _build_kernel(nest: gpu_nest.Nest, name: str, bs: int, ipt: int, keep: bool) -> tuple:
     rec = nest.rec
     assert isinstance(rec, scan.LinearRecurrenceOp)
     el = rec.state_type.element_type
     K = rec.size
     mat = MatArith(el, K)
     npair = K * K + K
-    kk = rg.begin_nest_kernel(nest, name, el, (K,))
+    kk = gpu_nest.begin_nest_kernel(nest, name, el, (K,))
     e, vmap, tid, priv, trip, step_index = kk.e, kk.vmap, kk.tid, kk.priv, kk.trip, kk.step_index
     zero, one = e.index(0), e.index(1)
 
@@ -154,15 +154,15 @@ def _build_kernel(nest: rg.Nest, name: str, bs: int, ipt: int, keep: bool) -> tu
     t_c = cblock.args[0]
     t_e, s_e = eblock.args
     yields = list(cblock.last_op.operands)  # type: ignore[union-attr]
-    cs = rg.split_by_dependence(list(cblock.ops)[:-1], {t_c: frozenset("t")})
-    es = rg.split_by_dependence(list(eblock.ops)[:-1], {t_e: frozenset("t"), s_e: frozenset("t")})
+    cs = gpu_nest.split_by_dependence(list(cblock.ops)[:-1], {t_c: frozenset("t")})
+    es = gpu_nest.split_by_dependence(list(eblock.ops)[:-1], {t_e: frozenset("t"), s_e: frozenset("t")})
     for op in cs.consts + es.consts:
         e.op(op.clone(value_mapper=vmap))
     base = dict(vmap)
     hoisted = cs.hoist + es.hoist
     if hoisted:
         later = set(cs.per_step + es.per_step) | {cblock.last_op}
-        need = rg.needed_values(hoisted, later)
+        need = gpu_nest.needed_values(hoisted, later)
         if need:
             types = [v.type for v in need]
 
@@ -290,7 +290,7 @@ def _build_kernel(nest: rg.Nest, name: str, bs: int, ipt: int, keep: bool) -> tu
                 for op in es.per_step:
                     new = ie.op(op.clone(value_mapper=me))
                     if last_stores:
-                        rg.guard_last_stores(op, new, last_stores, is_last)  # type: ignore[arg-type]
+                        gpu_nest.guard_last_stores(op, new, last_stores, is_last)  # type: ignore[arg-type]
                 return new_h
 
             h = list(le.if_(inside, [el] * K, replay, lambda ie, h=h: h))
@@ -303,7 +303,7 @@ def _build_kernel(nest: rg.Nest, name: str, bs: int, ipt: int, keep: bool) -> tu
         le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
 
     e.for_(zero, ntiles, one, [], tile_body)
-    rg.finish_nest_kernel(kk, K, s_c, lambda ie, j: [ie.index(j)])
+    gpu_nest.finish_nest_kernel(kk, K, s_c, lambda ie, j: [ie.index(j)])
     return kk.kfunc, el, K
 
 
@@ -319,13 +319,13 @@ def lower_linear_recurrence(
     K = rec.size
     if K > MAX_K:
         raise Unsupported(f"state of {K} > {MAX_K} elements")
-    wrapper = rg.wrap_depth0(rec)
+    wrapper = gpu_nest.wrap_depth0(rec)
     try:
-        nest = rg.match_recurrence(rec)
+        nest = gpu_nest.match_recurrence(rec)
         refuse_i1_memrefs(nest.kernel_args)
     except Unsupported:
         if wrapper is not None:
-            rg.unwrap_depth0(wrapper)
+            gpu_nest.unwrap_depth0(wrapper)
         raise
     keep = ((K * K + K) * items_per_thread <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
     name = kernel_name(top, "scan_linear")
@@ -337,7 +337,7 @@ def lower_linear_recurrence(
         bg.shared_global(kmod, f"{name}_{suffix}", el, n)
     kmod.body.block.add_op(kfunc)
     size = bg.byte_size(el)
-    rg.launch_nest_kernel(
+    gpu_nest.launch_nest_kernel(
         nest,
         kfunc,
         block_size,

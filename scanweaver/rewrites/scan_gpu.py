@@ -81,12 +81,15 @@ from scanweaver.rewrites.affine_to_pairs import Emitter
 from scanweaver.rewrites.launch import KernelLaunch
 from scanweaver.rewrites.gpu_kernel import (
     Unsupported,
+    block_id,
     check_closed,
     free_values,
     kernel_name,
     note_on_function,
     refuse_i1_memrefs,
+    shape_entries,
     shared_layout_bytes,
+    thread_id,
 )
 
 _SCALARS = (IntegerType, IndexType, Float16Type, BFloat16Type, Float32Type, Float64Type)
@@ -197,8 +200,8 @@ def _emit_kernel(
     types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
     s_arr = [s for s, _ in shared]
     c_arr = [c for _, c in shared]
-    tid = bg._thread_id(e)
-    bid = bg._block_id(e)
+    tid = thread_id(e)
+    bid = block_id(e)
     combine.capture(e)
     zero, one = e.index(0), e.index(1)
     ref = outs[0]
@@ -389,7 +392,7 @@ def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread
         block=(bs, 1, 1),
         shared_bytes=shared_layout_bytes(sizes),
         args=[
-            (n, kd, bg.type_name(t.element_type), bg._shape_entries(t))  # type: ignore[attr-defined]
+            (n, kd, bg.type_name(t.element_type), shape_entries(t))  # type: ignore[attr-defined]
             for n, kd, t in zip(names, kinds, arg_types)
         ],
         host_args=host_args,
