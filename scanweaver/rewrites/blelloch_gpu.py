@@ -6,6 +6,9 @@ plus a `gpu.launch_func` in its place; the top module gets `gpu.container_module
 Options (`xdsl-opt -p 'scan-to-gpu{block-size=128 items-per-thread=4}'`):
   block_size        threads per block (power of two, 1..1024; default 128)
   items_per_thread  consecutive elements each thread owns per tile (default 4)
+  time_blocks       auto | always | never: several blocks per channel, in time, for
+                    `scan.affine` and generic `scan.scan` (see "Few long channels")
+  chunk_tiles       tiles per time chunk of those (default 16: 8192 steps)
   diagnose          say on stderr why each scan op left for the sequential
                     lowering was not lowered (always noted on its function as the
                     `scanweaver.gpu_refused` attribute)
@@ -35,12 +38,16 @@ Kernel design
   barrier later every thread reads it as the next tile's carry.
 * Long sequences: chained chunks. The block of a channel loops over all tiles of
   its sequence, carrying the running state in a register (`scf.for` iter_args).
-  Chosen over reduce-then-scan (a second kernel and a global scratch array of tile
-  aggregates) because it is one kernel, deterministic, needs no extra global memory
-  nor inter-block synchronisation, and reads the input exactly once; parallelism comes
-  from the channels (batch * D is in the thousands for Mamba-like workloads). Its cost
-  is latency for few, very long channels (one SM per channel); any length works, 2^20
-  and beyond (index arithmetic is 64-bit).
+  One kernel, deterministic, no extra global memory nor inter-block synchronisation,
+  and the input is read exactly once (12 bytes per f32 element); parallelism comes
+  from the channels (batch * D is in the thousands for Mamba-like workloads). Any
+  length works (index arithmetic is 64-bit).
+* Few long channels: parallel in time across blocks (`affine_time_blocks.py`,
+  reduce-then-scan in three launches; generic `scan.scan`: `scan_time_blocks.py`),
+  chosen by `time_blocks` (default "auto": static shapes with fewer than 2 x 132
+  channels and rows of at least two chunks of `chunk_tiles` tiles, or the op's
+  `scanweaver.gpu_strategy = "time_blocks"` attribute, which `linear_scan` on the GPU
+  sets from the sizes it is called with).
 * `init` seeds the carry (0 without it); `final` is written by thread 0 after the
   last tile (= init when the length is 0). `reverse` maps time step t to position
   L - 1 - t. Float math is f32/f64 (unfused mul then add); i32/i64 use muli/addi,
