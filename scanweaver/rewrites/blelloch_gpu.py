@@ -650,12 +650,18 @@ class ScanToGpu(ModulePass):
         """One block per channel: every tile of the channel in turn, from `init`."""
         pairs = GuardedPairArith(state_t) if needs_overflow_guard(state_t, self.block_size) else PairArith(state_t)
         h_ref, init_ref, final_ref = args["h"], args.get("init"), args.get("final")
-        channel = channel_indices(e, h_ref, axis, _block_id(e))
-        carry0 = e.load(init_ref, channel) if init_ref is not None else pairs.zero(e)
+        tid = _thread_id(e)
+        bid = _block_id(e)
+        zero = e.index(0)
         length = e.dim(h_ref, axis)
+        channel = channel_indices(e, h_ref, axis, bid)
+
+        def carry0(ie: Emitter) -> SSAValue:
+            return ie.load(init_ref, channel) if init_ref is not None else pairs.zero(ie)
+
         carry = emit_chained_tiles(
             e, pairs, args, name, channel, axis, shared, reverse, self.block_size, self.items_per_thread,
-            e.index(0), length, carry0,
+            zero, length, carry0, tid=tid, length=length,
         )
         if final_ref is not None:
             fin = final_ref
@@ -663,7 +669,12 @@ class ScanToGpu(ModulePass):
             def write_final(ie: Emitter) -> None:
                 ie.store(carry, fin, channel)
 
-            e.if_(e.cmp("eq", _thread_id(e), e.index(0)), [], write_final)
+            e.if_(e.cmp("eq", tid, zero), [], write_final)
+
+
+def _is_zero(v: SSAValue) -> bool:
+    op = v.owner
+    return isinstance(op, arith.ConstantOp) and getattr(op.value, "value", None) is not None and op.value.value.data == 0
 
 
 def emit_chained_tiles(
@@ -679,16 +690,19 @@ def emit_chained_tiles(
     ipt: int,
     t_begin: SSAValue,
     t_end: SSAValue,
-    carry0: SSAValue,
+    carry0: SSAValue | Callable[[Emitter], SSAValue],
+    tid: SSAValue | None = None,
+    length: SSAValue | None = None,
 ) -> SSAValue:
     """The tiles of logical time steps [t_begin, t_end) of one channel, one after the
-    other, entering with the state `carry0`; returns (in every thread) the state after
-    the last step. Stores h[t] for every step; block-uniform control flow only."""
-    state_t = carry0.type
+    other, entering with the state `carry0` (or what `carry0(e)` emits, after the shared
+    buffers); returns (in every thread) the state after the last step. Stores h[t] for
+    every step; block-uniform control flow only. `tid` and `length` (the scan axis size)
+    are reused when given."""
     a_ref, b_ref, h_ref = args["a"], args["b"], args["h"]
-    tid = _thread_id(e)
+    tid = tid if tid is not None else _thread_id(e)
     one = e.index(1)
-    length = e.dim(h_ref, axis)
+    length = length if length is not None else e.dim(h_ref, axis)
 
     def at(t_phys: SSAValue) -> list[SSAValue]:
         return [*channel[:axis], t_phys, *channel[axis:]]
@@ -696,10 +710,16 @@ def emit_chained_tiles(
     s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared[0]))
     s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared[1]))
     s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
+    if callable(carry0):
+        carry0 = carry0(e)
+    state_t = carry0.type
 
     tile = e.index(bs * ipt)
-    ntiles = e.divu(e.add(e.sub(t_end, t_begin), e.index(bs * ipt - 1)), tile)
-    thread_base = e.add(t_begin, e.mul(tid, e.index(ipt)))
+    span = t_end if _is_zero(t_begin) else e.sub(t_end, t_begin)
+    ntiles = e.divu(e.add(span, e.index(bs * ipt - 1)), tile)
+    thread_base = e.mul(tid, e.index(ipt))
+    if not _is_zero(t_begin):
+        thread_base = e.add(t_begin, thread_base)
     last_t = e.sub(length, one)
 
     def phys(le: Emitter, t: SSAValue) -> SSAValue:
