@@ -19,7 +19,7 @@
   shared-memory data races: two threads of a block touching the same shared element
   between two barriers where at least one of them writes.
 * Cross-block races in global memory (`race_check`): within one launch, a block that
-  reads or writes an element of a kernel argument that another block wrote (or writes
+  reads or writes an element of a memref kernel argument that another block wrote (or writes
   one another block read) is an error: blocks of a launch run in any order and
   concurrently, so only separate launches may pass data between blocks.
 * Inside a thread the executor walks `scf.for`, `scf.if`, `scf.yield`, `gpu.return`
@@ -138,7 +138,8 @@ def _element_bytes(op: Operation) -> int:
 class _GlobalAccesses:
     """Which block wrote / read each element of global memory during one launch."""
 
-    def __init__(self) -> None:
+    def __init__(self, tracked: set[int]) -> None:
+        self.tracked = tracked  # ids of the kernel's memref arguments (alive all launch long)
         self.writer: dict[tuple[int, tuple[int, ...]], tuple[int, int, int]] = {}
         self.readers: dict[tuple[int, tuple[int, ...]], set[tuple[int, int, int]]] = {}
 
@@ -208,9 +209,12 @@ class _Thread:
                     idx = tuple(inputs[2:] if is_store else inputs[1:])
                     if id(buf) in self.blk.shared_ids:
                         self.blk.check_access(buf, idx, self.linear, is_store, op)
-                    elif self.blk.glob is not None:
+                    elif self.blk.glob is not None and id(buf) in self.blk.glob.tracked:
+                        # global memory only: a thread's own memref.alloca is private
                         self.blk.glob.check(buf, idx, self.blk.block_id, is_store, op)
-                if id(buf := inputs[1] if kind is memref.StoreOp else inputs[0]) not in self.blk.shared_ids:
+                buf = inputs[1] if kind is memref.StoreOp else inputs[0]
+                glob = self.blk.glob
+                if id(buf) not in self.blk.shared_ids and (glob is None or id(buf) in glob.tracked):
                     self.blk.global_bytes[kind is memref.StoreOp] += _element_bytes(op)
                 self._bounds_check(op, inputs, kind is memref.StoreOp)
                 results = self.interp.run_op(op, tuple(inputs))
@@ -272,7 +276,7 @@ def run_kernel(
         random.Random(block_order).shuffle(order)
     elif block_order != "forward":
         raise GpuSimError(f"gpu simulator: unknown block order {block_order!r}")
-    glob = _GlobalAccesses() if race_check else None
+    glob = _GlobalAccesses({id(a) for a in args if isinstance(a, ShapedArray)}) if race_check else None
     for bx, by, bz in order:
         blk = _Block((bx, by, bz), block, grid, race_check, glob)
         threads = []
