@@ -403,3 +403,32 @@ def test_generic_ptxas_one_channel_2_pow_26(chip):
     assert len(out["ptxas"]) == 3
     for kernel, figures in out["ptxas"].items():
         assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (kernel, figures)
+
+
+@pytest.mark.parametrize("length", [0, 5, 3 * CHUNK + 1])
+def test_single_sequence_rank1(length):
+    text = affine_scan_ir(("?",), 0, "f32", "f32", init=True, final=True)
+    rng = np.random.default_rng(length)
+    a = rng.uniform(-1.05, 1.05, length).astype(np.float32)
+    b = rng.uniform(-1, 1, length).astype(np.float32)
+    args = [a, b, np.array(0.5, np.float32), np.zeros(length, np.float32), np.zeros((), np.float32)]
+    (h_ref, f_ref), (h, f) = run_both(text, args)
+    np.testing.assert_allclose(h, h_ref, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(f, f_ref, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_ptxas_bf16_inputs_and_i64_dynamic(chip):
+    from scanweaver.toolchain.gpu_export import MIN_PTX_FEATURES, export_gpu, ptxas_available
+
+    m = parse_ir(affine_scan_ir(("?", "?"), 1, "bf16", "f32", init=True, final=True, reverse=True))
+    ScanToGpu(time_blocks="always").apply(Context(), m)
+    m2 = parse_ir(affine_scan_ir(("?", "?", "?"), 0, "i64", "i64", init=True, final=True))
+    ScanToGpu(time_blocks="always").apply(Context(), m2)
+    if not ptxas_available():
+        pytest.skip("ptxas is not installed: PTX checked, not assembled")
+    for module in (m, m2):
+        out = export_gpu(module, chip=chip, features=MIN_PTX_FEATURES[chip])
+        assert len(out["ptxas"]) == 3
+        for kernel, figures in out["ptxas"].items():
+            assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (kernel, figures)

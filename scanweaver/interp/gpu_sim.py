@@ -19,7 +19,7 @@
   shared-memory data races: two threads of a block touching the same shared element
   between two barriers where at least one of them writes.
 * Cross-block races in global memory (`race_check`): within one launch, a block that
-  reads or writes an element of a kernel argument that another block wrote (or writes
+  reads or writes an element of a memref kernel argument that another block wrote (or writes
   one another block read) is an error: blocks of a launch run in any order and
   concurrently, so only separate launches may pass data between blocks.
 * Inside a thread the executor walks `scf.for`, `scf.if`, `scf.yield`, `gpu.return`
@@ -78,6 +78,8 @@ class _Block:
     def __init__(self, block_id: tuple[int, int, int], block_dim, grid_dim, race_check: bool, glob=None):
         self.block_id = block_id
         self.glob = glob  # _GlobalAccesses of the launch (cross-block race check), or None
+        self.barriers = 0  # barrier releases of this block
+        self.global_bytes = [0, 0]  # bytes loaded from / stored to global memory
         self.block_dim = block_dim
         self.grid_dim = grid_dim
         self.shared: dict[str, ShapedArray[Any]] = {}
@@ -127,10 +129,17 @@ class _Block:
             self.reads.setdefault(key, set()).add(tid)
 
 
+def _element_bytes(op: Operation) -> int:
+    el = (op.operands[1] if isinstance(op, memref.StoreOp) else op.operands[0]).type.element_type  # type: ignore[attr-defined]
+    width = getattr(el, "bitwidth", None) or getattr(getattr(el, "width", None), "data", 64)
+    return max(1, width // 8)
+
+
 class _GlobalAccesses:
     """Which block wrote / read each element of global memory during one launch."""
 
-    def __init__(self) -> None:
+    def __init__(self, tracked: set[int]) -> None:
+        self.tracked = tracked  # ids of the kernel's memref arguments (alive all launch long)
         self.writer: dict[tuple[int, tuple[int, ...]], tuple[int, int, int]] = {}
         self.readers: dict[tuple[int, tuple[int, ...]], set[tuple[int, int, int]]] = {}
 
@@ -200,8 +209,13 @@ class _Thread:
                     idx = tuple(inputs[2:] if is_store else inputs[1:])
                     if id(buf) in self.blk.shared_ids:
                         self.blk.check_access(buf, idx, self.linear, is_store, op)
-                    elif self.blk.glob is not None:
+                    elif self.blk.glob is not None and id(buf) in self.blk.glob.tracked:
+                        # global memory only: a thread's own memref.alloca is private
                         self.blk.glob.check(buf, idx, self.blk.block_id, is_store, op)
+                buf = inputs[1] if kind is memref.StoreOp else inputs[0]
+                glob = self.blk.glob
+                if id(buf) not in self.blk.shared_ids and (glob is None or id(buf) in glob.tracked):
+                    self.blk.global_bytes[kind is memref.StoreOp] += _element_bytes(op)
                 self._bounds_check(op, inputs, kind is memref.StoreOp)
                 results = self.interp.run_op(op, tuple(inputs))
                 for r, v in zip(op.results, results):
@@ -247,9 +261,12 @@ def run_kernel(
     args: PythonValues,
     race_check: bool = True,
     block_order: str | int = "forward",
+    stats: dict | None = None,
 ) -> None:
     """Execute `kernel` over the whole grid; `args` are interpreter values (ShapedArrays).
-    `block_order`: "forward", "reverse" or an int seed of a random permutation."""
+    `block_order`: "forward", "reverse" or an int seed of a random permutation. `stats`
+    (a dict) receives `blocks`, `max_barriers` (per block), `load_bytes`, `store_bytes`
+    (global memory, summed over the grid)."""
     if any(g < 1 for g in grid) or any(b < 1 for b in block):
         raise GpuSimError(f"invalid launch configuration grid={grid} block={block}")
     order = [(bx, by, bz) for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))]
@@ -259,7 +276,7 @@ def run_kernel(
         random.Random(block_order).shuffle(order)
     elif block_order != "forward":
         raise GpuSimError(f"gpu simulator: unknown block order {block_order!r}")
-    glob = _GlobalAccesses() if race_check else None
+    glob = _GlobalAccesses({id(a) for a in args if isinstance(a, ShapedArray)}) if race_check else None
     for bx, by, bz in order:
         blk = _Block((bx, by, bz), block, grid, race_check, glob)
         threads = []
@@ -289,7 +306,14 @@ def run_kernel(
                     f"and {other[0].tid} wait at different gpu.barrier ops"
                 )
             blk.new_epoch()
+            if waiting:
+                blk.barriers += 1
             live = [(th, gen) for th, gen, _ in waiting]
+        if stats is not None:
+            stats["blocks"] = stats.get("blocks", 0) + 1
+            stats["max_barriers"] = max(stats.get("max_barriers", 0), blk.barriers)
+            stats["load_bytes"] = stats.get("load_bytes", 0) + blk.global_bytes[0]
+            stats["store_bytes"] = stats.get("store_bytes", 0) + blk.global_bytes[1]
 
 
 def _lookup_kernel(module: ModuleOp, ref) -> gpu.FuncOp:
@@ -310,6 +334,7 @@ class GpuLaunchFunctions(InterpreterFunctions):
     race_check: bool = True
     block_order: str | int = "forward"
     on_launch: Any = None  # called as on_launch(kernel name, grid, block, kernel args)
+    stats: Any = None  # a list: one `run_kernel` stats dict per launch, with "kernel"
 
     @impl(gpu.LaunchFuncOp)
     def run_launch_func(self, interpreter: Interpreter, op: gpu.LaunchFuncOp, args: PythonValues):
@@ -322,17 +347,21 @@ class GpuLaunchFunctions(InterpreterFunctions):
         kargs = tuple(vals[v] for v in op.kernelOperands)
         if self.on_launch is not None:
             self.on_launch(kernel.sym_name.data, grid, block, kargs)
-        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check, self.block_order)
+        st = None if self.stats is None else {"kernel": kernel.sym_name.data, "grid": grid}
+        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check, self.block_order, st)
+        if st is not None:
+            self.stats.append(st)
         return ()
 
 
 def simulate_launch(
     module: ModuleOp | str, name: str, *args: Any, race_check: bool = True, on_launch: Any = None,
     block_order: str | int = "forward",
+    stats: list | None = None,
 ) -> tuple[Any, ...]:
     """Run host `func.func @name` on numpy arrays (updated in place), kernels simulated.
     `on_launch(kernel name, grid, block, kernel args)` sees each launch before it runs;
-    `block_order` as in `run_kernel`."""
+    `block_order` as in `run_kernel`; `stats` (a list) gets one dict per launch."""
     if isinstance(module, str):
         from scanweaver.ir import parse_ir
 
@@ -341,4 +370,5 @@ def simulate_launch(
     launcher.race_check = race_check
     launcher.on_launch = on_launch
     launcher.block_order = block_order
+    launcher.stats = stats
     return run_function(module, name, *args, extra_impls=[launcher])

@@ -6,6 +6,9 @@ plus a `gpu.launch_func` in its place; the top module gets `gpu.container_module
 Options (`xdsl-opt -p 'scan-to-gpu{block-size=128 items-per-thread=4}'`):
   block_size        threads per block (power of two, 1..1024; default 128)
   items_per_thread  consecutive elements each thread owns per tile (default 4)
+  time_blocks       auto | always | never: several blocks per channel, in time, for
+                    `scan.affine` and generic `scan.scan` (see "Few long channels")
+  chunk_tiles       tiles per time chunk of those (default 16: 8192 steps)
   diagnose          say on stderr why each scan op left for the sequential
                     lowering was not lowered (always noted on its function as the
                     `scanweaver.gpu_refused` attribute)
@@ -35,12 +38,16 @@ Kernel design
   barrier later every thread reads it as the next tile's carry.
 * Long sequences: chained chunks. The block of a channel loops over all tiles of
   its sequence, carrying the running state in a register (`scf.for` iter_args).
-  Chosen over reduce-then-scan (a second kernel and a global scratch array of tile
-  aggregates) because it is one kernel, deterministic, needs no extra global memory
-  nor inter-block synchronisation, and reads the input exactly once; parallelism comes
-  from the channels (batch * D is in the thousands for Mamba-like workloads). Its cost
-  is latency for few, very long channels (one SM per channel); any length works, 2^20
-  and beyond (index arithmetic is 64-bit).
+  One kernel, deterministic, no extra global memory nor inter-block synchronisation,
+  and the input is read exactly once (12 bytes per f32 element); parallelism comes
+  from the channels (batch * D is in the thousands for Mamba-like workloads). Any
+  length works (index arithmetic is 64-bit).
+* Few long channels: parallel in time across blocks (`affine_time_blocks.py`,
+  reduce-then-scan in three launches; generic `scan.scan`: `scan_time_blocks.py`),
+  chosen by `time_blocks` (default "auto": static shapes with fewer than 2 x 132
+  channels and rows of at least two chunks of `chunk_tiles` tiles, or the op's
+  `scanweaver.gpu_strategy = "time_blocks"` attribute, which `linear_scan` on the GPU
+  sets from the sizes it is called with).
 * `init` seeds the carry (0 without it); `final` is written by thread 0 after the
   last tile (= init when the length is 0). `reverse` maps time step t to position
   L - 1 - t. Float math is f32/f64 (unfused mul then add); i32/i64 use muli/addi,
@@ -643,12 +650,18 @@ class ScanToGpu(ModulePass):
         """One block per channel: every tile of the channel in turn, from `init`."""
         pairs = GuardedPairArith(state_t) if needs_overflow_guard(state_t, self.block_size) else PairArith(state_t)
         h_ref, init_ref, final_ref = args["h"], args.get("init"), args.get("final")
-        channel = channel_indices(e, h_ref, axis, _block_id(e))
-        carry0 = e.load(init_ref, channel) if init_ref is not None else pairs.zero(e)
+        tid = _thread_id(e)
+        bid = _block_id(e)
+        zero = e.index(0)
         length = e.dim(h_ref, axis)
+        channel = channel_indices(e, h_ref, axis, bid)
+
+        def carry0(ie: Emitter) -> SSAValue:
+            return ie.load(init_ref, channel) if init_ref is not None else pairs.zero(ie)
+
         carry = emit_chained_tiles(
             e, pairs, args, name, channel, axis, shared, reverse, self.block_size, self.items_per_thread,
-            e.index(0), length, carry0,
+            zero, length, carry0, tid=tid, length=length,
         )
         if final_ref is not None:
             fin = final_ref
@@ -656,7 +669,12 @@ class ScanToGpu(ModulePass):
             def write_final(ie: Emitter) -> None:
                 ie.store(carry, fin, channel)
 
-            e.if_(e.cmp("eq", _thread_id(e), e.index(0)), [], write_final)
+            e.if_(e.cmp("eq", tid, zero), [], write_final)
+
+
+def _is_zero(v: SSAValue) -> bool:
+    op = v.owner
+    return isinstance(op, arith.ConstantOp) and getattr(op.value, "value", None) is not None and op.value.value.data == 0
 
 
 def emit_chained_tiles(
@@ -672,16 +690,19 @@ def emit_chained_tiles(
     ipt: int,
     t_begin: SSAValue,
     t_end: SSAValue,
-    carry0: SSAValue,
+    carry0: SSAValue | Callable[[Emitter], SSAValue],
+    tid: SSAValue | None = None,
+    length: SSAValue | None = None,
 ) -> SSAValue:
     """The tiles of logical time steps [t_begin, t_end) of one channel, one after the
-    other, entering with the state `carry0`; returns (in every thread) the state after
-    the last step. Stores h[t] for every step; block-uniform control flow only."""
-    state_t = carry0.type
+    other, entering with the state `carry0` (or what `carry0(e)` emits, after the shared
+    buffers); returns (in every thread) the state after the last step. Stores h[t] for
+    every step; block-uniform control flow only. `tid` and `length` (the scan axis size)
+    are reused when given."""
     a_ref, b_ref, h_ref = args["a"], args["b"], args["h"]
-    tid = _thread_id(e)
+    tid = tid if tid is not None else _thread_id(e)
     one = e.index(1)
-    length = e.dim(h_ref, axis)
+    length = length if length is not None else e.dim(h_ref, axis)
 
     def at(t_phys: SSAValue) -> list[SSAValue]:
         return [*channel[:axis], t_phys, *channel[axis:]]
@@ -689,10 +710,16 @@ def emit_chained_tiles(
     s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared[0]))
     s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared[1]))
     s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
+    if callable(carry0):
+        carry0 = carry0(e)
+    state_t = carry0.type
 
     tile = e.index(bs * ipt)
-    ntiles = e.divu(e.add(e.sub(t_end, t_begin), e.index(bs * ipt - 1)), tile)
-    thread_base = e.add(t_begin, e.mul(tid, e.index(ipt)))
+    span = t_end if _is_zero(t_begin) else e.sub(t_end, t_begin)
+    ntiles = e.divu(e.add(span, e.index(bs * ipt - 1)), tile)
+    thread_base = e.mul(tid, e.index(ipt))
+    if not _is_zero(t_begin):
+        thread_base = e.add(t_begin, thread_base)
     last_t = e.sub(length, one)
 
     def phys(le: Emitter, t: SSAValue) -> SSAValue:

@@ -219,7 +219,7 @@ def _emit_kernel(
         return [*channel[:axis], t_phys, *channel[axis:]]
 
     tile = e.index(bs * ipt)
-    ntiles = e.divu(e.add(e.sub(t_end, t_begin), e.index(bs * ipt - 1)), tile)
+    ntiles = e.divu(e.add(e.sub(t_end, t_begin) if chunk else length, e.index(bs * ipt - 1)), tile)
     thread_base = e.mul(tid, e.index(ipt))
     last_t = e.sub(length, one)
 
