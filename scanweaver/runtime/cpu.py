@@ -21,7 +21,6 @@ import ctypes
 import ctypes.util
 import functools
 import glob
-import importlib.metadata
 import os
 import platform
 import re
@@ -258,6 +257,8 @@ def _libomp_candidates() -> Iterator[str]:
     # then system installs (Debian libomp5 / libomp-dev, LLVM's own packages).
     if os.environ.get("SCANWEAVER_LIBOMP"):
         yield os.environ["SCANWEAVER_LIBOMP"]
+    import importlib.metadata  # here: a first call that needs no OpenMP does not pay its import
+
     try:
         yield str(importlib.metadata.distribution("cmeel-libomp").locate_file("cmeel.prefix/lib/libomp.so"))
     except importlib.metadata.PackageNotFoundError:
