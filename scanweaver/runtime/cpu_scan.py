@@ -44,10 +44,10 @@ from scanweaver.runtime.cpu import CpuProgram
 from scanweaver.runtime.cpu_chunked import _chunked
 from scanweaver.runtime.cpu_jit import STATS, CompileStats, Kernel, clear_cache, compile_cpu, kernel, on_clear_cache
 from scanweaver.runtime.cpu_parallel import (
-    _set_openmp_threads,
     num_threads,
     openmp_available,
     parallel_for,
+    prepare_openmp,
     split_range,
 )
 from scanweaver.runtime.cpu_variants import (
@@ -218,7 +218,7 @@ def affine_scan_cpu(
         _chunked(a, b, h0, h, final, reverse, threads, el, _affine_kernel, _aggregate_kernel)
     elif variant == "openmp":
         k = _openmp_affine_kernel(el, h0 is not None, final is not None, reverse)
-        _set_openmp_threads(threads)
+        prepare_openmp(threads)
         k(*([a, b] + ([h0] if h0 is not None else []) + [h] + ([final] if final is not None else [])))
     elif variant in ("channels", "chunked", "single"):
         lanes = _lanes(a.dtype)
