@@ -106,11 +106,16 @@ def selective_grad_case(batch: int, D: int, N: int, L: int, full: bool) -> Case:
     return Case("selective-grad", case.family.replace("selective", "selective-grad", 1), case.params)
 
 
+#: (batch, D, L) of issue 16's selective-scan goal (N = 16, D, z, delta_bias, softplus).
+SELECTIVE_GOAL_SHAPES = ((1, 256, 2048), (2, 768, 2048), (2, 1536, 1024))
+
+
 def short_grid() -> list[Case]:
     cases = [affine_case(1024, L) for L in (256, 1024, 4096)]
     cases += shape_grid()
     cases += [selective_case(1, 256, 16, L, True) for L in (256, 2048)]
     cases += [selective_case(1, 256, 16, 2048, False)]
+    cases += [selective_case(b, D, 16, L, True) for b, D, L in SELECTIVE_GOAL_SHAPES[1:]]
     cases += [selective_grad_case(1, 256, 16, 2048, True)]
     return cases
 
@@ -156,6 +161,8 @@ def _shape_goals() -> dict[str, dict[str, float]]:
 
 
 SPEED_BAR.update(_shape_goals())
+for _b, _d, _l in SELECTIVE_GOAL_SHAPES[1:]:
+    SPEED_BAR[f"selective b={_b} D={_d} N=16 D+z+delta_bias+softplus L={_l}"] = {"jax-lax-scan": 4.0, "torch-ref": 30.0}
 
 
 def make_inputs(case: Case, seed: int = 0) -> dict[str, Any]:
