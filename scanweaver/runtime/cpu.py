@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import glob
 import os
@@ -247,6 +246,8 @@ def _init_llvm() -> None:
             return
         except RuntimeError:
             continue
+    import ctypes.util  # here: its import (and subprocess) only where the sonames failed
+
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
@@ -263,6 +264,8 @@ def _libomp_candidates() -> Iterator[str]:
         yield str(importlib.metadata.distribution("cmeel-libomp").locate_file("cmeel.prefix/lib/libomp.so"))
     except importlib.metadata.PackageNotFoundError:
         pass
+    import ctypes.util
+
     found = ctypes.util.find_library("omp")
     if found:
         yield found
