@@ -9,6 +9,13 @@ Calls go straight to the lowered function (memrefs expanded into pointer, offset
 sizes and strides) through ctypes, which releases the GIL for the foreign call: Python
 threads then run kernels on both cores at once (`parallel_for`).
 
+Around this module (the kernels' IR, the public drivers and their kernel getters):
+  cpu_jit.py          compile_cpu and its cache, Kernel (the ctypes calling layer)
+  cpu_object_call.py  the one-pointer-per-array trampoline of small calls
+  cpu_parallel.py     the thread pool, split_range, OpenMP thread count and waiting policy
+  cpu_variants.py     which variant runs a shape, the aligned output buffer
+  cpu_chunked.py      the time-chunked variant
+
 Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
   single    one call (small inputs: threads cost more than they save)
   channels  rows split across threads, each thread a row-slice view
