@@ -238,15 +238,16 @@ def linear_scan(
     channels = int(np.prod(channel_shape, dtype=np.int64))
 
     def to_2d(x: np.ndarray) -> np.ndarray:
-        moved = np.moveaxis(x, axis, -1).astype(state_dtype, copy=False)
-        return np.ascontiguousarray(moved).reshape(channels, x.shape[axis])
+        moved = np.moveaxis(x, axis, -1)
+        try:  # a view where the channel dims merge (no copy: the scan stages segments)
+            return moved.reshape(channels, x.shape[axis], copy=False)
+        except ValueError:
+            return np.ascontiguousarray(moved).reshape(channels, x.shape[axis])
 
-    from scanweaver.runtime.cpu_scan import affine_scan_cpu
+    from scanweaver.runtime.cpu_scan import affine_scan_staged
 
     length = a_arr.shape[axis]
-    h_2d, final = affine_scan_cpu(
-        to_2d(a_arr), to_2d(b_arr), h0_2d, reverse=reverse, return_final=True
-    )
+    h_2d, final = affine_scan_staged(to_2d(a_arr), to_2d(b_arr), h0_2d, reverse, state_dtype)
     moved_shape = channel_shape + (length,)
     h = np.moveaxis(h_2d.reshape(moved_shape), -1, axis)
     if return_final_state:

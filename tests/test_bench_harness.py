@@ -36,16 +36,16 @@ def test_harness_writes_sane_json(tmp_path):
         Peer("needs-gpu", "selective", _wrong, gpu=True),
     ]
     options = harness.Options(policy=harness.TimingPolicy(min_reps=2, max_reps=3, budget_s=0.0),
-                              copy_bytes=1 << 20, settle_s=0.0)
+                              roofline_bytes=1 << 20, settle_s=0.0, goals=False)
     lines: list[str] = []
     result = harness.run_benchmark(cases, peers, options, progress=lines.append)
     paths = harness.write_outputs(result, tmp_path, "smoke", progress=lines.append)
 
     data = json.loads(paths["json"].read_text())
     assert data["name"] == "smoke"
-    assert {"machine", "versions", "copy_bandwidth", "cases", "speed_bar", "skipped_peers",
+    assert {"machine", "versions", "stream_roofline", "cases", "speed_bar", "skipped_peers",
             "scanweaver_compile"} <= set(data)
-    assert data["copy_bandwidth"]["gbs"] > 0
+    assert data["stream_roofline"]["gbs"] > 0
     assert data["versions"]["numpy"] == np.__version__
     assert "affine/needs-missing-lib" in data["skipped_peers"]
     assert len(data["cases"]) == 3
@@ -60,7 +60,7 @@ def test_harness_writes_sane_json(tmp_path):
         r = res[name]
         assert r["status"] == "ok", r
         assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["reps"] >= 2
-        assert r["gbs"] > 0 and r["copy_fraction"] > 0 and r["error"] < 1e-4
+        assert r["gbs"] > 0 and r["roofline_fraction"] > 0 and r["error"] < 1e-4
     assert set(first["ratios"]) == {"numpy-loop"}
     sel = data["cases"][2]
     assert sel["results"]["scanweaver-cpu"]["status"] == "ok"
@@ -93,4 +93,38 @@ def test_main_parses_and_lists(tmp_path, monkeypatch):
 
 def _quick_options() -> harness.Options:
     return _ORIGINAL_OPTIONS(policy=harness.TimingPolicy(min_reps=1, max_reps=2, budget_s=0.0),
-                           copy_bytes=1 << 20, settle_s=0.0)
+                           roofline_bytes=1 << 20, settle_s=0.0, goals=False)
+
+
+def test_goal_shapes_and_dtypes_are_cases():
+    cases = harness.shape_grid()
+    labels = {c.label for c in cases}
+    assert "affine shapes f32 16384x256" in labels and "affine shapes i32 1x16777216" in labels
+    assert all(label in harness.SPEED_BAR for label in labels)
+    inp = harness.make_inputs(harness.affine_case(3, 50, "int32", shape_grid=True))
+    assert inp["a"].dtype == np.int32
+    ref = harness.reference(harness.affine_case(3, 50, "int32", shape_grid=True), inp)
+    h = np.zeros(3)
+    for t in range(50):  # the reference is the sequential loop
+        h = inp["a"][:, t] * h + inp["b"][:, t]
+    assert np.array_equal(ref[:, -1], h)
+
+
+def test_cpu_goals_render(tmp_path):
+    """The goals section renders each measurement, and one that failed says so."""
+    from scanweaver.bench import cpu_goals, plots
+
+    tiny = cpu_goals.tiny_call((2, 8), inner=5, rounds=2)
+    assert set(tiny["us_per_call"]) >= {"scanweaver linear_scan"} and all(v > 0 for v in tiny["us_per_call"].values())
+    memory = cpu_goals._peak_extra(lambda: np.ones(1000))
+    assert memory[1] == 8000 and memory[0] >= 8000
+    result = {"cases": [], "cpu_goals": {
+        "tiny_call": tiny,
+        "neighbours": {"shape": [4, 4], "limits": {"scanweaver": 1.2, "neighbour": 1.1}, "rows": {
+            "x": {"scanweaver_solo_s": 1e-3, "scanweaver_mixed_s": 2e-3, "neighbour_solo_s": 1e-3,
+                  "neighbour_mixed_s": 1e-3, "scanweaver_slowdown": 2.0, "neighbour_slowdown": 1.0, "met": False}}},
+        "first_call": {"error": "RuntimeError: no"},
+    }}
+    text = "\n".join(plots.goals_text(result))
+    assert "| x | 1 | 2 | 2.00x |" in text and "**no**" in text
+    assert "first_call: RuntimeError: no" in text

