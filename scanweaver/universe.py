@@ -28,6 +28,7 @@ SCANWEAVER_UNIVERSE = Universe(
         "scan-to-cpu": _pass("scanweaver.rewrites.scan_to_cpu", "ScanToCpu"),
         "math-exp-to-polynomial": _pass("scanweaver.rewrites.exp_polynomial", "ExpToPolynomial"),
         "scan-to-loops": _pass("scanweaver.rewrites.scan_to_loops", "ScanToLoops"),
+        "scan-complex-affine-to-loops": _pass("scanweaver.rewrites.complex_affine_loops", "ComplexAffineToLoops"),
         "scan-complex-to-real": _pass("scanweaver.rewrites.complex_to_real", "ComplexToReal"),
         "scanweaver-grad": _pass("scanweaver.rewrites.grad", "ScanweaverGrad"),
     },

@@ -34,6 +34,7 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
     (the caller then lowers with OpenMP and links libomp).
     """
     from scanweaver.rewrites.raise_affine import RaiseRecurrences
+    from scanweaver.rewrites.complex_affine_loops import ComplexAffineToLoops
     from scanweaver.rewrites.complex_to_real import ComplexToReal
     from scanweaver.rewrites.scan_to_loops import ScanToLoops
 
@@ -55,6 +56,7 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
         lowering = []
     return [
         RaiseRecurrences(),
+        ComplexAffineToLoops(),
         *lowering,
         ScanToLoops(),
         ComplexToReal(),
