@@ -29,6 +29,8 @@ SCANWEAVER_UNIVERSE = Universe(
         "math-exp-to-polynomial": _pass("scanweaver.rewrites.exp_polynomial", "ExpToPolynomial"),
         "scan-to-loops": _pass("scanweaver.rewrites.scan_to_loops", "ScanToLoops"),
         "scan-complex-affine-to-loops": _pass("scanweaver.rewrites.complex_affine_loops", "ComplexAffineToLoops"),
+        "scan-complex-to-host-loops": _pass("scanweaver.rewrites.complex_affine_loops", "ComplexScansToLoops"),
+        "scan-pairs-to-complex": _pass("scanweaver.rewrites.raise_complex_pairs", "PairsToComplex"),
         "scan-complex-to-real": _pass("scanweaver.rewrites.complex_to_real", "ComplexToReal"),
         "scanweaver-grad": _pass("scanweaver.rewrites.grad", "ScanweaverGrad"),
     },

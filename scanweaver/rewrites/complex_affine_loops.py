@@ -133,4 +133,37 @@ class ComplexAffineToLoops(ModulePass):
         PatternRewriteWalker(LowerComplexAffineTimeMajor(), apply_recursively=False).rewrite_module(op)
 
 
-__all__ = ["ComplexAffineToLoops"]
+def _has_complex_state(op) -> bool:
+    if isinstance(op, scan.AffineOp):
+        return isinstance(op.h.type.element_type, ComplexType)  # type: ignore[attr-defined]
+    if isinstance(op, scan.RecurrenceOp):
+        return isinstance(op.state_type.element_type, ComplexType)
+    if isinstance(op, scan.ScanOp):
+        return any(isinstance(v.type.element_type, ComplexType) for v in op.inputs)  # type: ignore[attr-defined]
+    return False
+
+
+class ComplexScanToHostLoops(RewritePattern):
+    """The sequential loops of `scan-to-loops`, for complex-state scan ops only."""
+
+    def match_and_rewrite(self, op, rewriter: PatternRewriter) -> None:
+        if not _has_complex_state(op):
+            return
+        from scanweaver.rewrites.scan_to_loops import LowerAffine, LowerRecurrence, LowerScan
+
+        for pattern in (LowerAffine(), LowerScan(), LowerRecurrence()):
+            pattern.match_and_rewrite(op, rewriter)
+
+
+@dataclass(frozen=True)
+class ComplexScansToLoops(ModulePass):
+    """GPU target: complex recurrences have no GPU kernel yet; they become sequential
+    loops (the host part of the program) before `scan-to-gpu` sees them."""
+
+    name = "scan-complex-to-host-loops"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(ComplexScanToHostLoops(), apply_recursively=False).rewrite_module(op)
+
+
+__all__ = ["ComplexAffineToLoops", "ComplexScansToLoops"]

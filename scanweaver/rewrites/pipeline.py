@@ -34,7 +34,8 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
     (the caller then lowers with OpenMP and links libomp).
     """
     from scanweaver.rewrites.raise_affine import RaiseRecurrences
-    from scanweaver.rewrites.complex_affine_loops import ComplexAffineToLoops
+    from scanweaver.rewrites.complex_affine_loops import ComplexAffineToLoops, ComplexScansToLoops
+    from scanweaver.rewrites.raise_complex_pairs import PairsToComplex
     from scanweaver.rewrites.complex_to_real import ComplexToReal
     from scanweaver.rewrites.scan_to_loops import ScanToLoops
 
@@ -54,9 +55,14 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
         lowering = [ScanToCpu(parallel_channels=openmp)]
     else:
         lowering = []
+    # Complex states: CPU/loops take (re, im) pair recurrences as complex ones and scan
+    # complex axes time-major; the GPU has no complex kernel yet (host loops).
+    complex_stages: list[ModulePass] = (
+        [ComplexScansToLoops()] if target == "gpu" else [PairsToComplex(), ComplexAffineToLoops()]
+    )
     return [
         RaiseRecurrences(),
-        ComplexAffineToLoops(),
+        *complex_stages,
         *lowering,
         ScanToLoops(),
         ComplexToReal(),

@@ -6,7 +6,7 @@ values) as a coupled 2x2 `scan.linear_recurrence` with the matrix
     [[p, -q],
      [q,  p]]         (rows: the new re, the new im)
 
-which is multiplication by the complex number p + qi.  This stage recognises that
+which is multiplication by the complex number p + qi.  `scan-pairs-to-complex` recognises that
 rotation-scaling shape (the same SSA value on the diagonal, one off-diagonal entry the
 `arith.negf` of the other) and rewrites the op into a diagonal complex recurrence:
 a = create(p, q), b = create(br, bi), the state one complex value.  It is exact:
@@ -21,12 +21,16 @@ everything that read it (emit, the code after the loop) is unchanged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xdsl.builder import Builder
+from xdsl.context import Context
 from xdsl.dialects import arith, memref
 from xdsl.dialects import complex as cx
-from xdsl.dialects.builtin import ComplexType, Float32Type, Float64Type, IndexType, IntegerAttr, MemRefType
+from xdsl.dialects.builtin import ComplexType, Float32Type, Float64Type, IndexType, IntegerAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, Region, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
@@ -112,4 +116,17 @@ class PairRecurrenceToComplex(RewritePattern):
         b.insert(memref.StoreOp.get(b.insert(cx.ImOp(z)).result, pair, [one]))
 
 
-__all__ = ["PairRecurrenceToComplex", "rotation_parts"]
+@dataclass(frozen=True)
+class PairsToComplex(ModulePass):
+    """Rewrite rotation-scaling 2x2 `scan.linear_recurrence`s as complex `scan.recurrence`s.
+
+    Runs after `scanweaver-raise` for the CPU and loops targets; the GPU target keeps
+    the 2x2 form, which its fused linear-recurrence kernel takes."""
+
+    name = "scan-pairs-to-complex"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(PairRecurrenceToComplex(), apply_recursively=False).rewrite_module(op)
+
+
+__all__ = ["PairRecurrenceToComplex", "PairsToComplex", "rotation_parts"]
