@@ -1,12 +1,13 @@
 """Complex recurrences and the GPU target (no GPU needed: PTX is built here and
-checked with ptxas when the CUDA toolkit is installed).
+checked with ptxas when the CUDA toolkit is installed; kernels run in the thread-block
+simulator).
 
-* The (re, im) pair form of the LRU recurrence (`lru_pair_loops`) keeps its 2x2 form on
-  the GPU target and becomes one fused linear-recurrence kernel: PTX for sm_80 and
-  sm_90, no spills, no stack frame.
-* Complex-state scan ops (complex<f32> memref / iter_arg state) have no GPU kernel yet:
-  the GPU target lowers them to sequential host loops (`scan-complex-to-host-loops`)
-  instead of failing, and the API refuses backend='cuda' for complex inputs.
+* One complex value per channel (`lru_iter_arg_loops`: the state an iter_arg) becomes
+  the fused 2x2 linear-recurrence kernel on (re, im) (`scan-complex-to-pairs`); the
+  (re, im) pair form written by hand (`lru_pair_loops`) keeps that form on the GPU.
+  PTX for sm_80 and sm_90: no spills, no stack frame; simulated against the interpreter.
+* Complex scans without a kernel (a memref<N x complex> state, complex scan.affine)
+  become sequential host loops (`scan-complex-to-host-loops`) instead of failing.
 """
 
 from __future__ import annotations
@@ -15,22 +16,36 @@ import numpy as np
 import pytest
 
 from scanweaver import compiler
+from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
-from scanweaver.ir import make_context, print_ir
+from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+from scanweaver.rewrites.complex_to_real import ComplexToReal
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
+from scanweaver.rewrites.raise_complex_pairs import ComplexToPairs
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
-from scanweaver.workloads.lru import lru_iter_arg_loops, lru_pair_loops
+from scanweaver.workloads.lru import lru_iter_arg_loops, lru_loops, lru_pair_loops
+
+RNG = np.random.default_rng(90)
 
 
-@pytest.mark.parametrize("chip,features", [("sm_80", "+ptx70"), ("sm_90", "+ptx80")])
-def test_pair_lru_kernel_ptxas(chip, features):
-    module = lru_pair_loops(64, 4096)
+def gpu_lowered(text: str, block_size: int, items_per_thread: int):
+    module = parse_ir(text)
     ctx = make_context()
     RaiseRecurrences().apply(ctx, module)
-    ScanToGpu(block_size=128, items_per_thread=4).apply(ctx, module)
+    ComplexToPairs().apply(ctx, module)
+    ScanToGpu(block_size=block_size, items_per_thread=items_per_thread).apply(ctx, module)
+    ComplexToReal().apply(ctx, module)
     module.verify()
-    out = export_gpu(module, chip, features)
+    return module
+
+
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("form", ["iter_arg", "pair"])
+def test_complex_kernels_ptxas(chip, form):
+    build = lru_iter_arg_loops if form == "iter_arg" else lru_pair_loops
+    module = gpu_lowered(print_ir(build(64, 4096)), 128, 4)
+    out = export_gpu(module, chip)
     (ptx,) = out["ptx"].values()
     (desc,) = out["launches"]
     assert f".target {chip}" in ptx and f".entry {desc.kernel_name}(" in ptx
@@ -40,20 +55,39 @@ def test_pair_lru_kernel_ptxas(chip, features):
     info = out["ptxas"][desc.kernel_name]
     assert info["spill_stores"] == 0 and info["spill_loads"] == 0, out["warnings"]
     assert info["stack_bytes"] == 0 and info["registers"] <= 255
+    assert info["shared_bytes"] == desc.shared_bytes
 
 
-def test_complex_state_on_gpu_target_becomes_host_loops():
-    text = print_ir(lru_iter_arg_loops(2, 6))
-    low = compiler.lower(text, "gpu")
-    final = low.stages[-1].ir
+@pytest.mark.parametrize("dtype,el,tol", [(np.complex64, "f32", 2e-6), (np.complex128, "f64", 1e-13)])
+def test_complex_kernel_in_simulator_matches_interpreter(dtype, el, tol):
+    C, L = 3, 21  # several tiles of 4 threads x 2 items, a partial last tile
+    text = print_ir(lru_iter_arg_loops(C, L, el))
+    module = gpu_lowered(text, 4, 2)
+    assert "gpu.func" in print_ir(module)
+    lam = ((RNG.standard_normal(C) + 1j * RNG.standard_normal(C)) * 0.6).astype(dtype)
+    b = (RNG.standard_normal((C, L)) + 1j * RNG.standard_normal((C, L))).astype(dtype)
+    ref = [lam, b, np.zeros((C, L), dtype), np.zeros(C, dtype)]
+    got = [x.copy() for x in ref]
+    run_function(parse_ir(text), "lru_iter", *ref)
+    simulate_launch(module, "lru_iter", *got)
+    np.testing.assert_allclose(got[2], ref[2], rtol=tol, atol=tol)
+    np.testing.assert_allclose(got[3], ref[3], rtol=tol, atol=tol)
+
+
+def test_complex_without_kernel_becomes_host_loops():
+    L, N, H = 5, 3, 2
+    text = print_ir(lru_loops(L, N, H))
+    final = compiler.lower(text, "gpu").stages[-1].ir
     assert "gpu.func" not in final and "scan." not in final and "complex.mul" not in final
-    # ... and those loops keep the meaning (interpreted, bit for bit the original loops).
-    rng = np.random.default_rng(0)
-    lam = (rng.standard_normal(2) + 1j * rng.standard_normal(2)).astype(np.complex64) * 0.5
-    b = (rng.standard_normal((2, 6)) + 1j * rng.standard_normal((2, 6))).astype(np.complex64)
+    lam = ((RNG.standard_normal(N) + 1j * RNG.standard_normal(N)) * 0.5).astype(np.complex64)
+    args = [lam, RNG.random(N).astype(np.float32),
+            (RNG.standard_normal((L, N)) + 1j * RNG.standard_normal((L, N))).astype(np.complex64),
+            (RNG.standard_normal((H, N)) + 1j * RNG.standard_normal((H, N))).astype(np.complex64),
+            RNG.standard_normal(H).astype(np.float32), RNG.standard_normal((L, H)).astype(np.float32),
+            np.zeros(N, np.complex64), np.zeros((L, H), np.float32)]
     outs = []
     for form in (text, final):
-        h, hT = np.zeros((2, 6), np.complex64), np.zeros(2, np.complex64)
-        run_function(form, "lru_iter", lam, b, h, hT)
-        outs.append((h, hT))
-    assert outs[0][0].tobytes() == outs[1][0].tobytes() and outs[0][1].tobytes() == outs[1][1].tobytes()
+        a = [x.copy() for x in args]
+        run_function(form, "lru", *a)
+        outs.append(a)
+    assert outs[0][6].tobytes() == outs[1][6].tobytes() and outs[0][7].tobytes() == outs[1][7].tobytes()

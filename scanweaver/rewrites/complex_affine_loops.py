@@ -157,8 +157,9 @@ class ComplexScanToHostLoops(RewritePattern):
 
 @dataclass(frozen=True)
 class ComplexScansToLoops(ModulePass):
-    """GPU target: complex recurrences have no GPU kernel yet; they become sequential
-    loops (the host part of the program) before `scan-to-gpu` sees them."""
+    """GPU target: complex scans without a GPU kernel (complex `scan.affine`/`scan.scan`,
+    a `scan.recurrence` over more than one complex value) become sequential loops (the
+    host part of the program) before `scan-to-gpu` sees them."""
 
     name = "scan-complex-to-host-loops"
 

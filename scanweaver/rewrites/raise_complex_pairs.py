@@ -129,4 +129,84 @@ class PairsToComplex(ModulePass):
         PatternRewriteWalker(PairRecurrenceToComplex(), apply_recursively=False).rewrite_module(op)
 
 
-__all__ = ["PairRecurrenceToComplex", "PairsToComplex", "rotation_parts"]
+
+
+
+# ---------------------------------------------------------------------------
+# The other way, for the GPU: a rank-0 complex state as a (re, im) pair
+# ---------------------------------------------------------------------------
+
+
+class ComplexRecurrenceToPair(RewritePattern):
+    """A `scan.recurrence` over one complex value becomes the 2x2 rotation-scaling
+    `scan.linear_recurrence` on (re, im), which the GPU's fused linear-recurrence kernel
+    takes.  Loads of the complex state (in emit and after the op) read the pair."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: scan.RecurrenceOp, rewriter: PatternRewriter) -> None:
+        st = op.state_type
+        if st.get_num_dims() != 0 or not isinstance(st.element_type, ComplexType):
+            return
+        state = op.state
+        later = [u.operation for u in state.uses if u.operation is not op]
+        if not all(
+            isinstance(o, memref.LoadOp) and o.parent_block() is op.parent_block() and op.is_before_in_block(o)
+            or (isinstance(o, memref.StoreOp | memref.LoadOp) and o.parent_block() is op.parent_block()
+                and o.is_before_in_block(op))
+            for o in later
+        ):
+            return  # the state escapes in a way this rewrite does not follow
+        ct, real_t = st.element_type, st.element_type.element_type
+        b = Builder(InsertPoint.before(op))
+        pair = b.insert(memref.AllocaOp.get(real_t, shape=[2])).memref
+        init = b.insert(memref.LoadOp.get(state, [])).res
+        zero, one = _index(b, 0), _index(b, 1)
+        b.insert(memref.StoreOp.get(b.insert(cx.ReOp(init)).result, pair, [zero]))
+        b.insert(memref.StoreOp.get(b.insert(cx.ImOp(init)).result, pair, [one]))
+
+        coeffs = op.coeffs.clone()
+        cy = coeffs.block.last_op
+        assert isinstance(cy, scan.YieldOp)
+        a, x = cy.arguments
+        cb = Builder(InsertPoint.before(cy))
+        p, q = cb.insert(cx.ReOp(a)).result, cb.insert(cx.ImOp(a)).result
+        minus_q = cb.insert(arith.NegfOp(q)).result
+        br, bi = cb.insert(cx.ReOp(x)).result, cb.insert(cx.ImOp(x)).result
+        cy.detach()
+        cy.erase()
+        Builder(InsertPoint.at_end(coeffs.block)).insert(scan.YieldOp(p, minus_q, q, p, br, bi))
+
+        emit = op.emit.clone()
+        eblock = emit.block
+        view = eblock.insert_arg(MemRefType(real_t, [2]), 2)
+        for load in [u.operation for u in eblock.args[1].uses]:
+            if not isinstance(load, memref.LoadOp):
+                return
+            self._read_pair(rewriter, load, view, ct)
+        eblock.args[1].replace_all_uses_with(view)  # nothing left: every use was a load
+        eblock.erase_arg(eblock.args[1])
+        new = scan.LinearRecurrenceOp(op.lb, op.ub, op.step, pair, coeffs, emit)
+        rewriter.insert(new, InsertPoint.before(op))
+        for o in later:
+            if isinstance(o, memref.LoadOp) and op.is_before_in_block(o):
+                self._read_pair(rewriter, o, pair, ct)
+        rewriter.erase(op)
+
+    @staticmethod
+    def _read_pair(rewriter: PatternRewriter, load: memref.LoadOp, pair: SSAValue, ct: ComplexType) -> None:
+        b = Builder(InsertPoint.before(load))
+        zero, one = _index(b, 0), _index(b, 1)
+        re = b.insert(memref.LoadOp.get(pair, [zero])).res
+        im = b.insert(memref.LoadOp.get(pair, [one])).res
+        rewriter.replace(load, cx.CreateOp(re, im, ct))
+
+
+@dataclass(frozen=True)
+class ComplexToPairs(ModulePass):
+    """GPU target: rank-0 complex recurrences as 2x2 real linear recurrences."""
+
+    name = "scan-complex-to-pairs"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(ComplexRecurrenceToPair(), apply_recursively=False).rewrite_module(op)
+__all__ = ["ComplexToPairs", "PairRecurrenceToComplex", "PairsToComplex", "rotation_parts"]
