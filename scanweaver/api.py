@@ -234,6 +234,12 @@ def linear_scan(
 
         return linear_scan_cuda(a_arr, b_arr, h0, axis, reverse, return_final_state)
 
+    if np.dtype(state_dtype).kind == "c":  # (outer, L, inner) views, no transposes
+        from scanweaver.runtime.cpu_complex import complex_scan_cpu
+
+        h, final = complex_scan_cpu(a_arr, b_arr, h0, axis, reverse)
+        return (h, final) if return_final_state else h
+
     # The kernels scan the last axis of C-contiguous (channels, L) arrays.
     channels = int(np.prod(channel_shape, dtype=np.int64))
 

@@ -187,3 +187,26 @@ def test_selective_scan_complex128_and_refusals():
         sw.selective_scan(u, delta, A, RNG.standard_normal((batch, n, L)), C, backend="cpu")
     with pytest.raises(ScanWeaverValueError, match="complex A runs on the CPU only"):
         sw.selective_scan(u, delta, A, B, C, backend="cuda")
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_time_major_kernel_bit_identical_and_threads_agree(reverse):
+    """axis 0 of (L, N) data: the time-major kernel, split over columns on threads,
+    gives the interpreter's bits (the sequential reference of scan.affine)."""
+    from scanweaver.runtime.cpu_complex import complex_scan_cpu
+
+    L, N = 13, 40
+    a, b, h0 = crandn(L, N, scale=0.9), crandn(L, N), crandn(N)
+    outs = [complex_scan_cpu(a, b, h0, 0, reverse, threads=t) for t in (1, 2)]
+    text = affine_ir("complex<f32>", 2, True, True, reverse).replace(" axis 1", " axis 0")
+    h, final = np.zeros((L, N), np.complex64), np.zeros(N, np.complex64)
+    run_function(text, "affine", a, b, h0, h, final)
+    for got_h, got_final in outs:
+        assert got_h.tobytes() == h.tobytes() and got_final.tobytes() == final.tobytes()
+
+
+def test_empty_axis_keeps_initial_state():
+    a = np.zeros((0, 5), np.complex64)
+    h, final = sw.linear_scan(a, a, h0=np.full(5, 2 - 1j, np.complex64), axis=0, backend="cpu",
+                              return_final_state=True)
+    assert h.shape == (0, 5) and final.tolist() == [2 - 1j] * 5

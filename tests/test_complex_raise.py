@@ -11,6 +11,7 @@ import scanweaver as sw
 from scanweaver.interp.run import run_function
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
+from scanweaver.rewrites.raise_complex_pairs import PairsToComplex
 from scanweaver.workloads.lru import (
     lru_iter_arg_loops,
     lru_loops,
@@ -27,8 +28,10 @@ def crandn(*shape, dtype=np.complex64, scale=1.0):
 
 
 def raised(text: str) -> str:
+    """scanweaver-raise, then scan-pairs-to-complex (the CPU pipeline's next stage)."""
     module = parse_ir(text)
     RaiseRecurrences().apply(make_context(), module)
+    PairsToComplex().apply(make_context(), module)
     module.verify()
     return print_ir(module)
 

@@ -1,4 +1,4 @@
-// RUN: xdsl-opt %s -p scanweaver-raise | filecheck %s
+// RUN: xdsl-opt %s -p scanweaver-raise,scan-pairs-to-complex | filecheck %s
 
 // The same recurrence by hand on a (re, im) pair of f32 iter_args
 // (lru_pair_loops(2, 5)): hr' = (lr*hr - li*hi) + br, hi' = (lr*hi + li*hr) + bi.

@@ -45,7 +45,7 @@ func.func @bad_state(%a: memref<8xi8>, %h: memref<8xi8>) {
   scan.affine %a, %a into %h axis 0 : memref<8xi8>, memref<8xi8> -> memref<8xi8>
   func.return
 }
-// CHECK: 'scan.affine': state element type i8 is not supported (expected f32, f64, i32 or i64)
+// CHECK: 'scan.affine': state element type i8 is not supported (expected f32, f64, i32, i64, complex<f32> or complex<f64>)
 
 // -----
 

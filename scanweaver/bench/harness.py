@@ -743,6 +743,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = run_benchmark(cases, peers, options)
     result["note"] = args.note
     paths = write_outputs(result, args.out, name, readme=not args.no_readme)
+    if not args.only:  # the LRU row (complex recurrence): benchmarks/lru.md, results/lru-NAME.json
+        from scanweaver.bench import lru
+
+        lru.write(lru.run_lru(full=args.full), args.out, name)
     for label, rows in result["speed_bar"].items():
         for what, row in rows.items():
             if row["measured"] is not None:

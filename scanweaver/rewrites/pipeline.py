@@ -34,6 +34,8 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
     (the caller then lowers with OpenMP and links libomp).
     """
     from scanweaver.rewrites.raise_affine import RaiseRecurrences
+    from scanweaver.rewrites.complex_affine_loops import ComplexAffineToLoops, ComplexScansToLoops
+    from scanweaver.rewrites.raise_complex_pairs import ComplexToPairs, PairsToComplex
     from scanweaver.rewrites.complex_to_real import ComplexToReal
     from scanweaver.rewrites.scan_to_loops import ScanToLoops
 
@@ -53,8 +55,15 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
         lowering = [ScanToCpu(parallel_channels=openmp)]
     else:
         lowering = []
+    # Complex states: CPU/loops take (re, im) pair recurrences as complex ones and scan
+    # complex axes time-major; the GPU runs one complex value per channel as the fused
+    # 2x2 (re, im) kernel, other complex scans as host loops.
+    complex_stages: list[ModulePass] = (
+        [ComplexToPairs(), ComplexScansToLoops()] if target == "gpu" else [PairsToComplex(), ComplexAffineToLoops()]
+    )
     return [
         RaiseRecurrences(),
+        *complex_stages,
         *lowering,
         ScanToLoops(),
         ComplexToReal(),

@@ -35,7 +35,6 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Block, Operation, OpResult, Region, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import PatternRewriteWalker
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
@@ -467,10 +466,6 @@ class RaiseRecurrences(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         report: list[str] = []
         raise_recurrences(op, self.reassociate, report)
-        # A (re, im) pair recurrence written by hand is a complex one (rewrites/raise_complex_pairs.py).
-        from scanweaver.rewrites.raise_complex_pairs import PairRecurrenceToComplex
-
-        PatternRewriteWalker(PairRecurrenceToComplex(), apply_recursively=False).rewrite_module(op)
         if self.diagnose:
             for line in report:
                 print(line, file=sys.stderr)

@@ -6,7 +6,7 @@ values) as a coupled 2x2 `scan.linear_recurrence` with the matrix
     [[p, -q],
      [q,  p]]         (rows: the new re, the new im)
 
-which is multiplication by the complex number p + qi.  This stage recognises that
+which is multiplication by the complex number p + qi.  `scan-pairs-to-complex` recognises that
 rotation-scaling shape (the same SSA value on the diagonal, one off-diagonal entry the
 `arith.negf` of the other) and rewrites the op into a diagonal complex recurrence:
 a = create(p, q), b = create(br, bi), the state one complex value.  It is exact:
@@ -21,12 +21,16 @@ everything that read it (emit, the code after the loop) is unchanged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xdsl.builder import Builder
+from xdsl.context import Context
 from xdsl.dialects import arith, memref
 from xdsl.dialects import complex as cx
-from xdsl.dialects.builtin import ComplexType, Float32Type, Float64Type, IndexType, IntegerAttr, MemRefType
+from xdsl.dialects.builtin import ComplexType, Float32Type, Float64Type, IndexType, IntegerAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, Region, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
@@ -112,4 +116,97 @@ class PairRecurrenceToComplex(RewritePattern):
         b.insert(memref.StoreOp.get(b.insert(cx.ImOp(z)).result, pair, [one]))
 
 
-__all__ = ["PairRecurrenceToComplex", "rotation_parts"]
+@dataclass(frozen=True)
+class PairsToComplex(ModulePass):
+    """Rewrite rotation-scaling 2x2 `scan.linear_recurrence`s as complex `scan.recurrence`s.
+
+    Runs after `scanweaver-raise` for the CPU and loops targets; the GPU target keeps
+    the 2x2 form, which its fused linear-recurrence kernel takes."""
+
+    name = "scan-pairs-to-complex"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(PairRecurrenceToComplex(), apply_recursively=False).rewrite_module(op)
+
+
+
+
+
+# ---------------------------------------------------------------------------
+# The other way, for the GPU: a rank-0 complex state as a (re, im) pair
+# ---------------------------------------------------------------------------
+
+
+class ComplexRecurrenceToPair(RewritePattern):
+    """A `scan.recurrence` over one complex value becomes the 2x2 rotation-scaling
+    `scan.linear_recurrence` on (re, im), which the GPU's fused linear-recurrence kernel
+    takes.  Loads of the complex state (in emit and after the op) read the pair."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: scan.RecurrenceOp, rewriter: PatternRewriter) -> None:
+        st = op.state_type
+        if st.get_num_dims() != 0 or not isinstance(st.element_type, ComplexType):
+            return
+        state = op.state
+        later = [u.operation for u in state.uses if u.operation is not op]
+        if not all(
+            isinstance(o, memref.LoadOp) and o.parent_block() is op.parent_block() and op.is_before_in_block(o)
+            or (isinstance(o, memref.StoreOp | memref.LoadOp) and o.parent_block() is op.parent_block()
+                and o.is_before_in_block(op))
+            for o in later
+        ):
+            return  # the state escapes in a way this rewrite does not follow
+        ct, real_t = st.element_type, st.element_type.element_type
+        b = Builder(InsertPoint.before(op))
+        pair = b.insert(memref.AllocaOp.get(real_t, shape=[2])).memref
+        init = b.insert(memref.LoadOp.get(state, [])).res
+        zero, one = _index(b, 0), _index(b, 1)
+        b.insert(memref.StoreOp.get(b.insert(cx.ReOp(init)).result, pair, [zero]))
+        b.insert(memref.StoreOp.get(b.insert(cx.ImOp(init)).result, pair, [one]))
+
+        coeffs = op.coeffs.clone()
+        cy = coeffs.block.last_op
+        assert isinstance(cy, scan.YieldOp)
+        a, x = cy.arguments
+        cb = Builder(InsertPoint.before(cy))
+        p, q = cb.insert(cx.ReOp(a)).result, cb.insert(cx.ImOp(a)).result
+        minus_q = cb.insert(arith.NegfOp(q)).result
+        br, bi = cb.insert(cx.ReOp(x)).result, cb.insert(cx.ImOp(x)).result
+        cy.detach()
+        cy.erase()
+        Builder(InsertPoint.at_end(coeffs.block)).insert(scan.YieldOp(p, minus_q, q, p, br, bi))
+
+        emit = op.emit.clone()
+        eblock = emit.block
+        view = eblock.insert_arg(MemRefType(real_t, [2]), 2)
+        for load in [u.operation for u in eblock.args[1].uses]:
+            if not isinstance(load, memref.LoadOp):
+                return
+            self._read_pair(rewriter, load, view, ct)
+        eblock.args[1].replace_all_uses_with(view)  # nothing left: every use was a load
+        eblock.erase_arg(eblock.args[1])
+        new = scan.LinearRecurrenceOp(op.lb, op.ub, op.step, pair, coeffs, emit)
+        rewriter.insert(new, InsertPoint.before(op))
+        for o in later:
+            if isinstance(o, memref.LoadOp) and op.is_before_in_block(o):
+                self._read_pair(rewriter, o, pair, ct)
+        rewriter.erase(op)
+
+    @staticmethod
+    def _read_pair(rewriter: PatternRewriter, load: memref.LoadOp, pair: SSAValue, ct: ComplexType) -> None:
+        b = Builder(InsertPoint.before(load))
+        zero, one = _index(b, 0), _index(b, 1)
+        re = b.insert(memref.LoadOp.get(pair, [zero])).res
+        im = b.insert(memref.LoadOp.get(pair, [one])).res
+        rewriter.replace(load, cx.CreateOp(re, im, ct))
+
+
+@dataclass(frozen=True)
+class ComplexToPairs(ModulePass):
+    """GPU target: rank-0 complex recurrences as 2x2 real linear recurrences."""
+
+    name = "scan-complex-to-pairs"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(ComplexRecurrenceToPair(), apply_recursively=False).rewrite_module(op)
+__all__ = ["ComplexToPairs", "PairRecurrenceToComplex", "PairsToComplex", "rotation_parts"]

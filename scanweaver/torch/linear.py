@@ -95,8 +95,13 @@ def linear_scan(a, b, h0=None, reverse=False, dim=-1):
 
     a, b: tensors of one shape and dtype (float32 or float64); h0: the shape of `a`
     without `dim`.  reverse: t runs from the end of `dim` (h[t] = a[t] * h[t+1] + b[t]).
-    Returns h, of a's shape and dtype.
+    Returns h, of a's shape and dtype.  Complex a or b (complex64/complex128, a real
+    one promoted): torch/complex_linear.py, gradients in PyTorch's Wirtinger convention.
     """
+    if any(isinstance(x, torch.Tensor) and x.is_complex() for x in (a, b, h0)):
+        from scanweaver.torch.complex_linear import complex_linear_scan
+
+        return complex_linear_scan(a, b, h0, reverse, dim)
     a, b = _checks.tensor("a", a), _checks.tensor("b", b)
     h0 = _checks.tensor("h0", h0, optional=True)
     _checks.same_device({"a": a, "b": b, "h0": h0})
