@@ -25,6 +25,7 @@ from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    ComplexType,
     Float16Type,
     FloatAttr,
     IndexType,
@@ -49,6 +50,8 @@ DTYPES: dict[str, Attribute] = {
     "bf16": BFloat16Type(),
     "i32": i32,
     "i64": i64,
+    "complex<f32>": ComplexType(f32),
+    "complex<f64>": ComplexType(f64),
 }
 
 
