@@ -93,15 +93,18 @@ def test_f16_inputs_f32_state():
     np.testing.assert_allclose(h, h_ref, rtol=2e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize("order", ["reverse", 1, 2])
-def test_any_block_order_gives_the_same_bits(order):
-    shape = (3, 4 * CHUNK + 5)
+def test_any_block_order_gives_the_same_bits():
+    shape = (2, 3 * CHUNK + 5)
     text = affine_scan_ir(("?", "?"), 1, "f32", "f32", init=True, final=True)
     args = affine_args(shape, np.float32, np.float32, True, seed=7)
-    _, forward = run_both(text, args)
-    _, permuted = run_both(text, args, block_order=order)
-    for x, y in zip(forward, permuted):
-        np.testing.assert_array_equal(x, y)
+    m = lower(text)
+    forward = [x.copy() for x in args]
+    simulate_launch(m, "f", *forward)
+    for order in ("reverse", 1, 2):
+        permuted = [x.copy() for x in args]
+        simulate_launch(m, "f", *permuted, block_order=order)
+        for x, y in zip(forward[-2:], permuted[-2:]):
+            np.testing.assert_array_equal(x, y)
 
 
 def test_inf_input_redoes_the_channel_like_the_one_block_kernel():
