@@ -251,8 +251,9 @@ def markdown(before: dict[str, Any], after: dict[str, Any], before_ref: str) -> 
         "\"after\" this tree. Occupancy: resident warps / 64 per sm_90 SM from registers, shared",
         "memory and threads. Barriers per tile and bytes per element: simulated on one channel",
         "of two tiles (time-block kernels with one-tile chunks, so their per-block loads weigh more",
-        "than at 8192-step chunks). The least an affine scan moves is 12 B/element (f32 a, b read,",
-        "h written), 8 for the i32 cumsum.",
+        "than at 8192-step chunks, and the carry kernel of `scan.scan`, which skips chunk 0, touches",
+        "half the elements instead of nearly all). The least an affine scan moves is 12 B/element",
+        "(f32 a, b read, h written), 8 for the i32 cumsum.",
         "",
     ]
     head = ("| case | | kernel | grid | regs | spill B | shared B | occupancy | global loads | global stores "
