@@ -91,3 +91,21 @@ def test_complex_without_kernel_becomes_host_loops():
         run_function(form, "lru", *a)
         outs.append(a)
     assert outs[0][6].tobytes() == outs[1][6].tobytes() and outs[0][7].tobytes() == outs[1][7].tobytes()
+
+
+def test_parallel_kernel_finite_where_the_loop_is():
+    """|lam| = 1e6 with b = 0 until the last step: the loop's state stays 0, while tile
+    products of lam overflow (inf * 0 = NaN); the kernel's overflow guard keeps the
+    sequential result."""
+    C, L = 2, 40
+    text = print_ir(lru_iter_arg_loops(C, L))
+    module = gpu_lowered(text, 4, 2)
+    lam = np.array([1e6 + 0j, 3e5 + 2e5j], np.complex64)
+    b = np.zeros((C, L), np.complex64)
+    b[:, -1] = 1 + 1j
+    ref = [lam, b, np.zeros((C, L), np.complex64), np.zeros(C, np.complex64)]
+    got = [x.copy() for x in ref]
+    run_function(parse_ir(text), "lru_iter", *ref)
+    simulate_launch(module, "lru_iter", *got)
+    assert np.isfinite(ref[2]).all() and np.isfinite(got[2]).all()
+    np.testing.assert_array_equal(got[2], ref[2])
