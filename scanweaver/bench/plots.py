@@ -124,7 +124,9 @@ def readme_text(result: dict[str, Any]) -> str:
                 meas = "-" if row["measured"] is None else f"{row['measured']:.2f}"
                 met = "-" if row["met"] is None else ("yes" if row["met"] else "**no**")
                 kind = {"copy_fraction": "fraction of copy bandwidth",
-                        "backward_over_forward": "backward time / forward time (at most)"}.get(
+                        "backward_over_forward": "backward time / forward time (at most)",
+                        "backward_over_forward_same_case":
+                            "backward / (forward+backward - backward), same case (at most)"}.get(
                             what, f"speed-up over {what}")
                 lines.append(f"| {label} | {kind} | {row['target']} | {meas} | {met} |")
         lines.append("")
