@@ -207,7 +207,9 @@ def readme_text(result: dict[str, Any]) -> str:
                 met = "-" if row["met"] is None else ("yes" if row["met"] else "**no**")
                 kind = {"roofline_fraction": "fraction of the streaming roofline",
                         "best_peer": "speed-up over the best peer",
-                        "backward_over_forward": "backward time / forward time (at most)"}.get(
+                        "backward_over_forward": "backward time / forward time (at most)",
+                        "backward_over_forward_same_case":
+                            "backward / (forward+backward - backward), same case (at most)"}.get(
                             what, f"speed-up over {what}")
                 lines.append(f"| {label} | {kind} | {row['target']} | {meas} | {met} |")
         lines.append("")

@@ -572,7 +572,7 @@ class VjpBuilder:
         # the same for the emit region: its ops not reading the state (silu of z, D*u, ...)
         # run in a loop over the chunk's steps of their own, their float results kept in EINV
         eb = op.emit.block
-        e_inv = time_only_ops(eb, eb.args[1])
+        e_inv = time_only_ops(eb, eb.args[1], op.state)
         e_kept = [r for o in e_inv for r in o.results if is_float(r.type) and not isinstance(o, arith.ConstantOp)]
         EINV = [e.hoisted_alloca(MemRefType(v.type, [Kc])) for v in e_kept]
         mu = self.shadow[op.state]  # cotangent of the final state; becomes that of the initial
@@ -966,11 +966,12 @@ def split_by_state_index(cb: Block) -> tuple[list[Operation], list[Operation]]:
     return inv, dep
 
 
-def time_only_ops(block: Block, state: SSAValue) -> list[Operation]:
+def time_only_ops(block: Block, state: SSAValue, outer_state: SSAValue) -> list[Operation]:
     """The ops of an emit block (in order) that compute from the time index and the
-    inputs only: arith/math ops and loads of memrefs the block does not write, none
-    depending on `state` (or on an op that is not one of them)."""
-    written = {o.memref for o in block.walk() if isinstance(o, memref.StoreOp)}
+    inputs only: arith/math ops and loads of memrefs the block does not write (nor the
+    recurrence's state, `outer_state`), none depending on `state` (or on an op that is
+    not one of them)."""
+    written = {o.memref for o in block.walk() if isinstance(o, memref.StoreOp)} | {outer_state}
     dep: set[SSAValue] = {state}
     out: list[Operation] = []
     for op in block.ops:
