@@ -170,3 +170,148 @@ def selective_scan_ir(spec) -> str:
     e("  func.return")
     e("}")
     return "\n".join(L) + "\n"
+
+
+def _complex_bc_type(kind: str, n: int, c: str) -> str:
+    return {"const": f"memref<?x{n}x{c}>", "shared": f"memref<?x?x{n}x{c}>", "grouped": f"memref<?x?x?x{n}x{c}>"}[kind]
+
+
+def complex_selective_ir(spec: ComplexSelectiveSpec) -> str:
+    """(runtime/cpu_selective_complex.py before issue 9) IR text of `func.func @selective_scan_complex` (argument order as in
+    `selective_scan_ir`: u, delta, A, B, C, [D], [z], [bias], [h0], out, [last],
+    d_begin, d_end); A, B, C, h0 and last are complex memrefs."""
+    N, f = spec.n, spec.real
+    c = f"complex<{f}>"
+    m3 = f"memref<?x?x?x{f}>"
+    args = [f"%u: {m3}", f"%delta: {m3}", f"%A: memref<?x{N}x{c}>", f"%B: {_complex_bc_type(spec.b_kind, N, c)}",
+            f"%C: {_complex_bc_type(spec.c_kind, N, c)}"]
+    args += [f"%Dskip: memref<?x{f}>"] if spec.has_d else []
+    args += [f"%z: {m3}"] if spec.has_z else []
+    args += [f"%bias: memref<?x{f}>"] if spec.has_bias else []
+    args += [f"%h0: memref<?x?x{N}x{c}>"] if spec.has_h0 else []
+    args += [f"%out: {m3}"]
+    args += [f"%last: memref<?x?x{N}x{c}>"] if spec.has_last else []
+    args += ["%d_begin: index", "%d_end: index"]
+    st = f"memref<{N}x{c}>"
+    L: list[str] = []
+    e = L.append
+    e(f"func.func @selective_scan_complex({', '.join(args)}) {{")
+    e("  %c0 = arith.constant 0 : index")
+    e("  %c1 = arith.constant 1 : index")
+    e("  %c2 = arith.constant 2 : index")
+    e(f"  %cN = arith.constant {N} : index")
+    e(f"  %zero = arith.constant 0.0 : {f}")
+    e(f"  %one = arith.constant 1.0 : {f}")
+    e(f"  %two = arith.constant 2.0 : {f}")
+    e(f"  %twenty = arith.constant 20.0 : {f}")
+    e(f"  %czero = complex.constant [0.0 : {f}, 0.0 : {f}] : {c}")
+    e(f"  %batch = memref.dim %u, %c0 : {m3}")
+    e(f"  %Dn = memref.dim %u, %c1 : {m3}")
+    e(f"  %len = memref.dim %u, %c2 : {m3}")
+    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
+        if kind == "grouped":
+            e(f"  %ng{name[1:]} = memref.dim {name}, %c1 : {_complex_bc_type(kind, N, c)}")
+            e(f"  %per{name[1:]} = arith.divui %Dn, %ng{name[1:]} : index")
+    e(f"  %S = memref.alloca() : {st}")
+    e("  scf.for %b = %c0 to %batch step %c1 {")
+    e("    scf.for %d = %d_begin to %d_end step %c1 {")
+    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
+        if kind == "grouped":
+            e(f"      %g{name[1:]} = arith.divui %d, %per{name[1:]} : index")
+    e("      scf.for %n = %c0 to %cN step %c1 {")
+    if spec.has_h0:
+        e(f"        %v = memref.load %h0[%b, %d, %n] : memref<?x?x{N}x{c}>")
+        e(f"        memref.store %v, %S[%n] : {st}")
+    else:
+        e(f"        memref.store %czero, %S[%n] : {st}")
+    e("      }")
+    if spec.has_bias:
+        e(f"      %bd = memref.load %bias[%d] : memref<?x{f}>")
+    if spec.has_d:
+        e(f"      %dd = memref.load %Dskip[%d] : memref<?x{f}>")
+    e(f"      scan.recurrence %c0 to %len step %c1 state(%S : {st}) coeffs {{")
+    e("      ^bb0(%i: index, %k: index):")
+    e(f"        %dl = memref.load %delta[%b, %d, %i] : {m3}")
+    dt = "%dl"
+    if spec.has_bias:
+        e(f"        %dlb = arith.addf %dl, %bd : {f}")
+        dt = "%dlb"
+    if spec.softplus:  # softplus(x) = log1p(exp(x)), = x for x > 20
+        e(f"        %ex = math.exp {dt} : {f}")
+        e(f"        %lp = math.log1p %ex : {f}")
+        e(f"        %big = arith.cmpf ogt, {dt}, %twenty : {f}")
+        e(f"        %sp = arith.select %big, {dt}, %lp : {f}")
+        dt = "%sp"
+    # exp(dt * A): a real times a complex scales both parts
+    e(f"        %ak = memref.load %A[%d, %k] : memref<?x{N}x{c}>")
+    e(f"        %akr = complex.re %ak : {c}")
+    e(f"        %aki = complex.im %ak : {c}")
+    e(f"        %dar = arith.mulf {dt}, %akr : {f}")
+    e(f"        %dai = arith.mulf {dt}, %aki : {f}")
+    e(f"        %da = complex.create %dar, %dai : {c}")
+    e(f"        %a = complex.exp %da : {c}")
+    # dt * u * B
+    e(f"        %bk = memref.load {_bc_index(spec.b_kind, '%B', '%i', '%k')} : {_complex_bc_type(spec.b_kind, N, c)}")
+    e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
+    e(f"        %dtu = arith.mulf {dt}, %uu : {f}")
+    e(f"        %bkr = complex.re %bk : {c}")
+    e(f"        %bki = complex.im %bk : {c}")
+    e(f"        %xr = arith.mulf %bkr, %dtu : {f}")
+    e(f"        %xi = arith.mulf %bki, %dtu : {f}")
+    e(f"        %x = complex.create %xr, %xi : {c}")
+    e(f"        scan.yield %a, %x : {c}, {c}")
+    e("      } emit {")
+    e(f"      ^bb0(%i: index, %s: {st}):")
+    # y = 2 Re(sum_n h_n C_n) = 2 sum_n (h.re C.re - h.im C.im)
+    e(f"        %y1 = scf.for %n = %c0 to %cN step %c1 iter_args(%acc = %zero) -> ({f}) {{")
+    e(f"          %hv = memref.load %s[%n] : {st}")
+    e(f"          %cv = memref.load {_bc_index(spec.c_kind, '%C', '%i', '%n')} : {_complex_bc_type(spec.c_kind, N, c)}")
+    e(f"          %hr = complex.re %hv : {c}")
+    e(f"          %hi = complex.im %hv : {c}")
+    e(f"          %cr = complex.re %cv : {c}")
+    e(f"          %ci = complex.im %cv : {c}")
+    e(f"          %p1 = arith.mulf %hr, %cr : {f}")
+    e(f"          %p2 = arith.mulf %hi, %ci : {f}")
+    e(f"          %pr = arith.subf %p1, %p2 : {f}")
+    e(f"          %acc2 = arith.addf %acc, %pr : {f}")
+    e(f"          scf.yield %acc2 : {f}")
+    e("        }")
+    e(f"        %y = arith.mulf %y1, %two : {f}")
+    y = "%y"
+    if spec.has_d:
+        e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
+        e(f"        %du = arith.mulf %dd, %uu : {f}")
+        e(f"        %yd = arith.addf %y, %du : {f}")
+        y = "%yd"
+    if spec.has_z:
+        e(f"        %zz = memref.load %z[%b, %d, %i] : {m3}")
+        e(f"        %nz = arith.negf %zz : {f}")
+        e(f"        %ez = math.exp %nz : {f}")
+        e(f"        %den = arith.addf %one, %ez : {f}")
+        e(f"        %sz = arith.divf %zz, %den : {f}")
+        e(f"        %yz = arith.mulf {y}, %sz : {f}")
+        y = "%yz"
+    e(f"        memref.store {y}, %out[%b, %d, %i] : {m3}")
+    e("        scan.yield")
+    e("      }")
+    if spec.has_last:
+        e("      scf.for %n = %c0 to %cN step %c1 {")
+        e(f"        %v = memref.load %S[%n] : {st}")
+        e(f"        memref.store %v, %last[%b, %d, %n] : memref<?x?x{N}x{c}>")
+        e("      }")
+    e("    }")
+    e("  }")
+    e("  func.return")
+    e("}")
+    return "\n".join(L) + "\n"
+
+
+def generic_cumsum_ir(shape) -> str:
+    """(bench/gpu_kernels.py before issue 9) an i32 scan.scan adding along the last axis."""
+    mt = f"memref<{'x'.join(str(d) for d in shape)}xi32>"
+    return (
+        f"func.func @f(%x0: {mt}, %y0: {mt}) {{\n"
+        f"  scan.scan ins(%x0 : {mt}) outs(%y0 : {mt}) axis {len(shape) - 1} {{\n"
+        "  ^bb0(%a0: i32, %b0: i32):\n    %r = arith.addi %a0, %b0 : i32\n    scan.yield %r : i32\n  }\n"
+        "  func.return\n}\n"
+    )

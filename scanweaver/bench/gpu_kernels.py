@@ -47,16 +47,6 @@ SM90 = {"regs": 65536, "shared": 228 * 1024, "reserved": 1024, "warps": 64, "blo
 # -- IR of every case (runs in the tree being measured: only long-standing APIs) -------------------
 
 
-def _generic_ir(shape) -> str:
-    mt = f"memref<{'x'.join(str(d) for d in shape)}xi32>"
-    return (
-        f"func.func @f(%x0: {mt}, %y0: {mt}) {{\n"
-        f"  scan.scan ins(%x0 : {mt}) outs(%y0 : {mt}) axis {len(shape) - 1} {{\n"
-        "  ^bb0(%a0: i32, %b0: i32):\n    %r = arith.addi %a0, %b0 : i32\n    scan.yield %r : i32\n  }\n"
-        "  func.return\n}\n"
-    )
-
-
 def case_ir(name: str, size: str | int) -> str:
     """The case's IR at its own sizes (`size="big"`) or for one channel of `size` steps."""
     from scanweaver.workloads.scans import affine_scan_ir
@@ -67,7 +57,9 @@ def case_ir(name: str, size: str | int) -> str:
     if name == "affine_f32_1x2p26":
         return affine_scan_ir((1, 1 << 26) if big else (1, size), 1, "f32", "f32", init=True, final=True)
     if name == "generic_cumsum_i32_1x2p26":
-        return _generic_ir((1, 1 << 26) if big else (1, size))
+        from scanweaver.workloads.scans import sum_scan_ir  # (revisions before issue 9 lack it)
+
+        return sum_scan_ir((1, 1 << 26) if big else (1, size), 1, "i32")
     if name == "selective_N16_8x1536x2048":
         from scanweaver.runtime.cuda_scan import selective_scan_ir
 

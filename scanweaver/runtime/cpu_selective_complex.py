@@ -16,174 +16,21 @@ dtype, as in the reference); out is real in u's dtype; last_state (batch, D, N) 
 complex.  Like the real kernel, nothing of shape (batch, D, L, N) is built: exp(dt*A)
 and dt*B*u come from registers (the `coeffs` producer), Re(C.h) is reduced per step
 (the `emit` consumer).  The kernel runs channel ranges on threads; each recurrence is
-the sequential loop on (re, im) pairs (scan-complex-to-real).
+the sequential loop on (re, im) pairs (scan-complex-to-real).  The kernel is built by
+`workloads/selective_complex.py` (through `kernel_ir`), its argument list read from the
+built signature.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cpu_scan import kernel, num_threads, parallel_for, split_range
-
-
-@dataclass(frozen=True)
-class ComplexSelectiveSpec:
-    """Compile-time shape of one complex selective-scan kernel."""
-
-    n: int
-    real: str  # "f32" | "f64": the element type of the complex state
-    b_kind: str  # "const" | "shared" | "grouped" (time before the state index)
-    c_kind: str
-    has_d: bool
-    has_z: bool
-    has_bias: bool
-    softplus: bool
-    has_h0: bool
-    has_last: bool
-
-
-def _bc_type(kind: str, n: int, c: str) -> str:
-    return {"const": f"memref<?x{n}x{c}>", "shared": f"memref<?x?x{n}x{c}>", "grouped": f"memref<?x?x?x{n}x{c}>"}[kind]
-
-
-def _bc_index(kind: str, name: str, i: str, n: str) -> str:
-    return {"const": f"{name}[%d, {n}]", "shared": f"{name}[%b, {i}, {n}]", "grouped": f"{name}[%b, %g{name[1:]}, {i}, {n}]"}[kind]
-
-
-@functools.lru_cache(maxsize=None)
-def complex_selective_ir(spec: ComplexSelectiveSpec) -> str:
-    """IR text of `func.func @selective_scan_complex` (argument order as in
-    `selective_scan_ir`: u, delta, A, B, C, [D], [z], [bias], [h0], out, [last],
-    d_begin, d_end); A, B, C, h0 and last are complex memrefs."""
-    N, f = spec.n, spec.real
-    c = f"complex<{f}>"
-    m3 = f"memref<?x?x?x{f}>"
-    args = [f"%u: {m3}", f"%delta: {m3}", f"%A: memref<?x{N}x{c}>", f"%B: {_bc_type(spec.b_kind, N, c)}",
-            f"%C: {_bc_type(spec.c_kind, N, c)}"]
-    args += [f"%Dskip: memref<?x{f}>"] if spec.has_d else []
-    args += [f"%z: {m3}"] if spec.has_z else []
-    args += [f"%bias: memref<?x{f}>"] if spec.has_bias else []
-    args += [f"%h0: memref<?x?x{N}x{c}>"] if spec.has_h0 else []
-    args += [f"%out: {m3}"]
-    args += [f"%last: memref<?x?x{N}x{c}>"] if spec.has_last else []
-    args += ["%d_begin: index", "%d_end: index"]
-    st = f"memref<{N}x{c}>"
-    L: list[str] = []
-    e = L.append
-    e(f"func.func @selective_scan_complex({', '.join(args)}) {{")
-    e("  %c0 = arith.constant 0 : index")
-    e("  %c1 = arith.constant 1 : index")
-    e("  %c2 = arith.constant 2 : index")
-    e(f"  %cN = arith.constant {N} : index")
-    e(f"  %zero = arith.constant 0.0 : {f}")
-    e(f"  %one = arith.constant 1.0 : {f}")
-    e(f"  %two = arith.constant 2.0 : {f}")
-    e(f"  %twenty = arith.constant 20.0 : {f}")
-    e(f"  %czero = complex.constant [0.0 : {f}, 0.0 : {f}] : {c}")
-    e(f"  %batch = memref.dim %u, %c0 : {m3}")
-    e(f"  %Dn = memref.dim %u, %c1 : {m3}")
-    e(f"  %len = memref.dim %u, %c2 : {m3}")
-    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
-        if kind == "grouped":
-            e(f"  %ng{name[1:]} = memref.dim {name}, %c1 : {_bc_type(kind, N, c)}")
-            e(f"  %per{name[1:]} = arith.divui %Dn, %ng{name[1:]} : index")
-    e(f"  %S = memref.alloca() : {st}")
-    e("  scf.for %b = %c0 to %batch step %c1 {")
-    e("    scf.for %d = %d_begin to %d_end step %c1 {")
-    for name, kind in (("%B", spec.b_kind), ("%C", spec.c_kind)):
-        if kind == "grouped":
-            e(f"      %g{name[1:]} = arith.divui %d, %per{name[1:]} : index")
-    e("      scf.for %n = %c0 to %cN step %c1 {")
-    if spec.has_h0:
-        e(f"        %v = memref.load %h0[%b, %d, %n] : memref<?x?x{N}x{c}>")
-        e(f"        memref.store %v, %S[%n] : {st}")
-    else:
-        e(f"        memref.store %czero, %S[%n] : {st}")
-    e("      }")
-    if spec.has_bias:
-        e(f"      %bd = memref.load %bias[%d] : memref<?x{f}>")
-    if spec.has_d:
-        e(f"      %dd = memref.load %Dskip[%d] : memref<?x{f}>")
-    e(f"      scan.recurrence %c0 to %len step %c1 state(%S : {st}) coeffs {{")
-    e("      ^bb0(%i: index, %k: index):")
-    e(f"        %dl = memref.load %delta[%b, %d, %i] : {m3}")
-    dt = "%dl"
-    if spec.has_bias:
-        e(f"        %dlb = arith.addf %dl, %bd : {f}")
-        dt = "%dlb"
-    if spec.softplus:  # softplus(x) = log1p(exp(x)), = x for x > 20
-        e(f"        %ex = math.exp {dt} : {f}")
-        e(f"        %lp = math.log1p %ex : {f}")
-        e(f"        %big = arith.cmpf ogt, {dt}, %twenty : {f}")
-        e(f"        %sp = arith.select %big, {dt}, %lp : {f}")
-        dt = "%sp"
-    # exp(dt * A): a real times a complex scales both parts
-    e(f"        %ak = memref.load %A[%d, %k] : memref<?x{N}x{c}>")
-    e(f"        %akr = complex.re %ak : {c}")
-    e(f"        %aki = complex.im %ak : {c}")
-    e(f"        %dar = arith.mulf {dt}, %akr : {f}")
-    e(f"        %dai = arith.mulf {dt}, %aki : {f}")
-    e(f"        %da = complex.create %dar, %dai : {c}")
-    e(f"        %a = complex.exp %da : {c}")
-    # dt * u * B
-    e(f"        %bk = memref.load {_bc_index(spec.b_kind, '%B', '%i', '%k')} : {_bc_type(spec.b_kind, N, c)}")
-    e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
-    e(f"        %dtu = arith.mulf {dt}, %uu : {f}")
-    e(f"        %bkr = complex.re %bk : {c}")
-    e(f"        %bki = complex.im %bk : {c}")
-    e(f"        %xr = arith.mulf %bkr, %dtu : {f}")
-    e(f"        %xi = arith.mulf %bki, %dtu : {f}")
-    e(f"        %x = complex.create %xr, %xi : {c}")
-    e(f"        scan.yield %a, %x : {c}, {c}")
-    e("      } emit {")
-    e(f"      ^bb0(%i: index, %s: {st}):")
-    # y = 2 Re(sum_n h_n C_n) = 2 sum_n (h.re C.re - h.im C.im)
-    e(f"        %y1 = scf.for %n = %c0 to %cN step %c1 iter_args(%acc = %zero) -> ({f}) {{")
-    e(f"          %hv = memref.load %s[%n] : {st}")
-    e(f"          %cv = memref.load {_bc_index(spec.c_kind, '%C', '%i', '%n')} : {_bc_type(spec.c_kind, N, c)}")
-    e(f"          %hr = complex.re %hv : {c}")
-    e(f"          %hi = complex.im %hv : {c}")
-    e(f"          %cr = complex.re %cv : {c}")
-    e(f"          %ci = complex.im %cv : {c}")
-    e(f"          %p1 = arith.mulf %hr, %cr : {f}")
-    e(f"          %p2 = arith.mulf %hi, %ci : {f}")
-    e(f"          %pr = arith.subf %p1, %p2 : {f}")
-    e(f"          %acc2 = arith.addf %acc, %pr : {f}")
-    e(f"          scf.yield %acc2 : {f}")
-    e("        }")
-    e(f"        %y = arith.mulf %y1, %two : {f}")
-    y = "%y"
-    if spec.has_d:
-        e(f"        %uu = memref.load %u[%b, %d, %i] : {m3}")
-        e(f"        %du = arith.mulf %dd, %uu : {f}")
-        e(f"        %yd = arith.addf %y, %du : {f}")
-        y = "%yd"
-    if spec.has_z:
-        e(f"        %zz = memref.load %z[%b, %d, %i] : {m3}")
-        e(f"        %nz = arith.negf %zz : {f}")
-        e(f"        %ez = math.exp %nz : {f}")
-        e(f"        %den = arith.addf %one, %ez : {f}")
-        e(f"        %sz = arith.divf %zz, %den : {f}")
-        e(f"        %yz = arith.mulf {y}, %sz : {f}")
-        y = "%yz"
-    e(f"        memref.store {y}, %out[%b, %d, %i] : {m3}")
-    e("        scan.yield")
-    e("      }")
-    if spec.has_last:
-        e("      scf.for %n = %c0 to %cN step %c1 {")
-        e(f"        %v = memref.load %S[%n] : {st}")
-        e(f"        memref.store %v, %last[%b, %d, %n] : memref<?x?x{N}x{c}>")
-        e("      }")
-    e("    }")
-    e("  }")
-    e("  func.return")
-    e("}")
-    return "\n".join(L) + "\n"
+from scanweaver.runtime.kernel_ir import kernel_ir
+from scanweaver.workloads.specs import ComplexSelectiveSpec
 
 
 def _weight(x: Any, name: str, batch: int, D: int, N: int, L: int, cdt: np.dtype) -> tuple[str, np.ndarray]:
@@ -277,10 +124,8 @@ def selective_scan_complex_cpu(
     spec = ComplexSelectiveSpec(N, "f32" if cdt == np.complex64 else "f64", b_kind, c_kind, Dk is not None,
                                 zk is not None, bias is not None, bool(delta_softplus), h0k is not None,
                                 bool(return_last_state))
-    arg_spec: list[int | str] = [3, 3, 2, Bk.ndim, Ck.ndim] + [1] * (Dk is not None) + [3] * (zk is not None)
-    arg_spec += [1] * (bias is not None) + [3] * (h0k is not None) + [3] + [3] * bool(return_last_state)
-    arg_spec += ["index", "index"]
-    k = kernel(complex_selective_ir(spec), "selective_scan_complex", arg_spec)
+    ir = kernel_ir("selective_complex", spec=spec)  # built by workloads/selective_complex.py
+    k = kernel(ir.text, ir.name, ir.args)
     out = np.empty((batch, Dn, L), rdt)
     last = np.empty((batch, Dn, N), cdt) if return_last_state else None
     arrays = [uk, dk, np.ascontiguousarray(A), Bk, Ck] + [x for x in (Dk, zk, bias, h0k) if x is not None] + [out]

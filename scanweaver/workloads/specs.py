@@ -21,4 +21,20 @@ class SelectiveScanSpec:
     has_last: bool
 
 
-__all__ = ["SelectiveScanSpec"]
+@dataclass(frozen=True)
+class ComplexSelectiveSpec:
+    """The compile-time shape of a complex-A selective scan kernel (`selective_complex.py`)."""
+
+    n: int
+    real: str  # "f32" | "f64": the element type of the complex state's parts
+    b_kind: str  # "const" | "shared" | "grouped" (time before the state index)
+    c_kind: str
+    has_d: bool
+    has_z: bool
+    has_bias: bool
+    softplus: bool
+    has_h0: bool
+    has_last: bool
+
+
+__all__ = ["ComplexSelectiveSpec", "SelectiveScanSpec"]

@@ -1,0 +1,184 @@
+"""Builder of Mamba's selective scan with complex A: one complex `scan.recurrence` per
+(batch, channel).
+
+    selective_scan_complex_recurrence(spec)
+        func.func @selective_scan_complex(u, delta, A, B, C, [Dskip], [z], [bias], [h0],
+                                          out, [last], d_begin, d_end)
+
+The layout and the loops are those of the real kernel (`selective.py`): every size but
+N is dynamic, `d_begin`/`d_end` pick the channels, B and C come time before the state
+index.  u, delta, Dskip, z, bias and out are real in `spec.real`; A, B, C, h0, last and
+the state are `complex<spec.real>`.  A real times a complex is written on the parts
+(complex.re/im, arith.mulf, complex.create), as is the output 2 Re(sum_n h_n C_n).
+The kernel's argument list is this function's signature (`kernel_arguments`).
+"""
+
+from __future__ import annotations
+
+from xdsl.builder import ImplicitBuilder
+from xdsl.dialects import arith, complex, func, memref, scf
+from xdsl.dialects import math as mathd
+from xdsl.dialects.builtin import ArrayAttr, ComplexType, FloatAttr, IndexType, ModuleOp
+from xdsl.ir import Attribute, Block, Region, SSAValue
+
+from scanweaver.dialects import scan
+from scanweaver.workloads.loops import element_type
+from scanweaver.workloads.selective import BC_KINDS, _bc_indices, _Body, _for, _named, bc_type
+from scanweaver.workloads.specs import ComplexSelectiveSpec
+from scanweaver.workloads.types import memref_of
+
+REALS = ("f32", "f64")
+
+
+def _arguments(spec: ComplexSelectiveSpec) -> list[tuple[str, Attribute]]:
+    n, f = spec.n, spec.real
+    c = ComplexType(element_type(f))
+    m3 = memref_of(("?", "?", "?"), f)
+    args = [("u", m3), ("delta", m3), ("A", memref_of(("?", n), c)),
+            ("B", bc_type(spec.b_kind, n, c)), ("C", bc_type(spec.c_kind, n, c))]
+    args += [("Dskip", memref_of(("?",), f))] if spec.has_d else []
+    args += [("z", m3)] if spec.has_z else []
+    args += [("bias", memref_of(("?",), f))] if spec.has_bias else []
+    args += [("h0", memref_of(("?", "?", n), c))] if spec.has_h0 else []
+    args += [("out", m3)]
+    args += [("last", memref_of(("?", "?", n), c))] if spec.has_last else []
+    return args + [("d_begin", IndexType()), ("d_end", IndexType())]
+
+
+def selective_scan_complex_recurrence(spec: ComplexSelectiveSpec) -> ModuleOp:
+    """`func.func @selective_scan_complex` for `spec`."""
+    if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
+        raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
+    if spec.real not in REALS:
+        raise ValueError(f"the complex state's parts must be among {REALS}, got {spec.real!r}")
+    args = _arguments(spec)
+    block = Block(arg_types=[t for _, t in args])
+    for value, (hint, _) in zip(block.args, args):
+        value.name_hint = hint
+    v = dict(zip((hint for hint, _ in args), block.args))
+    with ImplicitBuilder(block):
+        _kernel_body(spec, v)
+        func.ReturnOp()
+    fn = func.FuncOp("selective_scan_complex", ([t for _, t in args], []), Region(block))
+    return ModuleOp([fn])
+
+
+class _Complex(_Body):
+    """`_Body` plus the complex ops, on complex<el>."""
+
+    def __init__(self, el: Attribute):
+        super().__init__(el)
+        self.c = ComplexType(el)
+
+    def zero(self, hint: str) -> SSAValue:
+        value = ArrayAttr([FloatAttr(0.0, self.el), FloatAttr(0.0, self.el)])
+        return _named(complex.ConstantOp(value, self.c).complex, hint)
+
+    def parts(self, z: SSAValue, hint: str) -> tuple[SSAValue, SSAValue]:
+        return (_named(complex.ReOp(z).result, hint + "r"), _named(complex.ImOp(z).result, hint + "i"))
+
+    def create(self, re: SSAValue, im: SSAValue, hint: str) -> SSAValue:
+        return _named(complex.CreateOp(re, im, self.c).complex, hint)
+
+
+def _kernel_body(spec: ComplexSelectiveSpec, v: dict[str, SSAValue]) -> None:
+    """Constants and sizes, then the (batch, channel) loops around one scan.recurrence."""
+    e = _Complex(element_type(spec.real))
+    c0, c1, c2 = e.index(0, "c0"), e.index(1, "c1"), e.index(2, "c2")
+    cN = e.index(spec.n, "cN")
+    k = {"c0": c0, "c1": c1, "cN": cN, "zero": e.float(0.0, "zero"), "one": e.float(1.0, "one"),
+         "two": e.float(2.0, "two"), "twenty": e.float(20.0, "twenty"), "czero": e.zero("czero")}
+    dim = lambda i, hint: _named(memref.DimOp(v["u"], i).result, hint)  # noqa: E731
+    batch, k["Dn"], length = dim(c0, "batch"), dim(c1, "Dn"), dim(c2, "len")
+    per: dict[str, SSAValue] = {}
+    for name, kind in (("B", spec.b_kind), ("C", spec.c_kind)):
+        if kind == "grouped":
+            groups = _named(memref.DimOp(v[name], c1).result, f"ng{name}")
+            per[name] = e.op(arith.DivUIOp, k["Dn"], groups, hint=f"per{name}")
+    state_type = memref_of((spec.n,), e.c)
+    state = _named(memref.AllocaOp.get(e.c, shape=[spec.n]).memref, "S")
+
+    def channel(b: SSAValue, d: SSAValue) -> None:
+        group = {name: e.op(arith.DivUIOp, d, p, hint=f"g{name}") for name, p in per.items()}
+        _for(c0, cN, c1, "n", lambda n: memref.StoreOp.get(
+            e.load(v["h0"], [b, d, n], "v") if spec.has_h0 else k["czero"], state, [n]))
+        bd = e.load(v["bias"], [d], "bd") if spec.has_bias else None
+        dd = e.load(v["Dskip"], [d], "dd") if spec.has_d else None
+        coeffs = _coeffs_region(e, spec, v, k, b, d, group, bd)
+        emit = _emit_region(e, spec, v, k, state_type, b, d, group, dd)
+        scan.RecurrenceOp(c0, length, c1, state, coeffs, emit)
+        if spec.has_last:
+            _for(c0, cN, c1, "n", lambda n: memref.StoreOp.get(
+                e.load(state, [n], "v"), v["last"], [b, d, n]))
+
+    _for(c0, batch, c1, "b", lambda b: _for(v["d_begin"], v["d_end"], c1, "d", lambda d: channel(b, d)))
+
+
+def _coeffs_region(e: _Complex, spec, v, k, b, d, group, bd) -> Region:
+    """(a, x) at step i, state index k: exp(dt * A[d, k]) and B[.., i, k] * (dt * u)."""
+    block = Block(arg_types=[IndexType(), IndexType()])
+    i, n = block.args
+    i.name_hint, n.name_hint = "i", "k"
+    with ImplicitBuilder(block):
+        dt = e.load(v["delta"], [b, d, i], "dl")
+        if spec.has_bias:
+            dt = e.op(arith.AddfOp, dt, bd, hint="dlb")
+        if spec.softplus:
+            # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
+            ex = e.op(mathd.ExpOp, dt, hint="ex")
+            lp = e.op(mathd.Log1pOp, ex, hint="lp")
+            big = _named(arith.CmpfOp(dt, k["twenty"], "ogt").result, "big")
+            dt = _named(arith.SelectOp(big, dt, lp).result, "sp")
+        # exp(dt * A): a real times a complex scales both parts
+        akr, aki = e.parts(e.load(v["A"], [d, n], "ak"), "ak")
+        da = e.create(e.op(arith.MulfOp, dt, akr, hint="dar"), e.op(arith.MulfOp, dt, aki, hint="dai"), "da")
+        a = _named(complex.ExpOp(da).result, "a")
+        bk = e.load(v["B"], _bc_indices(spec.b_kind, group.get("B"), b, d, i, n), "bk")
+        dtu = e.op(arith.MulfOp, dt, e.load(v["u"], [b, d, i], "uu"), hint="dtu")
+        bkr, bki = e.parts(bk, "bk")
+        x = e.create(e.op(arith.MulfOp, bkr, dtu, hint="xr"), e.op(arith.MulfOp, bki, dtu, hint="xi"), "x")
+        scan.YieldOp(a, x)
+    return Region(block)
+
+
+def _emit_region(e: _Complex, spec, v, k, state_type, b, d, group, dd) -> Region:
+    """out[b, d, i] = (2 Re(C[.., i, :] . S)  [+ Dskip[d] u]) [* silu(z)]."""
+    block = Block(arg_types=[IndexType(), state_type])
+    i, s = block.args
+    i.name_hint, s.name_hint = "i", "s"
+    with ImplicitBuilder(block):
+        y = e.op(arith.MulfOp, _re_dot_c(e, spec, v, k, s, b, d, i, group), k["two"], hint="y")
+        if spec.has_d:
+            du = e.op(arith.MulfOp, dd, e.load(v["u"], [b, d, i], "uu"), hint="du")
+            y = e.op(arith.AddfOp, y, du, hint="yd")
+        if spec.has_z:
+            zz = e.load(v["z"], [b, d, i], "zz")
+            nz = e.op(arith.NegfOp, zz, hint="nz")
+            ez = e.op(mathd.ExpOp, nz, hint="ez")
+            den = e.op(arith.AddfOp, k["one"], ez, hint="den")
+            sz = e.op(arith.DivfOp, zz, den, hint="sz")
+            y = e.op(arith.MulfOp, y, sz, hint="yz")
+        memref.StoreOp.get(y, v["out"], [b, d, i])
+        scan.YieldOp()
+    return Region(block)
+
+
+def _re_dot_c(e: _Complex, spec, v, k, s, b, d, i, group) -> SSAValue:
+    """Re(sum_n S[n] * C[.., i, n]) = sum_n (S.re C.re - S.im C.im), an scf.for reduction."""
+    block = Block(arg_types=[IndexType(), e.el])
+    n, acc = block.args
+    n.name_hint, acc.name_hint = "n", "acc"
+    with ImplicitBuilder(block):
+        hv = e.load(s, [n], "hv")
+        cv = e.load(v["C"], _bc_indices(spec.c_kind, group.get("C"), b, d, i, n), "cv")
+        hr, hi = e.parts(hv, "h")
+        cr, ci = e.parts(cv, "c")
+        p1 = e.op(arith.MulfOp, hr, cr, hint="p1")
+        p2 = e.op(arith.MulfOp, hi, ci, hint="p2")
+        pr = e.op(arith.SubfOp, p1, p2, hint="pr")
+        scf.YieldOp(e.op(arith.AddfOp, acc, pr, hint="acc2"))
+    loop = scf.ForOp(k["c0"], k["cN"], k["c1"], [k["zero"]], Region(block))
+    return _named(loop.results[0], "y1")
+
+
+__all__ = ["ComplexSelectiveSpec", "REALS", "selective_scan_complex_recurrence"]
