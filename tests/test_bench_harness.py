@@ -128,3 +128,24 @@ def test_cpu_goals_render(tmp_path):
     text = "\n".join(plots.goals_text(result))
     assert "| x | 1 | 2 | 2.00x |" in text and "**no**" in text
     assert "first_call: RuntimeError: no" in text
+
+
+def test_too_slow_eager_peer_is_run_once():
+    """A peer with nothing to compile whose checked run exceeds max_seconds is timed by
+    that run alone (eager loops over long rows take minutes per run)."""
+    calls = []
+
+    def slow(inp: dict) -> Prepared:
+        def run():
+            calls.append(1)
+            return harness._affine_reference(inp["a"].astype(np.float64), inp["b"].astype(np.float64))
+
+        return Prepared(run, lambda h: h)
+
+    case = harness.affine_case(4, 16)
+    peers = [Peer("slow", "affine", slow, max_seconds=0.0)]
+    options = harness.Options(policy=harness.TimingPolicy(min_reps=3, max_reps=3, budget_s=0.0),
+                              roofline_bytes=1 << 20, settle_s=0.0, goals=False)
+    result = harness.run_benchmark([case], peers, options, progress=lambda _: None)
+    r = result["cases"][0]["results"]["slow"]
+    assert r["status"] == "ok" and r["reps"] == 1 and len(calls) == 1

@@ -396,6 +396,6 @@ __all__ = [  # the names callers import from here (some defined in cpu_jit, cpu_
     "CHUNKED_MIN_LENGTH", "OPENMP_MIN_ELEMENTS", "STATS", "SELECTIVE_TASKS_PER_THREAD", "TASKS_PER_THREAD",
     "THREAD_MIN_BYTES", "THREAD_MIN_ELEMENTS", "CompileStats", "Kernel", "SelectiveScanSpec", "affine_ir",
     "affine_scan_cpu", "aligned_empty", "choose_affine_variant", "clear_cache", "compile_cpu", "kernel",
-    "num_threads", "openmp_available", "parallel_for", "selective_scan_cpu", "selective_scan_ir", "small_affine_scan", "split_range",
-    "affine_scan_staged", "SEGMENT_ELEMENTS",
+    "num_threads", "openmp_available", "parallel_for", "selective_scan_cpu", "selective_scan_ir",
+    "small_affine_scan", "split_range", "affine_scan_staged", "SEGMENT_ELEMENTS",
 ]
