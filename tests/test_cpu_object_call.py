@@ -33,7 +33,7 @@ def test_trampoline_ir_reads_sizes_and_strides():
 @pytest.mark.parametrize("dtype", [np.float32, np.int64])
 def test_object_call_equals_kernel_call_on_views(dtype):
     """Strided views (outer stride not the row length, offset data pointer)."""
-    k = cpu_scan._affine_kernel(cpu_scan._DTYPES[np.dtype(dtype)], 2, True, True, True)
+    k = cpu_scan._affine_kernel(cpu_scan._mlir_el(np.dtype(dtype)), 2, True, True, True)
     it = np.dtype(dtype).itemsize
     call = object_caller(k.program.address("affine"), k.spec, [it] * 5)
     rng = np.random.default_rng(3)
