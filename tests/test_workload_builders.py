@@ -121,7 +121,8 @@ def _complex_inputs(spec: ComplexSelectiveSpec, rng, batch=2, D=4, L=5, G=2):
     rdt, cdt = (np.float32, np.complex64) if spec.real == "f32" else (np.float64, np.complex128)
     r = lambda *s: rng.standard_normal(s).astype(rdt)  # noqa: E731
     c = lambda *s: (rng.standard_normal(s) + 1j * rng.standard_normal(s)).astype(cdt)  # noqa: E731
-    bc = {"const": lambda: c(D, spec.n), "shared": lambda: c(batch, L, spec.n), "grouped": lambda: c(batch, G, L, spec.n)}
+    bc = {"const": lambda: c(D, spec.n), "shared": lambda: c(batch, L, spec.n),
+          "grouped": lambda: c(batch, G, L, spec.n)}
     A = (-np.abs(r(D, spec.n)) + 1j * r(D, spec.n)).astype(cdt)
     ins = [r(batch, D, L), 0.3 * r(batch, D, L), A, bc[spec.b_kind](), bc[spec.c_kind]()]
     ins += [r(D)] * spec.has_d + [r(batch, D, L)] * spec.has_z + [r(D)] * spec.has_bias

@@ -47,6 +47,21 @@ SM90 = {"regs": 65536, "shared": 228 * 1024, "reserved": 1024, "warps": 64, "blo
 # -- IR of every case (runs in the tree being measured: only long-standing APIs) -------------------
 
 
+def _sum_scan():
+    """`workloads.sum_scan.sum_scan` of the measured tree, or this tree's file where that
+    revision predates it (the file needs only long-standing APIs)."""
+    try:
+        from scanweaver.workloads.sum_scan import sum_scan
+    except ImportError:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_sum_scan", REPO / "scanweaver" / "workloads" / "sum_scan.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        sum_scan = module.sum_scan
+    return sum_scan
+
+
 def case_ir(name: str, size: str | int) -> str:
     """The case's IR at its own sizes (`size="big"`) or for one channel of `size` steps."""
     from scanweaver.workloads.scans import affine_scan_ir
@@ -57,9 +72,9 @@ def case_ir(name: str, size: str | int) -> str:
     if name == "affine_f32_1x2p26":
         return affine_scan_ir((1, 1 << 26) if big else (1, size), 1, "f32", "f32", init=True, final=True)
     if name == "generic_cumsum_i32_1x2p26":
-        from scanweaver.workloads.scans import sum_scan_ir  # (revisions before issue 9 lack it)
+        from scanweaver.ir import print_ir
 
-        return sum_scan_ir((1, 1 << 26) if big else (1, size), 1, "i32")
+        return print_ir(_sum_scan()((1, 1 << 26) if big else (1, size), 1, "i32"))
     if name == "selective_N16_8x1536x2048":
         from scanweaver.runtime.cuda_scan import selective_scan_ir
 

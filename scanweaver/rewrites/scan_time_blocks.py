@@ -42,10 +42,10 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
-from scanweaver.rewrites import recurrence_gpu as rg
 from scanweaver.rewrites import scan_gpu as sg
 from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, chunk_of_block
 from scanweaver.rewrites.affine_to_pairs import Emitter
+from scanweaver.rewrites.gpu_kernel import check_closed, kernel_name
 from scanweaver.rewrites.launch import LAUNCH_ATTR, KernelLaunch, launch_from_attr
 from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, prefer_time_blocks
 
@@ -99,7 +99,7 @@ def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, ch
     types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
     k = len(types)
     kmod = bg.get_kernel_module(top)
-    name = rg._kernel_name(top, "scan_generic_tb")
+    name = kernel_name(top, "scan_generic_tb")
     fn = _host_func(op)
 
     # -- host: scratch (aggregates g_j, prefixes c_j) ------------------------------------------
@@ -151,7 +151,7 @@ def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, ch
     sg._emit_kernel(e1, op, combine, [argmap[v] for v in op.inputs], [argmap[v] for v in op.outputs], shared,
                     bs, ipt, chunk=chunk, aggs=[argmap[g] for g in aggs])
     e1.op(gpu.ReturnOp([]))
-    rg._check_closed(kf1)
+    check_closed(kf1)
     for j, el in enumerate(types):
         bg.shared_global(kmod, f"{name}_s{j}", el, bs)
     for j, el in enumerate(types):
@@ -203,7 +203,7 @@ def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, ch
     a3 = kf3.body.block.args
     _emit_carry(e3, combine, [a3[outs.index(v)] for v in op.outputs], list(a3[len(outs):]), axis, reverse, bs, chunk)
     e3.op(gpu.ReturnOp([]))
-    rg._check_closed(kf3)
+    check_closed(kf3)
     kmod.body.block.add_op(kf3)
     g3 = chunked_grid("y0")
     desc3 = KernelLaunch(
