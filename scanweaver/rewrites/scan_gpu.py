@@ -57,6 +57,7 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import (
@@ -196,116 +197,163 @@ def _emit_kernel(
     bs: int,
     ipt: int,
 ) -> None:
-    axis, reverse = op.axis_value, op.is_reverse
+    axis = op.axis_value
     types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
-    s_arr = [s for s, _ in shared]
-    c_arr = [c for _, c in shared]
     tid = bg._thread_id(e)
     bid = bg._block_id(e)
     combine.capture(e)
     zero, one = e.index(0), e.index(1)
-    ref = outs[0]
-    length = e.dim(ref, axis)
-    channel = bg.channel_indices(e, ref, axis, bid)
-
-    def at(t_phys: SSAValue) -> list[SSAValue]:
-        return [*channel[:axis], t_phys, *channel[axis:]]
-
+    length = e.dim(outs[0], axis)
+    channel = bg.channel_indices(e, outs[0], axis, bid)
     tile = e.index(bs * ipt)
     ntiles = e.divu(e.add(length, e.index(bs * ipt - 1)), tile)
-    thread_base = e.mul(tid, e.index(ipt))
-    last_t = e.sub(length, one)
+    kernel = _ChainedTiles(
+        combine, types, ins, outs, [s for s, _ in shared], [c for _, c in shared], axis, op.is_reverse,
+        bs, ipt, tid, zero, length, channel, tile, thread_base=e.mul(tid, e.index(ipt)),
+        last_t=e.sub(length, one),
+    )
+    e.for_(zero, ntiles, one, [], kernel.tile)
 
-    def phys(le: Emitter, t: SSAValue) -> SSAValue:
-        return le.sub(last_t, t) if reverse else t
 
-    def load_slot(ie: Emitter, slot: SSAValue) -> list[SSAValue]:
-        return [ie.load(s, [slot]) for s in s_arr]
+@dataclass
+class _ChainedTiles:
+    """The steps of one tile of `_emit_kernel` (numbered as in the module doc), with the
+    values every step reads: this block's channel, the shared slots and carries."""
 
-    def store_slot(ie: Emitter, vals: Sequence[SSAValue], slot: SSAValue) -> None:
-        for v, s in zip(vals, s_arr):
+    combine: Combine
+    types: list[Attribute]
+    ins: list[SSAValue]
+    outs: list[SSAValue]
+    s_arr: list[SSAValue]  # shared memory: one slot per thread, per tuple element
+    c_arr: list[SSAValue]  # shared memory: the carry between tiles, per tuple element
+    axis: int
+    reverse: bool
+    bs: int
+    ipt: int
+    tid: SSAValue
+    zero: SSAValue
+    length: SSAValue
+    channel: list[SSAValue]
+    tile_size: SSAValue
+    thread_base: SSAValue
+    last_t: SSAValue
+
+    def at(self, t_phys: SSAValue) -> list[SSAValue]:
+        return [*self.channel[: self.axis], t_phys, *self.channel[self.axis :]]
+
+    def phys(self, le: Emitter, t: SSAValue) -> SSAValue:
+        return le.sub(self.last_t, t) if self.reverse else t
+
+    def load_slot(self, ie: Emitter, slot: SSAValue) -> list[SSAValue]:
+        return [ie.load(s, [slot]) for s in self.s_arr]
+
+    def store_slot(self, ie: Emitter, vals: Sequence[SSAValue], slot: SSAValue) -> None:
+        for v, s in zip(vals, self.s_arr):
             ie.store(v, s, [slot])
 
-    def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
-        tile_start = le.mul(kt, tile)
-        start = le.add(tile_start, thread_base)
-        has_carry = le.cmp("ugt", kt, zero)
+    def holds_valid(self, ie: Emitter, first_thread: SSAValue, tile_start: SSAValue) -> SSAValue:
+        """Whether the run of threads starting at `first_thread` holds a step < L."""
+        return ie.cmp("ult", ie.add(ie.mul(first_thread, ie.index(self.ipt)), tile_start), self.length)
 
-        def holds_valid(ie: Emitter, first_thread: SSAValue) -> SSAValue:
-            """Whether the run of threads starting at `first_thread` holds a step < L."""
-            return ie.cmp("ult", ie.add(ie.mul(first_thread, ie.index(ipt)), tile_start), length)
+    def tile(self, le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
+        tile_start = le.mul(kt, self.tile_size)
+        start = le.add(tile_start, self.thread_base)
+        has_carry = le.cmp("ugt", kt, self.zero)
+        items = self.load_items(le, start)
+        self.store_slot(le, self.fold(le, items), self.tid)
+        self.up_sweep(le, tile_start)
+        self.seed(le, has_carry)
+        self.down_sweep(le, tile_start, has_carry)
+        acc = self.replay(le, items, has_carry)
+        self.publish(le, acc)
 
-        # 1. registers: this thread's tuples (zeros past the end), folded in order.
+    def load_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]:
+        """1. registers: this thread's tuples (zeros past the end)."""
+        types = self.types
         items: list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]] = []
-        for j in range(ipt):
+        for j in range(self.ipt):
             t = le.add(start, le.index(j)) if j else start
-            inside = le.cmp("ult", t, length)
+            inside = le.cmp("ult", t, self.length)
 
             def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
-                idx = at(phys(ie, t))
-                return [ie.load(x, idx) for x in ins]
+                idx = self.at(self.phys(ie, t))
+                return [ie.load(x, idx) for x in self.ins]
 
             vals = le.if_(inside, types, load, lambda ie: [ie.const(0, ty) for ty in types])
             items.append((t, inside, vals))
+        return items
+
+    def fold(self, le: Emitter, items) -> Sequence[SSAValue]:
+        """1. ... folded in order."""
         agg: Sequence[SSAValue] = items[0][2]
         for _, inside, vals in items[1:]:
             agg = le.if_(
-                inside, types, lambda ie, agg=agg, vals=vals: combine(ie, agg, vals), lambda ie, agg=agg: agg
+                inside, self.types, lambda ie, agg=agg, vals=vals: self.combine(ie, agg, vals),
+                lambda ie, agg=agg: agg,
             )
-        store_slot(le, agg, tid)
+        return agg
 
-        # 2. up-sweep: combine with the right child only where it holds a valid step.
+    def up_sweep(self, le: Emitter, tile_start: SSAValue) -> None:
+        """2. up-sweep: combine with the right child only where it holds a valid step."""
+
         def up(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
-            right_valid = holds_valid(ie, ie.sub(i, ie.index(d - 1)) if d > 1 else i)
-            lv = load_slot(ie, left)
-            res = ie.if_(right_valid, types, lambda je: combine(je, lv, load_slot(je, i)), lambda je: lv)
-            store_slot(ie, res, i)
+            right_valid = self.holds_valid(ie, ie.sub(i, ie.index(d - 1)) if d > 1 else i, tile_start)
+            lv = self.load_slot(ie, left)
+            res = ie.if_(right_valid, self.types, lambda je: self.combine(je, lv, self.load_slot(je, i)), lambda je: lv)
+            self.store_slot(ie, res, i)
 
-        bg.blelloch_levels(le, tid, bs, up, down=False)
+        bg.blelloch_levels(le, self.tid, self.bs, up, down=False)
 
-        # 3. thread 0 seeds the root with the running aggregate (tiles after the first).
+    def seed(self, le: Emitter, has_carry: SSAValue) -> None:
+        """3. thread 0 seeds the root with the running aggregate (tiles after the first)."""
+
         def seed(ie: Emitter) -> None:
-            store_slot(ie, [ie.load(c, [ie.index(0)]) for c in c_arr], ie.index(bs - 1))
+            self.store_slot(ie, [ie.load(c, [ie.index(0)]) for c in self.c_arr], ie.index(self.bs - 1))
 
-        le.if_(_and(le, le.cmp("eq", tid, zero), has_carry), [], seed)
+        le.if_(_and(le, le.cmp("eq", self.tid, self.zero), has_carry), [], seed)
 
-        # 4. generic down-sweep; a prefix is empty only in the first tile, leftmost nodes.
+    def down_sweep(self, le: Emitter, tile_start: SSAValue, has_carry: SSAValue) -> None:
+        """4. generic down-sweep; a prefix is empty only in the first tile, leftmost nodes."""
+
         def down(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
             first = ie.sub(i, ie.index(2 * d - 1))  # first thread of the parent node
-            parent = load_slot(ie, i)
-            left_agg = load_slot(ie, left)
-            store_slot(ie, parent, left)
-            both = _and(ie, _or(ie, has_carry, ie.cmp("ugt", first, zero)), holds_valid(ie, first))
-            res = ie.if_(both, types, lambda je: combine(je, parent, left_agg), lambda je: left_agg)
-            store_slot(ie, res, i)
+            parent = self.load_slot(ie, i)
+            left_agg = self.load_slot(ie, left)
+            self.store_slot(ie, parent, left)
+            both = _and(ie, _or(ie, has_carry, ie.cmp("ugt", first, self.zero)), self.holds_valid(ie, first, tile_start))
+            res = ie.if_(both, self.types, lambda je: self.combine(je, parent, left_agg), lambda je: left_agg)
+            self.store_slot(ie, res, i)
 
-        bg.blelloch_levels(le, tid, bs, down, down=True)
+        bg.blelloch_levels(le, self.tid, self.bs, down, down=True)
 
-        # 5. replay from the exclusive prefix; store every valid inclusive result.
-        acc: Sequence[SSAValue] = load_slot(le, tid)
-        prefix_valid = _or(le, has_carry, le.cmp("ugt", tid, zero))
+    def replay(self, le: Emitter, items, has_carry: SSAValue) -> Sequence[SSAValue]:
+        """5. replay from the exclusive prefix; store every valid inclusive result."""
+        types = self.types
+        acc: Sequence[SSAValue] = self.load_slot(le, self.tid)
+        prefix_valid = _or(le, has_carry, le.cmp("ugt", self.tid, self.zero))
         for j, (t, inside, vals) in enumerate(items):
 
             def step(ie: Emitter, j=j, t=t, vals=vals, acc=acc) -> list[SSAValue]:
                 if j == 0:
-                    new = ie.if_(prefix_valid, types, lambda je: combine(je, acc, vals), lambda je: vals)
+                    new = ie.if_(prefix_valid, types, lambda je: self.combine(je, acc, vals), lambda je: vals)
                 else:
-                    new = combine(ie, acc, vals)
-                idx = at(phys(ie, t))
-                for v, y in zip(new, outs):
+                    new = self.combine(ie, acc, vals)
+                idx = self.at(self.phys(ie, t))
+                for v, y in zip(new, self.outs):
                     ie.store(v, y, idx)
                 return list(new)
 
             acc = le.if_(inside, types, step, lambda ie, acc=acc: acc)
+        return acc
 
-        # 6. the last thread's inclusive value is the next tile's carry.
-        def publish(ie: Emitter, acc: Sequence[SSAValue] = acc) -> None:
-            for v, c in zip(acc, c_arr):
+    def publish(self, le: Emitter, acc: Sequence[SSAValue]) -> None:
+        """6. the last thread's inclusive value is the next tile's carry."""
+
+        def publish(ie: Emitter) -> None:
+            for v, c in zip(acc, self.c_arr):
                 ie.store(v, c, [ie.index(0)])
 
-        le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
-
-    e.for_(zero, ntiles, one, [], tile_body)
+        le.if_(le.cmp("eq", self.tid, le.index(self.bs - 1)), [], publish)
 
 
 def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int) -> None:
