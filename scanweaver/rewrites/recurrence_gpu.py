@@ -389,7 +389,30 @@ def _trip(loop: scf.ForOp, fn_args: set[SSAValue]) -> int | tuple[BlockArgument,
 
 
 def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
-    """The loop nest of `rec` if the kernel design applies, else `Unsupported(reason)`."""
+    """The loop nest of `rec` if the kernel design applies, else `Unsupported(reason)`.
+
+    The checks run in this order (the first that fails gives the reason): the nest's
+    shape, the state, what runs around the recurrence, the memory discipline that lets
+    steps run in parallel, the one that lets channels run in parallel, and the values
+    the nest takes from outside it."""
+    loops, fn = _channel_loops(rec)
+    fn_args: set[SSAValue] = set(fn.body.block.args)
+    _check_state(rec)
+    outer_pre, prologue, epilogue = _split_levels(loops, rec)
+    state_arg = _state_argument(rec, loops, prologue, fn_args)
+    pro_allocas = _check_around(rec, prologue, epilogue)
+    last_stores = _check_steps_parallel(rec, pro_allocas)
+    trips = _check_channels_parallel(loops, fn_args)
+    nest = _Nest(fn, rec, loops, outer_pre, prologue, epilogue, state_arg, trips, last_stores)
+    _collect_outside_values(nest, fn_args)
+    if state_arg is not None:
+        nest.stored_args.add(state_arg)
+        nest.loaded_args.add(state_arg)
+    return nest
+
+
+def _channel_loops(rec: scan.LoopRecurrence) -> tuple[list[scf.ForOp], func.FuncOp]:
+    """The scf.for loops around `rec`, outermost first, and the function holding them."""
     loops: list[scf.ForOp] = []
     cur: Operation = rec
     while True:
@@ -404,8 +427,10 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
             break
         raise Unsupported(f"nested in '{parent.name if parent else '?'}', not in scf.for channel loops")
     loops.reverse()
-    fn = parent
-    fn_args: set[SSAValue] = set(fn.body.block.args)
+    return loops, parent
+
+
+def _check_state(rec: scan.LoopRecurrence) -> None:
     state_t = rec.state_type
     if not state_t.has_static_shape():
         raise Unsupported("the state must have a static shape")
@@ -414,6 +439,11 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
     if not isinstance(rec.lb.type, IndexType):
         raise Unsupported("the recurrence must step over index values")
 
+
+def _split_levels(
+    loops: list[scf.ForOp], rec: scan.LoopRecurrence
+) -> tuple[list[list[Operation]], list[Operation], list[Operation]]:
+    """(ops before each inner channel loop, prologue, epilogue of the innermost body)."""
     outer_pre: list[list[Operation]] = []
     prologue: list[Operation] = []
     epilogue: list[Operation] = []
@@ -435,17 +465,26 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
             outer_pre.append(pre)
         else:
             prologue, epilogue = pre, post[:-1]
+    return outer_pre, prologue, epilogue
 
-    state_arg = None
+
+def _state_argument(
+    rec: scan.LoopRecurrence, loops: list[scf.ForOp], prologue: list[Operation], fn_args: set[SSAValue]
+) -> SSAValue | None:
+    """The function argument holding the state (no channel loops), or None (an alloca)."""
     if loops:
         owner = rec.state.owner
         if not (isinstance(owner, memref.AllocaOp) and any(owner is o for o in prologue)):
             raise Unsupported("the state is not a memref.alloca of the innermost channel loop body")
-    else:
-        if rec.state not in fn_args:
-            raise Unsupported("outside channel loops the state must be a function argument")
-        state_arg = rec.state  # type: ignore[assignment]
+        return None
+    if rec.state not in fn_args:
+        raise Unsupported("outside channel loops the state must be a function argument")
+    return rec.state
 
+
+def _check_around(rec: scan.LoopRecurrence, prologue: list[Operation], epilogue: list[Operation]) -> set[SSAValue]:
+    """The ops of the prologue, epilogue and regions are ones a kernel can hold; the
+    prologue writes only its own allocas (returned)."""
     coeffs_ops = list(rec.coeffs.block.ops)[:-1]
     emit_ops = list(rec.emit.block.ops)[:-1]
     _check_ops(prologue, "before the recurrence", stores=True, allocas=True)
@@ -457,8 +496,14 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
     for _, ref, _, is_store in _accesses(prologue):
         if is_store and ref not in pro_allocas:
             raise Unsupported("the prologue writes a memref other than its own allocas")
+    return pro_allocas
 
-    # -- steps in parallel: coeffs / emit memory discipline -------------------------------
+
+def _check_steps_parallel(rec: scan.LoopRecurrence, pro_allocas: set[SSAValue]) -> set[Operation]:
+    """Steps in parallel: coeffs / emit memory discipline.  Returns emit's stores of
+    the last step only."""
+    coeffs_ops = list(rec.coeffs.block.ops)[:-1]
+    emit_ops = list(rec.emit.block.ops)[:-1]
     if rec.state in _free_values(emit_ops):
         raise Unsupported("emit uses the state buffer directly instead of its block argument")
     s_e = rec.emit.block.args[1]
@@ -492,8 +537,12 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
             raise Unsupported(f"coeffs reads {_name_of(ref)}, which emit writes")
         if ref == rec.state:
             raise Unsupported("coeffs reads the state")
+    return last_stores
 
-    # -- channels in parallel ------------------------------------------------------------
+
+def _check_channels_parallel(loops: list[scf.ForOp], fn_args: set[SSAValue]) -> list:
+    """Channels in parallel: every memref the nest writes is indexed by each channel
+    variable.  Returns the channel loops' trip counts."""
     trips = [_trip(loop, fn_args) for loop in loops]
     if all(isinstance(t, int) for t in trips) and math.prod(trips) > 2**31 - 1:  # type: ignore[arg-type]
         raise Unsupported("more than 2^31 - 1 channel iterations (the blockIdx.x limit)")
@@ -521,10 +570,12 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
                         f"{_name_of(ref)} is written, but not always indexed by the channel "
                         f"variable %{iv.name_hint or j} at one dimension: channels may overlap"
                     )
+    return trips
 
-    nest = _Nest(fn, rec, loops, outer_pre, prologue, epilogue, state_arg, trips, last_stores)
 
-    # -- values from outside the nest -------------------------------------------------------
+def _collect_outside_values(nest: _Nest, fn_args: set[SSAValue]) -> None:
+    """Values from outside the nest: function arguments become kernel parameters, pure
+    arith is cloned, scalar loads before the nest are re-read in the kernel."""
     args: set[BlockArgument] = set()
     work = list(_free_values([nest.root]))
     seen: set[SSAValue] = set()
@@ -561,10 +612,6 @@ def match_recurrence(rec: scan.LoopRecurrence) -> _Nest:
         if load.memref in nest.stored_args:  # type: ignore[attr-defined]
             raise Unsupported(f"the nest writes {_name_of(load.memref)}, which is read before it")  # type: ignore[attr-defined]
         nest.loaded_args.add(load.memref)  # type: ignore[attr-defined]
-    if state_arg is not None:
-        nest.stored_args.add(state_arg)
-        nest.loaded_args.add(state_arg)
-    return nest
 
 
 # ---------------------------------------------------------------------------
