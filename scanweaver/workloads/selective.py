@@ -177,21 +177,26 @@ def _emit_region(e: _Body, spec, v, k, state_type, b, d, group, dd) -> Region:
     i, s = block.args
     i.name_hint, s.name_hint = "i", "s"
     with ImplicitBuilder(block):
-        y = _dot_c(e, spec, v, k, s, b, d, i, group)
-        if spec.has_d:
-            uu = e.load(v["u"], [b, d, i], "uu")
-            du = e.op(arith.MulfOp, dd, uu, hint="du")
-            y = e.op(arith.AddfOp, y, du, hint="yd")
-        if spec.has_z:
-            zz = e.load(v["z"], [b, d, i], "zz")
-            nz = e.op(arith.NegfOp, zz, hint="nz")
-            ez = e.op(mathd.ExpOp, nz, hint="ez")
-            den = e.op(arith.AddfOp, k["one"], ez, hint="den")
-            sz = e.op(arith.DivfOp, zz, den, hint="sz")
-            y = e.op(arith.MulfOp, y, sz, hint="yz")
-        memref.StoreOp.get(y, v["out"], [b, d, i])
+        store_output(e, spec, v, k, _dot_c(e, spec, v, k, s, b, d, i, group), dd, b, d, i)
         scan.YieldOp()
     return Region(block)
+
+
+def store_output(e: _Body, spec, v, k, y: SSAValue, dd, b, d, i) -> None:
+    """out[b, d, i] = (y [+ Dskip[d] u]) [* silu(z)]: the output gate both selective
+    builders share (real and complex state)."""
+    if spec.has_d:
+        uu = e.load(v["u"], [b, d, i], "uu")
+        du = e.op(arith.MulfOp, dd, uu, hint="du")
+        y = e.op(arith.AddfOp, y, du, hint="yd")
+    if spec.has_z:
+        zz = e.load(v["z"], [b, d, i], "zz")
+        nz = e.op(arith.NegfOp, zz, hint="nz")
+        ez = e.op(mathd.ExpOp, nz, hint="ez")
+        den = e.op(arith.AddfOp, k["one"], ez, hint="den")
+        sz = e.op(arith.DivfOp, zz, den, hint="sz")
+        y = e.op(arith.MulfOp, y, sz, hint="yz")
+    memref.StoreOp.get(y, v["out"], [b, d, i])
 
 
 def _dot_c(e: _Body, spec, v, k, s, b, d, i, group) -> SSAValue:

@@ -23,7 +23,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.workloads.loops import element_type
-from scanweaver.workloads.selective import BC_KINDS, _bc_indices, _Body, _for, _named, bc_type
+from scanweaver.workloads.selective import BC_KINDS, _bc_indices, _Body, _for, _named, bc_type, store_output
 from scanweaver.workloads.specs import ComplexSelectiveSpec
 from scanweaver.workloads.types import memref_of
 
@@ -148,17 +148,7 @@ def _emit_region(e: _Complex, spec, v, k, state_type, b, d, group, dd) -> Region
     i.name_hint, s.name_hint = "i", "s"
     with ImplicitBuilder(block):
         y = e.op(arith.MulfOp, _re_dot_c(e, spec, v, k, s, b, d, i, group), k["two"], hint="y")
-        if spec.has_d:
-            du = e.op(arith.MulfOp, dd, e.load(v["u"], [b, d, i], "uu"), hint="du")
-            y = e.op(arith.AddfOp, y, du, hint="yd")
-        if spec.has_z:
-            zz = e.load(v["z"], [b, d, i], "zz")
-            nz = e.op(arith.NegfOp, zz, hint="nz")
-            ez = e.op(mathd.ExpOp, nz, hint="ez")
-            den = e.op(arith.AddfOp, k["one"], ez, hint="den")
-            sz = e.op(arith.DivfOp, zz, den, hint="sz")
-            y = e.op(arith.MulfOp, y, sz, hint="yz")
-        memref.StoreOp.get(y, v["out"], [b, d, i])
+        store_output(e, spec, v, k, y, dd, b, d, i)
         scan.YieldOp()
     return Region(block)
 
