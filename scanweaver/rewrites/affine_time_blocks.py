@@ -71,10 +71,14 @@ def wants_time_blocks(op: scan.AffineOp, chunk: int) -> bool:
         return getattr(choice, "data", "") == "time_blocks"
     h_t = op.h.type
     assert isinstance(h_t, MemRefType)
-    shape = h_t.get_shape()
+    return static_prefers_time_blocks(h_t.get_shape(), op.axis_value, chunk)
+
+
+def static_prefers_time_blocks(shape: Sequence[int], axis: int, chunk: int) -> bool:
+    """`prefer_time_blocks` for a static shape scanned along `axis` (False when dynamic:
+    the sizes are only known at the call)."""
     if any(d == DYNAMIC_INDEX for d in shape):
         return False
-    axis = op.axis_value
     channels = 1
     for i, d in enumerate(shape):
         if i != axis:

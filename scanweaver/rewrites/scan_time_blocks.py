@@ -43,11 +43,11 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites import scan_gpu as sg
-from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, chunk_of_block
+from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, chunk_of_block, static_prefers_time_blocks
 from scanweaver.rewrites.affine_to_pairs import Emitter
 from scanweaver.rewrites.gpu_kernel import check_closed, kernel_name
 from scanweaver.rewrites.launch import LAUNCH_ATTR, KernelLaunch, launch_from_attr
-from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, prefer_time_blocks
+from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR
 
 #: scratch values of the host IR -> (host_args position, like: the value whose shape it has or None)
 Scratch = dict[SSAValue, tuple[int, SSAValue | None]]
@@ -60,15 +60,7 @@ def wants_time_blocks(op: scan.ScanOp, chunk: int, mode: str) -> bool:
     if mode == "always" or choice is not None:
         return mode == "always" or getattr(choice, "data", "") == "time_blocks"
     t = op.outputs[0].type
-    shape = t.get_shape()  # type: ignore[attr-defined]
-    if any(d == DYNAMIC_INDEX for d in shape):
-        return False
-    axis = op.axis_value
-    channels = 1
-    for i, d in enumerate(shape):
-        if i != axis:
-            channels *= d
-    return prefer_time_blocks(channels, shape[axis], chunk)
+    return static_prefers_time_blocks(t.get_shape(), op.axis_value, chunk)  # type: ignore[attr-defined]
 
 
 def _host_func(op) -> func.FuncOp:
@@ -209,7 +201,7 @@ def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, ch
     desc3 = KernelLaunch(
         kernel_name=f"{name}_carry", module_name=bg.KERNEL_MODULE, grid=(g3, 1, 1), block=(bs, 1, 1),
         shared_bytes=0, args=arg_desc(names3, kinds3, vals3), host_args=(),
-        notes=f"scan.scan time blocks 3/3: combine(prefix of the chunks before, output) per step",
+        notes="scan.scan time blocks 3/3: combine(prefix of the chunks before, output) per step",
     )
     kf3.attributes[LAUNCH_ATTR] = desc3.to_attr()
 
