@@ -151,15 +151,7 @@ def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd) -> Region:
     i, n = block.args
     i.name_hint, n.name_hint = "i", "k"
     with ImplicitBuilder(block):
-        dt = e.load(v["delta"], [b, d, i], "dl")
-        if spec.has_bias:
-            dt = e.op(arith.AddfOp, dt, bd, hint="dlb")
-        if spec.softplus:
-            # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
-            ex = e.op(mathd.ExpOp, dt, hint="ex")
-            lp = e.op(mathd.Log1pOp, ex, hint="lp")
-            big = _named(arith.CmpfOp(dt, k["twenty"], "ogt").result, "big")
-            dt = _named(arith.SelectOp(big, dt, lp).result, "sp")
+        dt = step_size(e, spec, v, k, b, d, i, bd)
         ak = e.load(v["A"], [d, n], "ak")
         da = e.op(arith.MulfOp, dt, ak, hint="da")
         a = e.op(mathd.ExpOp, da, hint="a")
@@ -180,6 +172,20 @@ def _emit_region(e: _Body, spec, v, k, state_type, b, d, group, dd) -> Region:
         store_output(e, spec, v, k, _dot_c(e, spec, v, k, s, b, d, i, group), dd, b, d, i)
         scan.YieldOp()
     return Region(block)
+
+
+def step_size(e: _Body, spec, v, k, b, d, i, bd) -> SSAValue:
+    """dt = delta[b, d, i] [+ bias[d]], [softplus]: the step both selective builders share."""
+    dt = e.load(v["delta"], [b, d, i], "dl")
+    if spec.has_bias:
+        dt = e.op(arith.AddfOp, dt, bd, hint="dlb")
+    if spec.softplus:
+        # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
+        ex = e.op(mathd.ExpOp, dt, hint="ex")
+        lp = e.op(mathd.Log1pOp, ex, hint="lp")
+        big = _named(arith.CmpfOp(dt, k["twenty"], "ogt").result, "big")
+        dt = _named(arith.SelectOp(big, dt, lp).result, "sp")
+    return dt
 
 
 def store_output(e: _Body, spec, v, k, y: SSAValue, dd, b, d, i) -> None:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from xdsl.builder import ImplicitBuilder
 from xdsl.dialects import arith, complex, func, memref, scf
-from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import ArrayAttr, ComplexType, FloatAttr, IndexType, ModuleOp
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.workloads.loops import element_type
-from scanweaver.workloads.selective import BC_KINDS, _bc_indices, _Body, _for, _named, bc_type, store_output
+from scanweaver.workloads.selective import BC_KINDS, _bc_indices, _Body, _for, _named, bc_type, step_size, store_output
 from scanweaver.workloads.specs import ComplexSelectiveSpec
 from scanweaver.workloads.types import memref_of
 
@@ -120,15 +119,7 @@ def _coeffs_region(e: _Complex, spec, v, k, b, d, group, bd) -> Region:
     i, n = block.args
     i.name_hint, n.name_hint = "i", "k"
     with ImplicitBuilder(block):
-        dt = e.load(v["delta"], [b, d, i], "dl")
-        if spec.has_bias:
-            dt = e.op(arith.AddfOp, dt, bd, hint="dlb")
-        if spec.softplus:
-            # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
-            ex = e.op(mathd.ExpOp, dt, hint="ex")
-            lp = e.op(mathd.Log1pOp, ex, hint="lp")
-            big = _named(arith.CmpfOp(dt, k["twenty"], "ogt").result, "big")
-            dt = _named(arith.SelectOp(big, dt, lp).result, "sp")
+        dt = step_size(e, spec, v, k, b, d, i, bd)
         # exp(dt * A): a real times a complex scales both parts
         akr, aki = e.parts(e.load(v["A"], [d, n], "ak"), "ak")
         da = e.create(e.op(arith.MulfOp, dt, akr, hint="dar"), e.op(arith.MulfOp, dt, aki, hint="dai"), "da")
