@@ -127,184 +127,246 @@ class MatArith:
 # ---------------------------------------------------------------------------
 
 
-def _build_kernel(nest: gpu_nest.Nest, name: str, bs: int, ipt: int, keep: bool) -> tuple:
-    rec = nest.rec
-    assert isinstance(rec, scan.LinearRecurrenceOp)
-    el = rec.state_type.element_type
-    K = rec.size
-    mat = MatArith(el, K)
-    npair = K * K + K
-    kk = gpu_nest.begin_nest_kernel(nest, name, el, (K,))
-    e, vmap, tid, priv, trip, step_index = kk.e, kk.vmap, kk.tid, kk.priv, kk.trip, kk.step_index
-    zero, one = e.index(0), e.index(1)
+class _LinearKernel:
+    """Builds the fused kernel of one matched nest (module doc, "Kernel design").
 
-    def sh(suffix: str, rows: int) -> SSAValue:
-        return e.val(memref.GetGlobalOp(f"{name}_{suffix}", MemRefType(el, [rows], memory_space=bg.SHARED_SPACE)))
+    `build` runs the steps in order; each step emits its ops where the previous one
+    stopped, so the order of the calls is the order of the IR."""
 
-    s_m, s_v, s_c = sh("sM", K * K * bs), sh("sV", K * bs), sh("sC", K)
+    def __init__(self, nest: gpu_nest.Nest, name: str, bs: int, ipt: int, keep: bool) -> None:
+        rec = nest.rec
+        assert isinstance(rec, scan.LinearRecurrenceOp)
+        self.nest, self.rec, self.bs, self.ipt, self.keep = nest, rec, bs, ipt, keep
+        self.el = rec.state_type.element_type
+        self.K = rec.size
+        self.mat = MatArith(self.el, self.K)
+        self.npair = self.K * self.K + self.K
+        self.kk = gpu_nest.begin_nest_kernel(nest, name, self.el, (self.K,))
+        e = self.kk.e
+        self.zero, self.one = e.index(0), e.index(1)
+        K = self.K
+        self.s_m, self.s_v, self.s_c = (
+            self._shared(name, "sM", K * K * bs), self._shared(name, "sV", K * bs), self._shared(name, "sC", K)
+        )
 
-    def init_carry(ie: Emitter) -> None:
-        for j in range(K):
-            ie.store(ie.load(kk.state_src, [ie.index(j)]), s_c, [ie.index(j)])
+    def _shared(self, name: str, suffix: str, rows: int) -> SSAValue:
+        t = MemRefType(self.el, [rows], memory_space=bg.SHARED_SPACE)
+        return self.kk.e.val(memref.GetGlobalOp(f"{name}_{suffix}", t))
 
-    e.if_(e.cmp("eq", tid, zero), [], init_carry)
+    def build(self) -> tuple:
+        e, kk, bs, ipt = self.kk.e, self.kk, self.bs, self.ipt
+        self._init_carry()
+        self._split_regions()
+        self.tile = e.index(bs * ipt)
+        ntiles = e.divu(e.add(kk.trip, e.index(bs * ipt - 1)), self.tile)
+        self.thread_base = e.mul(kk.tid, e.index(ipt))
+        self.last_k = e.sub(kk.trip, self.one)
+        self.guard = bg.needs_overflow_guard(self.el, bs)
+        e.for_(self.zero, ntiles, self.one, [], self._tile_body)
+        gpu_nest.finish_nest_kernel(kk, self.K, self.s_c, lambda ie, j: [ie.index(j)])
+        return kk.kfunc, self.el, self.K
 
-    # -- split the regions, hoist what depends on neither the step nor the state --------
-    cblock, eblock = rec.coeffs.block, rec.emit.block
-    t_c = cblock.args[0]
-    t_e, s_e = eblock.args
-    yields = list(cblock.last_op.operands)  # type: ignore[union-attr]
-    cs = gpu_nest.split_by_dependence(list(cblock.ops)[:-1], {t_c: frozenset("t")})
-    es = gpu_nest.split_by_dependence(list(eblock.ops)[:-1], {t_e: frozenset("t"), s_e: frozenset("t")})
-    for op in cs.consts + es.consts:
-        e.op(op.clone(value_mapper=vmap))
-    base = dict(vmap)
-    hoisted = cs.hoist + es.hoist
-    if hoisted:
+    # -- before the tile loop ---------------------------------------------------------------
+
+    def _init_carry(self) -> None:
+        """Thread 0 copies the entering state into the carry `sC`."""
+        e, kk, s_c = self.kk.e, self.kk, self.s_c
+
+        def init_carry(ie: Emitter) -> None:
+            for j in range(self.K):
+                ie.store(ie.load(kk.state_src, [ie.index(j)]), s_c, [ie.index(j)])
+
+        e.if_(e.cmp("eq", kk.tid, self.zero), [], init_carry)
+
+    def _split_regions(self) -> None:
+        """Split `coeffs` and `emit` by dependence; clone the constants and hoist what
+        depends on neither the step nor the state (guarded by trip > 0) into `base`."""
+        e, vmap, rec = self.kk.e, self.kk.vmap, self.rec
+        cblock, eblock = rec.coeffs.block, rec.emit.block
+        self.t_c = cblock.args[0]
+        self.t_e, self.s_e = eblock.args
+        self.yields = list(cblock.last_op.operands)  # type: ignore[union-attr]
+        cs = gpu_nest.split_by_dependence(list(cblock.ops)[:-1], {self.t_c: frozenset("t")})
+        es = gpu_nest.split_by_dependence(
+            list(eblock.ops)[:-1], {self.t_e: frozenset("t"), self.s_e: frozenset("t")}
+        )
+        self.cs, self.es = cs, es
+        for op in cs.consts + es.consts:
+            e.op(op.clone(value_mapper=vmap))
+        self.base = dict(vmap)
+        hoisted = cs.hoist + es.hoist
+        if not hoisted:
+            return
         later = set(cs.per_step + es.per_step) | {cblock.last_op}
         need = gpu_nest.needed_values(hoisted, later)
-        if need:
-            types = [v.type for v in need]
+        if not need:
+            return
+        types = [v.type for v in need]
 
-            def hoist(ie: Emitter) -> list[SSAValue]:
-                m = dict(vmap)
-                for op in hoisted:
-                    ie.op(op.clone(value_mapper=m))
-                return [m[v] for v in need]
+        def hoist(ie: Emitter) -> list[SSAValue]:
+            m = dict(vmap)
+            for op in hoisted:
+                ie.op(op.clone(value_mapper=m))
+            return [m[v] for v in need]
 
-            vals = e.if_(e.cmp("sgt", trip, zero), types, hoist, lambda ie: [ie.const(0, t) for t in types])
-            base.update(zip(need, vals))
+        vals = e.if_(e.cmp("sgt", self.kk.trip, self.zero), types, hoist, lambda ie: [ie.const(0, t) for t in types])
+        self.base.update(zip(need, vals))
 
-    def produce(ie: Emitter, k: SSAValue) -> list[SSAValue]:
-        m = {**base, t_c: step_index(ie, k)}
-        for op in cs.per_step:
+    # -- pairs: produced per step, moved through shared memory ------------------------------
+
+    def produce(self, ie: Emitter, k: SSAValue) -> list[SSAValue]:
+        """The (M, v) pair of step k: the cloned step-dependent `coeffs` ops."""
+        m = {**self.base, self.t_c: self.kk.step_index(ie, k)}
+        for op in self.cs.per_step:
             ie.op(op.clone(value_mapper=m))
-        return [m[v] for v in yields]
+        return [m[v] for v in self.yields]
 
-    def slot(ie: Emitter, c: int, x: SSAValue) -> SSAValue:
-        return ie.add(x, ie.index(c * bs)) if c else x
+    def slot(self, ie: Emitter, c: int, x: SSAValue) -> SSAValue:
+        """Index of component c of thread x's entry (component-major layout)."""
+        return ie.add(x, ie.index(c * self.bs)) if c else x
 
-    def load_pair(ie: Emitter, x: SSAValue) -> list[SSAValue]:
-        return [ie.load(s_m, [slot(ie, c, x)]) for c in range(K * K)] + [
-            ie.load(s_v, [slot(ie, c, x)]) for c in range(K)
+    def load_pair(self, ie: Emitter, x: SSAValue) -> list[SSAValue]:
+        K = self.K
+        return [ie.load(self.s_m, [self.slot(ie, c, x)]) for c in range(K * K)] + [
+            ie.load(self.s_v, [self.slot(ie, c, x)]) for c in range(K)
         ]
 
-    def store_pair(ie: Emitter, p: Sequence[SSAValue], x: SSAValue) -> None:
+    def store_pair(self, ie: Emitter, p: Sequence[SSAValue], x: SSAValue) -> None:
+        K = self.K
         for c in range(K * K):
-            ie.store(p[c], s_m, [slot(ie, c, x)])
+            ie.store(p[c], self.s_m, [self.slot(ie, c, x)])
         for c in range(K):
-            ie.store(p[K * K + c], s_v, [slot(ie, c, x)])
+            ie.store(p[K * K + c], self.s_v, [self.slot(ie, c, x)])
 
-    tile = e.index(bs * ipt)
-    ntiles = e.divu(e.add(trip, e.index(bs * ipt - 1)), tile)
-    thread_base = e.mul(tid, e.index(ipt))
-    last_k = e.sub(trip, one)
-    last_stores = nest.last_stores
+    # -- one tile ---------------------------------------------------------------------------
 
-    guard = bg.needs_overflow_guard(el, bs)
+    def _tile_body(self, le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
+        start = le.add(le.mul(tl, self.tile), self.thread_base)
+        items = self._fold_items(le, start)
+        bg.blelloch_levels(le, self.kk.tid, self.bs, self._up, down=False)
+        le.if_(le.cmp("eq", self.kk.tid, self.zero), [], self._seed)
+        flag = self._down_sweep(le)
+        h = [le.load(self.s_v, [self.slot(le, c, self.kk.tid)]) for c in range(self.K)]
+        if self.guard:
+            h = self._exact_if_flagged(le, items, flag[0], h)
+        h = self._replay(le, items, h)
+        self._publish(le, h)
 
-    def tile_body(le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
-        start = le.add(le.mul(tl, tile), thread_base)
-        # 1. this thread's pairs (identity past the end), folded in step order.
+    def _fold_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, list[SSAValue]]]:
+        """1. This thread's pairs (identity past the end), folded in step order into
+        its aggregate in shared memory; returns (k, inside, pair) per item."""
         items = []
         agg: list[SSAValue] = []
-        for j in range(ipt):
+        for j in range(self.ipt):
             k = le.add(start, le.index(j)) if j else start
-            inside = le.cmp("ult", k, trip)
-            pair = list(le.if_(inside, [el] * npair, lambda ie, k=k: produce(ie, k), mat.identity))
+            inside = le.cmp("ult", k, self.kk.trip)
+            pair = list(
+                le.if_(inside, [self.el] * self.npair, lambda ie, k=k: self.produce(ie, k), self.mat.identity)
+            )
             items.append((k, inside, pair))
-            agg = pair if j == 0 else mat.compose(le, agg, pair)
-        store_pair(le, agg, tid)
+            agg = pair if j == 0 else self.mat.compose(le, agg, pair)
+        self.store_pair(le, agg, self.kk.tid)
+        return items
 
-        # 2. up-sweep with the pair composition.
-        def up(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
-            store_pair(ie, mat.compose(ie, load_pair(ie, left), load_pair(ie, i)), i)
+    def _up(self, ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
+        """2. Up-sweep step: the pair composition."""
+        self.store_pair(ie, self.mat.compose(ie, self.load_pair(ie, left), self.load_pair(ie, i)), i)
 
-        bg.blelloch_levels(le, tid, bs, up, down=False)
+    def _seed(self, ie: Emitter) -> None:
+        """3. Thread 0 seeds the root's vector with the carried state (and, overflow
+        guard, flags a root that is not finite in the root's unused M slot)."""
+        K, bs, s_m, s_v = self.K, self.bs, self.s_m, self.s_v
+        if self.guard:
+            root = [ie.load(s_m, [ie.index(c * bs + bs - 1)]) for c in range(K * K)]
+            root += [ie.load(s_v, [ie.index(c * bs + bs - 1)]) for c in range(K)]
+            bg.flag_tile_root(ie, root, s_m, bs - 1)
+        for c in range(K):
+            ie.store(ie.load(self.s_c, [ie.index(c)]), s_v, [ie.index(c * bs + bs - 1)])
 
-        # 3. thread 0 seeds the root's vector with the carried state (and, overflow
-        #    guard, flags a root that is not finite in the root's unused M slot).
-        def seed(ie: Emitter) -> None:
-            if guard:
-                root = [ie.load(s_m, [ie.index(c * bs + bs - 1)]) for c in range(K * K)]
-                root += [ie.load(s_v, [ie.index(c * bs + bs - 1)]) for c in range(K)]
-                bg.flag_tile_root(ie, root, s_m, bs - 1)
-            for c in range(K):
-                ie.store(ie.load(s_c, [ie.index(c)]), s_v, [ie.index(c * bs + bs - 1)])
+    def _down_sweep(self, le: Emitter) -> list[SSAValue]:
+        """4. Down-sweep on the state vectors (module doc); returns the tile's overflow
+        flag (read after the first barrier) when guarded."""
+        K, s_m, s_v, slot = self.K, self.s_m, self.s_v, self.slot
 
-        le.if_(le.cmp("eq", tid, zero), [], seed)
-
-        # 4. down-sweep on the state vectors (module doc).
         def down(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
             s_parent = [ie.load(s_v, [slot(ie, c, i)]) for c in range(K)]
             m_left = [ie.load(s_m, [slot(ie, c, left)]) for c in range(K * K)]
             v_left = [ie.load(s_v, [slot(ie, c, left)]) for c in range(K)]
             for c in range(K):
                 ie.store(s_parent[c], s_v, [slot(ie, c, left)])
-            for c, x in enumerate(mat.apply(ie, m_left, s_parent, v_left)):
+            for c, x in enumerate(self.mat.apply(ie, m_left, s_parent, v_left)):
                 ie.store(x, s_v, [slot(ie, c, i)])
 
         flag: list[SSAValue] = []
         bg.blelloch_levels(
-            le, tid, bs, down, down=True,
-            after_first_barrier=(lambda ie: flag.append(bg.read_tile_flag(ie, s_m, bs - 1))) if guard else None,
+            le, self.kk.tid, self.bs, down, down=True,
+            after_first_barrier=(lambda ie: flag.append(bg.read_tile_flag(ie, s_m, self.bs - 1)))
+            if self.guard else None,
         )
+        return flag
 
-        # 5. replay: in-range steps update the state and run the emit on it; a flagged
-        #    tile takes its entering states in the loop's own order (blelloch_gpu).
-        h = [le.load(s_v, [slot(le, c, tid)]) for c in range(K)]
-        if guard:
+    def _exact_if_flagged(
+        self, le: Emitter, items: list, flag: SSAValue, h: list[SSAValue]
+    ) -> list[SSAValue]:
+        """5a. A flagged tile takes its entering states in the loop's own order
+        (blelloch_gpu, "Numerics") instead of the scanned prefix `h`."""
+        K, el, mat, s_c = self.K, self.el, self.mat, self.s_c
 
-            def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
-                h = list(h)
-                for k, inside, pair in items:
+        def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+            h = list(h)
+            for k, inside, pair in items:
 
-                    def step(te: Emitter, k=k, pair=pair, h=h) -> list[SSAValue]:
-                        m, v = mat.split(pair if keep else produce(te, k))
-                        return mat.apply(te, m, h, v)
+                def step(te: Emitter, k=k, pair=pair, h=h) -> list[SSAValue]:
+                    m, v = mat.split(pair if self.keep else self.produce(te, k))
+                    return mat.apply(te, m, h, v)
 
-                    h = list(ie.if_(inside, [el] * K, step, lambda te, h=h: h))
-                return h
+                h = list(ie.if_(inside, [el] * K, step, lambda te, h=h: h))
+            return h
 
-            def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
-                for c in range(K):
-                    ie.store(h[c], s_c, [ie.index(c)])
+        def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
+            for c in range(K):
+                ie.store(h[c], s_c, [ie.index(c)])
 
-            def exact(ie: Emitter) -> list[SSAValue]:
-                return bg.sequential_entry_states(
-                    ie, tid, bs, [el] * K, lambda te, j: [te.load(s_c, [te.index(c)]) for c in range(K)],
-                    own_steps, store_carry,
-                )
+        def exact(ie: Emitter) -> list[SSAValue]:
+            return bg.sequential_entry_states(
+                ie, self.kk.tid, self.bs, [el] * K, lambda te, j: [te.load(s_c, [te.index(c)]) for c in range(K)],
+                own_steps, store_carry,
+            )
 
-            h = list(le.if_(flag[0], [el] * K, exact, lambda ie, h=h: h))
+        return list(le.if_(flag, [el] * K, exact, lambda ie, h=h: h))
+
+    def _replay(self, le: Emitter, items: list, h: list[SSAValue]) -> list[SSAValue]:
+        """5b. Replay: in-range steps update the state, store it to the private state
+        buffer and run the cloned `emit` on it (last-step stores guarded)."""
+        K, el, mat, kk = self.K, self.el, self.mat, self.kk
+        last_stores = self.nest.last_stores
         for k, inside, pair in items:
 
             def replay(ie: Emitter, k=k, pair=pair, h=h) -> list[SSAValue]:
-                p = pair if keep else produce(ie, k)
+                p = pair if self.keep else self.produce(ie, k)
                 m, v = mat.split(p)
                 new_h = mat.apply(ie, m, h, v)
                 for c in range(K):
-                    ie.store(new_h[c], priv, [ie.index(c)])
-                is_last = ie.cmp("eq", k, last_k) if last_stores else None
-                me = {**base, t_e: step_index(ie, k), s_e: priv}
-                for op in es.per_step:
+                    ie.store(new_h[c], kk.priv, [ie.index(c)])
+                is_last = ie.cmp("eq", k, self.last_k) if last_stores else None
+                me = {**self.base, self.t_e: kk.step_index(ie, k), self.s_e: kk.priv}
+                for op in self.es.per_step:
                     new = ie.op(op.clone(value_mapper=me))
                     if last_stores:
                         gpu_nest.guard_last_stores(op, new, last_stores, is_last)  # type: ignore[arg-type]
                 return new_h
 
             h = list(le.if_(inside, [el] * K, replay, lambda ie, h=h: h))
+        return h
 
-        # 6. the last thread's final state is the next tile's carry.
-        def publish(ie: Emitter, h: list[SSAValue] = h) -> None:
-            for c in range(K):
-                ie.store(h[c], s_c, [ie.index(c)])
+    def _publish(self, le: Emitter, h: list[SSAValue]) -> None:
+        """6. The last thread's final state is the next tile's carry."""
 
-        le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
+        def publish(ie: Emitter) -> None:
+            for c in range(self.K):
+                ie.store(h[c], self.s_c, [ie.index(c)])
 
-    e.for_(zero, ntiles, one, [], tile_body)
-    gpu_nest.finish_nest_kernel(kk, K, s_c, lambda ie, j: [ie.index(j)])
-    return kk.kfunc, el, K
+        le.if_(le.cmp("eq", self.kk.tid, le.index(self.bs - 1)), [], publish)
 
 
 def lower_linear_recurrence(
@@ -329,7 +391,7 @@ def lower_linear_recurrence(
         raise
     keep = ((K * K + K) * items_per_thread <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
     name = kernel_name(top, "scan_linear")
-    kfunc, el, K = _build_kernel(nest, name, block_size, items_per_thread, keep)
+    kfunc, el, K = _LinearKernel(nest, name, block_size, items_per_thread, keep).build()
 
     kmod = bg.get_kernel_module(top)
     rows = {"sM": K * K * block_size, "sV": K * block_size, "sC": K}
