@@ -699,48 +699,92 @@ def emit_chained_tiles(
     buffers); returns (in every thread) the state after the last step. Stores h[t] for
     every step; block-uniform control flow only. `tid` and `length` (the scan axis size)
     are reused when given."""
-    a_ref, b_ref, h_ref = args["a"], args["b"], args["h"]
-    tid = tid if tid is not None else _thread_id(e)
-    one = e.index(1)
-    length = length if length is not None else e.dim(h_ref, axis)
+    tiles = _ChainedTiles(e, pairs, args, name, channel, axis, shared, reverse, bs, ipt, t_end, tid, length)
+    return tiles.emit(e, t_begin, carry0)
 
-    def at(t_phys: SSAValue) -> list[SSAValue]:
-        return [*channel[:axis], t_phys, *channel[axis:]]
 
-    s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared[0]))
-    s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared[1]))
-    s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
-    if callable(carry0):
-        carry0 = carry0(e)
-    state_t = carry0.type
+class _ChainedTiles:
+    """The steps of `emit_chained_tiles`. Each step emits where the previous one
+    stopped, so the order of the calls is the order of the IR."""
 
-    tile = e.index(bs * ipt)
-    span = t_end if _is_zero(t_begin) else e.sub(t_end, t_begin)
-    ntiles = e.divu(e.add(span, e.index(bs * ipt - 1)), tile)
-    thread_base = e.mul(tid, e.index(ipt))
-    if not _is_zero(t_begin):
-        thread_base = e.add(t_begin, thread_base)
-    last_t = e.sub(length, one)
+    def __init__(
+        self,
+        e: Emitter,
+        pairs: PairArith,
+        args: dict[str, SSAValue],
+        name: str,
+        channel: Sequence[SSAValue],
+        axis: int,
+        shared: tuple[MemRefType, MemRefType, MemRefType],
+        reverse: bool,
+        bs: int,
+        ipt: int,
+        t_end: SSAValue,
+        tid: SSAValue | None,
+        length: SSAValue | None,
+    ) -> None:
+        self.pairs, self.channel, self.axis, self.reverse, self.bs, self.ipt = pairs, channel, axis, reverse, bs, ipt
+        self.a_ref, self.b_ref, self.h_ref = args["a"], args["b"], args["h"]
+        self.t_end = t_end
+        self.tid = tid if tid is not None else _thread_id(e)
+        self.one = e.index(1)
+        self.length = length if length is not None else e.dim(self.h_ref, axis)
+        self.s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared[0]))
+        self.s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared[1]))
+        self.s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
 
-    def phys(le: Emitter, t: SSAValue) -> SSAValue:
-        return le.sub(last_t, t) if reverse else t
+    def emit(self, e: Emitter, t_begin: SSAValue, carry0: SSAValue | Callable[[Emitter], SSAValue]) -> SSAValue:
+        """The tile loop from `carry0`; returns the state after the last step."""
+        if callable(carry0):
+            carry0 = carry0(e)
+        self.state_t = carry0.type
+        bs, ipt = self.bs, self.ipt
+        self.tile = e.index(bs * ipt)
+        span = self.t_end if _is_zero(t_begin) else e.sub(self.t_end, t_begin)
+        ntiles = e.divu(e.add(span, e.index(bs * ipt - 1)), self.tile)
+        self.thread_base = e.mul(self.tid, e.index(ipt))
+        if not _is_zero(t_begin):
+            self.thread_base = e.add(t_begin, self.thread_base)
+        self.last_t = e.sub(self.length, self.one)
+        self.guard = needs_overflow_guard(self.state_t, bs)
+        (carry,) = e.for_(e.index(0), ntiles, self.one, [carry0], self._tile_body)
+        return carry
 
-    guard = needs_overflow_guard(state_t, bs)
+    def at(self, t_phys: SSAValue) -> list[SSAValue]:
+        """The element index of physical time step t_phys in this channel."""
+        return [*self.channel[: self.axis], t_phys, *self.channel[self.axis :]]
 
-    def tile_body(le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+    def phys(self, le: Emitter, t: SSAValue) -> SSAValue:
+        """Physical time step of logical step t (reverse scans run from the end)."""
+        return le.sub(self.last_t, t) if self.reverse else t
+
+    def _tile_body(self, le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
         (carry,) = carried
-        start = le.add(le.mul(k, tile), thread_base)
-        # 1. registers: this thread's pairs, identity past the end; sequential fold.
+        start = le.add(le.mul(k, self.tile), self.thread_base)
+        items = self._fold_items(le, start)
+        # 2. up-sweep over the block's aggregates.
+        blelloch_up_sweep(le, self.pairs, self.tid, self.bs, [(self.s_a, self.s_b, 0)])
+        le.if_(le.cmp("eq", self.tid, le.index(0)), [], lambda ie: self._seed(ie, carry))
+        flag = self._down_sweep(le)
+        h = self._entry_state(le, items, carry, flag)
+        h = self._replay(le, items, h)
+        self._publish(le, h)
+        return [le.load(self.s_c, [le.index(0)])]
+
+    def _fold_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
+        """1. Registers: this thread's pairs, identity past the end; the sequential fold
+        goes to shared memory. Returns (a, b, t, inside) per item."""
+        pairs, state_t = self.pairs, self.state_t
         items: list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]] = []
-        for j in range(ipt):
+        for j in range(self.ipt):
             t = le.add(start, le.index(j)) if j else start
-            inside = le.cmp("ult", t, t_end)
+            inside = le.cmp("ult", t, self.t_end)
 
             def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
-                idx = at(phys(ie, t))
+                idx = self.at(self.phys(ie, t))
                 return [
-                    pairs.widen(ie, ie.load(a_ref, idx)),
-                    pairs.widen(ie, ie.load(b_ref, idx)),
+                    pairs.widen(ie, ie.load(self.a_ref, idx)),
+                    pairs.widen(ie, ie.load(self.b_ref, idx)),
                 ]
 
             a_j, b_j = le.if_(inside, [state_t, state_t], load, lambda ie: list(pairs.identity(ie)))
@@ -748,66 +792,71 @@ def emit_chained_tiles(
         agg = (items[0][0], items[0][1])
         for a_j, b_j, _, _ in items[1:]:
             agg = pairs.combine(le, agg, (a_j, b_j))
-        le.store(agg[0], s_a, [tid])
-        le.store(agg[1], s_b, [tid])
+        le.store(agg[0], self.s_a, [self.tid])
+        le.store(agg[1], self.s_b, [self.tid])
+        return items
 
-        # 2. up-sweep over the block's aggregates.
-        blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
+    def _seed(self, ie: Emitter, carry: SSAValue) -> None:
+        """3. Seed the root with the running state: pair (1, carry); a is unused below,
+        so its slot carries the overflow flag (root aggregate not finite)."""
+        bs = self.bs
+        if self.guard:
+            root = [ie.load(self.s_a, [ie.index(bs - 1)]), ie.load(self.s_b, [ie.index(bs - 1)])]
+            flag_tile_root(ie, root, self.s_a, bs - 1)
+        ie.store(carry, self.s_b, [ie.index(bs - 1)])
 
-        # 3. seed the root with the running state: pair (1, carry); a is unused below,
-        #    so its slot carries the overflow flag (root aggregate not finite).
-        def seed(ie: Emitter) -> None:
-            if guard:
-                root = [ie.load(s_a, [ie.index(bs - 1)]), ie.load(s_b, [ie.index(bs - 1)])]
-                flag_tile_root(ie, root, s_a, bs - 1)
-            ie.store(carry, s_b, [ie.index(bs - 1)])
-
-        le.if_(le.cmp("eq", tid, le.index(0)), [], seed)
-
-        # 4. down-sweep on b only (see module doc), then a barrier.
+    def _down_sweep(self, le: Emitter) -> list[SSAValue]:
+        """4. Down-sweep on b only (see module doc), then a barrier; returns the tile's
+        overflow flag when guarded."""
         flag: list[SSAValue] = []
         blelloch_down_sweep(
-            le, pairs, tid, bs, [(s_a, s_b, 0)],
-            after_first_barrier=(lambda ie: flag.append(read_tile_flag(ie, s_a, bs - 1))) if guard else None,
+            le, self.pairs, self.tid, self.bs, [(self.s_a, self.s_b, 0)],
+            after_first_barrier=(lambda ie: flag.append(read_tile_flag(ie, self.s_a, self.bs - 1)))
+            if self.guard else None,
         )
+        return flag
 
-        # 5. replay the registers from the exclusive prefix; store in-range states.
-        #    A flagged tile takes its entering states from the loop's own order instead.
-        if guard:
+    def _entry_state(self, le: Emitter, items: list, carry: SSAValue, flag: list[SSAValue]) -> SSAValue:
+        """5a. The thread's exclusive prefix; a flagged tile takes its entering states
+        from the loop's own order instead."""
+        if not self.guard:
+            return le.load(self.s_b, [self.tid])
+        pairs, state_t, s_c = self.pairs, self.state_t, self.s_c
 
-            def load_state(ie: Emitter, j: SSAValue) -> list[SSAValue]:
-                first = ie.cmp("eq", j, ie.index(0))
-                return list(ie.if_(first, [state_t], lambda x: [carry], lambda x: [x.load(s_c, [x.index(0)])]))
+        def load_state(ie: Emitter, j: SSAValue) -> list[SSAValue]:
+            first = ie.cmp("eq", j, ie.index(0))
+            return list(ie.if_(first, [state_t], lambda x: [carry], lambda x: [x.load(s_c, [x.index(0)])]))
 
-            def replay_own(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
-                (x,) = h
-                for a_j, b_j, _, _ in items:
-                    x = pairs.apply(ie, a_j, x, b_j)
-                return [x]
+        def replay_own(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+            (x,) = h
+            for a_j, b_j, _, _ in items:
+                x = pairs.apply(ie, a_j, x, b_j)
+            return [x]
 
-            def exact(ie: Emitter) -> list[SSAValue]:
-                return sequential_entry_states(
-                    ie, tid, bs, [state_t], load_state, replay_own, lambda x, h: x.store(h[0], s_c, [x.index(0)])
-                )
+        def exact(ie: Emitter) -> list[SSAValue]:
+            return sequential_entry_states(
+                ie, self.tid, self.bs, [state_t], load_state, replay_own, lambda x, h: x.store(h[0], s_c, [x.index(0)])
+            )
 
-            (h,) = le.if_(flag[0], [state_t], exact, lambda ie: [ie.load(s_b, [tid])])
-        else:
-            h = le.load(s_b, [tid])
+        (h,) = le.if_(flag[0], [state_t], exact, lambda ie: [ie.load(self.s_b, [self.tid])])
+        return h
+
+    def _replay(self, le: Emitter, items: list, h: SSAValue) -> SSAValue:
+        """5b. Replay the registers from the entering state; store in-range states."""
         for a_j, b_j, t, inside in items:
-            h = pairs.apply(le, a_j, h, b_j)
+            h = self.pairs.apply(le, a_j, h, b_j)
 
             def store(ie: Emitter, h: SSAValue = h, t: SSAValue = t) -> None:
-                ie.store(h, h_ref, at(phys(ie, t)))
+                ie.store(h, self.h_ref, self.at(self.phys(ie, t)))
 
             le.if_(inside, [], store)
+        return h
 
-        # 6. broadcast the tile's last state as the next carry.
-        def publish(ie: Emitter, h: SSAValue = h) -> None:
-            ie.store(h, s_c, [ie.index(0)])
+    def _publish(self, le: Emitter, h: SSAValue) -> None:
+        """6. Broadcast the tile's last state as the next carry (barrier included)."""
 
-        le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
+        def publish(ie: Emitter) -> None:
+            ie.store(h, self.s_c, [ie.index(0)])
+
+        le.if_(le.cmp("eq", self.tid, le.index(self.bs - 1)), [], publish)
         le.op(gpu.BarrierOp())
-        return [le.load(s_c, [le.index(0)])]
-
-    (carry,) = e.for_(e.index(0), ntiles, one, [carry0], tile_body)
-    return carry
