@@ -351,7 +351,14 @@ def _check_steps_parallel(
     for _, ref, _, is_store in _accesses(prologue):
         if is_store and ref not in pro_allocas:
             raise Unsupported("the prologue writes a memref other than its own allocas")
+    return _check_emit_memory(rec, emit_ops, coeffs_ops, pro_allocas)
 
+
+def _check_emit_memory(
+    rec: scan.LoopRecurrence, emit_ops: list[Operation], coeffs_ops: list[Operation], pro_allocas: set[SSAValue]
+) -> set[Operation]:
+    """Emit stores one element per step (or step-invariant, kept for the last step) and
+    reads nothing another step writes; coeffs reads neither emit's outputs nor the state."""
     if rec.state in free_values(emit_ops):
         raise Unsupported("emit uses the state buffer directly instead of its block argument")
     s_e = rec.emit.block.args[1]
