@@ -263,8 +263,8 @@ def _trip(loop: scf.ForOp, fn_args: set[SSAValue]) -> int | tuple[BlockArgument,
     raise Unsupported("channel loop bounds must be constants, or 0 to memref.dim(%arg, c) step 1")
 
 
-def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
-    """The loop nest of `rec` if the kernel design applies, else `Unsupported(reason)`."""
+def _channel_loops(rec: scan.LoopRecurrence) -> tuple[list[scf.ForOp], func.FuncOp]:
+    """The scf.for channel loops around `rec`, outermost first, and the function."""
     loops: list[scf.ForOp] = []
     cur: Operation = rec
     while True:
@@ -279,8 +279,10 @@ def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
             break
         raise Unsupported(f"nested in '{parent.name if parent else '?'}', not in scf.for channel loops")
     loops.reverse()
-    fn = parent
-    fn_args: set[SSAValue] = set(fn.body.block.args)
+    return loops, parent
+
+
+def _check_state_type(rec: scan.LoopRecurrence) -> None:
     state_t = rec.state_type
     if not state_t.has_static_shape():
         raise Unsupported("the state must have a static shape")
@@ -289,6 +291,12 @@ def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
     if not isinstance(rec.lb.type, IndexType):
         raise Unsupported("the recurrence must step over index values")
 
+
+def _split_loop_bodies(
+    loops: list[scf.ForOp], rec: scan.LoopRecurrence
+) -> tuple[list[list[Operation]], list[Operation], list[Operation]]:
+    """(ops before each inner channel loop, prologue, epilogue) of the recurrence.
+    Ops between channel loops are replayed per thread, so they must be pure scalars."""
     outer_pre: list[list[Operation]] = []
     prologue: list[Operation] = []
     epilogue: list[Operation] = []
@@ -310,17 +318,28 @@ def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
             outer_pre.append(pre)
         else:
             prologue, epilogue = pre, post[:-1]
+    return outer_pre, prologue, epilogue
 
-    state_arg = None
+
+def _state_arg(
+    rec: scan.LoopRecurrence, loops: list[scf.ForOp], prologue: list[Operation], fn_args: set[SSAValue]
+) -> BlockArgument | None:
+    """Depth 0: the function argument holding the state; else None (a per-channel alloca)."""
     if loops:
         owner = rec.state.owner
         if not (isinstance(owner, memref.AllocaOp) and any(owner is o for o in prologue)):
             raise Unsupported("the state is not a memref.alloca of the innermost channel loop body")
-    else:
-        if rec.state not in fn_args:
-            raise Unsupported("outside channel loops the state must be a function argument")
-        state_arg = rec.state  # type: ignore[assignment]
+        return None
+    if rec.state not in fn_args:
+        raise Unsupported("outside channel loops the state must be a function argument")
+    return rec.state  # type: ignore[return-value]
 
+
+def _check_steps_parallel(
+    rec: scan.LoopRecurrence, prologue: list[Operation], epilogue: list[Operation]
+) -> set[Operation]:
+    """Steps run in parallel: coeffs and emit may not carry anything between steps
+    through memory. Returns emit's stores that only the last step must do."""
     coeffs_ops = list(rec.coeffs.block.ops)[:-1]
     emit_ops = list(rec.emit.block.ops)[:-1]
     _check_ops(prologue, "before the recurrence", stores=True, allocas=True)
@@ -332,8 +351,14 @@ def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
     for _, ref, _, is_store in _accesses(prologue):
         if is_store and ref not in pro_allocas:
             raise Unsupported("the prologue writes a memref other than its own allocas")
+    return _check_emit_memory(rec, emit_ops, coeffs_ops, pro_allocas)
 
-    # -- steps in parallel: coeffs / emit memory discipline -------------------------------
+
+def _check_emit_memory(
+    rec: scan.LoopRecurrence, emit_ops: list[Operation], coeffs_ops: list[Operation], pro_allocas: set[SSAValue]
+) -> set[Operation]:
+    """Emit stores one element per step (or step-invariant, kept for the last step) and
+    reads nothing another step writes; coeffs reads neither emit's outputs nor the state."""
     if rec.state in free_values(emit_ops):
         raise Unsupported("emit uses the state buffer directly instead of its block argument")
     s_e = rec.emit.block.args[1]
@@ -367,39 +392,49 @@ def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
             raise Unsupported(f"coeffs reads {_name_of(ref)}, which emit writes")
         if ref == rec.state:
             raise Unsupported("coeffs reads the state")
+    return last_stores
 
-    # -- channels in parallel ------------------------------------------------------------
+
+def _channel_trips(loops: list[scf.ForOp], fn_args: set[SSAValue]) -> list[int | tuple[BlockArgument, int]]:
     trips = [_trip(loop, fn_args) for loop in loops]
     if all(isinstance(t, int) for t in trips) and math.prod(trips) > 2**31 - 1:  # type: ignore[arg-type]
         raise Unsupported("more than 2^31 - 1 channel iterations (the blockIdx.x limit)")
-    if loops:
-        ivs = [loop.body.block.args[0] for loop in loops]
-        private = _allocas([loops[-1]])
-        by_ref: dict[SSAValue, list[tuple[Sequence[SSAValue], bool]]] = {}
-        for _, ref, idx, is_store in _accesses([loops[0]]):
-            by_ref.setdefault(ref, []).append((idx, is_store))
-        for ref, lst in by_ref.items():
-            if ref in private or not any(st for _, st in lst):
-                continue
-            if ref not in fn_args:
-                raise Unsupported(f"the nest writes {_name_of(ref)}, which is not a function argument")
-            common: set[tuple[int, int]] | None = None
-            for idx, _ in lst:
-                here = {(j, p) for p, x in enumerate(idx) for j, iv in enumerate(ivs) if x == iv}
-                common = here if common is None else common & here
-            assert common is not None
-            for j, iv in enumerate(ivs):
-                if trips[j] == 1:
-                    continue  # a one-iteration loop cannot overlap with itself
-                if not any(c[0] == j for c in common):
-                    raise Unsupported(
-                        f"{_name_of(ref)} is written, but not always indexed by the channel "
-                        f"variable %{iv.name_hint or j} at one dimension: channels may overlap"
-                    )
+    return trips
 
-    nest = Nest(fn, rec, loops, outer_pre, prologue, epilogue, state_arg, trips, last_stores)
 
-    # -- values from outside the nest -------------------------------------------------------
+def _check_channels_disjoint(
+    loops: list[scf.ForOp], trips: Sequence[int | tuple[BlockArgument, int]], fn_args: set[SSAValue]
+) -> None:
+    """Channels run in parallel: every written argument is indexed, at some dimension, by
+    each channel variable (of a loop with more than one iteration)."""
+    ivs = [loop.body.block.args[0] for loop in loops]
+    private = _allocas([loops[-1]])
+    by_ref: dict[SSAValue, list[tuple[Sequence[SSAValue], bool]]] = {}
+    for _, ref, idx, is_store in _accesses([loops[0]]):
+        by_ref.setdefault(ref, []).append((idx, is_store))
+    for ref, lst in by_ref.items():
+        if ref in private or not any(st for _, st in lst):
+            continue
+        if ref not in fn_args:
+            raise Unsupported(f"the nest writes {_name_of(ref)}, which is not a function argument")
+        common: set[tuple[int, int]] | None = None
+        for idx, _ in lst:
+            here = {(j, p) for p, x in enumerate(idx) for j, iv in enumerate(ivs) if x == iv}
+            common = here if common is None else common & here
+        assert common is not None
+        for j, iv in enumerate(ivs):
+            if trips[j] == 1:
+                continue  # a one-iteration loop cannot overlap with itself
+            if not any(c[0] == j for c in common):
+                raise Unsupported(
+                    f"{_name_of(ref)} is written, but not always indexed by the channel "
+                    f"variable %{iv.name_hint or j} at one dimension: channels may overlap"
+                )
+
+
+def _collect_outside_values(nest: Nest, fn_args: set[SSAValue]) -> None:
+    """Fill `nest.kernel_args` and `nest.outside_loads` from the values the nest uses
+    from outside: arguments pass to the kernel, pure scalar ops and loads are cloned."""
     args: set[BlockArgument] = set()
     work = list(free_values([nest.root]))
     seen: set[SSAValue] = set()
@@ -430,15 +465,36 @@ def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
             continue
         raise Unsupported(f"the nest uses a value defined by '{getattr(op, 'name', '?')}' outside it")
     nest.kernel_args = sorted(args, key=lambda a: a.index)
+
+
+def _note_memory_roles(nest: Nest) -> None:
+    """Fill `nest.stored_args` / `nest.loaded_args` (which arguments the kernel writes / reads)."""
     for _, ref, _, is_store in _accesses([nest.root]):
         (nest.stored_args if is_store else nest.loaded_args).add(ref)
     for load in nest.outside_loads:
         if load.memref in nest.stored_args:  # type: ignore[attr-defined]
             raise Unsupported(f"the nest writes {_name_of(load.memref)}, which is read before it")  # type: ignore[attr-defined]
         nest.loaded_args.add(load.memref)  # type: ignore[attr-defined]
-    if state_arg is not None:
-        nest.stored_args.add(state_arg)
-        nest.loaded_args.add(state_arg)
+    if nest.state_arg is not None:
+        nest.stored_args.add(nest.state_arg)
+        nest.loaded_args.add(nest.state_arg)
+
+
+def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
+    """The loop nest of `rec` if the kernel design applies, else `Unsupported(reason)`.
+    The checks run in a fixed order, so the first reason given stays the same."""
+    loops, fn = _channel_loops(rec)
+    fn_args: set[SSAValue] = set(fn.body.block.args)
+    _check_state_type(rec)
+    outer_pre, prologue, epilogue = _split_loop_bodies(loops, rec)
+    state_arg = _state_arg(rec, loops, prologue, fn_args)
+    last_stores = _check_steps_parallel(rec, prologue, epilogue)
+    trips = _channel_trips(loops, fn_args)
+    if loops:
+        _check_channels_disjoint(loops, trips, fn_args)
+    nest = Nest(fn, rec, loops, outer_pre, prologue, epilogue, state_arg, trips, last_stores)
+    _collect_outside_values(nest, fn_args)
+    _note_memory_roles(nest)
     return nest
 
 

@@ -57,6 +57,7 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import (
@@ -181,6 +182,171 @@ def _and(e: Emitter, x: SSAValue, y: SSAValue) -> SSAValue:
     return e.val(arith.AndIOp(x, y))
 
 
+@dataclass
+class _TileSteps:
+    """The steps of one chained tile, as methods over the values every tile shares.
+
+    Built once per kernel by `_emit_kernel`; each step emits into the tile loop body
+    `le` in the order of the module docstring (fold, up-sweep, seed, down-sweep,
+    replay, publish). The step comments there say why each guard is needed."""
+
+    combine: Combine
+    ins: list[SSAValue]
+    outs: list[SSAValue]
+    types: list[Attribute]
+    s_arr: list[SSAValue]  # shared sweep arrays s_j[bs]
+    c_arr: list[SSAValue]  # shared carry slots c_j[1]
+    tid: SSAValue
+    zero: SSAValue
+    channel: Sequence[SSAValue]
+    axis: int
+    reverse: bool
+    bs: int
+    ipt: int
+    t_end: SSAValue
+    last_t: SSAValue
+
+    def at(self, t_phys: SSAValue) -> list[SSAValue]:
+        return [*self.channel[: self.axis], t_phys, *self.channel[self.axis :]]
+
+    def phys(self, le: Emitter, t: SSAValue) -> SSAValue:
+        return le.sub(self.last_t, t) if self.reverse else t
+
+    def load_slot(self, ie: Emitter, slot: SSAValue) -> list[SSAValue]:
+        return [ie.load(s, [slot]) for s in self.s_arr]
+
+    def store_slot(self, ie: Emitter, vals: Sequence[SSAValue], slot: SSAValue) -> None:
+        for v, s in zip(vals, self.s_arr):
+            ie.store(v, s, [slot])
+
+    def holds_valid(self, ie: Emitter, tile_start: SSAValue, first_thread: SSAValue) -> SSAValue:
+        """Whether the run of threads starting at `first_thread` holds a step < L."""
+        return ie.cmp("ult", ie.add(ie.mul(first_thread, ie.index(self.ipt)), tile_start), self.t_end)
+
+    def load_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]:
+        """1a. this thread's (step, inside, tuple) items; zeros past the end."""
+        types = self.types
+        items: list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]] = []
+        for j in range(self.ipt):
+            t = le.add(start, le.index(j)) if j else start
+            inside = le.cmp("ult", t, self.t_end)
+
+            def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
+                idx = self.at(self.phys(ie, t))
+                return [ie.load(x, idx) for x in self.ins]
+
+            vals = le.if_(inside, types, load, lambda ie: [ie.const(0, ty) for ty in types])
+            items.append((t, inside, vals))
+        return items
+
+    def fold(self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]) -> None:
+        """1b. fold the valid items left to right and store the aggregate to s_j[tid]."""
+        agg: Sequence[SSAValue] = items[0][2]
+        for _, inside, vals in items[1:]:
+            agg = le.if_(
+                inside,
+                self.types,
+                lambda ie, agg=agg, vals=vals: self.combine(ie, agg, vals),
+                lambda ie, agg=agg: agg,
+            )
+        self.store_slot(le, agg, self.tid)
+
+    def up_sweep(self, le: Emitter, tile_start: SSAValue) -> None:
+        """2. combine with the right child only where it holds a valid step."""
+        types = self.types
+
+        def up(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
+            right_valid = self.holds_valid(ie, tile_start, ie.sub(i, ie.index(d - 1)) if d > 1 else i)
+            lv = self.load_slot(ie, left)
+            res = ie.if_(right_valid, types, lambda je: self.combine(je, lv, self.load_slot(je, i)), lambda je: lv)
+            self.store_slot(ie, res, i)
+
+        bg.blelloch_levels(le, self.tid, self.bs, up, down=False)
+
+    def seed(self, le: Emitter, has_carry: SSAValue) -> None:
+        """3. thread 0 seeds the root with the running aggregate (tiles after the first)."""
+
+        def seed(ie: Emitter) -> None:
+            self.store_slot(ie, [ie.load(c, [ie.index(0)]) for c in self.c_arr], ie.index(self.bs - 1))
+
+        le.if_(_and(le, le.cmp("eq", self.tid, self.zero), has_carry), [], seed)
+
+    def down_sweep(self, le: Emitter, tile_start: SSAValue, has_carry: SSAValue) -> None:
+        """4. generic down-sweep; a prefix is empty only in the first tile, leftmost nodes."""
+        types = self.types
+
+        def down(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
+            first = ie.sub(i, ie.index(2 * d - 1))  # first thread of the parent node
+            parent = self.load_slot(ie, i)
+            left_agg = self.load_slot(ie, left)
+            self.store_slot(ie, parent, left)
+            both = _and(
+                ie, _or(ie, has_carry, ie.cmp("ugt", first, self.zero)), self.holds_valid(ie, tile_start, first)
+            )
+            res = ie.if_(both, types, lambda je: self.combine(je, parent, left_agg), lambda je: left_agg)
+            self.store_slot(ie, res, i)
+
+        bg.blelloch_levels(le, self.tid, self.bs, down, down=True)
+
+    def replay(
+        self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]], has_carry: SSAValue
+    ) -> Sequence[SSAValue]:
+        """5. replay from the exclusive prefix; store every valid inclusive result.
+        Returns this thread's last inclusive value."""
+        types = self.types
+        acc: Sequence[SSAValue] = self.load_slot(le, self.tid)
+        prefix_valid = _or(le, has_carry, le.cmp("ugt", self.tid, self.zero))
+        for j, (t, inside, vals) in enumerate(items):
+
+            def step(ie: Emitter, j=j, t=t, vals=vals, acc=acc) -> list[SSAValue]:
+                if j == 0:
+                    new = ie.if_(prefix_valid, types, lambda je: self.combine(je, acc, vals), lambda je: vals)
+                else:
+                    new = self.combine(ie, acc, vals)
+                idx = self.at(self.phys(ie, t))
+                for v, y in zip(new, self.outs):
+                    ie.store(v, y, idx)
+                return list(new)
+
+            acc = le.if_(inside, types, step, lambda ie, acc=acc: acc)
+        return acc
+
+    def publish(self, le: Emitter, acc: Sequence[SSAValue]) -> None:
+        """6. the last thread's inclusive value is the next tile's carry."""
+
+        def publish(ie: Emitter) -> None:
+            for v, c in zip(acc, self.c_arr):
+                ie.store(v, c, [ie.index(0)])
+
+        le.if_(le.cmp("eq", self.tid, le.index(self.bs - 1)), [], publish)
+
+
+def _chunk_range(
+    e: Emitter, length: SSAValue, chunk: int
+) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue]:
+    """Time blocks: (channel block id, chunk k, first step, end step) of this block."""
+    from scanweaver.rewrites.affine_time_blocks import chunk_of_block
+
+    bid, k_chunk, _ = chunk_of_block(e, length, chunk)
+    t_begin = e.mul(k_chunk, e.index(chunk))
+    t_end = e.val(arith.MinUIOp(length, e.add(t_begin, e.index(chunk))))
+    return bid, k_chunk, t_begin, t_end
+
+
+def _store_chunk_aggregate(
+    e: Emitter, steps: _TileSteps, aggs: Sequence[SSAValue], k_chunk: SSAValue
+) -> None:
+    """Time blocks: the last tile's carry (published by the last thread) is the chunk's
+    aggregate; thread 0 stores it after a barrier."""
+    e.op(gpu.BarrierOp())
+
+    def store_aggregate(ie: Emitter) -> None:
+        for c, g in zip(steps.c_arr, aggs):
+            ie.store(ie.load(c, [ie.index(0)]), g, [*steps.channel, k_chunk])
+
+    e.if_(e.cmp("eq", steps.tid, steps.zero), [], store_aggregate)
+
+
 def _emit_kernel(
     e: Emitter,
     op: scan.ScanOp,
@@ -196,10 +362,7 @@ def _emit_kernel(
     """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
     the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
     thread 0 then stores the chunk's aggregate into `aggs[j][channel.., k]`."""
-    axis, reverse = op.axis_value, op.is_reverse
-    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
-    s_arr = [s for s, _ in shared]
-    c_arr = [c for _, c in shared]
+    axis = op.axis_value
     tid = thread_id(e)
     bid = block_id(e)
     combine.capture(e)
@@ -208,120 +371,43 @@ def _emit_kernel(
     length = e.dim(ref, axis)
     t_begin, t_end = zero, length
     if chunk:
-        from scanweaver.rewrites.affine_time_blocks import chunk_of_block
-
-        bid, k_chunk, _ = chunk_of_block(e, length, chunk)
-        t_begin = e.mul(k_chunk, e.index(chunk))
-        t_end = e.val(arith.MinUIOp(length, e.add(t_begin, e.index(chunk))))
+        bid, k_chunk, t_begin, t_end = _chunk_range(e, length, chunk)
     channel = bg.channel_indices(e, ref, axis, bid)
-
-    def at(t_phys: SSAValue) -> list[SSAValue]:
-        return [*channel[:axis], t_phys, *channel[axis:]]
-
     tile = e.index(bs * ipt)
     ntiles = e.divu(e.add(e.sub(t_end, t_begin) if chunk else length, e.index(bs * ipt - 1)), tile)
     thread_base = e.mul(tid, e.index(ipt))
-    last_t = e.sub(length, one)
-
-    def phys(le: Emitter, t: SSAValue) -> SSAValue:
-        return le.sub(last_t, t) if reverse else t
-
-    def load_slot(ie: Emitter, slot: SSAValue) -> list[SSAValue]:
-        return [ie.load(s, [slot]) for s in s_arr]
-
-    def store_slot(ie: Emitter, vals: Sequence[SSAValue], slot: SSAValue) -> None:
-        for v, s in zip(vals, s_arr):
-            ie.store(v, s, [slot])
+    steps = _TileSteps(
+        combine,
+        ins,
+        outs,
+        [v.type.element_type for v in op.inputs],  # type: ignore[attr-defined]
+        [s for s, _ in shared],
+        [c for _, c in shared],
+        tid,
+        zero,
+        channel,
+        axis,
+        op.is_reverse,
+        bs,
+        ipt,
+        t_end,
+        e.sub(length, one),
+    )
 
     def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
         tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
         start = le.add(tile_start, thread_base)
         has_carry = le.cmp("ugt", kt, zero)
-
-        def holds_valid(ie: Emitter, first_thread: SSAValue) -> SSAValue:
-            """Whether the run of threads starting at `first_thread` holds a step < L."""
-            return ie.cmp("ult", ie.add(ie.mul(first_thread, ie.index(ipt)), tile_start), t_end)
-
-        # 1. registers: this thread's tuples (zeros past the end), folded in order.
-        items: list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]] = []
-        for j in range(ipt):
-            t = le.add(start, le.index(j)) if j else start
-            inside = le.cmp("ult", t, t_end)
-
-            def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
-                idx = at(phys(ie, t))
-                return [ie.load(x, idx) for x in ins]
-
-            vals = le.if_(inside, types, load, lambda ie: [ie.const(0, ty) for ty in types])
-            items.append((t, inside, vals))
-        agg: Sequence[SSAValue] = items[0][2]
-        for _, inside, vals in items[1:]:
-            agg = le.if_(
-                inside, types, lambda ie, agg=agg, vals=vals: combine(ie, agg, vals), lambda ie, agg=agg: agg
-            )
-        store_slot(le, agg, tid)
-
-        # 2. up-sweep: combine with the right child only where it holds a valid step.
-        def up(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
-            right_valid = holds_valid(ie, ie.sub(i, ie.index(d - 1)) if d > 1 else i)
-            lv = load_slot(ie, left)
-            res = ie.if_(right_valid, types, lambda je: combine(je, lv, load_slot(je, i)), lambda je: lv)
-            store_slot(ie, res, i)
-
-        bg.blelloch_levels(le, tid, bs, up, down=False)
-
-        # 3. thread 0 seeds the root with the running aggregate (tiles after the first).
-        def seed(ie: Emitter) -> None:
-            store_slot(ie, [ie.load(c, [ie.index(0)]) for c in c_arr], ie.index(bs - 1))
-
-        le.if_(_and(le, le.cmp("eq", tid, zero), has_carry), [], seed)
-
-        # 4. generic down-sweep; a prefix is empty only in the first tile, leftmost nodes.
-        def down(ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
-            first = ie.sub(i, ie.index(2 * d - 1))  # first thread of the parent node
-            parent = load_slot(ie, i)
-            left_agg = load_slot(ie, left)
-            store_slot(ie, parent, left)
-            both = _and(ie, _or(ie, has_carry, ie.cmp("ugt", first, zero)), holds_valid(ie, first))
-            res = ie.if_(both, types, lambda je: combine(je, parent, left_agg), lambda je: left_agg)
-            store_slot(ie, res, i)
-
-        bg.blelloch_levels(le, tid, bs, down, down=True)
-
-        # 5. replay from the exclusive prefix; store every valid inclusive result.
-        acc: Sequence[SSAValue] = load_slot(le, tid)
-        prefix_valid = _or(le, has_carry, le.cmp("ugt", tid, zero))
-        for j, (t, inside, vals) in enumerate(items):
-
-            def step(ie: Emitter, j=j, t=t, vals=vals, acc=acc) -> list[SSAValue]:
-                if j == 0:
-                    new = ie.if_(prefix_valid, types, lambda je: combine(je, acc, vals), lambda je: vals)
-                else:
-                    new = combine(ie, acc, vals)
-                idx = at(phys(ie, t))
-                for v, y in zip(new, outs):
-                    ie.store(v, y, idx)
-                return list(new)
-
-            acc = le.if_(inside, types, step, lambda ie, acc=acc: acc)
-
-        # 6. the last thread's inclusive value is the next tile's carry.
-        def publish(ie: Emitter, acc: Sequence[SSAValue] = acc) -> None:
-            for v, c in zip(acc, c_arr):
-                ie.store(v, c, [ie.index(0)])
-
-        le.if_(le.cmp("eq", tid, le.index(bs - 1)), [], publish)
+        items = steps.load_items(le, start)
+        steps.fold(le, items)
+        steps.up_sweep(le, tile_start)
+        steps.seed(le, has_carry)
+        steps.down_sweep(le, tile_start, has_carry)
+        steps.publish(le, steps.replay(le, items, has_carry))
 
     e.for_(zero, ntiles, one, [], tile_body)
     if chunk and aggs:
-        # the last tile's carry (published by the last thread) is the chunk's aggregate
-        e.op(gpu.BarrierOp())
-
-        def store_aggregate(ie: Emitter) -> None:
-            for c, g in zip(c_arr, aggs):
-                ie.store(ie.load(c, [ie.index(0)]), g, [*channel, k_chunk])
-
-        e.if_(e.cmp("eq", tid, zero), [], store_aggregate)
+        _store_chunk_aggregate(e, steps, aggs, k_chunk)
 
 
 def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int) -> None:
