@@ -69,17 +69,19 @@ def _for(lb: SSAValue, ub: SSAValue, step: SSAValue, iv: str, body: Callable[[SS
     scf.ForOp(lb, ub, step, [], Region(block))
 
 
-def _arguments(spec: SelectiveScanSpec, el: str) -> list[tuple[str, Attribute]]:
-    n = spec.n
+def selective_arguments(spec, el: str, state_el: str | Attribute | None = None) -> list[tuple[str, Attribute]]:
+    """The kernel's (name, type) arguments: `el` for the real per-step data, `state_el`
+    (default `el`; complex for complex A) for A, B, C and the states."""
+    n, st = spec.n, el if state_el is None else state_el
     m3 = memref_of(("?", "?", "?"), el)
-    args = [("u", m3), ("delta", m3), ("A", memref_of(("?", n), el)),
-            ("B", bc_type(spec.b_kind, n, el)), ("C", bc_type(spec.c_kind, n, el))]
+    args = [("u", m3), ("delta", m3), ("A", memref_of(("?", n), st)),
+            ("B", bc_type(spec.b_kind, n, st)), ("C", bc_type(spec.c_kind, n, st))]
     args += [("Dskip", memref_of(("?",), el))] if spec.has_d else []
     args += [("z", m3)] if spec.has_z else []
     args += [("bias", memref_of(("?",), el))] if spec.has_bias else []
-    args += [("h0", memref_of(("?", "?", n), el))] if spec.has_h0 else []
+    args += [("h0", memref_of(("?", "?", n), st))] if spec.has_h0 else []
     args += [("out", m3)]
-    args += [("last", memref_of(("?", "?", n), el))] if spec.has_last else []
+    args += [("last", memref_of(("?", "?", n), st))] if spec.has_last else []
     return args + [("d_begin", IndexType()), ("d_end", IndexType())]
 
 
@@ -91,7 +93,7 @@ def selective_scan_recurrence(spec: SelectiveScanSpec, element: str = "f32") -> 
     """`func.func @selective_scan` for `spec`, computing in `element` (f32, or f64)."""
     if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
         raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
-    args = _arguments(spec, element)
+    args = selective_arguments(spec, element)
     block = Block(arg_types=[t for _, t in args])
     for value, (hint, _) in zip(block.args, args):
         value.name_hint = hint

@@ -22,7 +22,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.workloads.loops import element_type
-from scanweaver.workloads.selective import BC_KINDS, _bc_indices, _Body, _for, _named, bc_type, step_size, store_output
+from scanweaver.workloads.selective import BC_KINDS, _bc_indices, _Body, _for, _named, selective_arguments, step_size, store_output
 from scanweaver.workloads.specs import ComplexSelectiveSpec
 from scanweaver.workloads.types import memref_of
 
@@ -30,18 +30,7 @@ REALS = ("f32", "f64")
 
 
 def _arguments(spec: ComplexSelectiveSpec) -> list[tuple[str, Attribute]]:
-    n, f = spec.n, spec.real
-    c = ComplexType(element_type(f))
-    m3 = memref_of(("?", "?", "?"), f)
-    args = [("u", m3), ("delta", m3), ("A", memref_of(("?", n), c)),
-            ("B", bc_type(spec.b_kind, n, c)), ("C", bc_type(spec.c_kind, n, c))]
-    args += [("Dskip", memref_of(("?",), f))] if spec.has_d else []
-    args += [("z", m3)] if spec.has_z else []
-    args += [("bias", memref_of(("?",), f))] if spec.has_bias else []
-    args += [("h0", memref_of(("?", "?", n), c))] if spec.has_h0 else []
-    args += [("out", m3)]
-    args += [("last", memref_of(("?", "?", n), c))] if spec.has_last else []
-    return args + [("d_begin", IndexType()), ("d_end", IndexType())]
+    return selective_arguments(spec, spec.real, ComplexType(element_type(spec.real)))
 
 
 def selective_scan_complex_recurrence(spec: ComplexSelectiveSpec) -> ModuleOp:
