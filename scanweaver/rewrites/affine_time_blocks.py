@@ -229,66 +229,87 @@ def _emit_chunks(
         e.if_(mine, [], lambda ie: ie.store(carry, fin, channel))
 
 
-def lower_affine_time_blocks(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt: int, chunk_tiles: int) -> None:
-    """Replace `op` by the three launches of the module doc (kernels added to `kmod`)."""
-    chunk = bs * ipt * chunk_tiles
-    h_t = op.h.type
-    assert isinstance(h_t, MemRefType)
-    state_t = h_t.element_type
-    agg_t = _agg_type(state_t)
-    axis, rank = op.axis_value, h_t.get_num_dims()
-    shape = h_t.get_shape()
-    channel_dims = [i for i in range(rank) if i != axis]
-    base = bg._unique_name(kmod, "scan_affine_tb")
-    reverse = op.is_reverse
+class _AffineTimeBlocks:
+    """The three launches replacing one `scan.affine` (module doc); the host code and
+    the kernels share its layout and scratch buffers through the instance."""
+
+    def __init__(self, op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt: int, chunk_tiles: int):
+        self.op, self.kmod, self.bs, self.ipt = op, kmod, bs, ipt
+        self.chunk = bs * ipt * chunk_tiles
+        h_t = op.h.type
+        assert isinstance(h_t, MemRefType)
+        self.state_t = h_t.element_type
+        self.agg_t = _agg_type(self.state_t)
+        self.axis, self.rank = op.axis_value, h_t.get_num_dims()
+        self.shape = h_t.get_shape()
+        self.channel_dims = [i for i in range(self.rank) if i != self.axis]
+        self.base = bg._unique_name(kmod, "scan_affine_tb")
+        self.reverse = op.is_reverse
+        self.descs: list[tuple[str, int | str, dict[str, SSAValue], list[SSAValue], KernelLaunch]] = []
+
+    def lower(self) -> None:
+        self._scratch_buffers()
+        self._number_scratch()
+        kernels = (self._reduce_kernel(), self._carries_kernel(), self._chunks_kernel())
+        self._launch(kernels)
+        Rewriter.erase_op(self.op)
 
     # -- host: scratch buffers --------------------------------------------------------------
-    host = Emitter(InsertPoint.before(op))
-    length = host.dim(op.h, axis)
-    n_static = -(-max(shape[axis], 1) // chunk) if shape[axis] != DYNAMIC_INDEX else DYNAMIC_INDEX
-    agg_shape = [shape[i] for i in channel_dims] + [n_static]
-    n_val = _host_chunks(host, length, chunk)
-    dyn_sizes = [host.dim(op.h, i) for i in channel_dims if shape[i] == DYNAMIC_INDEX]
-    if n_static == DYNAMIC_INDEX:
-        dyn_sizes.append(n_val)
-    agg_mt = MemRefType(agg_t, agg_shape)
-    fin_mt = MemRefType(agg_t, agg_shape[:-1])
+    def _scratch_buffers(self) -> None:
+        """Aggregates a, b and the carries (channels x chunks), each channel's final state."""
+        op, shape, axis, chunk = self.op, self.shape, self.axis, self.chunk
+        host = self.host = Emitter(InsertPoint.before(op))
+        length = host.dim(op.h, axis)
+        self.n_static = -(-max(shape[axis], 1) // chunk) if shape[axis] != DYNAMIC_INDEX else DYNAMIC_INDEX
+        self.agg_shape = agg_shape = [shape[i] for i in self.channel_dims] + [self.n_static]
+        n_val = _host_chunks(host, length, chunk)
+        dyn_sizes = [host.dim(op.h, i) for i in self.channel_dims if shape[i] == DYNAMIC_INDEX]
+        if self.n_static == DYNAMIC_INDEX:
+            dyn_sizes.append(n_val)
+        agg_mt = MemRefType(self.agg_t, agg_shape)
+        fin_mt = MemRefType(self.agg_t, agg_shape[:-1])
 
-    def alloc(t: MemRefType, sizes: list[SSAValue]) -> SSAValue:
-        return host.val(memref.AllocOp(sizes, [], t))
+        def alloc(t: MemRefType, sizes: list[SSAValue]) -> SSAValue:
+            return host.val(memref.AllocOp(sizes, [], t))
 
-    agg_a, agg_b, carries = (alloc(agg_mt, dyn_sizes) for _ in range(3))
-    chan_final = alloc(fin_mt, dyn_sizes[: len([d for d in agg_shape[:-1] if d == DYNAMIC_INDEX])])
+        self.agg_a, self.agg_b, self.carries = (alloc(agg_mt, dyn_sizes) for _ in range(3))
+        self.chan_final = alloc(fin_mt, dyn_sizes[: len([d for d in agg_shape[:-1] if d == DYNAMIC_INDEX])])
 
-    # host function and its scratch numbering (-2 - j in host_args)
-    fn = op.parent_op()
-    while fn is not None and not hasattr(fn, "sym_name"):
-        fn = fn.parent_op()
-    j0 = fn.attributes[_SCRATCH_BASE_ATTR].value.data if fn is not None and _SCRATCH_BASE_ATTR in fn.attributes else 0
-    if fn is not None:
-        from xdsl.dialects.builtin import IntegerAttr, i64
+    def _number_scratch(self) -> None:
+        """The host function and its scratch numbering (-2 - j in host_args)."""
+        fn = self.op.parent_op()
+        while fn is not None and not hasattr(fn, "sym_name"):
+            fn = fn.parent_op()
+        self.fn = fn
+        j0 = fn.attributes[_SCRATCH_BASE_ATTR].value.data if fn is not None and _SCRATCH_BASE_ATTR in fn.attributes else 0
+        if fn is not None:
+            from xdsl.dialects.builtin import IntegerAttr, i64
 
-        fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + 4, i64)
-    scratch_pos = {agg_a: -2 - j0, agg_b: -3 - j0, carries: -4 - j0, chan_final: -5 - j0}
+            fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + 4, i64)
+        self.scratch_pos = {self.agg_a: -2 - j0, self.agg_b: -3 - j0, self.carries: -4 - j0, self.chan_final: -5 - j0}
 
-    def host_args(values: Sequence[SSAValue]) -> tuple[int, ...]:
+    # -- launch descriptions ------------------------------------------------------------------
+    def host_args(self, values: Sequence[SSAValue]) -> tuple[int, ...]:
         out = []
         for v in values:
-            if v in scratch_pos:
-                out.append(scratch_pos[v])
-            elif fn is not None and v.owner is fn.body.block:  # type: ignore[attr-defined]
+            if v in self.scratch_pos:
+                out.append(self.scratch_pos[v])
+            elif self.fn is not None and v.owner is self.fn.body.block:  # type: ignore[attr-defined]
                 out.append(v.index)  # type: ignore[attr-defined]
             else:
                 out.append(-1)
         return tuple(out)
 
-    def entry(arg: str, i: int) -> int | str:
-        return shape[i] if shape[i] != DYNAMIC_INDEX else f"{arg}.shape[{i}]"
+    def entry(self, arg: str, i: int) -> int | str:
+        return self.shape[i] if self.shape[i] != DYNAMIC_INDEX else f"{arg}.shape[{i}]"
 
-    def grid(arg: str, chunks: bool) -> int | str:
-        terms = [entry(arg, i) for i in channel_dims]
+    def chunk_count(self, arg: str) -> int | str:
+        return self.n_static if self.n_static != DYNAMIC_INDEX else f"cdiv({arg}.shape[{self.axis}],{self.chunk})"
+
+    def grid(self, arg: str, chunks: bool) -> int | str:
+        terms = [self.entry(arg, i) for i in self.channel_dims]
         if chunks:
-            terms.append(n_static if n_static != DYNAMIC_INDEX else f"cdiv({arg}.shape[{axis}],{chunk})")
+            terms.append(self.chunk_count(arg))
         if all(isinstance(t, int) for t in terms):
             out = 1
             for t in terms:
@@ -296,112 +317,129 @@ def lower_affine_time_blocks(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt
             return out
         return "*".join(str(t) for t in terms) or "1"
 
+    @staticmethod
     def arg_desc(names, kinds, values):
         return [
             (n, k, bg.type_name(v.type.element_type), bg._shape_entries(v.type))  # type: ignore[attr-defined]
             for n, k, v in zip(names, kinds, values)
         ]
 
-    equal_ab = [(n, i, "a", i) for n in ("b",) for i in range(rank)]
-    descs: list[tuple[str, int | str, dict[str, SSAValue], list[SSAValue], KernelLaunch]] = []
+    # -- the kernels ----------------------------------------------------------------------------
+    def _reduce_kernel(self) -> gpu.FuncOp:
+        """Kernel 1: chunk aggregates."""
+        op, kmod, bs, agg_t, chunk, rank = self.op, self.kmod, self.bs, self.agg_t, self.chunk, self.rank
+        k1 = f"{self.base}_reduce"
+        sh1 = bg.shared_global(kmod, f"{k1}_sA", agg_t, bs)
+        bg.shared_global(kmod, f"{k1}_sB", agg_t, bs)
+        n1, v1 = ["a", "b", "agg_a", "agg_b"], [op.a, op.b, self.agg_a, self.agg_b]
+        kf1, a1, e1 = _new_kernel(kmod, k1, n1, [v.type for v in v1])
+        _emit_reduce(e1, a1, k1, self.axis, self.state_t, self.reverse, bs, self.ipt, chunk, sh1)
+        e1.op(gpu.ReturnOp([]))
+        agg_entries = tuple([self.entry("a", i) for i in self.channel_dims] + [self.chunk_count("a")])
+        g1 = self.grid("a", True)
+        equal_ab = [(n, i, "a", i) for n in ("b",) for i in range(rank)]
+        self.descs.append((k1, g1, {"a": op.a}, v1, KernelLaunch(
+            kernel_name=k1, module_name=bg.KERNEL_MODULE, func_name="", grid=(g1, 1, 1), block=(bs, 1, 1),
+            shared_bytes=2 * bs * bg.byte_size(agg_t), args=self.arg_desc(n1, ["in", "in", "out", "out"], v1),
+            host_args=self.host_args(v1), equal_dims=tuple(equal_ab),
+            scratch=(("agg_a", agg_entries), ("agg_b", agg_entries)),
+            notes=f"scan.affine time blocks 1/3: aggregates of {chunk}-step chunks ({agg_t})",
+        )))
+        kmod.body.block.add_op(kf1)
+        return kf1
 
-    # -- kernel 1: chunk aggregates -------------------------------------------------------------
-    k1 = f"{base}_reduce"
-    sh1 = bg.shared_global(kmod, f"{k1}_sA", agg_t, bs)
-    bg.shared_global(kmod, f"{k1}_sB", agg_t, bs)
-    n1, v1 = ["a", "b", "agg_a", "agg_b"], [op.a, op.b, agg_a, agg_b]
-    kf1, a1, e1 = _new_kernel(kmod, k1, n1, [v.type for v in v1])
-    _emit_reduce(e1, a1, k1, axis, state_t, reverse, bs, ipt, chunk, sh1)
-    e1.op(gpu.ReturnOp([]))
-    agg_entries = tuple([entry("a", i) for i in channel_dims]
-                        + [n_static if n_static != DYNAMIC_INDEX else f"cdiv(a.shape[{axis}],{chunk})"])
-    g1 = grid("a", True)
-    descs.append((k1, g1, {"a": op.a}, v1, KernelLaunch(
-        kernel_name=k1, module_name=bg.KERNEL_MODULE, func_name="", grid=(g1, 1, 1), block=(bs, 1, 1),
-        shared_bytes=2 * bs * bg.byte_size(agg_t), args=arg_desc(n1, ["in", "in", "out", "out"], v1),
-        host_args=host_args(v1), equal_dims=tuple(equal_ab),
-        scratch=(("agg_a", agg_entries), ("agg_b", agg_entries)),
-        notes=f"scan.affine time blocks 1/3: aggregates of {chunk}-step chunks ({agg_t})",
-    )))
-    kmod.body.block.add_op(kf1)
+    def _carries_kernel(self) -> gpu.FuncOp:
+        """Kernel 2: carries, one block per channel over the aggregates."""
+        op, kmod, bs, agg_t, rank = self.op, self.kmod, self.bs, self.agg_t, self.rank
+        k2 = f"{self.base}_carries"
+        sh2 = (bg.shared_global(kmod, f"{k2}_sA", agg_t, bs), bg.shared_global(kmod, f"{k2}_sB", agg_t, bs),
+               bg.shared_global(kmod, f"{k2}_sC", agg_t, 1))
+        init_agg = None
+        n2 = ["a", "b"] + (["init"] if op.init else []) + ["h", "final"]
+        v2 = [self.agg_a, self.agg_b] + ([op.init] if op.init else []) + [self.carries, self.chan_final]
+        kf2, a2, e2 = _new_kernel(kmod, k2, n2, [v.type for v in v2])
+        if op.init is not None and not isinstance(self.state_t, IntegerType):
+            # the kernel seeds its carry with init in the aggregate type
+            init_agg = a2["init"]
+        pairs2 = bg.GuardedPairArith(agg_t) if bg.needs_overflow_guard(agg_t, bs) else PairArith(agg_t)
+        channel2 = bg.channel_indices(e2, a2["h"], rank - 1, bg._block_id(e2))
+        carry0 = e2.load(a2["init"], channel2) if op.init is not None else pairs2.zero(e2)
+        if init_agg is not None:
+            carry0 = _to(e2, carry0, agg_t)
+        carry = bg.emit_chained_tiles(
+            e2, pairs2, a2, k2, channel2, rank - 1, sh2, False, bs, self.ipt, e2.index(0), e2.dim(a2["h"], rank - 1),
+            carry0,
+        )
+        e2.if_(e2.cmp("eq", bg._thread_id(e2), e2.index(0)), [], lambda ie: ie.store(carry, a2["final"], channel2))
+        e2.op(gpu.ReturnOp([]))
+        agg_shape = self.agg_shape
+        carry_entries = tuple(f"a.shape[{i}]" if agg_shape[i] == DYNAMIC_INDEX else agg_shape[i] for i in range(rank))
+        g2 = self.grid("h", False) if self.channel_dims else 1
+        # grid over the channel dims of h (== those of the aggregates)
+        kinds2 = ["in", "in"] + (["in"] if op.init else []) + ["out", "out"]
+        self.descs.append((k2, g2, {"h": op.h}, v2, KernelLaunch(
+            kernel_name=k2, module_name=bg.KERNEL_MODULE, func_name="", grid=(g2, 1, 1), block=(bs, 1, 1),
+            shared_bytes=(2 * bs + 1) * bg.byte_size(agg_t), args=self.arg_desc(n2, kinds2, v2),
+            host_args=self.host_args(v2), scratch=(("h", carry_entries), ("final", carry_entries[:-1])),
+            notes=f"scan.affine time blocks 2/3: carries between chunks ({agg_t}), one block per channel",
+        )))
+        kmod.body.block.add_op(kf2)
+        return kf2
 
-    # -- kernel 2: carries, one block per channel over the aggregates -----------------------------
-    k2 = f"{base}_carries"
-    sh2 = (bg.shared_global(kmod, f"{k2}_sA", agg_t, bs), bg.shared_global(kmod, f"{k2}_sB", agg_t, bs),
-           bg.shared_global(kmod, f"{k2}_sC", agg_t, 1))
-    init_agg = None
-    n2 = ["a", "b"] + (["init"] if op.init else []) + ["h", "final"]
-    v2 = [agg_a, agg_b] + ([op.init] if op.init else []) + [carries, chan_final]
-    kf2, a2, e2 = _new_kernel(kmod, k2, n2, [v.type for v in v2])
-    if op.init is not None and not isinstance(state_t, IntegerType):
-        # the kernel seeds its carry with init in the aggregate type
-        init_agg = a2["init"]
-    pairs2 = bg.GuardedPairArith(agg_t) if bg.needs_overflow_guard(agg_t, bs) else PairArith(agg_t)
-    channel2 = bg.channel_indices(e2, a2["h"], rank - 1, bg._block_id(e2))
-    carry0 = e2.load(a2["init"], channel2) if op.init is not None else pairs2.zero(e2)
-    if init_agg is not None:
-        carry0 = _to(e2, carry0, agg_t)
-    carry = bg.emit_chained_tiles(
-        e2, pairs2, a2, k2, channel2, rank - 1, sh2, False, bs, ipt, e2.index(0), e2.dim(a2["h"], rank - 1), carry0
-    )
-    e2.if_(e2.cmp("eq", bg._thread_id(e2), e2.index(0)), [], lambda ie: ie.store(carry, a2["final"], channel2))
-    e2.op(gpu.ReturnOp([]))
-    carry_entries = tuple(f"a.shape[{i}]" if agg_shape[i] == DYNAMIC_INDEX else agg_shape[i] for i in range(rank))
-    g2 = grid("h", False) if channel_dims else 1
-    # grid over the channel dims of h (== those of the aggregates)
-    kinds2 = ["in", "in"] + (["in"] if op.init else []) + ["out", "out"]
-    descs.append((k2, g2, {"h": op.h}, v2, KernelLaunch(
-        kernel_name=k2, module_name=bg.KERNEL_MODULE, func_name="", grid=(g2, 1, 1), block=(bs, 1, 1),
-        shared_bytes=(2 * bs + 1) * bg.byte_size(agg_t), args=arg_desc(n2, kinds2, v2),
-        host_args=host_args(v2), scratch=(("h", carry_entries), ("final", carry_entries[:-1])),
-        notes=f"scan.affine time blocks 2/3: carries between chunks ({agg_t}), one block per channel",
-    )))
-    kmod.body.block.add_op(kf2)
-
-    # -- kernel 3: the chunks from their carries ----------------------------------------------------
-    k3 = f"{base}_chunks"
-    sh3 = (bg.shared_global(kmod, f"{k3}_sA", state_t, bs), bg.shared_global(kmod, f"{k3}_sB", state_t, bs),
-           bg.shared_global(kmod, f"{k3}_sC", state_t, 1))
-    n3 = ["a", "b"] + (["init"] if op.init else []) + ["carries", "chan_final", "h"] + (["final"] if op.final else [])
-    v3 = [op.a, op.b] + ([op.init] if op.init else []) + [carries, chan_final, op.h] + ([op.final] if op.final else [])
-    kinds3 = ["in", "in"] + (["in"] if op.init else []) + ["in", "in", "out"] + (["out"] if op.final else [])
-    kf3, a3, e3 = _new_kernel(kmod, k3, n3, [v.type for v in v3])
-    _emit_chunks(e3, a3, k3, axis, state_t, reverse, bs, ipt, chunk, sh3)
-    e3.op(gpu.ReturnOp([]))
-    g3 = grid("h", True)
-    descs.append((k3, g3, {"h": op.h}, v3, KernelLaunch(
-        kernel_name=k3, module_name=bg.KERNEL_MODULE, func_name="", grid=(g3, 1, 1), block=(bs, 1, 1),
-        shared_bytes=(2 * bs + 1) * bg.byte_size(state_t), args=arg_desc(n3, kinds3, v3),
-        host_args=host_args(v3),
-        equal_dims=tuple([(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
-                         + [(n, j, "h", i) for n in n3 if n in ("init", "final")
-                            for j, i in enumerate(channel_dims)]),
-        notes=(f"scan.affine time blocks 3/3: axis {axis}{' reverse' if reverse else ''}; {state_t} state; "
-               f"block_size={bs} items_per_thread={ipt} chunk={chunk}"),
-    )))
-    kmod.body.block.add_op(kf3)
+    def _chunks_kernel(self) -> gpu.FuncOp:
+        """Kernel 3: the chunks from their carries."""
+        op, kmod, bs, state_t, rank = self.op, self.kmod, self.bs, self.state_t, self.rank
+        k3 = f"{self.base}_chunks"
+        sh3 = (bg.shared_global(kmod, f"{k3}_sA", state_t, bs), bg.shared_global(kmod, f"{k3}_sB", state_t, bs),
+               bg.shared_global(kmod, f"{k3}_sC", state_t, 1))
+        init, final = ([op.init] if op.init else []), ([op.final] if op.final else [])
+        n3 = ["a", "b"] + (["init"] if init else []) + ["carries", "chan_final", "h"] + (["final"] if final else [])
+        v3 = [op.a, op.b] + init + [self.carries, self.chan_final, op.h] + final
+        kinds3 = ["in", "in"] + (["in"] if init else []) + ["in", "in", "out"] + (["out"] if final else [])
+        kf3, a3, e3 = _new_kernel(kmod, k3, n3, [v.type for v in v3])
+        _emit_chunks(e3, a3, k3, self.axis, state_t, self.reverse, bs, self.ipt, self.chunk, sh3)
+        e3.op(gpu.ReturnOp([]))
+        g3 = self.grid("h", True)
+        self.descs.append((k3, g3, {"h": op.h}, v3, KernelLaunch(
+            kernel_name=k3, module_name=bg.KERNEL_MODULE, func_name="", grid=(g3, 1, 1), block=(bs, 1, 1),
+            shared_bytes=(2 * bs + 1) * bg.byte_size(state_t), args=self.arg_desc(n3, kinds3, v3),
+            host_args=self.host_args(v3),
+            equal_dims=tuple([(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
+                             + [(n, j, "h", i) for n in n3 if n in ("init", "final")
+                                for j, i in enumerate(self.channel_dims)]),
+            notes=(f"scan.affine time blocks 3/3: axis {self.axis}{' reverse' if self.reverse else ''}; "
+                   f"{state_t} state; block_size={bs} items_per_thread={self.ipt} chunk={self.chunk}"),
+        )))
+        kmod.body.block.add_op(kf3)
+        return kf3
 
     # -- host: the launches, in order (all skipped together when there are no channels) ----------
-    func_name = fn.sym_name.data if fn is not None else ""  # type: ignore[attr-defined]
-    static_channels = all(shape[i] != DYNAMIC_INDEX for i in channel_dims)
+    def _launch(self, kernels: Sequence[gpu.FuncOp]) -> None:
+        host, op, bs, fn = self.host, self.op, self.bs, self.fn
+        func_name = fn.sym_name.data if fn is not None else ""  # type: ignore[attr-defined]
+        static_channels = all(self.shape[i] != DYNAMIC_INDEX for i in self.channel_dims)
 
-    def launches(le: Emitter) -> None:
-        for kname, g, refs, values, _ in descs:
-            size = bg.emit_grid_size(le, g, refs)
-            one = le.index(1)
-            le.op(gpu.LaunchFuncOp(SymbolRefAttr(bg.KERNEL_MODULE, [kname]), [size, one, one],
-                                   [le.index(bs), one, one], kernelOperands=list(values)))
+        def launches(le: Emitter) -> None:
+            for kname, g, refs, values, _ in self.descs:
+                size = bg.emit_grid_size(le, g, refs)
+                one = le.index(1)
+                le.op(gpu.LaunchFuncOp(SymbolRefAttr(bg.KERNEL_MODULE, [kname]), [size, one, one],
+                                       [le.index(bs), one, one], kernelOperands=list(values)))
 
-    if static_channels:
-        launches(host)
-    else:
-        nch = bg.emit_grid_size(host, grid("h", False), {"h": op.h})
-        host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
-    for buf in (agg_a, agg_b, carries, chan_final):
-        host.op(memref.DeallocOp.get(buf))
-    for (kname, _, _, _, desc), kf in zip(descs, (kf1, kf2, kf3)):
-        kf.attributes["scanweaver.launch"] = replace(desc, func_name=func_name).to_attr()
-    Rewriter.erase_op(op)
+        if static_channels:
+            launches(host)
+        else:
+            nch = bg.emit_grid_size(host, self.grid("h", False), {"h": op.h})
+            host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
+        for buf in (self.agg_a, self.agg_b, self.carries, self.chan_final):
+            host.op(memref.DeallocOp.get(buf))
+        for (_kname, _, _, _, desc), kf in zip(self.descs, kernels):
+            kf.attributes["scanweaver.launch"] = replace(desc, func_name=func_name).to_attr()
+
+
+def lower_affine_time_blocks(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt: int, chunk_tiles: int) -> None:
+    """Replace `op` by the three launches of the module doc (kernels added to `kmod`)."""
+    _AffineTimeBlocks(op, kmod, bs, ipt, chunk_tiles).lower()
 
 
 __all__ = ["ask_time_blocks", "chunk_of_block", "lower_affine_time_blocks", "wants_time_blocks"]

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import IndexType, MemRefType
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import is_side_effect_free
 
@@ -206,8 +206,36 @@ def split_state(rec: scan.RecurrenceOp) -> SplitState:
     rank, el = st.get_num_dims(), st.element_type
     dims = _Dims(rec)
     copy_in = _copy_in(rec, dims)
+    nest_op, ivs, inner, loads = _emit_state_nest(rec, dims, rank)
+    # -- build ------------------------------------------------------------------------------
+    where = InsertPoint.before(copy_in[0][0] if copy_in else rec)
+    sizes = [dims.host_size(where, i) for i in range(rank)]
+    zero = arith.ConstantOp.from_int_and_width(0, IndexType())
+    one = arith.ConstantOp.from_int_and_width(1, IndexType())
+    Rewriter.insert_op([zero, one], where)
+    outer, blocks, channel = _channel_loops(sizes, zero.result, one.result)
+    body_of = blocks[-1]
+    s = _private_state(body_of, rec, copy_in, channel, el)
+    new_c = _split_coeffs(rec, channel)
+    new_e = _split_emit(rec, nest_op, inner, ivs, loads, sizes, channel, MemRefType(el, []))
+    new = scan.RecurrenceOp(rec.lb, rec.ub, rec.step, s, Region(new_c), Region(new_e))
+    body_of.add_op(new)
+    if copy_in is None:
+        fin = memref.LoadOp.get(s, [])
+        body_of.add_op(fin)
+        body_of.add_op(memref.StoreOp.get(fin.res, rec.state, channel))
+    for b in blocks:
+        b.add_op(scf.YieldOp())
+    Rewriter.insert_op(outer, InsertPoint.before(rec))
+    detached = _detach_originals(rec, copy_in, outer)
+    return SplitState(new, outer, detached, [*dims.created, one, zero])
 
-    # -- the emit: ops that do not touch the state, and one loop nest over the state ----
+
+def _emit_state_nest(
+    rec: scan.RecurrenceOp, dims: _Dims, rank: int
+) -> tuple[Operation, list[SSAValue], Block, list[memref.LoadOp]]:
+    """The emit's one loop nest over the state (the other emit ops do not touch it):
+    the nest, its induction variables, its innermost body and the state loads there."""
     eblock = rec.emit.block
     s_e = eblock.args[1]
     nest_ops = [o for o in eblock.ops if any(v == s_e for w in o.walk() for v in w.operands)]
@@ -224,26 +252,35 @@ def split_state(rec: scan.RecurrenceOp) -> SplitState:
     ivs = [lp.body.block.args[0] for lp in loops]
     inner = loops[-1].body.block
     loads = _element_loads(inner, s_e, ivs, "emit")
-    # -- build ------------------------------------------------------------------------------
-    where = InsertPoint.before(copy_in[0][0] if copy_in else rec)
-    sizes = [dims.host_size(where, i) for i in range(rank)]
-    zero = arith.ConstantOp.from_int_and_width(0, IndexType())
-    one = arith.ConstantOp.from_int_and_width(1, IndexType())
-    Rewriter.insert_op([zero, one], where)
+    return nest_ops[0], ivs, inner, loads
+
+
+def _channel_loops(
+    sizes: Sequence[SSAValue], zero: SSAValue, one: SSAValue
+) -> tuple[scf.ForOp, list[Block], list[SSAValue]]:
+    """One channel loop per state dimension (not yet terminated): the outer loop, the
+    loops' bodies and their induction variables."""
     channel: list[SSAValue] = []
     blocks: list[Block] = []
-    for i in range(rank):
+    outer = None
+    for i, size in enumerate(sizes):
         b = Block(arg_types=[IndexType()])
         b.args[0].name_hint = f"ch{i}"
-        loop = scf.ForOp(zero.result, sizes[i], one.result, [], b)
+        loop = scf.ForOp(zero, size, one, [], b)
         channel.append(b.args[0])
         if blocks:
             blocks[-1].add_op(loop)
         else:
             outer = loop
         blocks.append(b)
-    body_of = blocks[-1]
-    scalar_t = MemRefType(el, [])
+    assert outer is not None
+    return outer, blocks, channel
+
+
+def _private_state(
+    body_of: Block, rec: scan.RecurrenceOp, copy_in, channel: list[SSAValue], el: Attribute
+) -> SSAValue:
+    """The channel's scalar state alloca, set from the copy-in loop's value or the state."""
     priv = memref.AllocaOp.get(el, shape=[])
     body_of.add_op(priv)
     s = priv.memref
@@ -259,15 +296,33 @@ def split_state(rec: scan.RecurrenceOp) -> SplitState:
         init = memref.LoadOp.get(rec.state, channel)
         body_of.add_op(init)
         body_of.add_op(memref.StoreOp.get(init.res, s, []))
+    return s
 
-    # coeffs: the step and the element index (now the channel)
+
+def _split_coeffs(rec: scan.RecurrenceOp, channel: list[SSAValue]) -> Block:
+    """coeffs: the step and the element index (now the channel)."""
     cblock = rec.coeffs.block
     new_c = Block(arg_types=[IndexType()])
     new_c.args[0].name_hint = cblock.args[0].name_hint
     cm: dict[SSAValue, SSAValue] = {cblock.args[0]: new_c.args[0], **dict(zip(cblock.args[1:], channel))}
     for o in cblock.ops:
         new_c.add_op(o.clone(value_mapper=cm))
-    # emit: the ops around the nest, the nest's body at the channel, loads -> s2[]
+    return new_c
+
+
+def _split_emit(
+    rec: scan.RecurrenceOp,
+    nest_op: Operation,
+    inner: Block,
+    ivs: list[SSAValue],
+    loads: list[memref.LoadOp],
+    sizes: list[SSAValue],
+    channel: list[SSAValue],
+    scalar_t: MemRefType,
+) -> Block:
+    """emit: the ops around the nest, the nest's body at the channel, loads -> s2[]."""
+    eblock = rec.emit.block
+    s_e = eblock.args[1]
     new_e = Block(arg_types=[IndexType(), scalar_t])
     new_e.args[0].name_hint = eblock.args[0].name_hint
     em: dict[SSAValue, SSAValue] = {eblock.args[0]: new_e.args[0], s_e: new_e.args[1], **dict(zip(ivs, channel))}
@@ -275,7 +330,7 @@ def split_state(rec: scan.RecurrenceOp) -> SplitState:
         if isinstance(o, memref.DimOp) and o.source == s_e:
             em[o.results[0]] = sizes[const_int(o.index)]  # type: ignore[index]
             continue
-        if o is not nest_ops[0]:
+        if o is not nest_op:
             new_e.add_op(o.clone(value_mapper=em))
             continue
         for x in list(inner.ops)[:-1]:
@@ -285,16 +340,11 @@ def split_state(rec: scan.RecurrenceOp) -> SplitState:
                 em[x.results[0]] = ld.res
                 continue
             new_e.add_op(x.clone(value_mapper=em))
-    new = scan.RecurrenceOp(rec.lb, rec.ub, rec.step, s, Region(new_c), Region(new_e))
-    body_of.add_op(new)
-    if copy_in is None:
-        fin = memref.LoadOp.get(s, [])
-        body_of.add_op(fin)
-        body_of.add_op(memref.StoreOp.get(fin.res, rec.state, channel))
-    for b in blocks:
-        b.add_op(scf.YieldOp())
-    Rewriter.insert_op(outer, InsertPoint.before(rec))
-    # keep the original ops aside (in block order, each with the op after it) for undo
+    return new_e
+
+
+def _detach_originals(rec: scan.RecurrenceOp, copy_in, outer: scf.ForOp) -> list[tuple[Operation, Operation | None]]:
+    """Keep the original ops aside (in block order, each with the op after it) for undo."""
     originals: list[Operation] = [rec]
     if copy_in is not None:
         alloca = rec.state.owner
@@ -307,4 +357,4 @@ def split_state(rec: scan.RecurrenceOp) -> SplitState:
         detached.append((op, None if nxt is None or nxt in moved or nxt is outer else nxt))
     for op in originals:
         op.detach()
-    return SplitState(new, outer, detached, [*dims.created, one, zero])
+    return detached

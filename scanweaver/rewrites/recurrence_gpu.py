@@ -149,7 +149,18 @@ HOIST_PER_ELEMENT_REGISTERS = 32
 KEEP_PAIRS_REGISTERS = 16
 
 
+class _Item:
+    """One step of a thread's tile (phase 1): its step number, whether it is in range,
+    the step-only values the replay needs and its N pairs."""
+
+    def __init__(self, k: SSAValue, inside: SSAValue, f_vals: list[SSAValue], a_s: list[SSAValue], b_s: list[SSAValue]):
+        self.k, self.inside, self.f_vals, self.a_s, self.b_s = k, inside, f_vals, a_s, b_s
+
+
 class _KernelGen:
+    """Builds the fused kernel of one matched nest (module doc, "Kernel design"); the
+    steps below share the kernel's values through the instance."""
+
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
         self.nest, self.name, self.bs, self.ipt = nest, name, bs, ipt
         rec = nest.rec
@@ -172,245 +183,285 @@ class _KernelGen:
 
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> gpu.FuncOp:
-        nest, rec, bs, ipt = self.nest, self.nest.rec, self.bs, self.ipt
-        k_ = begin_nest_kernel(nest, self.name, self.el, self.shape)
+        k_ = begin_nest_kernel(self.nest, self.name, self.el, self.shape)
         self.priv = k_.priv
-        kfunc, e, vmap, tid = k_.kfunc, k_.e, k_.vmap, k_.tid
-        priv, state_src, trip, step_index = k_.priv, k_.state_src, k_.trip, k_.step_index
-        pairs, el = self.pairs, self.el
-        zero, one = e.index(0), e.index(1)
-        g_rows = self.group * bs
-        s_a = e.val(memref.GetGlobalOp(f"{self.name}_sA", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
-        s_b = e.val(memref.GetGlobalOp(f"{self.name}_sB", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
-        s_c = e.val(memref.GetGlobalOp(f"{self.name}_sC", MemRefType(el, [self.n], memory_space=bg.SHARED_SPACE)))
+        self.e, self.vmap, self.tid = k_.e, k_.vmap, k_.tid
+        self.state_src, self.trip, self.step_index = k_.state_src, k_.trip, k_.step_index
+        e = self.e
+        self.zero, self.one = e.index(0), e.index(1)
+        self._shared_arrays()
+        e.if_(e.cmp("eq", self.tid, self.zero), [], self._init_carry)
+        self._split_regions()
+        self._hoist_invariants()
+        self._step_frontier()
+        self.tile = e.index(self.bs * self.ipt)
+        ntiles = e.divu(e.add(self.trip, e.index(self.bs * self.ipt - 1)), self.tile)
+        self.thread_base = e.mul(self.tid, e.index(self.ipt))
+        self.last_k = e.sub(self.trip, self.one)
+        self.guard = bg.needs_overflow_guard(self.el, self.bs)
+        self.one_group = self.group >= self.n
+        e.for_(self.zero, ntiles, self.one, [], self._tile_body)
+        finish_nest_kernel(k_, self.n, self.s_c, self.elem_index)
+        return k_.kfunc
 
-        # thread 0: initial state -> carry
-        def init_carry(ie: Emitter) -> None:
-            for n in range(self.n):
-                ie.store(ie.load(state_src, self.elem_index(ie, n)), s_c, [ie.index(n)])
+    def _shared_arrays(self) -> None:
+        """The sweep arrays sA, sB (G x block_size) and the carry sC (N)."""
+        e, el = self.e, self.el
+        g_rows = self.group * self.bs
+        self.s_a = e.val(memref.GetGlobalOp(f"{self.name}_sA", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
+        self.s_b = e.val(memref.GetGlobalOp(f"{self.name}_sB", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
+        self.s_c = e.val(memref.GetGlobalOp(f"{self.name}_sC", MemRefType(el, [self.n], memory_space=bg.SHARED_SPACE)))
 
-        e.if_(e.cmp("eq", tid, zero), [], init_carry)
+    def _init_carry(self, ie: Emitter) -> None:
+        """Thread 0: initial state -> carry."""
+        for n in range(self.n):
+            ie.store(ie.load(self.state_src, self.elem_index(ie, n)), self.s_c, [ie.index(n)])
 
-        # -- split the regions, hoist the invariant parts ------------------------------------
+    def _split_regions(self) -> None:
+        """Split coeffs and emit by what their ops vary with; clone their constants."""
+        rec = self.nest.rec
         cblock, eblock = rec.coeffs.block, rec.emit.block
-        t_c, k_c = cblock.args[0], list(cblock.args[1:])
-        t_e, s_e = eblock.args
+        self.cyield = cblock.last_op
+        self.t_c, self.k_c = cblock.args[0], list(cblock.args[1:])
+        self.t_e, self.s_e = eblock.args
         coeffs_ops = list(cblock.ops)[:-1]
         emit_ops = list(eblock.ops)[:-1]
-        y_a, y_b = cblock.last_op.operands  # type: ignore[union-attr]
-        cvary = {t_c: frozenset("t"), **{k: frozenset("n") for k in k_c}}
+        self.y_a, self.y_b = cblock.last_op.operands  # type: ignore[union-attr]
+        cvary = {self.t_c: frozenset("t"), **{k: frozenset("n") for k in self.k_c}}
         cs = split_by_dependence(coeffs_ops, cvary)
         if len(needed_values(cs.per_elem, set(cs.per_both) | {cblock.last_op})) * self.n > HOIST_PER_ELEMENT_REGISTERS:
             cs = split_by_dependence(coeffs_ops, cvary, per_elem=False)  # reload them per step instead
-        es = split_by_dependence(emit_ops, {t_e: frozenset("t"), s_e: frozenset("t")})
+        es = split_by_dependence(emit_ops, {self.t_e: frozenset("t"), self.s_e: frozenset("t")})
         for op in cs.consts + es.consts:
-            e.op(op.clone(value_mapper=vmap))
-        base = vmap
-        nmaps: list[dict[SSAValue, SSAValue]] = [{} for _ in range(self.n)]
+            self.e.op(op.clone(value_mapper=self.vmap))
+        self.cs, self.es = cs, es
+
+    def _hoist_invariants(self) -> None:
+        """Run the step-invariant ops once per thread and the element-only ones once per
+        element, under `trip > 0`; `base` and `nmaps` then map them to the results."""
+        e, cs, es, vmap = self.e, self.cs, self.es, self.vmap
+        self.base = vmap
+        self.nmaps: list[dict[SSAValue, SSAValue]] = [{} for _ in range(self.n)]
         hoisted = cs.hoist + es.hoist
-        if hoisted or cs.per_elem:
-            later = set(cs.per_step + cs.per_both + es.per_step) | {cblock.last_op}
-            need_i = needed_values(hoisted, later | set(cs.per_elem))
-            need_n = needed_values(cs.per_elem, later)
-            out_types = [v.type for v in need_i] + [v.type for v in need_n] * self.n
+        if not (hoisted or cs.per_elem):
+            return
+        later = set(cs.per_step + cs.per_both + es.per_step) | {self.cyield}
+        need_i = needed_values(hoisted, later | set(cs.per_elem))
+        need_n = needed_values(cs.per_elem, later)
+        out_types = [v.type for v in need_i] + [v.type for v in need_n] * self.n
 
-            def hoist(ie: Emitter) -> list[SSAValue]:
-                m = dict(vmap)
-                for op in hoisted:
-                    ie.op(op.clone(value_mapper=m))
-                res = [m[v] for v in need_i]
-                for n in range(self.n):
-                    mn = {**m, **dict(zip(k_c, self.elem_index(ie, n)))}
-                    for op in cs.per_elem:
-                        ie.op(op.clone(value_mapper=mn))
-                    res += [mn[v] for v in need_n]
-                return res
-
-            def skip(ie: Emitter) -> list[SSAValue]:
-                return [ie.const(0, t) for t in out_types]
-
-            vals = list(e.if_(e.cmp("sgt", trip, zero), out_types, hoist, skip)) if out_types else []
-            base = dict(vmap)
-            base.update(zip(need_i, vals[: len(need_i)]))
-            pos = len(need_i)
+        def hoist(ie: Emitter) -> list[SSAValue]:
+            m = dict(vmap)
+            for op in hoisted:
+                ie.op(op.clone(value_mapper=m))
+            res = [m[v] for v in need_i]
             for n in range(self.n):
-                nmaps[n] = dict(zip(need_n, vals[pos : pos + len(need_n)]))
-                pos += len(need_n)
+                mn = {**m, **dict(zip(self.k_c, self.elem_index(ie, n)))}
+                for op in cs.per_elem:
+                    ie.op(op.clone(value_mapper=mn))
+                res += [mn[v] for v in need_n]
+            return res
 
-        # values of the step-only part that the replay needs (recompute mode)
-        frontier = [] if self.keep else needed_values(cs.per_step, set(cs.per_both) | {cblock.last_op})
-        for v in frontier:
+        def skip(ie: Emitter) -> list[SSAValue]:
+            return [ie.const(0, t) for t in out_types]
+
+        vals = list(e.if_(e.cmp("sgt", self.trip, self.zero), out_types, hoist, skip)) if out_types else []
+        self.base = dict(vmap)
+        self.base.update(zip(need_i, vals[: len(need_i)]))
+        pos = len(need_i)
+        for n in range(self.n):
+            self.nmaps[n] = dict(zip(need_n, vals[pos : pos + len(need_n)]))
+            pos += len(need_n)
+
+    def _step_frontier(self) -> None:
+        """Values of the step-only part that the replay needs (recompute mode)."""
+        cs = self.cs
+        self.frontier = [] if self.keep else needed_values(cs.per_step, set(cs.per_both) | {self.cyield})
+        for v in self.frontier:
             if not is_scalar_type(v.type):
                 raise Unsupported("coeffs passes a non-scalar value between its parts")
 
-        def elem_map(ie: Emitter, m: dict[SSAValue, SSAValue], n: int) -> dict[SSAValue, SSAValue]:
-            return {**m, **nmaps[n], **dict(zip(k_c, self.elem_index(ie, n)))}
+    # -- pieces of a tile ---------------------------------------------------------------
+    def _elem_map(self, ie: Emitter, m: dict[SSAValue, SSAValue], n: int) -> dict[SSAValue, SSAValue]:
+        return {**m, **self.nmaps[n], **dict(zip(self.k_c, self.elem_index(ie, n)))}
 
-        def pair_values(ie: Emitter, m: dict[SSAValue, SSAValue]) -> tuple[list[SSAValue], list[SSAValue]]:
-            a_s, b_s = [], []
-            for n in range(self.n):
-                mn = elem_map(ie, m, n)
-                for op in cs.per_both:
-                    ie.op(op.clone(value_mapper=mn))
-                a_s.append(pairs.widen(ie, mn[y_a]))
-                b_s.append(pairs.widen(ie, mn[y_b]))
-            return a_s, b_s
+    def _pair_values(self, ie: Emitter, m: dict[SSAValue, SSAValue]) -> tuple[list[SSAValue], list[SSAValue]]:
+        """The N pairs of one step from the step-only values in `m`."""
+        a_s, b_s = [], []
+        for n in range(self.n):
+            mn = self._elem_map(ie, m, n)
+            for op in self.cs.per_both:
+                ie.op(op.clone(value_mapper=mn))
+            a_s.append(self.pairs.widen(ie, mn[self.y_a]))
+            b_s.append(self.pairs.widen(ie, mn[self.y_b]))
+        return a_s, b_s
 
-        tile = e.index(bs * ipt)
-        ntiles = e.divu(e.add(trip, e.index(bs * ipt - 1)), tile)
-        thread_base = e.mul(tid, e.index(ipt))
-        last_k = e.sub(trip, one)
-        nf = len(frontier)
-        f_types = [v.type for v in frontier]
-        last_stores = nest.last_stores
+    def _step_pairs(self, ie: Emitter, k: SSAValue) -> tuple[dict[SSAValue, SSAValue], list[SSAValue], list[SSAValue]]:
+        """Step `k`'s step-only values cloned, then its N pairs."""
+        m = {**self.base, self.t_c: self.step_index(ie, k)}
+        for op in self.cs.per_step:
+            ie.op(op.clone(value_mapper=m))
+        a_s, b_s = self._pair_values(ie, m)
+        return m, a_s, b_s
 
-        guard = bg.needs_overflow_guard(el, bs)
-        one_group = self.group >= self.n
+    def _tree_prefix(self, ie: Emitter, comps: list[int]) -> list[SSAValue]:
+        """The down-sweep's entering states of this thread for a group's components."""
+        return [ie.load(self.s_b, [ie.add(self.tid, ie.index(c * self.bs)) if c else self.tid]) for c in range(len(comps))]
 
-        def tree_prefix(ie: Emitter, comps: list[int]) -> list[SSAValue]:
-            """The down-sweep's entering states of this thread for a group's components."""
-            return [ie.load(s_b, [ie.add(tid, ie.index(c * bs)) if c else tid]) for c in range(len(comps))]
+    def _tile_body(self, le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
+        items, agg_a, agg_b = self._produce_items(le, tl)
+        prefix, flags = self._scan_aggregates(le, agg_a, agg_b)
+        if self.guard:
+            prefix = self._overflow_fallback(le, items, prefix, flags)
+        h = self._replay(le, items, prefix)
+        self._publish(le, h)
 
-        def tile_body(le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
-            start = le.add(le.mul(tl, tile), thread_base)
-            # 1. this thread's pairs for all state elements; fold into aggregates.
-            items = []
-            agg_a: list[SSAValue] = []
-            agg_b: list[SSAValue] = []
-            for j in range(ipt):
-                k = le.add(start, le.index(j)) if j else start
-                inside = le.cmp("ult", k, trip)
+    def _produce_items(self, le: Emitter, tl: SSAValue) -> tuple[list[_Item], list[SSAValue], list[SSAValue]]:
+        """1. this thread's pairs for all state elements; fold into aggregates."""
+        el, pairs, nf = self.el, self.pairs, len(self.frontier)
+        f_types = [v.type for v in self.frontier]
+        start = le.add(le.mul(tl, self.tile), self.thread_base)
+        items: list[_Item] = []
+        agg_a: list[SSAValue] = []
+        agg_b: list[SSAValue] = []
+        for j in range(self.ipt):
+            k = le.add(start, le.index(j)) if j else start
+            inside = le.cmp("ult", k, self.trip)
 
-                def produce(ie: Emitter, k: SSAValue = k) -> list[SSAValue]:
-                    m = {**base, t_c: step_index(ie, k)}
-                    for op in cs.per_step:
-                        ie.op(op.clone(value_mapper=m))
-                    a_s, b_s = pair_values(ie, m)
-                    return [*(m[v] for v in frontier), *a_s, *b_s]
+            def produce(ie: Emitter, k: SSAValue = k) -> list[SSAValue]:
+                m, a_s, b_s = self._step_pairs(ie, k)
+                return [*(m[v] for v in self.frontier), *a_s, *b_s]
 
-                def pad(ie: Emitter) -> list[SSAValue]:
-                    ident = pairs.identity(ie)
-                    return [*(ie.const(0, t) for t in f_types), *[ident[0]] * self.n, *[ident[1]] * self.n]
+            def pad(ie: Emitter) -> list[SSAValue]:
+                ident = pairs.identity(ie)
+                return [*(ie.const(0, t) for t in f_types), *[ident[0]] * self.n, *[ident[1]] * self.n]
 
-                res = list(le.if_(inside, f_types + [el] * (2 * self.n), produce, pad))
-                f_vals, a_s, b_s = res[:nf], res[nf : nf + self.n], res[nf + self.n :]
-                items.append((k, inside, f_vals, a_s, b_s))
-                if j == 0:
-                    agg_a, agg_b = a_s, b_s
-                else:
-                    folded = [pairs.combine(le, (agg_a[n], agg_b[n]), (a_s[n], b_s[n])) for n in range(self.n)]
-                    agg_a, agg_b = [x for x, _ in folded], [y for _, y in folded]
+            res = list(le.if_(inside, f_types + [el] * (2 * self.n), produce, pad))
+            f_vals, a_s, b_s = res[:nf], res[nf : nf + self.n], res[nf + self.n :]
+            items.append(_Item(k, inside, f_vals, a_s, b_s))
+            if j == 0:
+                agg_a, agg_b = a_s, b_s
+            else:
+                folded = [pairs.combine(le, (agg_a[n], agg_b[n]), (a_s[n], b_s[n])) for n in range(self.n)]
+                agg_a, agg_b = [x for x, _ in folded], [y for _, y in folded]
+        return items, agg_a, agg_b
 
-            # 2. exclusive scan of the aggregates, component groups of `self.group`.
-            prefix: list[SSAValue] = []
-            flags: list[SSAValue] = []
-            for g0 in range(0, self.n, self.group):
-                comps = list(range(g0, min(self.n, g0 + self.group)))
-                slots = []
+    def _scan_aggregates(
+        self, le: Emitter, agg_a: list[SSAValue], agg_b: list[SSAValue]
+    ) -> tuple[list[SSAValue], list[SSAValue]]:
+        """2. exclusive scan of the aggregates, component groups of `self.group`; returns
+        the entering states (empty where the guard loads them later) and the groups'
+        overflow flags."""
+        bs, tid, s_a, s_b, s_c, guard = self.bs, self.tid, self.s_a, self.s_b, self.s_c, self.guard
+        prefix: list[SSAValue] = []
+        flags: list[SSAValue] = []
+        for g0 in range(0, self.n, self.group):
+            comps = list(range(g0, min(self.n, g0 + self.group)))
+            slots = []
+            for c, n in enumerate(comps):
+                slot = le.add(tid, le.index(c * bs)) if c else tid
+                le.store(agg_a[n], s_a, [slot])
+                le.store(agg_b[n], s_b, [slot])
+                slots.append((s_a, s_b, c * bs))
+            bg.blelloch_up_sweep(le, self.pairs, tid, bs, slots)
+
+            def seed(ie: Emitter, comps: list[int] = comps) -> None:
+                if guard:  # overflow guard: the group's roots, flag in its first a slot
+                    roots = [ie.load(s, [ie.index(c * bs + bs - 1)]) for c in range(len(comps)) for s in (s_a, s_b)]
+                    bg.flag_tile_root(ie, roots, s_a, bs - 1)
                 for c, n in enumerate(comps):
-                    slot = le.add(tid, le.index(c * bs)) if c else tid
-                    le.store(agg_a[n], s_a, [slot])
-                    le.store(agg_b[n], s_b, [slot])
-                    slots.append((s_a, s_b, c * bs))
-                bg.blelloch_up_sweep(le, pairs, tid, bs, slots)
+                    ie.store(ie.load(s_c, [ie.index(n)]), s_b, [ie.index(c * bs + bs - 1)])
 
-                def seed(ie: Emitter, comps: list[int] = comps) -> None:
-                    if guard:  # overflow guard: the group's roots, flag in its first a slot
-                        roots = [ie.load(s, [ie.index(c * bs + bs - 1)]) for c in range(len(comps)) for s in (s_a, s_b)]
-                        bg.flag_tile_root(ie, roots, s_a, bs - 1)
-                    for c, n in enumerate(comps):
-                        ie.store(ie.load(s_c, [ie.index(n)]), s_b, [ie.index(c * bs + bs - 1)])
+            le.if_(le.cmp("eq", tid, self.zero), [], seed)
+            bg.blelloch_down_sweep(
+                le, self.pairs, tid, bs, slots,
+                after_first_barrier=(lambda ie: flags.append(bg.read_tile_flag(ie, s_a, bs - 1))) if guard else None,
+            )
+            if not (guard and self.one_group):  # else loaded where used (not live across the fallback)
+                prefix += self._tree_prefix(le, comps)
+        return prefix, flags
 
-                le.if_(le.cmp("eq", tid, zero), [], seed)
-                bg.blelloch_down_sweep(
-                    le, pairs, tid, bs, slots,
-                    after_first_barrier=(lambda ie: flags.append(bg.read_tile_flag(ie, s_a, bs - 1))) if guard else None,
-                )
-                if not (guard and one_group):  # else loaded where used (not live across the fallback)
-                    prefix += tree_prefix(le, comps)
+    def _overflow_fallback(
+        self, le: Emitter, items: list[_Item], prefix: list[SSAValue], flags: list[SSAValue]
+    ) -> list[SSAValue]:
+        """A tile whose aggregates are not all finite takes its entering states in the
+        loop's own order instead (blelloch_gpu, overflow guard)."""
+        el, bs, tid, s_b, s_c, pairs = self.el, self.bs, self.tid, self.s_b, self.s_c, self.pairs
+        bad = flags[0]
+        for f in flags[1:]:
+            bad = le.val(arith.OrIOp(bad, f))
 
-            # A tile whose aggregates are not all finite takes its entering states in the
-            # loop's own order instead (blelloch_gpu, overflow guard).
-            if guard:
-                bad = flags[0]
-                for f in flags[1:]:
-                    bad = le.val(arith.OrIOp(bad, f))
+        def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+            h = list(h)
+            for it in items:
 
-                def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
-                    h = list(h)
-                    for k, inside, _f, a_s, b_s in items:
-
-                        def step(te: Emitter, k=k, a_s=a_s, b_s=b_s, h=h) -> list[SSAValue]:
-                            if self.keep:
-                                pa, pb = a_s, b_s
-                            else:
-                                # from the loads again, not from the kept step values: that
-                                # keeps LLVM from hoisting N * items_per_thread pairs out of
-                                # the turn loop (the loads cannot cross its barriers)
-                                m = {**base, t_c: step_index(te, k)}
-                                for op in cs.per_step:
-                                    te.op(op.clone(value_mapper=m))
-                                pa, pb = pair_values(te, m)
-                            return [pairs.apply(te, pa[n], h[n], pb[n]) for n in range(self.n)]
-
-                        h = list(ie.if_(inside, [el] * self.n, step, lambda te, h=h: h))
-                    return h
-
-                def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
-                    for n in range(self.n):
-                        ie.store(h[n], s_c, [ie.index(n)])
-
-                def keep_own(ie: Emitter, h: Sequence[SSAValue]) -> None:
-                    for n in range(self.n):  # the thread's own down-sweep slots, free now
-                        ie.store(h[n], s_b, [ie.add(tid, ie.index(n * bs)) if n else tid])
-
-                def exact(ie: Emitter) -> list[SSAValue]:
-                    return bg.sequential_entry_states(
-                        ie, tid, bs, [el] * self.n,
-                        lambda te, j: [te.load(s_c, [te.index(n)]) for n in range(self.n)],
-                        own_steps, store_carry,
-                        keep_in=(keep_own, lambda te: tree_prefix(te, list(range(self.n)))) if one_group else None,
-                    )
-
-                tree = (lambda ie: tree_prefix(ie, list(range(self.n)))) if one_group else (lambda ie: prefix)
-                prefix = list(le.if_(bad, [el] * self.n, exact, tree))
-
-            # 3. replay: in-range steps update h and run the emit on the private state.
-            h = prefix
-            for k, inside, f_vals, a_s, b_s in items:
-
-                def replay(
-                    ie: Emitter, k=k, f_vals=f_vals, a_s=a_s, b_s=b_s, h=h
-                ) -> list[SSAValue]:
-                    i = step_index(ie, k)
+                def step(te: Emitter, k=it.k, a_s=it.a_s, b_s=it.b_s, h=h) -> list[SSAValue]:
                     if self.keep:
                         pa, pb = a_s, b_s
                     else:
-                        pa, pb = pair_values(ie, {**base, t_c: i, **dict(zip(frontier, f_vals))})
-                    new_h = [pairs.apply(ie, pa[n], h[n], pb[n]) for n in range(self.n)]
-                    for n in range(self.n):
-                        ie.store(new_h[n], priv, self.elem_index(ie, n))
-                    is_last = ie.cmp("eq", k, last_k) if last_stores else None
-                    me = {**base, t_e: i, s_e: priv}
-                    for op in es.per_step:
-                        new = ie.op(op.clone(value_mapper=me))
-                        if last_stores:
-                            guard_last_stores(op, new, last_stores, is_last)
-                    return new_h
+                        # from the loads again, not from the kept step values: that
+                        # keeps LLVM from hoisting N * items_per_thread pairs out of
+                        # the turn loop (the loads cannot cross its barriers)
+                        _, pa, pb = self._step_pairs(te, k)
+                    return [pairs.apply(te, pa[n], h[n], pb[n]) for n in range(self.n)]
 
-                h = list(le.if_(inside, [el] * self.n, replay, lambda ie, h=h: h))
+                h = list(ie.if_(it.inside, [el] * self.n, step, lambda te, h=h: h))
+            return h
 
-            # 4. the last thread's final state is the next tile's carry.
-            def publish(ie: Emitter, h: list[SSAValue] = h) -> None:
+        def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
+            for n in range(self.n):
+                ie.store(h[n], s_c, [ie.index(n)])
+
+        def keep_own(ie: Emitter, h: Sequence[SSAValue]) -> None:
+            for n in range(self.n):  # the thread's own down-sweep slots, free now
+                ie.store(h[n], s_b, [ie.add(tid, ie.index(n * bs)) if n else tid])
+
+        def exact(ie: Emitter) -> list[SSAValue]:
+            return bg.sequential_entry_states(
+                ie, tid, bs, [el] * self.n,
+                lambda te, j: [te.load(s_c, [te.index(n)]) for n in range(self.n)],
+                own_steps, store_carry,
+                keep_in=(keep_own, lambda te: self._tree_prefix(te, list(range(self.n)))) if self.one_group else None,
+            )
+
+        tree = (lambda ie: self._tree_prefix(ie, list(range(self.n)))) if self.one_group else (lambda ie: prefix)
+        return list(le.if_(bad, [el] * self.n, exact, tree))
+
+    def _replay(self, le: Emitter, items: list[_Item], prefix: list[SSAValue]) -> list[SSAValue]:
+        """3. replay: in-range steps update h and run the emit on the private state."""
+        el, pairs, priv = self.el, self.pairs, self.priv
+        last_stores = self.nest.last_stores
+        h = prefix
+        for it in items:
+
+            def replay(ie: Emitter, it: _Item = it, h=h) -> list[SSAValue]:
+                i = self.step_index(ie, it.k)
+                if self.keep:
+                    pa, pb = it.a_s, it.b_s
+                else:
+                    pa, pb = self._pair_values(ie, {**self.base, self.t_c: i, **dict(zip(self.frontier, it.f_vals))})
+                new_h = [pairs.apply(ie, pa[n], h[n], pb[n]) for n in range(self.n)]
                 for n in range(self.n):
-                    ie.store(h[n], s_c, [ie.index(n)])
+                    ie.store(new_h[n], priv, self.elem_index(ie, n))
+                is_last = ie.cmp("eq", it.k, self.last_k) if last_stores else None
+                me = {**self.base, self.t_e: i, self.s_e: priv}
+                for op in self.es.per_step:
+                    new = ie.op(op.clone(value_mapper=me))
+                    if last_stores:
+                        guard_last_stores(op, new, last_stores, is_last)
+                return new_h
 
-            le.if_(le.cmp("eq", tid, e.index(bs - 1)), [], publish)
+            h = list(le.if_(it.inside, [el] * self.n, replay, lambda ie, h=h: h))
+        return h
 
-        e.for_(zero, ntiles, one, [], tile_body)
+    def _publish(self, le: Emitter, h: list[SSAValue]) -> None:
+        """4. the last thread's final state is the next tile's carry."""
 
-        finish_nest_kernel(k_, self.n, s_c, self.elem_index)
-        return kfunc
+        def publish(ie: Emitter) -> None:
+            for n in range(self.n):
+                ie.store(h[n], self.s_c, [ie.index(n)])
+
+        le.if_(le.cmp("eq", self.tid, self.e.index(self.bs - 1)), [], publish)
 
 
 # ---------------------------------------------------------------------------

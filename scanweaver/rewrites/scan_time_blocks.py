@@ -78,84 +78,87 @@ def _kernel(name: str, names: Sequence[str], types: Sequence[Attribute]):
     return kfunc, Emitter(kfunc.body.block)
 
 
-def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, chunk_tiles: int, scratch: Scratch) -> None:
-    """Replace `op` by the three steps of the module doc (raises `Unsupported` like
-    `scan_gpu.lower_scan`, leaving `op` alone)."""
-    combine = sg.match_scan(op)
-    chunk = bs * ipt * chunk_tiles
-    axis, reverse = op.axis_value, op.is_reverse
-    out_t = op.outputs[0].type
-    assert isinstance(out_t, MemRefType)
-    rank, shape = out_t.get_num_dims(), out_t.get_shape()
-    channel_dims = [i for i in range(rank) if i != axis]
-    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
-    k = len(types)
-    kmod = bg.get_kernel_module(top)
-    name = kernel_name(top, "scan_generic_tb")
-    fn = _host_func(op)
+class _ScanTimeBlocks:
+    """The three steps replacing one `scan.scan` (module doc); the host code and the
+    kernels share its layout and scratch buffers through the instance."""
+
+    def __init__(self, op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, chunk_tiles: int, scratch: Scratch):
+        self.combine = sg.match_scan(op)  # raises Unsupported before anything changes
+        self.op, self.bs, self.ipt, self.scratch = op, bs, ipt, scratch
+        self.chunk = bs * ipt * chunk_tiles
+        self.axis, self.reverse = op.axis_value, op.is_reverse
+        out_t = op.outputs[0].type
+        assert isinstance(out_t, MemRefType)
+        self.rank, self.shape = out_t.get_num_dims(), out_t.get_shape()
+        self.channel_dims = [i for i in range(self.rank) if i != self.axis]
+        self.types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
+        self.k = len(self.types)
+        self.kmod = bg.get_kernel_module(top)
+        self.name = kernel_name(top, "scan_generic_tb")
+        self.fn = _host_func(op)
+
+    def lower(self) -> None:
+        self._scratch_buffers()
+        self._step1_arguments()
+        g1 = self._chunk_kernel()
+        agg_scan = self._aggregate_scan()
+        g3 = self._carry_kernel()
+        self._launch(g1, agg_scan, g3)
+        Rewriter.erase_op(self.op)
 
     # -- host: scratch (aggregates g_j, prefixes c_j) ------------------------------------------
-    host = Emitter(InsertPoint.before(op))
-    n_static = -(-max(shape[axis], 1) // chunk) if shape[axis] != DYNAMIC_INDEX else DYNAMIC_INDEX
-    agg_shape = [shape[i] for i in channel_dims] + [n_static]
-    sizes = [host.dim(op.outputs[0], i) for i in channel_dims if shape[i] == DYNAMIC_INDEX]
-    if n_static == DYNAMIC_INDEX:
-        length = host.dim(op.outputs[0], axis)
-        sizes.append(host.divu(host.add(host.val(arith.MaxUIOp(length, host.index(1))), host.index(chunk - 1)),
-                               host.index(chunk)))
-    j0 = fn.attributes[_SCRATCH_BASE_ATTR].value.data if _SCRATCH_BASE_ATTR in fn.attributes else 0  # type: ignore[attr-defined]
-    fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + 2 * k, i64)
-    aggs = [host.val(memref.AllocOp(sizes, [], MemRefType(t, agg_shape))) for t in types]
-    prefixes = [host.val(memref.AllocOp(sizes, [], MemRefType(t, agg_shape))) for t in types]
-    for j, (g, c) in enumerate(zip(aggs, prefixes)):
-        scratch[g] = (-2 - j0 - j, None)
-        scratch[c] = (-2 - j0 - k - j, g)
+    def _scratch_buffers(self) -> None:
+        op, shape, axis, chunk, k, fn = self.op, self.shape, self.axis, self.chunk, self.k, self.fn
+        host = self.host = Emitter(InsertPoint.before(op))
+        self.n_static = -(-max(shape[axis], 1) // chunk) if shape[axis] != DYNAMIC_INDEX else DYNAMIC_INDEX
+        agg_shape = [shape[i] for i in self.channel_dims] + [self.n_static]
+        sizes = [host.dim(op.outputs[0], i) for i in self.channel_dims if shape[i] == DYNAMIC_INDEX]
+        if self.n_static == DYNAMIC_INDEX:
+            length = host.dim(op.outputs[0], axis)
+            sizes.append(host.divu(host.add(host.val(arith.MaxUIOp(length, host.index(1))), host.index(chunk - 1)),
+                                   host.index(chunk)))
+        j0 = fn.attributes[_SCRATCH_BASE_ATTR].value.data if _SCRATCH_BASE_ATTR in fn.attributes else 0  # type: ignore[attr-defined]
+        fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + 2 * k, i64)
+        self.aggs = [host.val(memref.AllocOp(sizes, [], MemRefType(t, agg_shape))) for t in self.types]
+        self.prefixes = [host.val(memref.AllocOp(sizes, [], MemRefType(t, agg_shape))) for t in self.types]
+        for j, (g, c) in enumerate(zip(self.aggs, self.prefixes)):
+            self.scratch[g] = (-2 - j0 - j, None)
+            self.scratch[c] = (-2 - j0 - k - j, g)
 
-    # kernel arguments of step 1: inputs, outputs (an output that is an input once), aggregates
-    operands: list[SSAValue] = []
-    names: list[str] = []
-    kinds: list[str] = []
-    for j, v in enumerate(op.inputs):
-        if v not in operands:
-            operands += [v]
-            names += [f"x{j}"]
-            kinds += ["in"]
-    for j, v in enumerate(op.outputs):
-        if v in operands:
-            kinds[operands.index(v)] = "inout" if kinds[operands.index(v)] == "in" else "out"
-        else:
-            operands += [v]
-            names += [f"y{j}"]
-            kinds += ["out"]
-    operands += aggs
-    names += [f"g{j}" for j in range(k)]
-    kinds += ["out"] * k
-    ref_name = names[operands.index(op.outputs[0])]
+    def _step1_arguments(self) -> None:
+        """Kernel arguments of step 1: inputs, outputs (an output that is an input once), aggregates."""
+        op, k = self.op, self.k
+        operands: list[SSAValue] = []
+        names: list[str] = []
+        kinds: list[str] = []
+        for j, v in enumerate(op.inputs):
+            if v not in operands:
+                operands += [v]
+                names += [f"x{j}"]
+                kinds += ["in"]
+        for j, v in enumerate(op.outputs):
+            if v in operands:
+                kinds[operands.index(v)] = "inout" if kinds[operands.index(v)] == "in" else "out"
+            else:
+                operands += [v]
+                names += [f"y{j}"]
+                kinds += ["out"]
+        operands += self.aggs
+        names += [f"g{j}" for j in range(k)]
+        kinds += ["out"] * k
+        self.operands, self.names, self.kinds = operands, names, kinds
+        self.ref_name = names[operands.index(op.outputs[0])]
 
-    # -- step 1: chunk-local scans and their aggregates ------------------------------------------
-    kf1, e1 = _kernel(name, names, [v.type for v in operands])
-    argmap = dict(zip(operands, kf1.body.block.args))
-    shared = []
-    for j, el in enumerate(types):
-        s_t = MemRefType(el, [bs], memory_space=bg.SHARED_SPACE)
-        c_t = MemRefType(el, [1], memory_space=bg.SHARED_SPACE)
-        shared.append((e1.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e1.val(memref.GetGlobalOp(f"{name}_c{j}", c_t))))
-    sg._emit_kernel(e1, op, combine, [argmap[v] for v in op.inputs], [argmap[v] for v in op.outputs], shared,
-                    bs, ipt, chunk=chunk, aggs=[argmap[g] for g in aggs])
-    e1.op(gpu.ReturnOp([]))
-    check_closed(kf1)
-    for j, el in enumerate(types):
-        bg.shared_global(kmod, f"{name}_s{j}", el, bs)
-    for j, el in enumerate(types):
-        bg.shared_global(kmod, f"{name}_c{j}", el, 1)
-    kmod.body.block.add_op(kf1)
+    # -- launch descriptions ------------------------------------------------------------------
+    def entry(self, arg: str, i: int) -> int | str:
+        return self.shape[i] if self.shape[i] != DYNAMIC_INDEX else f"{arg}.shape[{i}]"
 
-    def entry(arg: str, i: int) -> int | str:
-        return shape[i] if shape[i] != DYNAMIC_INDEX else f"{arg}.shape[{i}]"
+    def chunk_count(self, arg: str) -> int | str:
+        return self.n_static if self.n_static != DYNAMIC_INDEX else f"cdiv({arg}.shape[{self.axis}],{self.chunk})"
 
-    def chunked_grid(arg: str) -> int | str:
-        terms = [entry(arg, i) for i in channel_dims]
-        terms.append(n_static if n_static != DYNAMIC_INDEX else f"cdiv({arg}.shape[{axis}],{chunk})")
+    def chunked_grid(self, arg: str) -> int | str:
+        terms = [self.entry(arg, i) for i in self.channel_dims]
+        terms.append(self.chunk_count(arg))
         if all(isinstance(t, int) for t in terms):
             out = 1
             for t in terms:
@@ -163,70 +166,108 @@ def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, ch
             return out
         return "*".join(str(t) for t in terms)
 
+    @staticmethod
     def arg_desc(ns, ks, vs):
         return [(n, kd, bg.type_name(v.type.element_type), bg._shape_entries(v.type)) for n, kd, v in zip(ns, ks, vs)]  # type: ignore[attr-defined]
 
-    g_entries = tuple([entry(ref_name, i) for i in channel_dims]
-                      + [n_static if n_static != DYNAMIC_INDEX else f"cdiv({ref_name}.shape[{axis}],{chunk})"])
-    g1 = chunked_grid(ref_name)
-    desc1 = KernelLaunch(
-        kernel_name=name, module_name=bg.KERNEL_MODULE, grid=(g1, 1, 1), block=(bs, 1, 1),
-        shared_bytes=sg.shared_layout_bytes([bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]),
-        args=arg_desc(names, kinds, operands), host_args=(),
-        equal_dims=tuple((n, i, ref_name, i) for n in names[: len(operands) - k] if n != ref_name for i in range(rank)),
-        scratch=tuple((f"g{j}", g_entries) for j in range(k)),
-        notes=f"scan.scan time blocks 1/3: {chunk}-step chunks scanned from their start, aggregates out",
-    )
-    kf1.attributes[LAUNCH_ATTR] = desc1.to_attr()
+    # -- the steps ------------------------------------------------------------------------------
+    def _chunk_kernel(self) -> int | str:
+        """Step 1: chunk-local scans and their aggregates; returns its grid."""
+        op, name, bs, types, k, kmod = self.op, self.name, self.bs, self.types, self.k, self.kmod
+        operands, names, ref_name = self.operands, self.names, self.ref_name
+        kf1, e1 = _kernel(name, names, [v.type for v in operands])
+        argmap = dict(zip(operands, kf1.body.block.args))
+        shared = []
+        for j, el in enumerate(types):
+            s_t = MemRefType(el, [bs], memory_space=bg.SHARED_SPACE)
+            c_t = MemRefType(el, [1], memory_space=bg.SHARED_SPACE)
+            shared.append((e1.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e1.val(memref.GetGlobalOp(f"{name}_c{j}", c_t))))
+        sg._emit_kernel(e1, op, self.combine, [argmap[v] for v in op.inputs], [argmap[v] for v in op.outputs], shared,
+                        bs, self.ipt, chunk=self.chunk, aggs=[argmap[g] for g in self.aggs])
+        e1.op(gpu.ReturnOp([]))
+        check_closed(kf1)
+        for j, el in enumerate(types):
+            bg.shared_global(kmod, f"{name}_s{j}", el, bs)
+        for j, el in enumerate(types):
+            bg.shared_global(kmod, f"{name}_c{j}", el, 1)
+        kmod.body.block.add_op(kf1)
 
-    # -- step 2: the scan of the aggregates, a scan.scan like any other ------------------------------
-    region = Region(Block(arg_types=[*types, *types]))
-    mapping = dict(zip(op.combine.block.args, region.block.args))
-    for o in op.combine.block.ops:
-        region.block.add_op(o.clone(value_mapper=mapping))
-    agg_scan = scan.ScanOp(aggs, prefixes, rank - 1, region)
+        g_entries = tuple([self.entry(ref_name, i) for i in self.channel_dims] + [self.chunk_count(ref_name)])
+        g1 = self.chunked_grid(ref_name)
+        desc1 = KernelLaunch(
+            kernel_name=name, module_name=bg.KERNEL_MODULE, grid=(g1, 1, 1), block=(bs, 1, 1),
+            shared_bytes=sg.shared_layout_bytes([bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]),
+            args=self.arg_desc(names, self.kinds, operands), host_args=(),
+            equal_dims=tuple((n, i, ref_name, i) for n in names[: len(operands) - k] if n != ref_name
+                             for i in range(self.rank)),
+            scratch=tuple((f"g{j}", g_entries) for j in range(k)),
+            notes=f"scan.scan time blocks 1/3: {self.chunk}-step chunks scanned from their start, aggregates out",
+        )
+        kf1.attributes[LAUNCH_ATTR] = desc1.to_attr()
+        return g1
 
-    # -- step 3: carries into every chunk after the first -----------------------------------------------
-    outs = list(dict.fromkeys(op.outputs))
-    names3 = [f"y{j}" for j in range(len(outs))] + [f"c{j}" for j in range(k)]
-    vals3 = outs + prefixes
-    kinds3 = ["inout"] * len(outs) + ["in"] * k
-    kf3, e3 = _kernel(f"{name}_carry", names3, [v.type for v in vals3])
-    a3 = kf3.body.block.args
-    _emit_carry(e3, combine, [a3[outs.index(v)] for v in op.outputs], list(a3[len(outs):]), axis, reverse, bs, chunk)
-    e3.op(gpu.ReturnOp([]))
-    check_closed(kf3)
-    kmod.body.block.add_op(kf3)
-    g3 = chunked_grid("y0")
-    desc3 = KernelLaunch(
-        kernel_name=f"{name}_carry", module_name=bg.KERNEL_MODULE, grid=(g3, 1, 1), block=(bs, 1, 1),
-        shared_bytes=0, args=arg_desc(names3, kinds3, vals3), host_args=(),
-        notes="scan.scan time blocks 3/3: combine(prefix of the chunks before, output) per step",
-    )
-    kf3.attributes[LAUNCH_ATTR] = desc3.to_attr()
+    def _aggregate_scan(self) -> scan.ScanOp:
+        """Step 2: the scan of the aggregates, a scan.scan like any other."""
+        op = self.op
+        region = Region(Block(arg_types=[*self.types, *self.types]))
+        mapping = dict(zip(op.combine.block.args, region.block.args))
+        for o in op.combine.block.ops:
+            region.block.add_op(o.clone(value_mapper=mapping))
+        return scan.ScanOp(self.aggs, self.prefixes, self.rank - 1, region)
+
+    def _carry_kernel(self) -> int | str:
+        """Step 3: carries into every chunk after the first; returns its grid."""
+        op, name, bs, k = self.op, self.name, self.bs, self.k
+        outs = self.outs = list(dict.fromkeys(op.outputs))
+        names3 = [f"y{j}" for j in range(len(outs))] + [f"c{j}" for j in range(k)]
+        vals3 = self.vals3 = outs + self.prefixes
+        kinds3 = ["inout"] * len(outs) + ["in"] * k
+        kf3, e3 = _kernel(f"{name}_carry", names3, [v.type for v in vals3])
+        a3 = kf3.body.block.args
+        _emit_carry(e3, self.combine, [a3[outs.index(v)] for v in op.outputs], list(a3[len(outs):]), self.axis,
+                    self.reverse, bs, self.chunk)
+        e3.op(gpu.ReturnOp([]))
+        check_closed(kf3)
+        self.kmod.body.block.add_op(kf3)
+        g3 = self.chunked_grid("y0")
+        desc3 = KernelLaunch(
+            kernel_name=f"{name}_carry", module_name=bg.KERNEL_MODULE, grid=(g3, 1, 1), block=(bs, 1, 1),
+            shared_bytes=0, args=self.arg_desc(names3, kinds3, vals3), host_args=(),
+            notes="scan.scan time blocks 3/3: combine(prefix of the chunks before, output) per step",
+        )
+        kf3.attributes[LAUNCH_ATTR] = desc3.to_attr()
+        return g3
 
     # -- host: launches in order ----------------------------------------------------------------------------
-    static_channels = all(shape[i] != DYNAMIC_INDEX for i in channel_dims)
+    def _launch(self, g1: int | str, agg_scan: scan.ScanOp, g3: int | str) -> None:
+        op, host, name, bs, ref_name = self.op, self.host, self.name, self.bs, self.ref_name
+        static_channels = all(self.shape[i] != DYNAMIC_INDEX for i in self.channel_dims)
 
-    def launches(le: Emitter) -> None:
-        one = le.index(1)
-        for kname, g, ref, vals in ((name, g1, {ref_name: op.outputs[0]}, operands), (None, None, None, None),
-                                     (f"{name}_carry", g3, {"y0": outs[0]}, vals3)):
-            if kname is None:
-                le.op(agg_scan)
-                continue
-            size = bg.emit_grid_size(le, g, ref)
-            le.op(gpu.LaunchFuncOp(SymbolRefAttr(bg.KERNEL_MODULE, [kname]), [size, one, one],
-                                   [le.index(bs), one, one], kernelOperands=list(vals)))
+        def launches(le: Emitter) -> None:
+            one = le.index(1)
+            for kname, g, ref, vals in ((name, g1, {ref_name: op.outputs[0]}, self.operands), (None, None, None, None),
+                                         (f"{name}_carry", g3, {"y0": self.outs[0]}, self.vals3)):
+                if kname is None:
+                    le.op(agg_scan)
+                    continue
+                size = bg.emit_grid_size(le, g, ref)
+                le.op(gpu.LaunchFuncOp(SymbolRefAttr(bg.KERNEL_MODULE, [kname]), [size, one, one],
+                                       [le.index(bs), one, one], kernelOperands=list(vals)))
 
-    if static_channels:
-        launches(host)
-    else:
-        nch = bg.emit_grid_size(host, "*".join(str(entry(ref_name, i)) for i in channel_dims) or "1", {ref_name: op.outputs[0]})
-        host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
-    for buf in (*aggs, *prefixes):
-        host.op(memref.DeallocOp.get(buf))
-    Rewriter.erase_op(op)
+        if static_channels:
+            launches(host)
+        else:
+            channels = "*".join(str(self.entry(ref_name, i)) for i in self.channel_dims) or "1"
+            nch = bg.emit_grid_size(host, channels, {ref_name: op.outputs[0]})
+            host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
+        for buf in (*self.aggs, *self.prefixes):
+            host.op(memref.DeallocOp.get(buf))
+
+
+def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, chunk_tiles: int, scratch: Scratch) -> None:
+    """Replace `op` by the three steps of the module doc (raises `Unsupported` like
+    `scan_gpu.lower_scan`, leaving `op` alone)."""
+    _ScanTimeBlocks(op, top, bs, ipt, chunk_tiles, scratch).lower()
 
 
 def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequence[SSAValue], axis: int,
