@@ -1,4 +1,4 @@
-// RUN: xdsl-opt %s -p scan-to-cpu | filecheck %s
+// RUN: xdsl-opt %s -p "scan-to-cpu,math-exp-to-polynomial{marked_only=true}" | filecheck %s
 // A recurrence with a 16-element state: the state stays in a vector<16xf32> register
 // value, the coefficients are vectorised over the state index (vector loads, the
 // polynomial exp), the consumer's reduction over the state becomes vector.reduction,

@@ -45,6 +45,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     ModuleOp,
+    UnitAttr,
     VectorType,
     f32,
     i1,
@@ -261,6 +262,39 @@ def rewrite_log1ps(root: Operation) -> int:
     return _rewrite_all(root, math.Log1pOp, expand_log1p)
 
 
+#: Unit attribute on the math.exp / math.log1p ops that `scan-to-cpu` built into a
+#: vectorised recurrence; the pipeline's `math-exp-to-polynomial{marked_only=true}`
+#: rewrites only these, so the sequential fallback and other user code keep libm calls.
+POLY_MARK = "scanweaver.poly_exp"
+
+
+def _expandable(op: Operation) -> bool:
+    """An f32 math.exp / math.log1p on a scalar or a 1-D vector (what the polynomials take)."""
+    t = op.operand.type  # type: ignore[attr-defined]
+    return _is_f32_like(t) and not (isinstance(t, VectorType) and t.get_num_dims() != 1)
+
+
+def mark_for_polynomial(root: Operation) -> int:
+    """Mark every expandable math.exp and math.log1p nested in `root`; count them."""
+    ops = [op for op in root.walk() if isinstance(op, (math.ExpOp, math.Log1pOp)) and _expandable(op)]
+    for op in ops:
+        op.attributes[POLY_MARK] = UnitAttr()
+    return len(ops)
+
+
+def rewrite_marked(root: Operation) -> int:
+    """Expand every marked math.exp / math.log1p nested in `root`; count them."""
+    ops = [op for op in root.walk() if POLY_MARK in op.attributes]
+    for op in ops:
+        expand = expand_exp if isinstance(op, math.ExpOp) else expand_log1p
+        assert isinstance(op, (math.ExpOp, math.Log1pOp)) and _expandable(op), op.name
+        y = expand(Builder(InsertPoint.before(op)), op.operand)
+        op.result.replace_all_uses_with(y)
+        op.detach()
+        op.erase()
+    return len(ops)
+
+
 class ExpPolynomial(RewritePattern):
     """math.exp on f32 or vector<...xf32> -> the polynomial."""
 
@@ -282,12 +316,33 @@ def rewrite_exps(root: Operation) -> int:
 
 @dataclass(frozen=True)
 class ExpToPolynomial(ModulePass):
-    """Rewrite f32 math.exp (scalar and 1-D vector) into a vectorisable polynomial."""
+    """Rewrite f32 math.exp (scalar and 1-D vector) into a vectorisable polynomial.
+
+    `marked_only`: rewrite only the math.exp and math.log1p ops carrying `POLY_MARK`
+    (those `scan-to-cpu` vectorised; how the CPU pipeline runs this stage), leaving
+    every other math.exp alone.
+    """
 
     name = "math-exp-to-polynomial"
 
+    marked_only: bool = False
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.marked_only:
+            rewrite_marked(op)
+            return
         PatternRewriteWalker(ExpPolynomial(), apply_recursively=False).rewrite_module(op)
 
 
-__all__ = ["ExpPolynomial", "ExpToPolynomial", "expand_exp", "expand_log1p", "rewrite_exps", "rewrite_log1ps", "vector_compatible"]
+__all__ = [
+    "POLY_MARK",
+    "ExpPolynomial",
+    "ExpToPolynomial",
+    "expand_exp",
+    "expand_log1p",
+    "mark_for_polynomial",
+    "rewrite_exps",
+    "rewrite_log1ps",
+    "rewrite_marked",
+    "vector_compatible",
+]

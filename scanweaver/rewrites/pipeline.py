@@ -50,9 +50,12 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
 
         lowering = [ScanToGpu()]
     elif target == "cpu":
+        from scanweaver.rewrites.exp_polynomial import ExpToPolynomial
         from scanweaver.rewrites.scan_to_cpu import ScanToCpu
 
-        lowering = [ScanToCpu(parallel_channels=openmp)]
+        # scan-to-cpu marks the math.exp/log1p of the recurrences it vectorises; only
+        # those become polynomials (the sequential fallback keeps libm's).
+        lowering = [ScanToCpu(parallel_channels=openmp), ExpToPolynomial(marked_only=True)]
     else:
         lowering = []
     # Complex states: CPU/loops take (re, im) pair recurrences as complex ones and scan

@@ -166,12 +166,11 @@ class LowerRecurrenceCpu(RewritePattern):
                 o.detach()
                 o.erase(safe_erase=False)
             return  # the sequential lowering takes it
-        if self.poly_exp:
-            from scanweaver.rewrites.exp_polynomial import rewrite_exps, rewrite_log1ps
+        if self.poly_exp:  # expanded by the `math-exp-to-polynomial` stage after this pass
+            from scanweaver.rewrites.exp_polynomial import mark_for_polynomial
 
             for o in list(scratch.ops):
-                rewrite_exps(o)
-                rewrite_log1ps(o)
+                mark_for_polynomial(o)
         for o in list(scratch.ops):
             o.detach()
             rewriter.insert(o, InsertPoint.before(op))
