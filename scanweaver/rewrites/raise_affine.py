@@ -50,6 +50,7 @@ from scanweaver.rewrites.raise_analysis import (
     analyze_loop,
     const_index_value,
 )
+from scanweaver.rewrites.raise_reshape import interchange_channel_loop, promote_memory_state
 
 # ---------------------------------------------------------------------------
 # Rewrite
@@ -400,6 +401,34 @@ def describe(plan: RaisePlan) -> str:
     )
 
 
+#: Refusals a reshape of the loop (raise_reshape.py) may get past, and the reshape.
+_RESHAPES = (
+    ("multi-lag recurrence inside a channel loop", interchange_channel_loop,
+     "after moving the channel loop outside the time loop"),
+    ("several memref locations carry state", promote_memory_state,
+     "after carrying the state in memory as iter_args"),
+    ("escapes the update", promote_memory_state,
+     "after carrying the state in memory as iter_args"),
+)
+
+
+def _reshape(loop: scf.ForOp, decision: RaiseDecision) -> tuple[RaiseDecision, str] | None:
+    """Retry a refused loop in a reshaped form; the decision on the reshaped loop and
+    how it was reshaped, or None (and the IR unchanged) when that is refused too."""
+    for needle, reshape, how in _RESHAPES:
+        if needle not in decision.reason:
+            continue
+        done = reshape(loop)
+        if done is None:
+            return None
+        new = analyze_loop(done.loop)
+        if new.affine:
+            return new, how
+        done.undo()
+        return None
+    return None
+
+
 def raise_recurrences(
     module: Operation, reassociate: bool = False, report: list[str] | None = None
 ) -> tuple[list[Operation], list[str]]:
@@ -425,6 +454,17 @@ def raise_recurrences(
                 tried.add(op)
                 decision = analyze_loop(op)
                 label = labels.get(op, "<unknown>")
+                reshaped = None if decision.affine else _reshape(op, decision)
+                if reshaped is not None:
+                    new_decision, how = reshaped
+                    assert new_decision.plan is not None
+                    what = describe(new_decision.plan)
+                    raised.append(raise_loop(new_decision.plan))
+                    op.detach()
+                    op.erase()
+                    if report is not None:
+                        report.append(f"{label}: scanweaver-raise: loop raised to {what}, {how}")
+                    break
                 if decision.affine:
                     assert decision.plan is not None
                     what = describe(decision.plan)
