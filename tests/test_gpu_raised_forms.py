@@ -20,10 +20,14 @@ from test_raise_forms import (
     dyn_channels,
     lfilter,
     lfilter_args,
+    lfilter_memory,
+    lfilter_memory_args,
     masked,
     masked_args,
     multilag,
     multilag_args,
+    multilag_channels_inside,
+    multilag_channels_inside_args,
     retnet,
     retnet_args,
     running,
@@ -102,6 +106,13 @@ FORMS = {
         False,
     ),
     "retnet": (retnet(T=10, D=4, E=3), lambda: retnet_args(10, 4, 3), False),
+    # raised after a reshape (raise_reshape.py): channel loop moved outside; zi promoted
+    "iirc_dyn": (rename(multilag_channels_inside("f32"), "iirc", "iirc_dyn"),
+                 lambda: multilag_channels_inside_args("f32", 37, 5), False),
+    "iirc_i32": (rename(multilag_channels_inside("i32", dynamic=False), "iirc", "iirc_i32"),
+                 lambda: multilag_channels_inside_args("i32", 37, 6), True),
+    "lfm": (rename(lfilter_memory("f32"), "lfm", "lfm"), lambda: lfilter_memory_args("f32", 41), False),
+    "lfm_i64": (rename(lfilter_memory("i64"), "lfm", "lfm_i64"), lambda: lfilter_memory_args("i64", 41), True),
 }
 
 
