@@ -11,6 +11,7 @@
 // CHECK-DAG: @lfm:scf.for#0: scanweaver-raise: loop raised to scan.linear_recurrence (2 coupled carried value(s) and 1 escaping value(s) as extra state), after carrying the state in memory as iter_args
 // CHECK-DAG: @escape:scf.for#0: scanweaver-raise: loop raised to scan.linear_recurrence (1 coupled carried value(s) and 1 escaping value(s) as extra state), after carrying the state in memory as iter_args
 // CHECK-DAG: @cross:scf.for#0: scanweaver-raise: loop not raised: a multi-lag recurrence inside a channel loop is not supported
+// CHECK-DAG: @zi_square:scf.for#0: scanweaver-raise: loop not raised: the state is multiplied by a state-dependent value (arith.mulf h*h) (after carrying the state in memory as iter_args)
 // CHECK-DAG: @zi_at_k:scf.for#0: scanweaver-raise: loop not raised: several memref locations carry state
 
 // y[t, c] = a1[c]*y[t-1, c] + a2[c]*y[t-2, c] + x[t, c], channels innermost and dynamic.
@@ -167,6 +168,28 @@ func.func @zi_at_k(%x: memref<8xf32>, %z: memref<4xf32>, %k: index, %k1: index) 
     %a = arith.addf %s2, %xv : f32
     memref.store %a, %z[%k] : memref<4xf32>
     memref.store %s1, %z[%k1] : memref<4xf32>
+  }
+  func.return
+}
+
+// Promoted, then refused on the reshaped form: that reason is given, and the loop is
+// left as written.
+// CHECK-LABEL: func.func @zi_square
+// CHECK:         scf.for %t
+// CHECK-NEXT:      memref.load %x[%t]
+// CHECK-NOT:     scan.
+func.func @zi_square(%x: memref<8xf32>, %z: memref<2xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  scf.for %t = %c0 to %c8 step %c1 {
+    %xv = memref.load %x[%t] : memref<8xf32>
+    %s1 = memref.load %z[%c0] : memref<2xf32>
+    %s2 = memref.load %z[%c1] : memref<2xf32>
+    %sq = arith.mulf %s1, %s2 : f32
+    %a = arith.addf %sq, %xv : f32
+    memref.store %a, %z[%c0] : memref<2xf32>
+    memref.store %s1, %z[%c1] : memref<2xf32>
   }
   func.return
 }

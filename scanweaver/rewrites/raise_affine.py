@@ -412,21 +412,25 @@ _RESHAPES = (
 )
 
 
-def _reshape(loop: scf.ForOp, decision: RaiseDecision) -> tuple[RaiseDecision, str] | None:
-    """Retry a refused loop in a reshaped form; the decision on the reshaped loop and
-    how it was reshaped, or None (and the IR unchanged) when that is refused too."""
+def _try_reshapes(loop: scf.ForOp, decision: RaiseDecision) -> tuple[RaiseDecision, str]:
+    """Retry a refused loop in a reshaped form.  Raisable: the decision on the new loop
+    (the original is erased) and how it was reshaped, to append to the report line.
+    Refused too: the reshape is undone (the IR unchanged) and the reason is the one
+    found on the reshaped form, which is more precise than the first one."""
     for needle, reshape, how in _RESHAPES:
         if needle not in decision.reason:
             continue
         done = reshape(loop)
         if done is None:
-            return None
+            break
         new = analyze_loop(done.loop)
         if new.affine:
-            return new, how
+            loop.detach()
+            loop.erase()
+            return new, f", {how}"
         done.undo()
-        return None
-    return None
+        return RaiseDecision(False, f"{new.reason} ({how})", kind=decision.kind), ""
+    return decision, ""
 
 
 def raise_recurrences(
@@ -454,23 +458,15 @@ def raise_recurrences(
                 tried.add(op)
                 decision = analyze_loop(op)
                 label = labels.get(op, "<unknown>")
-                reshaped = None if decision.affine else _reshape(op, decision)
-                if reshaped is not None:
-                    new_decision, how = reshaped
-                    assert new_decision.plan is not None
-                    what = describe(new_decision.plan)
-                    raised.append(raise_loop(new_decision.plan))
-                    op.detach()
-                    op.erase()
-                    if report is not None:
-                        report.append(f"{label}: scanweaver-raise: loop raised to {what}, {how}")
-                    break
+                how = ""
+                if not decision.affine:
+                    decision, how = _try_reshapes(op, decision)
                 if decision.affine:
                     assert decision.plan is not None
                     what = describe(decision.plan)
                     raised.append(raise_loop(decision.plan))
                     if report is not None:
-                        report.append(f"{label}: scanweaver-raise: loop raised to {what}")
+                        report.append(f"{label}: scanweaver-raise: loop raised to {what}{how}")
                     break
                 if decision.kind in ("scalar", "linear") and op.iter_args:
                     try:
