@@ -50,7 +50,11 @@ from scanweaver.rewrites.raise_analysis import (
     analyze_loop,
     const_index_value,
 )
-from scanweaver.rewrites.raise_reshape import interchange_channel_loop, promote_memory_state
+from scanweaver.rewrites.raise_reshape import (
+    interchange_channel_loop,
+    interchange_then_promote,
+    promote_memory_state,
+)
 
 # ---------------------------------------------------------------------------
 # Rewrite
@@ -407,8 +411,14 @@ _RESHAPES = (
      "after moving the channel loop outside the time loop"),
     ("several memref locations carry state", promote_memory_state,
      "after carrying the state in memory as iter_args"),
+    ("several memref locations carry state", interchange_then_promote,
+     "after moving the channel loop outside the time loop and carrying the state in "
+     "memory as iter_args"),
     ("escapes the update", promote_memory_state,
      "after carrying the state in memory as iter_args"),
+    ("escapes the update", interchange_then_promote,
+     "after moving the channel loop outside the time loop and carrying the state in "
+     "memory as iter_args"),
 )
 
 
@@ -422,7 +432,7 @@ def _try_reshapes(loop: scf.ForOp, decision: RaiseDecision) -> tuple[RaiseDecisi
             continue
         done = reshape(loop)
         if done is None:
-            break
+            continue
         new = analyze_loop(done.loop)
         if new.affine:
             loop.detach()

@@ -18,20 +18,24 @@ under the raise's assumption that distinct memref SSA values do not alias.
   a transposed direct form II filter `z[0], z[1]`), or at one location whose previous
   value escapes the update, becomes `iter_args`: loaded before the loop, carried, and
   stored back after it.  The iter_args analysis then treats an escaping output as an
-  extra state component.
+  extra state component.  Indices that are not constants inside a static shape
+  (`z[c, 0]` in a channel loop) are guarded: the hoisted loads and the final stores
+  run only when the loop runs.  With the state per channel and the time loop outside,
+  the loops are interchanged first (`interchange_then_promote`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xdsl.builder import Builder
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import IndexType, IntegerAttr, MemRefType
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import is_side_effect_free
 
-from scanweaver.rewrites.loop_utils import inside
+from scanweaver.rewrites.loop_utils import const_scalar, inside
 
 
 def _index_const(v: SSAValue) -> int | None:
@@ -47,8 +51,9 @@ def _index_const(v: SSAValue) -> int | None:
 
 
 def _single_channel_loop(loop: scf.ForOp) -> scf.ForOp | None:
-    """The one scf.for in the time-loop body, when everything else there is a pure
-    op without regions and the channel loop carries nothing and has invariant bounds."""
+    """The one scf.for in the time-loop body, when everything else there is a pure op
+    without regions or a load, and the channel loop carries nothing and has invariant
+    bounds."""
     chans = [op for op in loop.body.block.ops if isinstance(op, scf.ForOp)]
     if loop.iter_args or len(chans) != 1:
         return None
@@ -56,7 +61,7 @@ def _single_channel_loop(loop: scf.ForOp) -> scf.ForOp | None:
     if chan.iter_args or any(inside(v, loop) for v in (chan.lb, chan.ub, chan.step)):
         return None
     for op in loop.body.block.ops:
-        if op is chan or isinstance(op, scf.YieldOp):
+        if op is chan or isinstance(op, scf.YieldOp | memref.LoadOp):
             continue
         if op.regions or not is_side_effect_free(op):
             return None
@@ -64,6 +69,9 @@ def _single_channel_loop(loop: scf.ForOp) -> scf.ForOp | None:
 
 
 def _channels_are_independent(loop: scf.ForOp, chan: scf.ForOp) -> bool:
+    """Every memref the channel body writes is accessed in the time loop only by loads
+    and stores inside the channel loop, all indexed by the channel index at one
+    position (so a load outside the channel loop reads memory the nest never writes)."""
     civ = chan.body.block.args[0]
     written: dict[SSAValue, int | None] = {}
     for op in chan.body.walk():
@@ -127,8 +135,7 @@ def _location_key(m: SSAValue, indices) -> tuple:
 
 
 def _provably_in_bounds(m: SSAValue, key: tuple) -> bool:
-    """Constant indices inside a static shape (the hoisted load may run when the loop
-    does not, so it must not read outside the array)."""
+    """Constant indices inside a static shape."""
     t = m.type
     if not isinstance(t, MemRefType):
         return False
@@ -138,10 +145,19 @@ def _provably_in_bounds(m: SSAValue, key: tuple) -> bool:
     )
 
 
+def _provably_distinct(k1: tuple, k2: tuple) -> bool:
+    """Two locations of one memref that differ in a constant index (`z[c, 0]`, `z[c, 1]`)."""
+    return any(
+        isinstance(i, int) and isinstance(j, int) and i != j
+        for i, j in zip(k1[1], k2[1], strict=True)
+    )
+
+
 def _promotable_locations(loop: scf.ForOp) -> list[tuple] | None:
-    """The memref locations stored in the time-loop body at loop-invariant indices
-    (its own block; constant, in-bounds indices), when each memref touched there is touched only at those
-    locations, in that block, by loads and stores; None otherwise."""
+    """The memref locations stored in the time-loop body (its own block) at
+    loop-invariant indices, when they are pairwise distinct and each memref touched
+    there is touched only at those locations, in that block, by loads and stores;
+    None otherwise."""
     body = loop.body.block
     keys: list[tuple] = []
     for op in body.ops:
@@ -153,8 +169,12 @@ def _promotable_locations(loop: scf.ForOp) -> list[tuple] | None:
             key = _location_key(op.memref, op.indices)
             if key not in keys:
                 keys.append(key)
-    if not keys or not all(_provably_in_bounds(k[0], k) for k in keys):
+    if not keys:
         return None
+    for k1 in keys:
+        for k2 in keys:
+            if k1 is not k2 and k1[0] is k2[0] and not _provably_distinct(k1, k2):
+                return None  # z[%k], z[%k1]: may be one element
     for m in {k[0] for k in keys}:
         for use in m.uses:
             op = use.operation
@@ -167,10 +187,52 @@ def _promotable_locations(loop: scf.ForOp) -> list[tuple] | None:
     return keys
 
 
+class _Guard:
+    """`scf.if lb < ub` around the hoisted loads and the final stores, when an index
+    is not provably in bounds: the loop reads them only when it runs, and so must the
+    reshaped code (no access outside an array the loop would not make)."""
+
+    def __init__(self, loop: scf.ForOp, needed: bool, at: InsertPoint, inserted: list[Operation]):
+        self.cond: SSAValue | None = None
+        if needed:
+            cmp = arith.CmpiOp(loop.lb, loop.ub, "slt")
+            Rewriter.insert_op(cmp, at)
+            inserted.append(cmp)
+            self.cond = cmp.result
+
+    def load(self, m: SSAValue, idx: list[SSAValue], at: InsertPoint, inserted: list[Operation]) -> SSAValue:
+        if self.cond is None:
+            ld = memref.LoadOp.get(m, idx)
+            Rewriter.insert_op(ld, at)
+            inserted.append(ld)
+            return ld.res
+        el = m.type.element_type  # type: ignore[attr-defined]
+        then = Block()
+        ld = memref.LoadOp.get(m, idx)
+        then.add_ops([ld, scf.YieldOp(ld.res)])
+        other = Block()
+        zero = const_scalar(Builder(InsertPoint.at_end(other)), 0, el)
+        other.add_op(scf.YieldOp(zero))
+        op = scf.IfOp(self.cond, [el], Region(then), Region(other))
+        Rewriter.insert_op(op, at)
+        inserted.append(op)
+        return op.results[0]
+
+    def store(self, v: SSAValue, m: SSAValue, idx: list[SSAValue], at: InsertPoint, inserted: list[Operation]) -> None:
+        st = memref.StoreOp.get(v, m, idx)
+        if self.cond is None:
+            Rewriter.insert_op(st, at)
+            inserted.append(st)
+            return
+        op = scf.IfOp(self.cond, [], Region(Block([st, scf.YieldOp()])))
+        Rewriter.insert_op(op, at)
+        inserted.append(op)
+
+
 def promote_memory_state(loop: scf.ForOp) -> Reshaped | None:
     """Insert before `loop` the same loop with its memory state carried as iter_args
     (loads before it, stores of the results after it) and return it; None when the
-    state locations are not all fixed, in bounds and touched only in the loop's block."""
+    state locations are not all fixed, distinct and touched only in the loop's block."""
     if loop.iter_args:
         return None
     keys = _promotable_locations(loop)
@@ -178,6 +240,7 @@ def promote_memory_state(loop: scf.ForOp) -> Reshaped | None:
         return None
     at = InsertPoint.before(loop)
     inserted: list[Operation] = []
+    guard = _Guard(loop, not all(_provably_in_bounds(k[0], k) for k in keys), at, inserted)
     inits = []
     index_of: dict[tuple, list[SSAValue]] = {}
     for op in loop.body.block.ops:
@@ -186,10 +249,7 @@ def promote_memory_state(loop: scf.ForOp) -> Reshaped | None:
     for key in keys:
         m = key[0]
         idx = [_hoisted_index(v, loop, at, inserted) for v in index_of[key]]
-        ld = memref.LoadOp.get(m, idx)
-        Rewriter.insert_op(ld, at)
-        inserted.append(ld)
-        inits.append(ld.res)
+        inits.append(guard.load(m, idx, at, inserted))
     el_types = [v.type for v in inits]
     body = Block(arg_types=[IndexType(), *el_types])
     mapper: dict[SSAValue, SSAValue] = {loop.body.block.args[0]: body.args[0]}
@@ -216,10 +276,23 @@ def promote_memory_state(loop: scf.ForOp) -> Reshaped | None:
     inserted.append(new)
     for key, res in reversed(list(zip(keys, new.results))):
         idx = [_hoisted_index(v, loop, InsertPoint.before(new), inserted) for v in index_of[key]]
-        store = memref.StoreOp.get(res, key[0], idx)
-        Rewriter.insert_op(store, InsertPoint.after(new))
-        inserted.append(store)
+        guard.store(res, key[0], idx, InsertPoint.after(new), inserted)
     return Reshaped(new, inserted)
+
+
+def interchange_then_promote(loop: scf.ForOp) -> Reshaped | None:
+    """Both reshapes: `for t { for c { z[c, 0] ... } }` (lfilter's zi per channel,
+    written time-outer) -> `for c { for t (iter_args) }`."""
+    outer = interchange_channel_loop(loop)
+    if outer is None:
+        return None
+    inner = promote_memory_state(outer.loop)
+    if inner is None:
+        outer.undo()
+        return None
+    outer.loop.detach()  # replaced by the promoted loop, inside the new channel loop
+    outer.loop.erase()
+    return Reshaped(inner.loop, outer.inserted)
 
 
 def _hoisted_index(v: SSAValue, loop: scf.ForOp, at: InsertPoint, inserted: list[Operation]) -> SSAValue:
