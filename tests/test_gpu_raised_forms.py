@@ -22,6 +22,8 @@ from test_raise_forms import (
     lfilter_args,
     lfilter_memory,
     lfilter_memory_args,
+    lfilter_memory_channels,
+    lfilter_memory_channels_args,
     masked,
     masked_args,
     multilag,
@@ -112,6 +114,10 @@ FORMS = {
     "iirc_i32": (rename(multilag_channels_inside("i32", dynamic=False), "iirc", "iirc_i32"),
                  lambda: multilag_channels_inside_args("i32", 37, 6), True),
     "lfm": (rename(lfilter_memory("f32"), "lfm", "lfm"), lambda: lfilter_memory_args("f32", 41), False),
+    "lfmc_inner": (rename(lfilter_memory_channels("f32"), "lfmc", "lfmc_inner"),
+                   lambda: lfilter_memory_channels_args("f32", n=33), False),
+    "lfmc_outer_i32": (rename(lfilter_memory_channels("i32", time_outer=False), "lfmc", "lfmc_outer_i32"),
+                       lambda: lfilter_memory_channels_args("i32", False, n=33), True),
     "lfm_i64": (rename(lfilter_memory("i64"), "lfm", "lfm_i64"), lambda: lfilter_memory_args("i64", 41), True),
 }
 

@@ -519,6 +519,96 @@ def test_lfilter_with_state_in_memory_cpu_end_to_end(el):
                             raised_op="scan.linear_recurrence", exact=el == "i32")
 
 
+def lfilter_memory_channels(el="f32", time_outer=True) -> str:
+    """lfilter's section per channel with its zi in memory: time-outer / channel-inner
+    over a dynamic channel count (`z[0, c], z[1, c]`), or channel-outer over 4
+    channels (`z[c, 0], z[c, 1]`)."""
+    f = el.startswith("f")
+    mul, add, sub = ("mulf", "addf", "subf") if f else ("muli", "addi", "subi")
+    if time_outer:
+        X, Bt, Zt = f"memref<?x?x{el}>", f"memref<3x?x{el}>", f"memref<2x?x{el}>"
+
+        def at(j, arr):
+            return {"x": "%t, %c", "y": "%t, %c"}.get(arr, f"{j}, %c")
+        head = f"""%n = memref.dim %x, %c0 : {X}
+  %nc = memref.dim %x, %c1 : {X}
+  scf.for %t = %c0 to %n step %c1 {{
+    scf.for %c = %c0 to %nc step %c1 {{"""
+    else:
+        X, Bt, Zt = f"memref<4x?x{el}>", f"memref<4x3x{el}>", f"memref<4x2x{el}>"
+
+        def at(j, arr):
+            return {"x": "%c, %t", "y": "%c, %t"}.get(arr, f"%c, {j}")
+        head = f"""%c4 = arith.constant 4 : index
+  %n = memref.dim %x, %c1 : {X}
+  scf.for %c = %c0 to %c4 step %c1 {{
+    scf.for %t = %c0 to %n step %c1 {{"""
+    return f"""
+func.func @lfmc(%x: {X}, %b: {Bt}, %a: {Bt}, %z: {Zt}, %y: {X}) {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  {head}
+      %b0 = memref.load %b[{at("%c0", "b")}] : {Bt}
+      %b1 = memref.load %b[{at("%c1", "b")}] : {Bt}
+      %b2 = memref.load %b[{at("%c2", "b")}] : {Bt}
+      %a1 = memref.load %a[{at("%c1", "a")}] : {Bt}
+      %a2 = memref.load %a[{at("%c2", "a")}] : {Bt}
+      %xv = memref.load %x[{at("", "x")}] : {X}
+      %s1 = memref.load %z[{at("%c0", "z")}] : {Zt}
+      %bx0 = arith.{mul} %b0, %xv : {el}
+      %yv = arith.{add} %bx0, %s1 : {el}
+      memref.store %yv, %y[{at("", "y")}] : {X}
+      %s2 = memref.load %z[{at("%c1", "z")}] : {Zt}
+      %bx1 = arith.{mul} %b1, %xv : {el}
+      %ay1 = arith.{mul} %a1, %yv : {el}
+      %d1 = arith.{sub} %bx1, %ay1 : {el}
+      %s1n = arith.{add} %d1, %s2 : {el}
+      memref.store %s1n, %z[{at("%c0", "z")}] : {Zt}
+      %bx2 = arith.{mul} %b2, %xv : {el}
+      %ay2 = arith.{mul} %a2, %yv : {el}
+      %s2n = arith.{sub} %bx2, %ay2 : {el}
+      memref.store %s2n, %z[{at("%c1", "z")}] : {Zt}
+    }}
+  }}
+  func.return
+}}
+"""
+
+
+def lfilter_memory_channels_args(el, time_outer=True, n=30, nc=5):
+    nc = nc if time_outer else 4
+    dt = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}[el]
+
+    def arr(shape, lo, hi):
+        return rand(shape, dt, lo, hi) if el.startswith("f") else ints(shape, dt, -9, 9)
+    xs = (n, nc) if time_outer else (nc, n)
+    bs, zs = ((3, nc), (2, nc)) if time_outer else ((nc, 3), (nc, 2))
+    return [arr(xs, -1, 1), arr(bs, -1, 1), arr(bs, -0.4, 0.4), arr(zs, -1, 1), np.zeros(xs, dt)]
+
+
+@pytest.mark.parametrize("el", ["f32", "i64"])
+@pytest.mark.parametrize("time_outer", [True, False])
+def test_lfilter_with_per_channel_state_in_memory(el, time_outer):
+    src = lfilter_memory_channels(el, time_outer)
+    _, module, (rec,) = raised(src)
+    assert rec.name == "scan.linear_recurrence" and rec.size == 3
+    # The channel loop is the scan op's parent; z is loaded and stored only when the
+    # time loop runs (an scf.if on lb < ub), since its indices are not known in bounds.
+    assert rec.parent_op().name == "scf.for"
+    assert sum(op.name == "scf.if" for op in rec.parent_op().body.block.ops) == 4
+    golden(src, "lfmc", lfilter_memory_channels_args(el, time_outer), exact=el.startswith("i"))
+    args = lfilter_memory_channels_args(el, time_outer, n=0)
+    z0 = args[3].copy()
+    assert golden(src, "lfmc", args, exact=True)[1][3].tobytes() == z0.tobytes()
+
+
+def test_lfilter_with_per_channel_state_in_memory_cpu_end_to_end():
+    cpu_matches_interpreter(lfilter_memory_channels("f32"), "lfmc",
+                            lfilter_memory_channels_args("f32", n=200, nc=7),
+                            raised_op="scan.linear_recurrence", exact=False)
+
+
 def test_memory_state_at_run_time_indices_is_not_promoted():
     # z[%k] and z[%k1] may be the same element: the loop keeps its reason, unchanged.
     src = lfilter_memory().replace("%y: memref<?xf32>)", "%y: memref<?xf32>, %k: index)").replace(
