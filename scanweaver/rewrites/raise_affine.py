@@ -422,7 +422,9 @@ _RESHAPES = (
 )
 
 
-def _try_reshapes(loop: scf.ForOp, decision: RaiseDecision) -> tuple[RaiseDecision, str]:
+def _try_reshapes(
+    loop: scf.ForOp, decision: RaiseDecision, labels: dict[Operation, str]
+) -> tuple[RaiseDecision, str]:
     """Retry a refused loop in a reshaped form.  Raisable: the decision on the new loop
     (the original is erased) and how it was reshaped, to append to the report line.
     Refused too: the reshape is undone (the IR unchanged) and the reason is the one
@@ -435,6 +437,10 @@ def _try_reshapes(loop: scf.ForOp, decision: RaiseDecision) -> tuple[RaiseDecisi
             continue
         new = analyze_loop(done.loop)
         if new.affine:
+            for op in done.inserted:  # the new loops are reported as the original
+                for inner in op.walk():
+                    if isinstance(inner, scf.ForOp):
+                        labels[inner] = labels.get(loop, "<unknown>")
             loop.detach()
             loop.erase()
             return new, f", {how}"
@@ -470,7 +476,7 @@ def raise_recurrences(
                 label = labels.get(op, "<unknown>")
                 how = ""
                 if not decision.affine:
-                    decision, how = _try_reshapes(op, decision)
+                    decision, how = _try_reshapes(op, decision, labels)
                 if decision.affine:
                     assert decision.plan is not None
                     what = describe(decision.plan)

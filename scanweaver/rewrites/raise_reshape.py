@@ -3,8 +3,9 @@
 
 Each reshape inserts a rewritten copy of the loop nest before the original and returns
 it (`Reshaped`); the caller analyses the new time loop and erases either the copy
-(still refused: `undo`) or the original (raised).  Both preserve what every memory location holds afterwards,
-under the raise's assumption that distinct memref SSA values do not alias.
+(still refused: `undo`) or the original (raised).  A reshape preserves what every
+memory location holds afterwards, under the raise's assumption that distinct memref
+SSA values do not alias.
 
 - `interchange_channel_loop`: `for t { for c { B } }` -> `for c { for t { B } }`, for
   a multi-lag recurrence written time-outer / channel-inner
