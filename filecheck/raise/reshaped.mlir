@@ -12,6 +12,7 @@
 // CHECK-DAG: @escape:scf.for#0: scanweaver-raise: loop raised to scan.linear_recurrence (1 coupled carried value(s) and 1 escaping value(s) as extra state), after carrying the state in memory as iter_args
 // CHECK-DAG: @cross:scf.for#0: scanweaver-raise: loop not raised: a multi-lag recurrence inside a channel loop is not supported
 // CHECK-DAG: @zi_square:scf.for#0: scanweaver-raise: loop not raised: the state is multiplied by a state-dependent value (arith.mulf h*h) (after carrying the state in memory as iter_args)
+// CHECK-DAG: @escc:scf.for#0: scanweaver-raise: loop raised to scan.linear_recurrence (1 coupled carried value(s) and 1 escaping value(s) as extra state), after moving the channel loop outside the time loop and carrying the state in memory as iter_args
 // CHECK-DAG: @zi_at_k:scf.for#0: scanweaver-raise: loop not raised: several memref locations carry state
 
 // y[t, c] = a1[c]*y[t-1, c] + a2[c]*y[t-2, c] + x[t, c], channels innermost and dynamic.
@@ -190,6 +191,36 @@ func.func @zi_square(%x: memref<8xf32>, %z: memref<2xf32>) {
     %a = arith.addf %sq, %xv : f32
     memref.store %a, %z[%c0] : memref<2xf32>
     memref.store %s1, %z[%c1] : memref<2xf32>
+  }
+  func.return
+}
+
+// h[c] per channel, time-outer, its previous value escaping to y: both reshapes.  h[c]
+// is not known to be in bounds, so it is read and written back only when the time
+// loop runs.
+// CHECK-LABEL: func.func @escc
+// CHECK:         scf.for %c = %c0 to %c3 step %c1 {
+// CHECK-NEXT:      %[[NE:.*]] = arith.cmpi slt, %c0, %c6 : index
+// CHECK-NEXT:      %[[H0:.*]] = scf.if %[[NE]] -> (f32) {
+// CHECK-NEXT:        %[[L:.*]] = memref.load %h[%c] : memref<3xf32>
+// CHECK:           scan.linear_recurrence %c0 to %c6 step %c1
+// CHECK:           scf.if %[[NE]] {
+// CHECK-NEXT:        memref.store %{{.*}}, %h[%c] : memref<3xf32>
+func.func @escc(%x: memref<6x3xf32>, %h: memref<3xf32>, %y: memref<6x3xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c6 = arith.constant 6 : index
+  %half = arith.constant 0.5 : f32
+  scf.for %t = %c0 to %c6 step %c1 {
+    scf.for %c = %c0 to %c3 step %c1 {
+      %hv = memref.load %h[%c] : memref<3xf32>
+      %p = arith.mulf %half, %hv : f32
+      memref.store %p, %y[%t, %c] : memref<6x3xf32>
+      %xv = memref.load %x[%t, %c] : memref<6x3xf32>
+      %hn = arith.addf %p, %xv : f32
+      memref.store %hn, %h[%c] : memref<3xf32>
+    }
   }
   func.return
 }
