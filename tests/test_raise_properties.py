@@ -7,11 +7,14 @@ state-dependent operands, no select condition depends on the state and no divisi
 touches the state.  The pass must raise exactly the affine ones, and the raised IR must
 compute bit for bit what the loop computes.
 
-Forms (issue 14 added the last four): the state as an iter_arg, at a memref location,
+Forms (issue 14 added the last six): the state as an iter_arg, at a memref location,
 as a channel vector over an inner loop, the vector over a dynamic channel count
 (`memref.dim`), a 2x2 matrix over two nested channel loops, a masked update (the
 body under `scf.if` on a state-independent condition), and a two-lag recurrence read
-from memory (`y[t] = f(y[t-1], y[t-2])`, each `h` leaf reading one of the lags).
+from memory (`y[t] = f(y[t-1], y[t-2])`, each `h` leaf reading one of the lags), the
+same over a dynamic channel count with the channel loop inside the time loop, and a
+state at two memory locations with a previous-state value escaping (lfilter's zi);
+the last two are raised after a reshape (raise_reshape.py).
 A second property checks running associative reductions (max/min/and/or/xor) against
 the generic scan.scan they are raised to.
 """
@@ -96,7 +99,7 @@ class Emitter:
 
 
 def program(tree, el: str, form: str) -> str:
-    e = Emitter(el, ("%h1", "%h2") if form == "multilag" else ("%h",))
+    e = Emitter(el, ("%h1", "%h2") if form in ("multilag", "multilag_chan", "zi") else ("%h",))
     hn = e.emit(tree)
     body = "\n    ".join(e.lines)
     m = f"memref<{L}x{el}>"
@@ -149,6 +152,58 @@ func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: {ym}, %h0: {el}) -> {el}
     {body}
     memref.store {hn}, %st[%t] : {ym}
     {consumers}
+  }}
+  func.return %h0 : {el}
+}}
+"""
+    if form == "multilag_chan":
+        # y[t, c] = f(y[t-1, c], y[t-2, c]) with the channel loop inside the time loop
+        # over a dynamic channel count (raised after the loops are interchanged); a
+        # consumer overwrites z[c] every step (the last step wins, per channel).
+        ym = f"memref<{L + 2}x?x{el}>"
+        return f"""
+func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: {ym}, %h0: {el}) -> {el} {{{pre}
+  %c2 = arith.constant 2 : index
+  %nd = memref.dim %st, %c1 : {ym}
+  scf.for %i = %c0 to %cl step %c1 {{
+    %t = arith.addi %i, %c2 : index
+    %t1 = arith.subi %t, %c1 : index
+    %t2 = arith.subi %t, %c2 : index
+    scf.for %ch = %c0 to %nd step %c1 {{
+      %x0 = memref.load %xs[%i] : {m}
+      %xc = arith.index_cast %ch : index to {el}
+      %x = arith.addi %x0, %xc : {el}
+      %c = memref.load %cs[%i] : {m}
+      %ii = arith.index_cast %i : index to {el}
+      %iv = arith.addi %ii, %k : {el}
+      %h1 = memref.load %st[%t1, %ch] : {ym}
+      %h2 = memref.load %st[%t2, %ch] : {ym}
+      {body}
+      memref.store {hn}, %st[%t, %ch] : {ym}
+      %sq = arith.muli {hn}, {hn} : {el}
+      memref.store %sq, %z[%ch] : {m}
+    }}
+  }}
+  func.return %h0 : {el}
+}}
+"""
+    if form == "zi":
+        # State at two memory locations st[0], st[1] (an lfilter's zi): h leaves read
+        # both, and a value of the previous state escapes to y (raised after the
+        # state is carried as iter_args).
+        return f"""
+func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: memref<2x{el}>, %h0: {el}) -> {el} {{{pre}
+  scf.for %i = %c0 to %cl step %c1 {{
+    {loads}
+    %h1 = memref.load %st[%c0] : memref<2x{el}>
+    %h2 = memref.load %st[%c1] : memref<2x{el}>
+    {body}
+    %e = arith.addi %h1, %x : {el}
+    memref.store %e, %y[%i] : {m}
+    memref.store {hn}, %st[%c0] : memref<2x{el}>
+    memref.store %e, %st[%c1] : memref<2x{el}>
+    %sq = arith.muli {hn}, {hn} : {el}
+    memref.store %sq, %z[%i] : {m}
   }}
   func.return %h0 : {el}
 }}
@@ -242,7 +297,8 @@ func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: memref<1x{el}>, %h0: {el
     tree=trees,
     el=st.sampled_from(["i32", "i64"]),
     form=st.sampled_from(
-        ["iter_args", "memref", "vector", "vector_dyn", "matrix", "masked", "multilag"]
+        ["iter_args", "memref", "vector", "vector_dyn", "matrix", "masked", "multilag",
+         "multilag_chan", "zi"]
     ),
     seed=st.integers(0, 2**32 - 1),
 )
@@ -252,7 +308,8 @@ def test_random_bodies_raise_iff_affine_and_agree(tree, el, form, seed):
     loop = next(op for op in module.walk() if isinstance(op, scf.ForOp))
     decision = analyze_loop(loop)
     expected = affine(tree)
-    assert decision.affine == expected, (decision.reason, src)
+    reshaped = form in ("multilag_chan", "zi")  # refused as written, raised reshaped
+    assert decision.affine == (expected and not reshaped), (decision.reason, src)
     original = parse_ir(src)
     ops, diags = raise_recurrences(module)
     module.verify()
@@ -270,7 +327,7 @@ def test_random_bodies_raise_iff_affine_and_agree(tree, el, form, seed):
     rng = np.random.default_rng(seed)
     info = np.iinfo(dtype)
     nx, ns = {"vector": (L + 1, 2), "vector_dyn": (L + 1, 2), "matrix": (L + 2, (2, 2)),
-              "multilag": (L, L + 2)}.get(form, (L, 1))
+              "multilag": (L, L + 2), "multilag_chan": (L, (L + 2, 3)), "zi": (L, 2)}.get(form, (L, 1))
     args = [rng.integers(info.min, info.max, size=nx, dtype=dtype)]
     args += [rng.integers(info.min, info.max, size=L, dtype=dtype)]
     args += [np.zeros(L, dtype), np.zeros(L, dtype)]

@@ -50,6 +50,11 @@ from scanweaver.rewrites.raise_analysis import (
     analyze_loop,
     const_index_value,
 )
+from scanweaver.rewrites.raise_reshape import (
+    interchange_channel_loop,
+    interchange_then_promote,
+    promote_memory_state,
+)
 
 # ---------------------------------------------------------------------------
 # Rewrite
@@ -400,6 +405,50 @@ def describe(plan: RaisePlan) -> str:
     )
 
 
+#: Refusals a reshape of the loop (raise_reshape.py) may get past, and the reshape.
+_RESHAPES = (
+    ("multi-lag recurrence inside a channel loop", interchange_channel_loop,
+     "after moving the channel loop outside the time loop"),
+    ("several memref locations carry state", promote_memory_state,
+     "after carrying the state in memory as iter_args"),
+    ("several memref locations carry state", interchange_then_promote,
+     "after moving the channel loop outside the time loop and carrying the state in "
+     "memory as iter_args"),
+    ("escapes the update", promote_memory_state,
+     "after carrying the state in memory as iter_args"),
+    ("escapes the update", interchange_then_promote,
+     "after moving the channel loop outside the time loop and carrying the state in "
+     "memory as iter_args"),
+)
+
+
+def _try_reshapes(
+    loop: scf.ForOp, decision: RaiseDecision, labels: dict[Operation, str]
+) -> tuple[RaiseDecision, str]:
+    """Retry a refused loop in a reshaped form.  Raisable: the decision on the new loop
+    (the original is erased) and how it was reshaped, to append to the report line.
+    Refused too: the reshape is undone (the IR unchanged) and the reason is the one
+    found on the reshaped form, which is more precise than the first one."""
+    for needle, reshape, how in _RESHAPES:
+        if needle not in decision.reason:
+            continue
+        done = reshape(loop)
+        if done is None:
+            continue
+        new = analyze_loop(done.loop)
+        if new.affine:
+            for op in done.inserted:  # the new loops are reported as the original
+                for inner in op.walk():
+                    if isinstance(inner, scf.ForOp):
+                        labels[inner] = labels.get(loop, "<unknown>")
+            loop.detach()
+            loop.erase()
+            return new, f", {how}"
+        done.undo()
+        return RaiseDecision(False, f"{new.reason} ({how})", kind=decision.kind), ""
+    return decision, ""
+
+
 def raise_recurrences(
     module: Operation, reassociate: bool = False, report: list[str] | None = None
 ) -> tuple[list[Operation], list[str]]:
@@ -425,12 +474,15 @@ def raise_recurrences(
                 tried.add(op)
                 decision = analyze_loop(op)
                 label = labels.get(op, "<unknown>")
+                how = ""
+                if not decision.affine:
+                    decision, how = _try_reshapes(op, decision, labels)
                 if decision.affine:
                     assert decision.plan is not None
                     what = describe(decision.plan)
                     raised.append(raise_loop(decision.plan))
                     if report is not None:
-                        report.append(f"{label}: scanweaver-raise: loop raised to {what}")
+                        report.append(f"{label}: scanweaver-raise: loop raised to {what}{how}")
                     break
                 if decision.kind in ("scalar", "linear") and op.iter_args:
                     try:

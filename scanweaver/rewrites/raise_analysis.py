@@ -309,58 +309,7 @@ def _is_nested_reduction(loop: scf.ForOp) -> bool:
 
 def _find_memref_state(loop: scf.ForOp) -> RaisePlan | None:
     """Find `m[idx] = f(m[idx])` with idx loop-invariant, or in one inner channel loop."""
-    body = loop.body.block
-    # The time-loop body, channel-loop bodies in it, and channel-loop bodies in
-    # those (a two-dimensional state S[d, e]).
-    # Also the then-blocks of scf.if ops without results or else-branch there (a
-    # masked update `if m { h[c] = ... }`).
-    blocks = [body]
-    todo = [body]
-    while todo:
-        b = todo.pop(0)
-        for op in b.ops:
-            if isinstance(op, scf.ForOp) and _channel_depth(b, loop) < MAX_CHANNEL_RANK:
-                inner = [op.body.block]
-            elif isinstance(op, scf.IfOp) and not op.results and not _has_else(op):
-                inner = list(op.true_region.blocks)
-            else:
-                continue
-            blocks += inner
-            todo += inner
-    candidates: list[tuple[memref.StoreOp, list[memref.LoadOp], int | None]] = []
-    for block in blocks:
-        chan_ivs = [lp.body.block.args[0] for lp in _channel_chain(block, loop)]
-        for op in block.ops:
-            if not isinstance(op, memref.StoreOp) or _inside(op.memref, loop):
-                continue
-            fixed = [not _inside(x, loop) or any(x is c for c in chan_ivs) for x in op.indices]
-            if all(fixed):
-                loads = [
-                    ld
-                    for ld in block.ops
-                    if isinstance(ld, memref.LoadOp)
-                    and ld.memref is op.memref
-                    and list(ld.indices) == list(op.indices)
-                    and ld.is_before_in_block(op)
-                ]
-                if loads:
-                    candidates.append((op, loads, None))
-                continue
-            # Shifted index: loads before the store that differ from it only in the
-            # one time-dependent index (`m[.., t-1]` then `m[.., t]`).
-            shifted: dict[int, list[memref.LoadOp]] = {}
-            for ld in block.ops:
-                if (
-                    isinstance(ld, memref.LoadOp)
-                    and ld.memref is op.memref
-                    and ld.is_before_in_block(op)
-                ):
-                    pos = _shift_position(ld, op, fixed)
-                    if pos is not None:
-                        shifted.setdefault(pos, []).append(ld)
-            if shifted:
-                pos = min(shifted)
-                candidates.append((op, shifted[pos], pos))
+    candidates = _state_candidates(loop, _state_blocks(loop))
     if not candidates:
         _reject_state_under_if(loop)
         return None
@@ -380,51 +329,142 @@ def _find_memref_state(loop: scf.ForOp) -> RaisePlan | None:
         raise _Reject(_state_type_reason("the state", el), kind)
     plan = RaisePlan(loop, kind, el, [], store=store)
     if in_chan:
-        chain = _channel_chain(store.parent_block(), loop)
-        plan.chan_loop = chain[-1]
-        for chan in chain:
-            civ = chan.body.block.args[0]
-            lb, ub, step = (const_index_value(v) for v in (chan.lb, chan.ub, chan.step))
-            if lb != 0 or step != 1:
-                raise _Reject("the channel loop must run from constant 0 step 1", kind)
-            if ub is not None and ub < 1:
-                raise _Reject("the channel loop must run a constant N > 0 or a "
-                              "loop-invariant number of times", kind)
-            if ub is None and _inside(chan.ub, loop):
-                raise _Reject(
-                    "the channel count is computed inside the time loop (it must be "
-                    "loop-invariant, e.g. a memref.dim before the loop)",
-                    kind,
-                )
-            if sum(x is civ for x in store.indices) != 1:
-                raise _Reject("the state index must use the channel index exactly once", kind)
-        # State dimensions in the order the store indexes them.
-        pos = {id(x): k for k, x in enumerate(store.indices)}
-        plan.chan_order = sorted(chain, key=lambda c: pos[id(c.body.block.args[0])])
-        plan.channels = const_index_value(chain[-1].ub) or 0
-        plan.chan_ub = chain[-1].ub
-        if len(chain) > 1 and time_pos is not None:
-            raise _Reject(
-                "a shifted-index state over several channel loops is not supported", kind
-            )
+        _plan_channel_loops(plan, time_pos)
     if time_pos is not None:
         _check_shifted(plan, loads, time_pos)
         return _with_forms(plan, loads, written)
-    if in_chan:
+    plan.direct = _state_is_direct(plan, loads)
+    return _with_forms(plan, loads, written)
+
+
+#: A state store, its loads of the previous state, and the time position of a shifted
+#: index (None: the index is loop-invariant).
+_Candidate = tuple[memref.StoreOp, list[memref.LoadOp], int | None]
+
+
+def _state_blocks(loop: scf.ForOp) -> list[Block]:
+    """The blocks a state update may sit in: the time-loop body, channel-loop bodies in
+    it, and channel-loop bodies in those (a two-dimensional state S[d, e]); also the
+    then-blocks of scf.if ops without results or else-branch there (a masked update
+    `if m { h[c] = ... }`)."""
+    body = loop.body.block
+    blocks = [body]
+    todo = [body]
+    while todo:
+        b = todo.pop(0)
+        for op in b.ops:
+            if isinstance(op, scf.ForOp) and _channel_depth(b, loop) < MAX_CHANNEL_RANK:
+                inner = [op.body.block]
+            elif isinstance(op, scf.IfOp) and not op.results and not _has_else(op):
+                inner = list(op.true_region.blocks)
+            else:
+                continue
+            blocks += inner
+            todo += inner
+    return blocks
+
+
+def _state_candidates(loop: scf.ForOp, blocks: list[Block]) -> list[_Candidate]:
+    """Every store to a memref defined outside the loop that, in its own block, is
+    preceded by loads of the same element (loop-invariant or channel indices) or of the
+    element one time index back (a shifted index)."""
+    candidates: list[_Candidate] = []
+    for block in blocks:
+        chan_ivs = [lp.body.block.args[0] for lp in _channel_chain(block, loop)]
+        for op in block.ops:
+            if not isinstance(op, memref.StoreOp) or _inside(op.memref, loop):
+                continue
+            fixed = [not _inside(x, loop) or any(x is c for c in chan_ivs) for x in op.indices]
+            if all(fixed):
+                loads = [
+                    ld
+                    for ld in block.ops
+                    if isinstance(ld, memref.LoadOp)
+                    and ld.memref is op.memref
+                    and list(ld.indices) == list(op.indices)
+                    and ld.is_before_in_block(op)
+                ]
+                if loads:
+                    candidates.append((op, loads, None))
+                continue
+            shifted = _shifted_loads(block, op, fixed)
+            if shifted:
+                pos = min(shifted)
+                candidates.append((op, shifted[pos], pos))
+    return candidates
+
+
+def _shifted_loads(
+    block: Block, store: memref.StoreOp, fixed: list[bool]
+) -> dict[int, list[memref.LoadOp]]:
+    """Loads before the store that differ from it only in the one time-dependent index
+    (`m[.., t-1]` then `m[.., t]`), by that index's position."""
+    shifted: dict[int, list[memref.LoadOp]] = {}
+    for ld in block.ops:
+        if (
+            isinstance(ld, memref.LoadOp)
+            and ld.memref is store.memref
+            and ld.is_before_in_block(store)
+        ):
+            pos = _shift_position(ld, store, fixed)
+            if pos is not None:
+                shifted.setdefault(pos, []).append(ld)
+    return shifted
+
+
+def _plan_channel_loops(plan: RaisePlan, time_pos: int | None) -> None:
+    """Check the channel loops around the state store (0 to a loop-invariant count,
+    step 1, each index used once by the store) and fill the plan's channel fields."""
+    store, loop, kind = plan.store, plan.loop, plan.kind
+    assert store is not None
+    chain = _channel_chain(store.parent_block(), loop)
+    plan.chan_loop = chain[-1]
+    for chan in chain:
+        civ = chan.body.block.args[0]
+        lb, ub, step = (const_index_value(v) for v in (chan.lb, chan.ub, chan.step))
+        if lb != 0 or step != 1:
+            raise _Reject("the channel loop must run from constant 0 step 1", kind)
+        if ub is not None and ub < 1:
+            raise _Reject("the channel loop must run a constant N > 0 or a "
+                          "loop-invariant number of times", kind)
+        if ub is None and _inside(chan.ub, loop):
+            raise _Reject(
+                "the channel count is computed inside the time loop (it must be "
+                "loop-invariant, e.g. a memref.dim before the loop)",
+                kind,
+            )
+        if sum(x is civ for x in store.indices) != 1:
+            raise _Reject("the state index must use the channel index exactly once", kind)
+    # State dimensions in the order the store indexes them.
+    pos = {id(x): k for k, x in enumerate(store.indices)}
+    plan.chan_order = sorted(chain, key=lambda c: pos[id(c.body.block.args[0])])
+    plan.channels = const_index_value(chain[-1].ub) or 0
+    plan.chan_ub = chain[-1].ub
+    if len(chain) > 1 and time_pos is not None:
+        raise _Reject(
+            "a shifted-index state over several channel loops is not supported", kind
+        )
+
+
+def _state_is_direct(plan: RaisePlan, loads: list[memref.LoadOp]) -> bool:
+    """Whether the user's memref itself can be the recurrence state: the store covers
+    it exactly, it is written nowhere else, and no read observes a half-updated state
+    (rejects a second store)."""
+    store, loop, kind = plan.store, plan.loop, plan.kind
+    assert store is not None
+    m = store.memref
+    if plan.chan_loop is not None:
         ivs = [c.body.block.args[0] for c in plan.chan_order]
         direct = list(store.indices) == ivs and _is_extent_of(plan, m)
     else:
         direct = not store.indices
-    # Every other write to the state memref, or read of it that would observe a
-    # half-updated state, rules out using it directly as the recurrence state.
     for op in loop.body.walk():
         if isinstance(op, memref.StoreOp) and op.memref is m and op is not store:
             raise _Reject("the state memref is written at several places", kind)
         if isinstance(op, memref.LoadOp) and op.memref is m and op not in loads:
             if not _reads_updated_state(op, store, loop):
                 direct = False
-    plan.direct = direct
-    return _with_forms(plan, loads, written)
+    return direct
 
 
 def _channel_chain(block: Block, loop: scf.ForOp) -> list[scf.ForOp]:
