@@ -46,7 +46,7 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
         )
     lowering: list[ModulePass]
     if target == "gpu":
-        from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+        from scanweaver.rewrites.scan_to_gpu import ScanToGpu
 
         lowering = [ScanToGpu()]
     elif target == "cpu":
