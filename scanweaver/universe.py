@@ -24,6 +24,7 @@ SCANWEAVER_UNIVERSE = Universe(
         "scanweaver-lower": _pass("scanweaver.rewrites.pipeline", "ScanweaverLower"),
         "scanweaver-raise": _pass("scanweaver.rewrites.raise_affine", "RaiseRecurrences"),
         "scan-affine-to-pairs": _pass("scanweaver.rewrites.affine_to_pairs", "AffineToPairs"),
+        "gpu-results-to-args": _pass("scanweaver.rewrites.gpu_results", "ResultsToArguments"),
         "scan-to-gpu": _pass("scanweaver.rewrites.scan_to_gpu", "ScanToGpu"),
         "scan-to-cpu": _pass("scanweaver.rewrites.scan_to_cpu", "ScanToCpu"),
         "math-exp-to-polynomial": _pass("scanweaver.rewrites.exp_polynomial", "ExpToPolynomial"),
