@@ -185,16 +185,7 @@ REFUSED = {
         "dimension step 1 (a state of dynamic shape or of more than 64 elements splits into channels only "
         "element by element)",
     ),
-    # the final state is the function's result: kernels write only memref arguments
-    "masked_ret": (
-        rename(masked("f32"), "masked", "masked_ret"),
-        "scan.recurrence: the function returns a final value of the state: GPU kernels only "
-        "write memref arguments (store it to one instead)",
-    ),
-    "lfilter_ret": (
-        rename(lfilter("f32"), "lfilter", "lfilter_ret"),
-        "scan.linear_recurrence: the function returns a final value of the state",
-    ),
+    # (a final state returned as the function's result runs: tests/test_gpu_results.py)
     # running max / xor / log-sum-exp: the associative raise's copies in and out of
     # temporaries are host loops
     "run_max": (
