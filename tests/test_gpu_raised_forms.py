@@ -248,12 +248,12 @@ def test_associative_scan_kernel_runs_like_the_loop(op, el):
 def test_command_line_names_every_refused_function(tmp_path, capsys):
     """Not only the first function that fails: one line per op the GPU lowering left."""
     f = tmp_path / "two.mlir"
-    f.write_text(REFUSED["retnet_dyn"][0] + REFUSED["masked_ret"][0])
+    f.write_text(REFUSED["retnet_dyn"][0] + REFUSED["masked_bool"][0])
     assert main(["compile", str(f), "--target", "mlir", "--lower-for", "gpu", "-o", str(tmp_path / "o.mlir")]) == 0
     lines = [x for x in capsys.readouterr().err.splitlines() if "not lowered for the GPU" in x]
     assert lines == [
         f"[scanweaver] @retnet_dyn: not lowered for the GPU: {REFUSED['retnet_dyn'][1]}",
-        f"[scanweaver] @masked_ret: not lowered for the GPU: {REFUSED['masked_ret'][1]}",
+        f"[scanweaver] @masked_bool: not lowered for the GPU: {REFUSED['masked_bool'][1]}",
     ]
 
 

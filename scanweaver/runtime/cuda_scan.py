@@ -1,9 +1,10 @@
 """GPU drivers behind `linear_scan(..., backend="cuda")` and `selective_scan`.
 
 Both go through the compiler like any user program: IR (a `scan.affine` op, or the
-selective scan written as loops) → `scanweaver-lower{target=gpu}` → PTX → numba
-driver.  Kernels use dynamic shapes where the IR allows, so one build serves every
-size; builds are cached in-process here and on disk by the compiler.
+GPU form of the selective-scan builder, `workloads/selective.py`) →
+`scanweaver-lower{target=gpu}` → PTX → a driver binding.  Kernels have dynamic sizes,
+so one build serves every size (the selective scan: one per N, B/C layouts and
+options); builds are cached in-process here and on disk by the compiler.
 
 Inputs may be numpy arrays (copied in and out) or device arrays exposing
 `__cuda_array_interface__` (torch, cupy, numba): those are used in place, with
