@@ -151,3 +151,25 @@ def test_runtime_compiles_once_for_two_shapes(monkeypatch):
     word = lambda b: struct.unpack("<q", b)[0]  # noqa: E731
     # u's descriptor: allocated, aligned, offset, sizes[3], strides[3]
     assert [[word(b) for b in launch.param_bytes[3:6]] for launch in fake.launches] == [[2, 8, 64], [3, 5, 1000]]
+
+
+def test_shapes_the_kernel_cannot_take_are_one_clear_error():
+    """Checked before any build or launch (device arrays skip the API's checks): a group
+    count not dividing D would index B past its groups."""
+    from scanweaver.errors import ScanWeaverValueError
+    from scanweaver.runtime.cuda_scan import selective_spec
+
+    ok = {"u": (2, 4, 9), "delta": (2, 4, 9), "A": (4, 3), "B": (2, 2, 3, 9), "C": (4, 3)}
+    spec = selective_spec(ok, True, False)
+    assert (spec.n, spec.b_kind, spec.c_kind, spec.has_h0) == (3, "grouped", "const", False)
+    assert selective_spec({**ok, "h0": (2, 4, 3)}, True, True).has_h0
+    bad = {
+        "B": ({**ok, "B": (2, 3, 3, 9)}, r"argument 'B' has shape \(2, 3, 3, 9\).*G dividing D = 4"),
+        "C": ({**ok, "C": (2, 9, 3)}, r"argument 'C' has shape \(2, 9, 3\)"),
+        "A": ({**ok, "A": (4, 65)}, r"argument 'A' has shape \(4, 65\)"),
+        "h0": ({**ok, "h0": (2, 4, 2)}, r"argument 'h0' has shape \(2, 4, 2\); expected \(2, 4, 3\)"),
+        "delta": ({**ok, "delta": (2, 4, 8)}, r"argument 'delta' has shape"),
+    }
+    for shapes, message in bad.values():
+        with pytest.raises(ScanWeaverValueError, match=message):
+            selective_spec(shapes, True, False)
