@@ -346,19 +346,6 @@ def _check_selective_inputs(u, delta, A, B, C, D, z, delta_bias, h0):
     return u, delta, A, forms["B"], forms["C"], extras
 
 
-def _selective_gpu_limit(B: Any, C: Any, initial_state: Any) -> str | None:
-    """Why the fused GPU kernel cannot take these inputs, or None."""
-    if initial_state is not None:
-        return "initial_state is not supported on the GPU yet"
-    try:
-        b_shape, c_shape = (tuple(np.shape(x)) if not _is_cuda_array(x) else tuple(x.__cuda_array_interface__["shape"]) for x in (B, C))
-    except ValueError:  # a ragged list: the argument checks name it
-        return None
-    if len(b_shape) != len(c_shape) or (len(b_shape) == 4 and b_shape[1] != c_shape[1]):
-        return "B and C must have the same layout (constant, shared, or grouped with one G)"
-    return None
-
-
 def selective_scan(
     u: Any,
     delta: Any,
@@ -391,11 +378,8 @@ def selective_scan(
         return _selective_scan_complex(
             u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state, backend
         )
-    chosen = _pick_backend(
-        backend,
-        [u, delta, A, B, C, D, z, delta_bias, initial_state],
-        gpu_limit=_selective_gpu_limit(B, C, initial_state),
-    )
+    # the GPU kernel takes every B/C layout (each its own) and initial_state, like the CPU
+    chosen = _pick_backend(backend, [u, delta, A, B, C, D, z, delta_bias, initial_state])
     if chosen == "cuda" and _is_cuda_array(u):
         from scanweaver.runtime.cuda_scan import selective_scan_cuda
 

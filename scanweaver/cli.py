@@ -137,7 +137,7 @@ def _write_gpu(lowered, args, inputs) -> None:
         _say("[scanweaver] ptxas -> cubin")
         payload = ptx_to_cubin(art.ptx, args.chip)
     image_name = "-" if args.output == "-" else os.path.basename(args.output)  # "-": standard output
-    doc = describe(payload, image_name, args.chip, art.launches, art.arg_counts, art.ptxas)
+    doc = describe(payload, image_name, args.chip, art.launches, art.arg_counts, art.ptxas, art.results)
     items = [(args.output, payload)]
     if args.launch_json:
         items.append((args.launch_json, json.dumps(doc, indent=2)))

@@ -118,7 +118,8 @@ def test_compile_program_runs_on_gpu():
 
 @pytest.mark.parametrize("return_last_state", [False, True])
 def test_selective_scan_gpu_build_maps_every_argument(return_last_state):
-    """The selective scan's loops become one kernel whose launch uses every host argument."""
+    """The selective scan's GPU build is one kernel whose launch uses every host argument,
+    with its grid computed from the sizes (one build for every (batch, D, L))."""
     from scanweaver.runtime.cuda_scan import selective_scan_ir
 
     shapes = {"u": (2, 8, 64), "delta": (2, 8, 64), "A": (8, 16), "B": (2, 16, 64),
@@ -129,7 +130,9 @@ def test_selective_scan_gpu_build_maps_every_argument(return_last_state):
     n_args = len(shapes) + 1 + return_last_state
     assert art.arg_counts["selective_scan"] == n_args
     assert sorted(desc.host_args) == list(range(n_args))
-    assert desc.resolve_grid({}) == (16, 1, 1)  # one block per (batch, channel)
+    assert desc.grid == ("u.shape[0]*u.shape[1]", 1, 1)
+    assert desc.resolve_grid({"u": (2, 8, 64)}) == (16, 1, 1)  # one block per (batch, channel)
+    assert desc.resolve_grid({"u": (3, 5, 7)}) == (15, 1, 1)
     assert art.ptxas and all(f["spill_stores"] == 0 for f in art.ptxas.values())
 
 

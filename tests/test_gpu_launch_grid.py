@@ -106,3 +106,21 @@ def test_affine_time_blocks_three_launches(shape):
     grids = _grids_agree(m, [a, a.copy(), np.zeros(shape[:1], np.float32), np.zeros(shape, np.float32),
                              np.zeros(shape[:1], np.float32)])
     assert grids == [(shape[0] * chunks, 1, 1), (shape[0], 1, 1), (shape[0] * chunks, 1, 1)]
+
+
+@pytest.mark.parametrize("batch,D,L", [(2, 3, 5), (1, 4, 1), (3, 2, 9)])
+def test_selective_scan_one_build_dynamic_shapes(batch, D, L):
+    """The GPU selective scan (one build for every (batch, D, L)): the grid of one
+    block per (batch, channel) comes from u's sizes in both the IR and the description."""
+    from scanweaver.ir import print_ir
+    from scanweaver.workloads.selective import selective_scan_gpu
+    from scanweaver.workloads.specs import SelectiveScanSpec
+
+    n = 2
+    m = _gpu(print_ir(selective_scan_gpu(SelectiveScanSpec(n, "shared", "const", False, False, False, True, True, True))))
+    rng = np.random.default_rng(batch + D + L)
+    args = [rng.uniform(-1, 1, (batch, D, L)).astype(np.float32), rng.uniform(-1, 0, (batch, D, L)).astype(np.float32),
+            -rng.uniform(0.1, 1, (D, n)).astype(np.float32), rng.uniform(-1, 1, (batch, n, L)).astype(np.float32),
+            rng.uniform(-1, 1, (D, n)).astype(np.float32), rng.uniform(-1, 1, (batch, D, n)).astype(np.float32),
+            np.zeros((batch, D, L), np.float32), np.zeros((batch, D, n), np.float32)]
+    assert _grids_agree(m, args) == [(batch * D, 1, 1)]

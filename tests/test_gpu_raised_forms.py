@@ -202,16 +202,7 @@ REFUSED = {
         "dimension step 1 (a state of dynamic shape or of more than 64 elements splits into channels only "
         "element by element)",
     ),
-    # the final state is the function's result: kernels write only memref arguments
-    "masked_ret": (
-        rename(masked("f32"), "masked", "masked_ret"),
-        "scan.recurrence: the function returns a final value of the state: GPU kernels only "
-        "write memref arguments (store it to one instead)",
-    ),
-    "lfilter_ret": (
-        rename(lfilter("f32"), "lfilter", "lfilter_ret"),
-        "scan.linear_recurrence: the function returns a final value of the state",
-    ),
+    # (a final state returned as the function's result runs: tests/test_gpu_results.py)
     # running max / xor / log-sum-exp: the associative raise's copies in and out of
     # temporaries are host loops
     "run_max": (
@@ -274,12 +265,12 @@ def test_associative_scan_kernel_runs_like_the_loop(op, el):
 def test_command_line_names_every_refused_function(tmp_path, capsys):
     """Not only the first function that fails: one line per op the GPU lowering left."""
     f = tmp_path / "two.mlir"
-    f.write_text(REFUSED["retnet_dyn"][0] + REFUSED["masked_ret"][0])
+    f.write_text(REFUSED["retnet_dyn"][0] + REFUSED["masked_bool"][0])
     assert main(["compile", str(f), "--target", "mlir", "--lower-for", "gpu", "-o", str(tmp_path / "o.mlir")]) == 0
     lines = [x for x in capsys.readouterr().err.splitlines() if "not lowered for the GPU" in x]
     assert lines == [
         f"[scanweaver] @retnet_dyn: not lowered for the GPU: {REFUSED['retnet_dyn'][1]}",
-        f"[scanweaver] @masked_ret: not lowered for the GPU: {REFUSED['masked_ret'][1]}",
+        f"[scanweaver] @masked_bool: not lowered for the GPU: {REFUSED['masked_bool'][1]}",
     ]
 
 

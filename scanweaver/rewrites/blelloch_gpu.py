@@ -89,7 +89,6 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from xdsl.context import Context
 from xdsl.dialects import arith, func, gpu, math, memref
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -110,7 +109,6 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from scanweaver.dialects import scan
@@ -508,168 +506,105 @@ def refusals(fn: func.FuncOp) -> list[str]:
     return [a.data for a in attr.data] if isinstance(attr, ArrayAttr) else []  # type: ignore[union-attr]
 
 
-@dataclass(frozen=True)
-class ScanToGpu(ModulePass):
-    """Lower `scan.affine`, `scan.recurrence` / `scan.linear_recurrence` nests and generic
-    `scan.scan` ops to tiled Blelloch scan kernels."""
+def lower_affine(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt: int) -> None:
+    """One `scan.affine` as one kernel: one block per channel, chained tiles (the
+    module docstring's design), and its launch in the op's place."""
+    h_t = op.h.type
+    assert isinstance(h_t, MemRefType)
+    state_t = h_t.element_type
+    in_t = op.a.type.element_type  # type: ignore[attr-defined]
+    if not isinstance(state_t, (Float32Type, Float64Type, IntegerType)):
+        raise ScanWeaverError(f"scan-to-gpu: unsupported state type {state_t}")
+    axis, rank = op.axis_value, h_t.get_num_dims()
 
-    name = "scan-to-gpu"
+    name = _unique_name(kmod, "scan_affine")
+    names = ["a", "b"] + (["init"] if op.init else []) + ["h"] + (["final"] if op.final else [])
+    kinds = ["in", "in"] + (["in"] if op.init else []) + ["out"] + (["out"] if op.final else [])
+    operands = [op.a, op.b] + ([op.init] if op.init else []) + [op.h] + ([op.final] if op.final else [])
+    types = [v.type for v in operands]
 
-    block_size: int = 128
-    items_per_thread: int = 4
-    diagnose: bool = False
-    # scan.affine in time across blocks (affine_time_blocks.py): "auto" (few static
-    # channels and long rows, or the op's scanweaver.gpu_strategy attribute), "always", "never"
-    time_blocks: str = "auto"
-    chunk_tiles: int = 16  # tiles per time chunk of a multi-block scan
+    sa_t = shared_global(kmod, f"{name}_sA", state_t, bs)
+    sb_t = shared_global(kmod, f"{name}_sB", state_t, bs)
+    sc_t = shared_global(kmod, f"{name}_sC", state_t, 1)
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        bs, ipt = self.block_size, self.items_per_thread
-        if bs < 1 or bs > 1024 or bs & (bs - 1):
-            raise ScanWeaverError(f"scan-to-gpu: block-size must be a power of two in [1, 1024], got {bs}")
-        if ipt < 1 or ipt > 64:
-            raise ScanWeaverError(f"scan-to-gpu: items-per-thread must be in [1, 64], got {ipt}")
-        if self.time_blocks not in ("auto", "always", "never"):
-            raise ScanWeaverError(f"scan-to-gpu: time-blocks must be auto, always or never, got {self.time_blocks!r}")
-        if self.chunk_tiles < 1:
-            raise ScanWeaverError(f"scan-to-gpu: chunk-tiles must be at least 1, got {self.chunk_tiles}")
-        affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
-        if affines:
-            from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
+    kfunc = gpu.FuncOp(name, FunctionType.from_lists(types, []), kernel=True)
+    kfunc.attributes["gpu.kernel"] = UnitAttr()
+    body = kfunc.body.block
+    args = dict(zip(names, body.args))
+    for n, a in args.items():
+        a.name_hint = n
+    e = Emitter(body)
+    _emit_affine_kernel(e, args, name, axis, rank, state_t, (sa_t, sb_t, sc_t), op.is_reverse, bs, ipt)
+    e.op(gpu.ReturnOp([]))
+    kmod.body.block.add_op(kfunc)
 
-            kmod = get_kernel_module(op)
-            chunk = bs * ipt * self.chunk_tiles
-            for aff in affines:
-                if self.time_blocks == "always" or (self.time_blocks == "auto" and wants_time_blocks(aff, chunk)):
-                    lower_affine_time_blocks(aff, kmod, bs, ipt, self.chunk_tiles)
-                else:
-                    self._lower_affine(aff, kmod)
-        # Fused producer/consumer recurrences (loop nests around scan.recurrence).
-        from scanweaver.rewrites.recurrence_gpu import lower_recurrences
+    # -- host side and launch description ----------------------------------------------------
+    grid0, host_args, func_name = launch_over_channels(op, op.h, "h", axis, name, operands, bs)
+    desc = KernelLaunch(
+        kernel_name=name,
+        module_name=KERNEL_MODULE,
+        func_name=func_name,
+        grid=(grid0, 1, 1),
+        block=(bs, 1, 1),
+        shared_bytes=(2 * bs + 1) * byte_size(state_t),
+        args=[
+            (n, k, type_name(t.element_type), _shape_entries(t))  # type: ignore[attr-defined]
+            for n, k, t in zip(names, kinds, types)
+        ],
+        host_args=host_args,
+        equal_dims=tuple(
+            [(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
+            + [
+                (n, j, "h", i)
+                for n in names if n in ("init", "final")
+                for j, i in enumerate(d for d in range(rank) if d != axis)
+            ]
+        ),
+        notes=(
+            f"scan.affine axis {axis}{' reverse' if op.is_reverse else ''}; "
+            f"{in_t} inputs, {state_t} state; block_size={bs} items_per_thread={ipt}; "
+            "one block per channel, chained tiles"
+        ),
+    )
+    kfunc.attributes["scanweaver.launch"] = desc.to_attr()
+    Rewriter.erase_op(op)
 
-        refused: dict[Operation, str] = dict(lower_recurrences(op, bs, ipt))
-        # Coupled (matrix-valued) recurrences, then generic combines.
-        from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
-        from scanweaver.rewrites.scan_gpu import lower_scans
+def _emit_affine_kernel(
+    e: Emitter,
+    args: dict[str, SSAValue],
+    name: str,
+    axis: int,
+    rank: int,
+    state_t: Attribute,
+    shared: tuple[MemRefType, MemRefType, MemRefType],
+    reverse: bool,
+    bs: int,
+    ipt: int,
+) -> None:
+    """One block per channel: every tile of the channel in turn, from `init`."""
+    pairs = GuardedPairArith(state_t) if needs_overflow_guard(state_t, bs) else PairArith(state_t)
+    h_ref, init_ref, final_ref = args["h"], args.get("init"), args.get("final")
+    tid = _thread_id(e)
+    bid = _block_id(e)
+    zero = e.index(0)
+    length = e.dim(h_ref, axis)
+    channel = channel_indices(e, h_ref, axis, bid)
 
-        refused.update(lower_linear_recurrences(op, bs, ipt))
-        # generic scans with few long channels: in time across blocks (scan_time_blocks.py)
-        from scanweaver.rewrites.scan_gpu import Unsupported
-        from scanweaver.rewrites.scan_time_blocks import (
-            fix_scratch_launches,
-            lower_scan_time_blocks,
-            wants_time_blocks as scan_wants_time_blocks,
-        )
+    def carry0(ie: Emitter) -> SSAValue:
+        return ie.load(init_ref, channel) if init_ref is not None else pairs.zero(ie)
 
-        scratch: dict = {}
-        for s in [o for o in op.walk() if isinstance(o, scan.ScanOp)]:
-            if scan_wants_time_blocks(s, bs * ipt * self.chunk_tiles, self.time_blocks):
-                try:
-                    lower_scan_time_blocks(s, op, bs, ipt, self.chunk_tiles, scratch)
-                except Unsupported:
-                    pass  # lower_scans says why
-        refused.update(lower_scans(op, bs, ipt))
-        if scratch:
-            fix_scratch_launches(op, scratch)
-        record_refusals(refused, diagnose=self.diagnose)
+    carry = emit_chained_tiles(
+        e, pairs, args, name, channel, axis, shared, reverse, bs, ipt,
+        zero, length, carry0, tid=tid, length=length,
+    )
+    if final_ref is not None:
+        fin = final_ref
 
-    # ------------------------------------------------------------------ one scan.affine
-    def _lower_affine(self, op: scan.AffineOp, kmod: gpu.ModuleOp) -> None:
-        bs, ipt = self.block_size, self.items_per_thread
-        h_t = op.h.type
-        assert isinstance(h_t, MemRefType)
-        state_t = h_t.element_type
-        in_t = op.a.type.element_type  # type: ignore[attr-defined]
-        if not isinstance(state_t, (Float32Type, Float64Type, IntegerType)):
-            raise ScanWeaverError(f"scan-to-gpu: unsupported state type {state_t}")
-        axis, rank = op.axis_value, h_t.get_num_dims()
+        def write_final(ie: Emitter) -> None:
+            ie.store(carry, fin, channel)
 
-        name = _unique_name(kmod, "scan_affine")
-        names = ["a", "b"] + (["init"] if op.init else []) + ["h"] + (["final"] if op.final else [])
-        kinds = ["in", "in"] + (["in"] if op.init else []) + ["out"] + (["out"] if op.final else [])
-        operands = [op.a, op.b] + ([op.init] if op.init else []) + [op.h] + ([op.final] if op.final else [])
-        types = [v.type for v in operands]
+        e.if_(e.cmp("eq", tid, zero), [], write_final)
 
-        sa_t = shared_global(kmod, f"{name}_sA", state_t, bs)
-        sb_t = shared_global(kmod, f"{name}_sB", state_t, bs)
-        sc_t = shared_global(kmod, f"{name}_sC", state_t, 1)
-
-        kfunc = gpu.FuncOp(name, FunctionType.from_lists(types, []), kernel=True)
-        kfunc.attributes["gpu.kernel"] = UnitAttr()
-        body = kfunc.body.block
-        args = dict(zip(names, body.args))
-        for n, a in args.items():
-            a.name_hint = n
-        e = Emitter(body)
-        self._emit_kernel(e, args, name, axis, rank, state_t, (sa_t, sb_t, sc_t), op.is_reverse)
-        e.op(gpu.ReturnOp([]))
-        kmod.body.block.add_op(kfunc)
-
-        # -- host side and launch description ----------------------------------------------------
-        grid0, host_args, func_name = launch_over_channels(op, op.h, "h", axis, name, operands, bs)
-        desc = KernelLaunch(
-            kernel_name=name,
-            module_name=KERNEL_MODULE,
-            func_name=func_name,
-            grid=(grid0, 1, 1),
-            block=(bs, 1, 1),
-            shared_bytes=(2 * bs + 1) * byte_size(state_t),
-            args=[
-                (n, k, type_name(t.element_type), _shape_entries(t))  # type: ignore[attr-defined]
-                for n, k, t in zip(names, kinds, types)
-            ],
-            host_args=host_args,
-            equal_dims=tuple(
-                [(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
-                + [
-                    (n, j, "h", i)
-                    for n in names if n in ("init", "final")
-                    for j, i in enumerate(d for d in range(rank) if d != axis)
-                ]
-            ),
-            notes=(
-                f"scan.affine axis {axis}{' reverse' if op.is_reverse else ''}; "
-                f"{in_t} inputs, {state_t} state; block_size={bs} items_per_thread={ipt}; "
-                "one block per channel, chained tiles"
-            ),
-        )
-        kfunc.attributes["scanweaver.launch"] = desc.to_attr()
-        Rewriter.erase_op(op)
-
-    def _emit_kernel(
-        self,
-        e: Emitter,
-        args: dict[str, SSAValue],
-        name: str,
-        axis: int,
-        rank: int,
-        state_t: Attribute,
-        shared: tuple[MemRefType, MemRefType, MemRefType],
-        reverse: bool,
-    ) -> None:
-        """One block per channel: every tile of the channel in turn, from `init`."""
-        pairs = GuardedPairArith(state_t) if needs_overflow_guard(state_t, self.block_size) else PairArith(state_t)
-        h_ref, init_ref, final_ref = args["h"], args.get("init"), args.get("final")
-        tid = _thread_id(e)
-        bid = _block_id(e)
-        zero = e.index(0)
-        length = e.dim(h_ref, axis)
-        channel = channel_indices(e, h_ref, axis, bid)
-
-        def carry0(ie: Emitter) -> SSAValue:
-            return ie.load(init_ref, channel) if init_ref is not None else pairs.zero(ie)
-
-        carry = emit_chained_tiles(
-            e, pairs, args, name, channel, axis, shared, reverse, self.block_size, self.items_per_thread,
-            zero, length, carry0, tid=tid, length=length,
-        )
-        if final_ref is not None:
-            fin = final_ref
-
-            def write_final(ie: Emitter) -> None:
-                ie.store(carry, fin, channel)
-
-            e.if_(e.cmp("eq", tid, zero), [], write_final)
 
 
 def _is_zero(v: SSAValue) -> bool:
@@ -860,3 +795,13 @@ class _ChainedTiles:
 
         le.if_(le.cmp("eq", self.tid, le.index(self.bs - 1)), [], publish)
         le.op(gpu.BarrierOp())
+
+
+def __getattr__(name: str):
+    """`ScanToGpu` moved to `scan_to_gpu.py`; the old import path still works (lazily:
+    that module imports this one)."""
+    if name == "ScanToGpu":
+        from scanweaver.rewrites.scan_to_gpu import ScanToGpu
+
+        return ScanToGpu
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

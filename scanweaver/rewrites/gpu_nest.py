@@ -558,89 +558,122 @@ def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
         return None
     if not isinstance(alloca, memref.AllocaOp) or alloca.parent_block() is not block:
         return None
-    fn_args: set[SSAValue] = set(fn.body.block.args)
-    ops = list(block.ops)
-    pos = {o: i for i, o in enumerate(ops)}
-    r = pos[rec]
+    d0 = _Depth0(rec, block, set(fn.body.block.args))
+    moved = d0.state_uses(alloca)
+    d0.add_needed_ops(moved)
+    d0.check_used_only_inside(moved)
+    return d0.wrap(d0.span(moved), moved)
 
-    def top(o: Operation) -> Operation:
-        while o.parent_block() is not block:
+
+class _Depth0:
+    """The steps of `wrap_depth0` over the function body `block` holding `rec`."""
+
+    def __init__(self, rec: scan.LoopRecurrence, block: Block, fn_args: set[SSAValue]):
+        self.rec, self.block, self.fn_args = rec, block, fn_args
+        self.ops = list(block.ops)
+        self.pos = {o: i for i, o in enumerate(self.ops)}
+        self.r = self.pos[rec]
+
+    def top(self, o: Operation) -> Operation:
+        """The op of `block` that holds `o`."""
+        while o.parent_block() is not self.block:
             o = o.parent_op()  # type: ignore[assignment]
         return o
 
-    moved: set[Operation] = {alloca, rec}
-    for use in rec.state.uses:
-        user = top(use.operation)
-        if user is rec or user is alloca:
-            continue
-        if pos[user] < r and isinstance(user, memref.StoreOp) and user.memref == rec.state:
-            moved.add(user)
-        elif pos[user] > r and isinstance(user, memref.LoadOp) and user.memref == rec.state:
-            moved.add(user)
-            for u in user.res.uses:
-                st = u.operation
-                if not (
-                    isinstance(st, memref.StoreOp)
-                    and st.parent_block() is block
-                    and st.value == user.res
-                    and st.memref in fn_args
-                ):
-                    if _reaches_return(user.res):
-                        raise Unsupported(
-                            "the function returns a final value of the state: GPU kernels only write "
-                            "memref arguments (store it to one instead)"
-                        )
-                    raise Unsupported("a final value of the state is used other than stored to an argument")
-                moved.add(st)
-        else:
-            raise Unsupported(f"the state is used by '{user.name}' outside the recurrence")
+    def state_uses(self, alloca: Operation) -> set[Operation]:
+        """The alloca, the recurrence, the state's initial stores before it and its final
+        loads after it with their stores to function arguments."""
+        rec, pos, r = self.rec, self.pos, self.r
+        moved: set[Operation] = {alloca, rec}
+        for use in rec.state.uses:
+            user = self.top(use.operation)
+            if user is rec or user is alloca:
+                continue
+            if pos[user] < r and isinstance(user, memref.StoreOp) and user.memref == rec.state:
+                moved.add(user)
+            elif pos[user] > r and isinstance(user, memref.LoadOp) and user.memref == rec.state:
+                moved.add(user)
+                moved.update(self._final_stores(user))
+            else:
+                raise Unsupported(f"the state is used by '{user.name}' outside the recurrence")
+        return moved
 
-    # Values the moved ops need from the block: capturable ones stay, the rest (loads
-    # and pure ops on them) move along, provided nothing else uses them.
-    work = free_values(list(moved))
-    while work:
-        v = work.pop()
-        op = v.owner
-        after = isinstance(op, Operation) and op.parent_block() is block and pos[op] > r
-        if _capturable(v, fn_args) and not after:
-            continue
-        if not isinstance(op, Operation) or op.parent_block() is not block:
-            raise Unsupported("the recurrence uses a value it cannot take into a kernel")
-        if op in moved:
-            continue
-        if not _reads_only(op):
-            raise Unsupported(f"the recurrence needs '{op.name}' from the function body")
-        moved.add(op)
-        work.extend(free_values([op]))
-    for o in moved:
-        for res in o.results:
-            if any(top(u.operation) not in moved for u in res.uses):
-                raise Unsupported(f"'{o.name}' is also used outside the recurrence")
+    def _final_stores(self, load: memref.LoadOp) -> list[Operation]:
+        """The stores of a final state value to function arguments (its only uses)."""
+        stores = []
+        for u in load.res.uses:
+            st = u.operation
+            if not (
+                isinstance(st, memref.StoreOp)
+                and st.parent_block() is self.block
+                and st.value == load.res
+                and st.memref in self.fn_args
+            ):
+                if _reaches_return(load.res):
+                    raise Unsupported(
+                        "the function returns a final value of the state: GPU kernels only write "
+                        "memref arguments (store it to one instead)"
+                    )
+                raise Unsupported("a final value of the state is used other than stored to an argument")
+            stores.append(st)
+        return stores
 
-    # Moving keeps the order of the moved ops; what they move across must not care:
-    # no writes before the recurrence, nothing but pure ops after it.
-    span = [ops[i] for i in range(min(pos[o] for o in moved), max(pos[o] for o in moved) + 1)]
-    for o in span:
-        if o in moved:
-            continue
-        if pos[o] < r and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
-            raise Unsupported(f"'{o.name}' between the recurrence's setup and the recurrence writes memory")
-        if pos[o] > r and not is_side_effect_free(o):
-            raise Unsupported(f"'{o.name}' between the recurrence and its final stores touches memory")
+    def add_needed_ops(self, moved: set[Operation]) -> None:
+        """Values the moved ops need from the block: capturable ones stay, the rest
+        (loads and pure ops on them) move along."""
+        work = free_values(list(moved))
+        while work:
+            v = work.pop()
+            op = v.owner
+            after = isinstance(op, Operation) and op.parent_block() is self.block and self.pos[op] > self.r
+            if _capturable(v, self.fn_args) and not after:
+                continue
+            if not isinstance(op, Operation) or op.parent_block() is not self.block:
+                raise Unsupported("the recurrence uses a value it cannot take into a kernel")
+            if op in moved:
+                continue
+            if not _reads_only(op):
+                raise Unsupported(f"the recurrence needs '{op.name}' from the function body")
+            moved.add(op)
+            work.extend(free_values([op]))
 
-    e = Emitter(InsertPoint.before(rec))
-    zero, one = e.index(0), e.index(1)
-    body = Block(arg_types=[zero.type])
-    for o in span:
-        if o in moved:
-            o.detach()
-            body.add_op(o)
-    body.add_op(scf.YieldOp())
-    loop = scf.ForOp(zero, one, one, [], body)
-    # `e`'s constants went before the original position of `rec`, which now is gone from
-    # the block: put the loop right after the last op left of the span.
-    Rewriter.insert_op(loop, InsertPoint.after(one.owner))  # type: ignore[arg-type]
-    return loop
+    def check_used_only_inside(self, moved: set[Operation]) -> None:
+        """Nothing left behind may use what moves."""
+        for o in moved:
+            for res in o.results:
+                if any(self.top(u.operation) not in moved for u in res.uses):
+                    raise Unsupported(f"'{o.name}' is also used outside the recurrence")
+
+    def span(self, moved: set[Operation]) -> list[Operation]:
+        """The ops from the first moved one to the last.  Moving keeps the order of the
+        moved ops; what they move across must not care: no writes before the
+        recurrence, nothing but pure ops after it."""
+        pos, r = self.pos, self.r
+        span = [self.ops[i] for i in range(min(pos[o] for o in moved), max(pos[o] for o in moved) + 1)]
+        for o in span:
+            if o in moved:
+                continue
+            if pos[o] < r and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+                raise Unsupported(f"'{o.name}' between the recurrence's setup and the recurrence writes memory")
+            if pos[o] > r and not is_side_effect_free(o):
+                raise Unsupported(f"'{o.name}' between the recurrence and its final stores touches memory")
+        return span
+
+    def wrap(self, span: list[Operation], moved: set[Operation]) -> scf.ForOp:
+        """The moved ops of `span`, in order, into a one-trip `scf.for`."""
+        e = Emitter(InsertPoint.before(self.rec))
+        zero, one = e.index(0), e.index(1)
+        body = Block(arg_types=[zero.type])
+        for o in span:
+            if o in moved:
+                o.detach()
+                body.add_op(o)
+        body.add_op(scf.YieldOp())
+        loop = scf.ForOp(zero, one, one, [], body)
+        # `e`'s constants went before the original position of `rec`, which now is gone
+        # from the block: put the loop right after the last op left of the span.
+        Rewriter.insert_op(loop, InsertPoint.after(one.owner))  # type: ignore[arg-type]
+        return loop
 
 
 def unwrap_depth0(loop: scf.ForOp) -> None:
@@ -743,20 +776,37 @@ def begin_nest_kernel(nest: Nest, name: str, el: Attribute, shape: Sequence[int]
     arith), the channel loop variables from the block id (row-major over the trip
     counts), the cloned ops before the inner loops and the prologue, the private
     state buffer and the recurrence's trip count."""
-    rec = nest.rec
+    kfunc, vmap = _kernel_func(nest, name)
+    e = Emitter(kfunc.body.block)
+    tid = thread_id(e)
+    bid = block_id(e)
+    _capture_outside_values(e, nest, vmap)
+    _channel_variables(e, nest, vmap, bid)
+    for pre in nest.outer_pre:
+        for op in pre:
+            e.op(op.clone(value_mapper=vmap))
+    for op in nest.prologue:
+        e.op(op.clone(value_mapper=vmap))
+    priv, state_src = _state_buffer(e, nest, vmap, el, shape)
+    trip, step_index = _trip_and_step_index(e, nest.rec, vmap)
+    return NestKernel(nest, kfunc, e, vmap, tid, priv, state_src, trip, step_index)
+
+
+def _kernel_func(nest: Nest, name: str) -> tuple[gpu.FuncOp, dict[SSAValue, SSAValue]]:
+    """The empty kernel over the nest's arguments, and the map from them to its own."""
     types = [a.type for a in nest.kernel_args]
     kfunc = gpu.FuncOp(name, FunctionType.from_lists(types, []), kernel=True)
     kfunc.attributes["gpu.kernel"] = UnitAttr()
-    body = kfunc.body.block
     vmap: dict[SSAValue, SSAValue] = {}
-    for fa, ka in zip(nest.kernel_args, body.args):
+    for fa, ka in zip(nest.kernel_args, kfunc.body.block.args):
         ka.name_hint = arg_name(nest, fa)
         vmap[fa] = ka
-    e = Emitter(body)
-    tid = thread_id(e)
-    bid = block_id(e)
+    return kfunc, vmap
 
-    # values from outside the nest (constants, dims, pure arith)
+
+def _capture_outside_values(e: Emitter, nest: Nest, vmap: dict[SSAValue, SSAValue]) -> None:
+    """Clone the values the nest uses from outside it (constants, dims, pure arith)."""
+
     def capture(v: SSAValue) -> None:
         if v in vmap:
             return
@@ -769,7 +819,10 @@ def begin_nest_kernel(nest: Nest, name: str, el: Attribute, shape: Sequence[int]
     for v in free_values([nest.root]):
         capture(v)
 
-    # channel loop variables from the block id
+
+def _channel_variables(e: Emitter, nest: Nest, vmap: dict[SSAValue, SSAValue], bid: SSAValue) -> None:
+    """Map each channel loop's induction variable to its value for this block: the
+    block id delinearised row-major over the trip counts, then scaled and offset."""
     trips: list[SSAValue] = [
         e.index(t) if isinstance(t, int) else e.dim(vmap[t[0]], t[1]) for t in nest.trips
     ]
@@ -787,21 +840,23 @@ def begin_nest_kernel(nest: Nest, name: str, el: Attribute, shape: Sequence[int]
         iv = k if st == 1 else e.mul(k, e.index(st))
         iv = iv if lb == 0 else e.add(iv, e.index(lb))
         vmap[loop.body.block.args[0]] = iv
-    for pre in nest.outer_pre:
-        for op in pre:
-            e.op(op.clone(value_mapper=vmap))
-    for op in nest.prologue:
-        e.op(op.clone(value_mapper=vmap))
 
-    # state buffer (private per thread)
+
+def _state_buffer(
+    e: Emitter, nest: Nest, vmap: dict[SSAValue, SSAValue], el: Attribute, shape: Sequence[int]
+) -> tuple[SSAValue, SSAValue]:
+    """(this thread's private state buffer, where the initial state is read)."""
     if nest.state_arg is None:
-        priv = vmap[rec.state]
-        state_src = priv
-    else:
-        priv = e.val(memref.AllocaOp.get(el, shape=list(shape)))
-        state_src = vmap[nest.state_arg]
+        priv = vmap[nest.rec.state]
+        return priv, priv
+    priv = e.val(memref.AllocaOp.get(el, shape=list(shape)))
+    return priv, vmap[nest.state_arg]
 
-    # trip count and step index of the recurrence
+
+def _trip_and_step_index(
+    e: Emitter, rec: scan.LoopRecurrence, vmap: dict[SSAValue, SSAValue]
+) -> tuple[SSAValue, Callable[[Emitter, SSAValue], SSAValue]]:
+    """The recurrence's number of steps, and step number k -> its loop index."""
     lb_v, ub_v, step_v = vmap[rec.lb], vmap[rec.ub], vmap[rec.step]
     lb_c, step_c, ub_c = const_int(rec.lb), const_int(rec.step), const_int(rec.ub)
     ub_nonneg = (ub_c is not None and ub_c >= 0) or isinstance(rec.ub.owner, memref.DimOp)
@@ -819,7 +874,7 @@ def begin_nest_kernel(nest: Nest, name: str, el: Attribute, shape: Sequence[int]
         i = k if step_c == 1 else le.mul(k, step_v)
         return i if lb_c == 0 else le.add(i, lb_v)
 
-    return NestKernel(nest, kfunc, e, vmap, tid, priv, state_src, trip, step_index)
+    return trip, step_index
 
 
 def finish_nest_kernel(

@@ -46,9 +46,11 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
         )
     lowering: list[ModulePass]
     if target == "gpu":
-        from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+        from scanweaver.rewrites.gpu_results import ResultsToArguments
+        from scanweaver.rewrites.scan_to_gpu import ScanToGpu
 
-        lowering = [ScanToGpu()]
+        # kernels write only memrefs: returned scalars become output arguments first
+        lowering = [ResultsToArguments(), ScanToGpu()]
     elif target == "cpu":
         from scanweaver.rewrites.exp_polynomial import ExpToPolynomial
         from scanweaver.rewrites.scan_to_cpu import ScanToCpu

@@ -48,8 +48,10 @@ def describe(
     launches: dict[str, list[KernelLaunch]],
     arg_counts: dict[str, int],
     ptxas: dict[str, dict[str, int]] | None = None,
+    results: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
-    """The launch.json document for an image and the launches of each host function."""
+    """The launch.json document for an image and the launches of each host function
+    (`results`: the scalar types a function returns through its last arguments)."""
     kernels: list[KernelLaunch] = []
     index: dict[str, int] = {}
     functions: dict[str, Any] = {}
@@ -69,6 +71,8 @@ def describe(
                 merged = kind if prev in ("unused", kind) else "inout"
                 args[pos] = {"name": name, "kind": merged, "dtype": dtype, "shape": list(shape)}
         functions[fname] = {"arg_count": arg_counts[fname], "args": args, "kernels": order}
+        if (results or {}).get(fname):
+            functions[fname]["results"] = list(results[fname])  # type: ignore[index]
     data = image.encode() if isinstance(image, str) else image
     return {
         "format": FORMAT,
@@ -153,6 +157,7 @@ def load(path: str | os.PathLike, driver: Any = None):
     ptx|cubin -o OUT` (give OUT or OUT.launch.json).  Needs a CUDA driver binding."""
     from scanweaver.runtime.program import Program
     from scanweaver.runtime.cuda import CudaFunction, CudaModule, current_driver, device_chip
+    from scanweaver.runtime.cuda_results import with_results
 
     doc, image = read_artifact(path)
     driver = driver or current_driver()
@@ -165,7 +170,11 @@ def load(path: str | os.PathLike, driver: Any = None):
             )
     launches, counts = plan(doc)
     module = CudaModule(image, driver=driver)
-    functions = {name: CudaFunction(module, name, seq, counts[name]) for name, seq in launches.items()}
+    functions = {
+        name: with_results(CudaFunction(module, name, seq, counts[name]), name,
+                           doc["functions"][name].get("results", []), counts[name])
+        for name, seq in launches.items()
+    }
     return Program(functions, [], image if isinstance(image, str) else doc["image"])
 
 

@@ -156,7 +156,7 @@ class CudaDriver:
 
     # -- helpers shared by every binding ------------------------------------------------
     def to_device(self, host: np.ndarray) -> DeviceArray:
-        host = np.ascontiguousarray(host)
+        host = np.require(host, requirements="C")  # keeps a 0-d array 0-d (ascontiguousarray would not)
         buf = self.alloc(max(host.nbytes, 1))
         if host.nbytes:
             self.upload(buf, host)

@@ -16,8 +16,10 @@ from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 
 from scanweaver.errors import ScanWeaverValueError
+from scanweaver.rewrites.gpu_results import returned_scalars
 from scanweaver.rewrites.launch import KernelLaunch, launch_descriptions
 from scanweaver.runtime.cuda import CudaFunction
+from scanweaver.runtime.cuda_results import with_results
 
 # Ops allowed in a host function: they only compute launch sizes, or skip a launch
 # whose grid is empty (`launch` skips those itself).
@@ -50,6 +52,9 @@ class CudaArtifacts:
     stages: list[Any]
     ptxas: dict[str, dict[str, int]]
     warnings: list[str] = field(default_factory=list)
+    # host function -> types of the scalars it returns through its last arguments
+    # (`gpu-results-to-args`; `runtime/cuda_results.py` hides those arguments again)
+    results: dict[str, list[str]] = field(default_factory=dict)
 
 
 def device_chip() -> str:
@@ -163,7 +168,9 @@ def artifacts_from_module(module: ModuleOp, stages: list[Any], chip: str = "sm_9
             "recurrence in its loops)"
         )
     (ptx, ptxas, warnings), _ = cache.cached(key, build, parse=_parse_ptx_entry)
-    return CudaArtifacts(ptx, chip, launches, counts, stages, ptxas, warnings)
+    results = {fn.sym_name.data: returned_scalars(fn) for fn in module.ops if isinstance(fn, func.FuncOp)}
+    return CudaArtifacts(ptx, chip, launches, counts, stages, ptxas, warnings,
+                         {name: r for name, r in results.items() if r and name in launches})
 
 
 class _CudaFunction(CudaFunction):
@@ -193,7 +200,10 @@ def compile_cuda_program(mlir_text: str):
     module = CudaModule(artifacts.ptx)
     contracts = derive_contracts(parse_ir(mlir_text))
     functions = {
-        name: _CudaFunction(module, name, seq, artifacts.arg_counts[name], contracts.get(name))
+        name: with_results(
+            _CudaFunction(module, name, seq, artifacts.arg_counts[name], contracts.get(name)),
+            name, artifacts.results.get(name, []), artifacts.arg_counts[name],
+        )
         for name, seq in artifacts.launches.items()
     }
     return Program(functions, artifacts.stages, artifacts.ptx)

@@ -1,9 +1,10 @@
 """GPU drivers behind `linear_scan(..., backend="cuda")` and `selective_scan`.
 
 Both go through the compiler like any user program: IR (a `scan.affine` op, or the
-selective scan written as loops) → `scanweaver-lower{target=gpu}` → PTX → numba
-driver.  Kernels use dynamic shapes where the IR allows, so one build serves every
-size; builds are cached in-process here and on disk by the compiler.
+GPU form of the selective-scan builder, `workloads/selective.py`) →
+`scanweaver-lower{target=gpu}` → PTX → a driver binding.  Kernels have dynamic sizes,
+so one build serves every size (the selective scan: one per N, B/C layouts and
+options); builds are cached in-process here and on disk by the compiler.
 
 Inputs may be numpy arrays (copied in and out) or device arrays exposing
 `__cuda_array_interface__` (torch, cupy, numba): those are used in place, with
@@ -21,6 +22,7 @@ import numpy as np
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cuda_launch import prefer_time_blocks
 from scanweaver.workloads.scans import MLIR_ELEMENT, affine_scan_ir
+from scanweaver.workloads.specs import SelectiveScanSpec
 
 
 #: the time chunk of `scan-to-gpu`'s defaults (block 128 x 4 items x 16 tiles)
@@ -143,37 +145,66 @@ def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
     return (out, f2.reshape(channel_shape)) if return_final_state else out
 
 
-def selective_scan_ir(shapes: dict[str, tuple[int, ...]], options: dict[str, bool]) -> str:
-    """The selective scan as loops for these shapes and options (a cached build key)."""
-    from scanweaver.ir import print_ir
-    from scanweaver.workloads.loops import selective_scan_loops
+#: B/C rank -> their kind in the selective kernel (`workloads/selective.py`)
+_BC_KIND = {2: "const", 3: "shared", 4: "grouped"}
 
-    batch, dim, length = shapes["u"]
-    n = shapes["A"][1]
-    bc = {2: "constant", 3: "shared", 4: "grouped"}[len(shapes["B"])]
-    return print_ir(
-        selective_scan_loops(
-            batch, dim, length, n,
-            bc=bc,
-            groups=shapes["B"][1] if bc == "grouped" else 1,
-            with_D="D" in shapes,
-            with_z="z" in shapes,
-            with_delta_bias="delta_bias" in shapes,
-            delta_softplus=options["delta_softplus"],
-            return_last_state=options["return_last_state"],
-        )
+
+def selective_spec(
+    shapes: dict[str, tuple[int, ...]], delta_softplus: bool, return_last_state: bool
+) -> SelectiveScanSpec:
+    """The compile-time options of the GPU selective scan for these argument shapes:
+    the state size N, the B/C kinds and the optional arguments, never (batch, D, L)
+    (one build serves every size).  One clear error for shapes the kernel cannot take."""
+    u = shapes["u"]
+    if len(u) != 3:
+        raise ScanWeaverValueError(f"argument 'u' has shape {u}; expected (batch, D, L)")
+    batch, dim, length = u
+    a = shapes["A"]
+    if len(a) != 2 or a[0] != dim or not 0 < a[1] <= 64:
+        raise ScanWeaverValueError(f"argument 'A' has shape {a}; expected (D, N) with D = {dim} and 1 <= N <= 64")
+    n = a[1]
+    kinds = {}
+    for name in ("B", "C"):
+        shape = shapes[name]
+        kind = _BC_KIND.get(len(shape))
+        want = {"const": (dim, n), "shared": (batch, n, length), "grouped": None}.get(kind)
+        if kind == "grouped":
+            g = shape[1]
+            ok = shape[0] == batch and shape[2:] == (n, length) and 0 < g and dim % g == 0
+        else:
+            ok = kind is not None and shape == want
+        if not ok:
+            raise ScanWeaverValueError(
+                f"argument '{name}' has shape {shape}; expected (D, N) = {(dim, n)}, (batch, N, L) = "
+                f"{(batch, n, length)} or (batch, G, N, L) with G dividing D = {dim}"
+            )
+        kinds[name] = kind
+    for name, want in (("delta", u), ("z", u), ("D", (dim,)), ("delta_bias", (dim,)), ("h0", (batch, dim, n))):
+        if name in shapes and shapes[name] != want:
+            raise ScanWeaverValueError(f"argument '{name}' has shape {shapes[name]}; expected {want}")
+    return SelectiveScanSpec(
+        n, kinds["B"], kinds["C"], "D" in shapes, "z" in shapes, "delta_bias" in shapes,
+        bool(delta_softplus), "h0" in shapes, bool(return_last_state),
     )
+
+
+def selective_scan_ir(shapes: dict[str, tuple[int, ...]], options: dict[str, bool]) -> str:
+    """The GPU selective scan's IR for arguments of these shapes (only N, the B/C kinds
+    and which optional arguments are present matter: the kernel has dynamic sizes)."""
+    from scanweaver.runtime.kernel_ir import kernel_ir
+
+    spec = selective_spec(shapes, options["delta_softplus"], options["return_last_state"])
+    return kernel_ir("selective_gpu", spec=spec).text
 
 
 def selective_scan_cuda(
     u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
 ):
-    """The selective scan compiled from its loop form for these shapes and options."""
-    if initial_state is not None:
-        raise ScanWeaverValueError(
-            "initial_state is not supported by the GPU kernel yet; use backend='cpu'"
-        )
-    named = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias}
+    """The selective scan from `workloads/selective.py`'s GPU form: one build per (N,
+    B/C kinds, options) serves every (batch, D, L); the grid is one block per (batch,
+    channel), computed at launch from the arguments' sizes."""
+    named = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z,
+             "delta_bias": delta_bias, "h0": initial_state}
     arrays = {k: v for k, v in named.items() if v is not None}
     on_device = hasattr(u, "__cuda_array_interface__")
     if not on_device:

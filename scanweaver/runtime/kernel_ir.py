@@ -21,6 +21,7 @@ from typing import Any
 BUILDERS = {
     "affine": ("scanweaver.workloads.affine", "affine_scan"),
     "selective": ("scanweaver.workloads.selective", "selective_scan_recurrence"),
+    "selective_gpu": ("scanweaver.workloads.selective", "selective_scan_gpu"),
     "selective_complex": ("scanweaver.workloads.selective_complex", "selective_scan_complex_recurrence"),
 }
 

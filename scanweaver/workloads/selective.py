@@ -3,6 +3,9 @@
     selective_scan_recurrence(spec, element="f32")
         func.func @selective_scan(u, delta, A, B, C, [Dskip], [z], [bias], [h0], out,
                                   [last], d_begin, d_end)
+    selective_scan_gpu(spec)
+        func.func @selective_scan(u, delta, A, B, C, [Dskip], [z], [bias], [h0], out,
+                                  [last])
 
 Every size but the state size N is dynamic, so one compiled kernel serves every
 (batch, D, L); `d_begin`/`d_end` pick the channels a call runs (the CPU driver splits
@@ -10,6 +13,13 @@ them across threads).  B and C come in the kernel layout of their kind, time bef
 the state index: (D, N) "const", (batch, L, N) "shared", (batch, G, L, N) "grouped"
 (channel d uses group d // (D / G)).  The argument list of a kernel is this function's
 signature (`kernel_arguments`); callers never keep a second one.
+
+The GPU form (`selective_scan_gpu`) is the same computation, shaped for the GPU
+lowering: the state is allocated in the channel loop (one block per (batch, channel)
+owns it), the channel loop runs over all of D (the grid covers the channels, so there
+is no channel range), and B and C keep the caller's layout, state index before time
+((batch, N, L), (batch, G, N, L)): a block's threads take consecutive time steps, so
+their loads of one state element are coalesced.
 """
 
 from __future__ import annotations
@@ -30,8 +40,11 @@ from scanweaver.workloads.types import kernel_arguments, memref_of
 BC_KINDS = ("const", "shared", "grouped")
 
 
-def bc_type(kind: str, n: int, element: str = "f32") -> MemRefType:
-    """The memref type of B or C in the kernel layout of `kind`."""
+def bc_type(kind: str, n: int, element: str = "f32", gpu: bool = False) -> MemRefType:
+    """The memref type of B or C in the kernel layout of `kind` (state index last on
+    the CPU, before time on the GPU)."""
+    if gpu:
+        return memref_of({"const": ("?", n), "shared": ("?", n, "?"), "grouped": ("?", "?", n, "?")}[kind], element)
     return memref_of({"const": ("?", n), "shared": ("?", "?", n), "grouped": ("?", "?", "?", n)}[kind], element)
 
 
@@ -69,44 +82,58 @@ def _for(lb: SSAValue, ub: SSAValue, step: SSAValue, iv: str, body: Callable[[SS
     scf.ForOp(lb, ub, step, [], Region(block))
 
 
-def selective_arguments(spec, el: str, state_el: str | Attribute | None = None) -> list[tuple[str, Attribute]]:
+def selective_arguments(
+    spec, el: str, state_el: str | Attribute | None = None, gpu: bool = False
+) -> list[tuple[str, Attribute]]:
     """The kernel's (name, type) arguments: `el` for the real per-step data, `state_el`
-    (default `el`; complex for complex A) for A, B, C and the states."""
+    (default `el`; complex for complex A) for A, B, C and the states; the GPU form
+    takes B/C in its layout and no channel range."""
     n, st = spec.n, el if state_el is None else state_el
     m3 = memref_of(("?", "?", "?"), el)
     args = [("u", m3), ("delta", m3), ("A", memref_of(("?", n), st)),
-            ("B", bc_type(spec.b_kind, n, st)), ("C", bc_type(spec.c_kind, n, st))]
+            ("B", bc_type(spec.b_kind, n, st, gpu)), ("C", bc_type(spec.c_kind, n, st, gpu))]
     args += [("Dskip", memref_of(("?",), el))] if spec.has_d else []
     args += [("z", m3)] if spec.has_z else []
     args += [("bias", memref_of(("?",), el))] if spec.has_bias else []
     args += [("h0", memref_of(("?", "?", n), st))] if spec.has_h0 else []
     args += [("out", m3)]
     args += [("last", memref_of(("?", "?", n), st))] if spec.has_last else []
-    return args + [("d_begin", IndexType()), ("d_end", IndexType())]
+    return args if gpu else args + [("d_begin", IndexType()), ("d_end", IndexType())]
 
 
-def _bc_indices(kind: str, group: SSAValue | None, b: SSAValue, d: SSAValue, i: SSAValue, n: SSAValue):
+def _bc_indices(
+    kind: str, group: SSAValue | None, b: SSAValue, d: SSAValue, i: SSAValue, n: SSAValue, gpu: bool = False
+):
+    if gpu:
+        return {"const": [d, n], "shared": [b, n, i], "grouped": [b, group, n, i]}[kind]
     return {"const": [d, n], "shared": [b, i, n], "grouped": [b, group, i, n]}[kind]
 
 
-def selective_scan_recurrence(spec: SelectiveScanSpec, element: str = "f32") -> ModuleOp:
-    """`func.func @selective_scan` for `spec`, computing in `element` (f32, or f64)."""
+def selective_scan_recurrence(spec: SelectiveScanSpec, element: str = "f32", gpu: bool = False) -> ModuleOp:
+    """`func.func @selective_scan` for `spec`, computing in `element` (f32, or f64);
+    `gpu` gives the GPU form (see the module docstring)."""
     if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
         raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
-    args = selective_arguments(spec, element)
+    args = selective_arguments(spec, element, gpu=gpu)
     block = Block(arg_types=[t for _, t in args])
     for value, (hint, _) in zip(block.args, args):
         value.name_hint = hint
     v = dict(zip((hint for hint, _ in args), block.args))
     with ImplicitBuilder(block):
-        _kernel_body(spec, element, v)
+        _kernel_body(spec, element, v, gpu)
         func.ReturnOp()
     fn = func.FuncOp("selective_scan", ([t for _, t in args], []), Region(block))
     return ModuleOp([fn])
 
 
-def _kernel_body(spec: SelectiveScanSpec, element: str, v: dict[str, SSAValue]) -> None:
-    """Constants and sizes, then the (batch, channel) loops around one scan.recurrence."""
+def selective_scan_gpu(spec: SelectiveScanSpec) -> ModuleOp:
+    """The f32 GPU form of `selective_scan_recurrence`: one build for every (batch, D, L)."""
+    return selective_scan_recurrence(spec, "f32", gpu=True)
+
+
+def _kernel_body(spec: SelectiveScanSpec, element: str, v: dict[str, SSAValue], gpu: bool = False) -> None:
+    """Constants and sizes, then the (batch, channel) loops around one scan.recurrence
+    (the state allocated once on the CPU, per channel on the GPU)."""
     e = _Body(element_type(element))
     c0, c1, c2 = e.index(0, "c0"), e.index(1, "c1"), e.index(2, "c2")
     cN = e.index(spec.n, "cN")
@@ -120,21 +147,24 @@ def _kernel_body(spec: SelectiveScanSpec, element: str, v: dict[str, SSAValue]) 
             groups = _named(memref.DimOp(v[name], c1).result, f"ng{name}")
             per[name] = e.op(arith.DivUIOp, k["Dn"], groups, hint=f"per{name}")
     state_type = memref_of((spec.n,), element)
-    state = _named(memref.AllocaOp.get(state_type.element_type, shape=[spec.n]).memref, "S")
+    new_state = lambda: _named(memref.AllocaOp.get(state_type.element_type, shape=[spec.n]).memref, "S")  # noqa: E731
+    hoisted = None if gpu else new_state()
 
     def channel(b: SSAValue, d: SSAValue) -> None:
+        state = new_state() if hoisted is None else hoisted
         group = {name: e.op(arith.DivUIOp, d, p, hint=f"g{name}") for name, p in per.items()}
         _initial_state(e, spec, v, k, state, b, d)
         bd = e.load(v["bias"], [d], "bd") if spec.has_bias else None
         dd = e.load(v["Dskip"], [d], "dd") if spec.has_d else None
-        coeffs = _coeffs_region(e, spec, v, k, state_type, b, d, group, bd)
-        emit = _emit_region(e, spec, v, k, state_type, b, d, group, dd)
+        coeffs = _coeffs_region(e, spec, v, k, state_type, b, d, group, bd, gpu)
+        emit = _emit_region(e, spec, v, k, state_type, b, d, group, dd, gpu)
         scan.RecurrenceOp(c0, length, c1, state, coeffs, emit)
         if spec.has_last:
             _for(c0, cN, c1, "n", lambda n: memref.StoreOp.get(
                 e.load(state, [n], "v"), v["last"], [b, d, n]))
 
-    _for(c0, batch, c1, "b", lambda b: _for(v["d_begin"], v["d_end"], c1, "d", lambda d: channel(b, d)))
+    d_begin, d_end = (c0, k["Dn"]) if gpu else (v["d_begin"], v["d_end"])
+    _for(c0, batch, c1, "b", lambda b: _for(d_begin, d_end, c1, "d", lambda d: channel(b, d)))
 
 
 def _initial_state(e: _Body, spec, v, k, state: SSAValue, b: SSAValue, d: SSAValue) -> None:
@@ -147,7 +177,7 @@ def _initial_state(e: _Body, spec, v, k, state: SSAValue, b: SSAValue, d: SSAVal
     _for(k["c0"], k["cN"], k["c1"], "n", init)
 
 
-def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd) -> Region:
+def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd, gpu=False) -> Region:
     """(a, b) at step i, state index n: exp(dt * A[d, n]) and B[.., i, n] * dt * u."""
     block = Block(arg_types=[IndexType(), IndexType()])
     i, n = block.args
@@ -157,7 +187,7 @@ def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd) -> Region:
         ak = e.load(v["A"], [d, n], "ak")
         da = e.op(arith.MulfOp, dt, ak, hint="da")
         a = e.op(mathd.ExpOp, da, hint="a")
-        bk = e.load(v["B"], _bc_indices(spec.b_kind, group.get("B"), b, d, i, n), "bk")
+        bk = e.load(v["B"], _bc_indices(spec.b_kind, group.get("B"), b, d, i, n, gpu), "bk")
         uu = e.load(v["u"], [b, d, i], "uu")
         dtu = e.op(arith.MulfOp, dt, uu, hint="dtu")
         x = e.op(arith.MulfOp, bk, dtu, hint="x")
@@ -165,13 +195,13 @@ def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd) -> Region:
     return Region(block)
 
 
-def _emit_region(e: _Body, spec, v, k, state_type, b, d, group, dd) -> Region:
+def _emit_region(e: _Body, spec, v, k, state_type, b, d, group, dd, gpu=False) -> Region:
     """out[b, d, i] = (C[.., i, :] . S  [+ Dskip[d] u]) [* silu(z)]."""
     block = Block(arg_types=[IndexType(), state_type])
     i, s = block.args
     i.name_hint, s.name_hint = "i", "s"
     with ImplicitBuilder(block):
-        store_output(e, spec, v, k, _dot_c(e, spec, v, k, s, b, d, i, group), dd, b, d, i)
+        store_output(e, spec, v, k, _dot_c(e, spec, v, k, s, b, d, i, group, gpu), dd, b, d, i)
         scan.YieldOp()
     return Region(block)
 
@@ -207,18 +237,18 @@ def store_output(e: _Body, spec, v, k, y: SSAValue, dd, b, d, i) -> None:
     memref.StoreOp.get(y, v["out"], [b, d, i])
 
 
-def _dot_c(e: _Body, spec, v, k, s, b, d, i, group) -> SSAValue:
+def _dot_c(e: _Body, spec, v, k, s, b, d, i, group, gpu=False) -> SSAValue:
     """sum over n of S[n] * C[.., i, n], as an scf.for reduction."""
     block = Block(arg_types=[IndexType(), e.el])
     n, acc = block.args
     n.name_hint, acc.name_hint = "n", "acc"
     with ImplicitBuilder(block):
         hv = e.load(s, [n], "hv")
-        cv = e.load(v["C"], _bc_indices(spec.c_kind, group.get("C"), b, d, i, n), "cv")
+        cv = e.load(v["C"], _bc_indices(spec.c_kind, group.get("C"), b, d, i, n, gpu), "cv")
         pr = e.op(arith.MulfOp, hv, cv, hint="pr")
         scf.YieldOp(e.op(arith.AddfOp, acc, pr, hint="acc2"))
     loop = scf.ForOp(k["c0"], k["cN"], k["c1"], [k["zero"]], Region(block))
     return _named(loop.results[0], "y")
 
 
-__all__ = ["BC_KINDS", "SelectiveScanSpec", "bc_type", "kernel_arguments", "selective_scan_recurrence"]  # re-exports
+__all__ = ["BC_KINDS", "SelectiveScanSpec", "bc_type", "kernel_arguments", "selective_scan_gpu", "selective_scan_recurrence"]  # re-exports

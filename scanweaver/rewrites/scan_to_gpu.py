@@ -1,0 +1,84 @@
+"""The `scan-to-gpu` pass: every scan op to GPU kernels, one lowering per op kind.
+
+`scan.affine` (`blelloch_gpu.py`: one block per channel, chained tiles; or in time
+across blocks, `affine_time_blocks.py`), `scan.recurrence` loop nests
+(`recurrence_gpu.py`), `scan.linear_recurrence` nests (`linear_gpu.py`) and generic
+`scan.scan` ops (`scan_gpu.py`, or `scan_time_blocks.py` for few long channels).
+Ops a lowering cannot take stay for the sequential lowering; why is noted on their
+function (`blelloch_gpu.record_refusals`).  Options: see `blelloch_gpu.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+
+from scanweaver.dialects import scan
+from scanweaver.errors import ScanWeaverError
+from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
+from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
+from scanweaver.rewrites.gpu_kernel import Unsupported
+from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
+from scanweaver.rewrites.recurrence_gpu import lower_recurrences
+from scanweaver.rewrites.scan_gpu import lower_scans
+from scanweaver.rewrites.scan_time_blocks import fix_scratch_launches, lower_scan_time_blocks
+from scanweaver.rewrites.scan_time_blocks import wants_time_blocks as scan_wants_time_blocks
+
+
+@dataclass(frozen=True)
+class ScanToGpu(ModulePass):
+    """Lower `scan.affine`, `scan.recurrence` / `scan.linear_recurrence` nests and generic
+    `scan.scan` ops to tiled Blelloch scan kernels."""
+
+    name = "scan-to-gpu"
+
+    block_size: int = 128
+    items_per_thread: int = 4
+    diagnose: bool = False
+    # scan.affine in time across blocks (affine_time_blocks.py): "auto" (few static
+    # channels and long rows, or the op's scanweaver.gpu_strategy attribute), "always", "never"
+    time_blocks: str = "auto"
+    chunk_tiles: int = 16  # tiles per time chunk of a multi-block scan
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        bs, ipt = self.block_size, self.items_per_thread
+        if bs < 1 or bs > 1024 or bs & (bs - 1):
+            raise ScanWeaverError(f"scan-to-gpu: block-size must be a power of two in [1, 1024], got {bs}")
+        if ipt < 1 or ipt > 64:
+            raise ScanWeaverError(f"scan-to-gpu: items-per-thread must be in [1, 64], got {ipt}")
+        if self.time_blocks not in ("auto", "always", "never"):
+            raise ScanWeaverError(f"scan-to-gpu: time-blocks must be auto, always or never, got {self.time_blocks!r}")
+        if self.chunk_tiles < 1:
+            raise ScanWeaverError(f"scan-to-gpu: chunk-tiles must be at least 1, got {self.chunk_tiles}")
+        affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
+        if affines:
+            kmod = get_kernel_module(op)
+            chunk = bs * ipt * self.chunk_tiles
+            for aff in affines:
+                if self.time_blocks == "always" or (self.time_blocks == "auto" and wants_time_blocks(aff, chunk)):
+                    lower_affine_time_blocks(aff, kmod, bs, ipt, self.chunk_tiles)
+                else:
+                    lower_affine(aff, kmod, bs, ipt)
+        # Fused producer/consumer recurrences (loop nests around scan.recurrence).
+        refused: dict[Operation, str] = dict(lower_recurrences(op, bs, ipt))
+        # Coupled (matrix-valued) recurrences, then generic combines.
+        refused.update(lower_linear_recurrences(op, bs, ipt))
+        # generic scans with few long channels: in time across blocks (scan_time_blocks.py)
+        scratch: dict = {}
+        for s in [o for o in op.walk() if isinstance(o, scan.ScanOp)]:
+            if scan_wants_time_blocks(s, bs * ipt * self.chunk_tiles, self.time_blocks):
+                try:
+                    lower_scan_time_blocks(s, op, bs, ipt, self.chunk_tiles, scratch)
+                except Unsupported:
+                    pass  # lower_scans says why
+        refused.update(lower_scans(op, bs, ipt))
+        if scratch:
+            fix_scratch_launches(op, scratch)
+        record_refusals(refused, diagnose=self.diagnose)
+
+
+__all__ = ["ScanToGpu"]
