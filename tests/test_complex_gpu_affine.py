@@ -147,3 +147,43 @@ def test_complex_affine_kernel_ptxas(chip, el):
     info = out["ptxas"][desc.kernel_name]
     assert info["spill_stores"] == 0 and info["spill_loads"] == 0, out["warnings"]
     assert info["stack_bytes"] == 0 and info["registers"] <= 255
+
+
+# -- linear_scan(backend="cuda") with complex arrays: the CUDA runtime's packing ------------
+
+
+def test_linear_scan_cuda_complex_through_the_runtime(monkeypatch):
+    """`linear_scan(..., backend="cuda")` on complex64 arrays, with a driver whose launches
+    decode the memref descriptors from the kernel parameters and run the kernel in the
+    thread-block simulator: complex arrays travel as interleaved (re, im) pairs with
+    sizes and strides in complex elements, and the result is the CPU's."""
+    import scanweaver as sw
+    from scanweaver import api
+    from scanweaver.rewrites.launch import launch_descriptions
+    from scanweaver.runtime import cuda_scan
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule
+    from tests.test_gpu_time_blocks import SimulatorDriver
+
+    runs = []
+
+    def run_in_simulator(ir, name, arrays):
+        module = compiler.lower(ir, "gpu").module
+        descs = [d for d in launch_descriptions(module) if d.func_name == name]
+        CudaFunction(CudaModule("ptx", driver=SimulatorDriver(module)), name, descs, len(arrays))(*arrays)
+        runs.append([d.args for d in descs])
+
+    monkeypatch.setattr(api, "_cuda_usable", lambda: True)
+    monkeypatch.setattr(cuda_scan, "_run", run_in_simulator)
+    a = (RNG.standard_normal((2, 9)) + 1j * RNG.standard_normal((2, 9))).astype(np.complex64) * 0.7
+    b = (RNG.standard_normal((2, 9)) + 1j * RNG.standard_normal((2, 9))).astype(np.complex64)
+    h0 = (RNG.standard_normal(2) + 1j * RNG.standard_normal(2)).astype(np.complex64)
+    for reverse in (False, True):
+        got_h, got_f = sw.linear_scan(a, b, h0=h0, reverse=reverse, backend="cuda", return_final_state=True)
+        ref_h, ref_f = sw.linear_scan(a, b, h0=h0, reverse=reverse, backend="cpu", return_final_state=True)
+        assert got_h.dtype == np.complex64 and got_f.dtype == np.complex64
+        np.testing.assert_allclose(got_h, ref_h, rtol=2e-6, atol=2e-6)
+        np.testing.assert_allclose(got_f, ref_f, rtol=2e-6, atol=2e-6)
+    assert len(runs) == 2 and all(arg[2] == "complex<f32>" for run in runs for args in run for arg in args)
+    # "auto" keeps complex host arrays on the CPU (no time blocks for complex on the GPU)
+    sw.linear_scan(a, b, backend="auto")
+    assert len(runs) == 2
