@@ -187,3 +187,21 @@ def test_linear_scan_cuda_complex_through_the_runtime(monkeypatch):
     # "auto" keeps complex host arrays on the CPU (no time blocks for complex on the GPU)
     sw.linear_scan(a, b, backend="auto")
     assert len(runs) == 2
+
+
+def test_kernel_finite_where_the_loop_is():
+    """|a| = 1e6 with b = 0 until the last step: the loop's state stays 0 while tile
+    products of a overflow; the kernel's overflow guard keeps the sequential result."""
+    text = affine_ir((2, 40), 1, False, False, True)
+    module = gpu_lowered(text)
+    a = np.full((2, 40), 1e6 + 0j, np.complex64)
+    a[1] = 3e5 + 2e5j
+    b = np.zeros((2, 40), np.complex64)
+    b[:, -1] = 1 + 1j
+    args = [a, b, np.zeros((2, 40), np.complex64), np.zeros(2, np.complex64)]
+    ref = interpret(text, *args)
+    got = [x.copy() for x in args]
+    simulate_launch(module, "f", *got)
+    assert np.isfinite(ref[2]).all() and np.isfinite(got[2]).all()
+    np.testing.assert_array_equal(got[2], ref[2])
+    np.testing.assert_array_equal(got[3], ref[3])
