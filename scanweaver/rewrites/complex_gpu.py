@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import complex as cx
 from xdsl.dialects import memref
-from xdsl.dialects.builtin import ComplexType, IndexType, MemRefType, ModuleOp
+from xdsl.dialects.builtin import ComplexType, Float64Type, IndexType, MemRefType, ModuleOp
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
@@ -106,4 +106,18 @@ class ComplexAffineToRecurrence(ModulePass):
         PatternRewriteWalker(ComplexAffinePerChannel(), apply_recursively=False).rewrite_module(op)
 
 
-__all__ = ["ComplexAffineToRecurrence"]
+#: Most complex values in one state the GPU's diagonal recurrence kernel takes (ptxas:
+#: 16 keeps sm_80/sm_90 free of spills and stack frames in f32 and f64; larger states,
+#: or dynamic ones, stay host loops).
+MAX_COMPLEX_STATE = 16
+
+
+def state_words(el) -> int:
+    """32-bit registers of one state element, relative to a real one: 2 for
+    complex<f32>, 4 for complex<f64> (the kernel's items per thread count by it)."""
+    if isinstance(el, ComplexType):
+        return 4 if isinstance(el.element_type, Float64Type) else 2
+    return 1
+
+
+__all__ = ["MAX_COMPLEX_STATE", "ComplexAffineToRecurrence", "state_words"]
