@@ -124,3 +124,27 @@ def test_lru_kernel_ptxas(el):
         assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (chip, info, out["warnings"])
         assert info["stack_bytes"] == 0 and info["registers"] <= 255, (chip, info)
         assert info["shared_bytes"] == desc.shared_bytes
+
+
+def test_compile_cuda_runs_the_lru_through_the_runtime(monkeypatch):
+    """`scanweaver.compile(lru, target="cuda")` takes complex arguments: the CUDA runtime
+    packs them (interleaved pairs, descriptors in complex elements) for a driver whose
+    launches run the kernel in the thread-block simulator."""
+    import scanweaver as sw
+    from scanweaver.runtime import cuda, cuda_program
+    from tests.test_gpu_time_blocks import SimulatorDriver
+
+    L, N, H = 6, 2, 2
+    text = print_ir(lru_loops(L, N, H))
+    driver = SimulatorDriver(compiler.lower(text, "gpu").module)
+    monkeypatch.setattr(cuda, "require_cuda", lambda: None)
+    monkeypatch.setattr(cuda, "current_driver", lambda: driver)
+    monkeypatch.setattr(cuda_program, "device_chip", lambda: "sm_90")
+    program = sw.compile(text, target="cuda")
+    args = lru_args(L, N, H, "f32")
+    ref, got = [x.copy() for x in args], [x.copy() for x in args]
+    run_function(text, "lru", *ref)
+    program.lru(*got)
+    assert [name for name, _ in driver.launches] == ["scan_recurrence_0"]
+    np.testing.assert_allclose(got[6], ref[6], rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(got[7], ref[7], rtol=2e-5, atol=2e-5)
