@@ -178,7 +178,8 @@ def linear_scan(
       complex64, complex128); every dimension other than ``axis`` is an independent
       channel.  Complex: a real floating-point a or b is promoted to the other's complex
       type by numpy's rules (float64 with complex64 gives complex128); h0 may be real
-      or complex.  Complex scans run on the CPU (the GPU path takes real dtypes).
+      or complex.  Complex host arrays run on the CPU unless ``backend="cuda"`` (one
+      GPU block per channel, the fused (re, im) kernel); complex GPU arrays on the GPU.
     h0: optional initial state, shape of ``a`` without ``axis`` (zero when absent).
     reverse: walk the axis from its end (``h[t] = a[t] * h[t+1] + b[t]``).
     h0 may be a list or a single value for every channel; values that the state dtype
@@ -200,8 +201,11 @@ def linear_scan(
         raise ScanWeaverTypeError(f"axis must be an integer, got {axis!r}") from None
     _check_flag("reverse", reverse)
     _check_flag("return_final_state", return_final_state)
-    complex_limit = "complex dtypes run on the CPU only" if any(map(_is_complex, (a, b))) else None
-    chosen = _pick_backend(backend, [a, b, h0], gpu_limit=complex_limit)
+    if backend == "auto" and any(map(_is_complex, (a, b))) and not any(map(_is_cuda_array, (a, b, h0))):
+        # complex host arrays stay on the CPU unless backend="cuda" asks: the GPU's
+        # complex kernel runs one block per channel (no time blocks)
+        backend = "cpu"
+    chosen = _pick_backend(backend, [a, b, h0])
     if chosen == "cuda" and _is_cuda_array(a):
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
 

@@ -31,6 +31,7 @@ SCANWEAVER_UNIVERSE = Universe(
         "scan-to-loops": _pass("scanweaver.rewrites.scan_to_loops", "ScanToLoops"),
         "scan-complex-affine-to-loops": _pass("scanweaver.rewrites.complex_affine_loops", "ComplexAffineToLoops"),
         "scan-complex-to-host-loops": _pass("scanweaver.rewrites.complex_affine_loops", "ComplexScansToLoops"),
+        "scan-complex-affine-to-recurrence": _pass("scanweaver.rewrites.complex_gpu", "ComplexAffineToRecurrence"),
         "scan-complex-to-pairs": _pass("scanweaver.rewrites.raise_complex_pairs", "ComplexToPairs"),
         "scan-pairs-to-complex": _pass("scanweaver.rewrites.raise_complex_pairs", "PairsToComplex"),
         "scan-complex-to-real": _pass("scanweaver.rewrites.complex_to_real", "ComplexToReal"),

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import scanweaver as sw
-from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver import api
+from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.interp.run import run_function
 from scanweaver.runtime.cpu_scan import affine_ir, affine_scan_cpu
 
@@ -78,12 +79,15 @@ def test_mixed_real_complex_promotes_like_numpy():
     assert h0[1].dtype == np.complex64
 
 
-def test_complex_refusals_name_the_argument():
+def test_complex_refusals_name_the_argument(monkeypatch):
     with pytest.raises(ScanWeaverTypeError, match="argument 'b' has dtype int32"):
         sw.linear_scan(crandn(2, 8), np.ones((2, 8), np.int32), backend="cpu")
     with pytest.raises(ScanWeaverTypeError, match="argument 'h0' has dtype float64"):
         sw.linear_scan(crandn(2, 8), crandn(2, 8), h0=np.ones(2), backend="cpu")
-    with pytest.raises(ScanWeaverValueError, match="complex dtypes run on the CPU only"):
+    # complex takes the GPU kernel now (tests/test_complex_gpu_affine.py); without CUDA,
+    # backend="cuda" is the usual unavailable error
+    monkeypatch.setattr(api, "_cuda_usable", lambda: False)
+    with pytest.raises(BackendUnavailableError, match="backend='cuda' is not available"):
         sw.linear_scan(crandn(2, 8), crandn(2, 8), backend="cuda")
     with pytest.raises(ScanWeaverValueError, match="variant 'chunked' does not take complex"):
         affine_scan_cpu(crandn(2, 8), crandn(2, 8), variant="chunked")

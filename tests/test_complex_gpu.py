@@ -6,8 +6,10 @@ simulator).
   the fused 2x2 linear-recurrence kernel on (re, im) (`scan-complex-to-pairs`); the
   (re, im) pair form written by hand (`lru_pair_loops`) keeps that form on the GPU.
   PTX for sm_80 and sm_90: no spills, no stack frame; simulated against the interpreter.
-* Complex scans without a kernel (a memref<N x complex> state, complex scan.affine)
-  become sequential host loops (`scan-complex-to-host-loops`) instead of failing.
+* Complex scans without a kernel (a complex scan.scan, a dynamic or large
+  memref<N x complex> state) become sequential host loops (`scan-complex-to-host-loops`)
+  instead of failing.  Complex scan.affine: tests/test_complex_gpu_affine.py; several
+  complex values per state (the LRU): tests/test_complex_gpu_state.py.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from scanweaver.rewrites.complex_to_real import ComplexToReal
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
 from scanweaver.rewrites.raise_complex_pairs import ComplexToPairs
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
-from scanweaver.workloads.lru import lru_iter_arg_loops, lru_loops, lru_pair_loops
+from scanweaver.workloads.lru import lru_iter_arg_loops, lru_pair_loops
 
 RNG = np.random.default_rng(90)
 
@@ -74,23 +76,30 @@ def test_complex_kernel_in_simulator_matches_interpreter(dtype, el, tol):
     np.testing.assert_allclose(got[3], ref[3], rtol=tol, atol=tol)
 
 
+COMPLEX_CUMSUM = """
+func.func @f(%x: memref<2x6xcomplex<f32>>, %y: memref<2x6xcomplex<f32>>) {
+  scan.scan ins(%x : memref<2x6xcomplex<f32>>) outs(%y : memref<2x6xcomplex<f32>>) axis 1 {
+  ^bb0(%p: complex<f32>, %q: complex<f32>):
+    %s = complex.add %p, %q : complex<f32>
+    scan.yield %s : complex<f32>
+  }
+  func.return
+}
+"""
+
+
 def test_complex_without_kernel_becomes_host_loops():
-    L, N, H = 5, 3, 2
-    text = print_ir(lru_loops(L, N, H))
-    final = compiler.lower(text, "gpu").stages[-1].ir
-    assert "gpu.func" not in final and "scan." not in final and "complex.mul" not in final
-    lam = ((RNG.standard_normal(N) + 1j * RNG.standard_normal(N)) * 0.5).astype(np.complex64)
-    args = [lam, RNG.random(N).astype(np.float32),
-            (RNG.standard_normal((L, N)) + 1j * RNG.standard_normal((L, N))).astype(np.complex64),
-            (RNG.standard_normal((H, N)) + 1j * RNG.standard_normal((H, N))).astype(np.complex64),
-            RNG.standard_normal(H).astype(np.float32), RNG.standard_normal((L, H)).astype(np.float32),
-            np.zeros(N, np.complex64), np.zeros((L, H), np.float32)]
+    """A complex scan.scan has no GPU kernel: sequential host loops, the same bits."""
+    final = compiler.lower(COMPLEX_CUMSUM, "gpu").stages[-1].ir
+    assert "gpu.func" not in final and "scan." not in final
+    x = (RNG.standard_normal((2, 6)) + 1j * RNG.standard_normal((2, 6))).astype(np.complex64)
     outs = []
-    for form in (text, final):
-        a = [x.copy() for x in args]
-        run_function(form, "lru", *a)
-        outs.append(a)
-    assert outs[0][6].tobytes() == outs[1][6].tobytes() and outs[0][7].tobytes() == outs[1][7].tobytes()
+    for form in (COMPLEX_CUMSUM, final):
+        y = np.zeros((2, 6), np.complex64)
+        run_function(form, "f", x.copy(), y)
+        outs.append(y)
+    assert outs[0].tobytes() == outs[1].tobytes()
+    np.testing.assert_allclose(outs[0], np.cumsum(x, axis=1), rtol=1e-6)
 
 
 def test_parallel_kernel_finite_where_the_loop_is():

@@ -38,6 +38,7 @@ from typing import Any
 
 from xdsl.dialects import gpu, memref, scf
 from xdsl.dialects.builtin import (
+    ComplexType,
     IntegerAttr,
     IntegerType,
     MemRefType,
@@ -98,6 +99,10 @@ class _Block:
             xtype = xtype_for_el_type(el, interp.index_bitwidth)
             size = math.prod(shape)
             garbage = 0x5A5A5A5A if isinstance(el, IntegerType) else math.nan
+            if isinstance(el, ComplexType):  # (re, im) pairs, the interpreter's own storage
+                from scanweaver.interp.complex_impls import ComplexStorage
+
+                xtype, garbage = ComplexStorage(el), (math.nan, math.nan)
             buf = ShapedArray(TypedPtr[Any].new([garbage] * size, xtype=xtype), shape)
             self.shared[name] = buf
             self.shared_ids.add(id(buf))

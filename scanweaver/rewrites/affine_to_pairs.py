@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from xdsl.builder import Builder
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf
+from xdsl.dialects import complex as cx
 from xdsl.dialects.builtin import (
+    ComplexType,
     DYNAMIC_INDEX,
     Float32Type,
     FloatAttr,
@@ -92,6 +94,11 @@ class Emitter:
         is_int = isinstance(t, (IntegerType, IndexType))
         key = (int(value) if is_int else float(value), t)
         if key not in self._consts:
+            if isinstance(t, ComplexType):  # value + 0i
+                op = cx.ConstantOp.from_floats((float(value), 0.0), t.element_type)  # type: ignore[arg-type]
+                self._const_builder.insert(op)
+                self._consts[key] = op.complex
+                return op.complex
             attr = IntegerAttr(int(value), t) if is_int else FloatAttr(float(value), t)  # type: ignore[arg-type]
             op = arith.ConstantOp(attr)
             self._const_builder.insert(op)
@@ -186,7 +193,9 @@ class Emitter:
 
 @dataclass(frozen=True)
 class PairArith:
-    """Arithmetic of the affine pair monoid over one state type (float or wrapping int)."""
+    """Arithmetic of the affine pair monoid over one state type (float, wrapping int, or
+    complex: `complex.mul`/`complex.add`, which `scan-complex-to-real` later makes the
+    interpreter's real formulas on (re, im) registers)."""
 
     state_type: Attribute
 
@@ -194,10 +203,18 @@ class PairArith:
     def is_int(self) -> bool:
         return isinstance(self.state_type, IntegerType)
 
+    @property
+    def is_complex(self) -> bool:
+        return isinstance(self.state_type, ComplexType)
+
     def mul(self, e: Emitter, x: SSAValue, y: SSAValue) -> SSAValue:
+        if self.is_complex:
+            return e.val(cx.MulOp(x, y))
         return e.val(arith.MuliOp(x, y) if self.is_int else arith.MulfOp(x, y))
 
     def add(self, e: Emitter, x: SSAValue, y: SSAValue) -> SSAValue:
+        if self.is_complex:
+            return e.val(cx.AddOp(x, y))
         return e.val(arith.AddiOp(x, y) if self.is_int else arith.AddfOp(x, y))
 
     def one(self, e: Emitter) -> SSAValue:

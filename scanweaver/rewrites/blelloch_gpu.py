@@ -90,7 +90,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, gpu, math, memref
+from xdsl.dialects import complex as complex_dialect
 from xdsl.dialects.builtin import (
+    ComplexType,
     DYNAMIC_INDEX,
     ArrayAttr,
     BFloat16Type,
@@ -138,6 +140,8 @@ def type_name(t: Attribute) -> str:
 
 
 def byte_size(t: Attribute) -> int:
+    if isinstance(t, ComplexType):  # (re, im)
+        return 2 * byte_size(t.element_type)
     if isinstance(t, (Float64Type,)):
         return 8
     if isinstance(t, (Float16Type, BFloat16Type)):
@@ -328,10 +332,21 @@ def poison_underflow(e: Emitter, p: SSAValue, x: SSAValue, y: SSAValue) -> SSAVa
     return e.val(arith.SelectOp(lost, e.const(float("nan"), t), p))
 
 
+def _real_parts(e: Emitter, values: Sequence[SSAValue]) -> list[SSAValue]:
+    """Real values as they are; a complex value as its re and im parts."""
+    out: list[SSAValue] = []
+    for v in values:
+        if isinstance(v.type, ComplexType):
+            out += [e.val(complex_dialect.ReOp(v)), e.val(complex_dialect.ImOp(v))]
+        else:
+            out.append(v)
+    return out
+
+
 def any_not_finite(e: Emitter, values: Sequence[SSAValue]) -> SSAValue:
     """i1: some value is +-inf or NaN (x - x is 0 exactly for every finite x)."""
     bad: SSAValue | None = None
-    for v in values:
+    for v in _real_parts(e, values):
         zero = e.const(0.0, v.type)
         c = e.val(arith.CmpfOp(e.val(arith.SubfOp(v, v)), zero, "une"))
         bad = c if bad is None else e.val(arith.OrIOp(bad, c))
@@ -350,14 +365,18 @@ def flag_tile_root(e: Emitter, roots: Sequence[SSAValue], flag_ref: SSAValue, fl
     if already is not None:
         bad = e.val(arith.OrIOp(bad, already))
     el = roots[0].type
-    e.store(e.val(arith.SelectOp(bad, e.const(1.0, el), e.const(0.0, el))), flag_ref, [e.index(flag_slot)])
+    real = el.element_type if isinstance(el, ComplexType) else el
+    flag = e.val(arith.SelectOp(bad, e.const(1.0, real), e.const(0.0, real)))
+    if isinstance(el, ComplexType):  # the flag as flag + 0i
+        flag = e.val(complex_dialect.CreateOp(flag, e.const(0.0, real), el))
+    e.store(flag, flag_ref, [e.index(flag_slot)])
     return bad
 
 
 def read_tile_flag(e: Emitter, flag_ref: SSAValue, flag_slot: int) -> SSAValue:
     """i1 in every thread: `flag_tile_root` said 1 (read after the down-sweep's first
     barrier, before any thread can write that slot again)."""
-    v = e.load(flag_ref, [e.index(flag_slot)])
+    (v, *_) = _real_parts(e, [e.load(flag_ref, [e.index(flag_slot)])])  # complex: 1 + 0i
     return e.val(arith.CmpfOp(v, e.const(1.0, v.type), "oeq"))
 
 

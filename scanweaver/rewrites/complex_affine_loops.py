@@ -17,6 +17,7 @@ left to the other lowerings.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.builder import Builder
@@ -34,6 +35,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
+from scanweaver.rewrites.complex_gpu import MAX_COMPLEX_STATE
 from scanweaver.rewrites.loop_utils import const_index, const_scalar, dim_sizes, for_loop, loop_nest, mul_add
 
 
@@ -137,7 +139,11 @@ def _has_complex_state(op) -> bool:
     if isinstance(op, scan.AffineOp):
         return isinstance(op.h.type.element_type, ComplexType)  # type: ignore[attr-defined]
     if isinstance(op, scan.RecurrenceOp):
-        return isinstance(op.state_type.element_type, ComplexType)
+        # a static state of several complex values is left to scan-to-gpu's diagonal
+        # recurrence kernel (complex pairs; what it refuses becomes loops there)
+        st = op.state_type
+        several = st.get_num_dims() > 0 and st.has_static_shape() and 1 < math.prod(st.get_shape()) <= MAX_COMPLEX_STATE
+        return isinstance(st.element_type, ComplexType) and not several
     if isinstance(op, scan.ScanOp):
         return any(isinstance(v.type.element_type, ComplexType) for v in op.inputs)  # type: ignore[attr-defined]
     return False

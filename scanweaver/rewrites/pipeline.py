@@ -36,6 +36,7 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
     from scanweaver.rewrites.raise_affine import RaiseRecurrences
     from scanweaver.rewrites.complex_affine_loops import ComplexAffineToLoops, ComplexScansToLoops
     from scanweaver.rewrites.raise_complex_pairs import ComplexToPairs, PairsToComplex
+    from scanweaver.rewrites.complex_gpu import ComplexAffineToRecurrence
     from scanweaver.rewrites.complex_to_real import ComplexToReal
     from scanweaver.rewrites.scan_to_loops import ScanToLoops
 
@@ -61,10 +62,13 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
     else:
         lowering = []
     # Complex states: CPU/loops take (re, im) pair recurrences as complex ones and scan
-    # complex axes time-major; the GPU runs one complex value per channel as the fused
-    # 2x2 (re, im) kernel, other complex scans as host loops.
+    # complex axes time-major; the GPU runs one complex value per channel (complex
+    # scan.affine split into per-channel recurrences first) as the fused 2x2 (re, im)
+    # kernel, other complex scans as host loops.
     complex_stages: list[ModulePass] = (
-        [ComplexToPairs(), ComplexScansToLoops()] if target == "gpu" else [PairsToComplex(), ComplexAffineToLoops()]
+        [ComplexAffineToRecurrence(), ComplexToPairs(), ComplexScansToLoops()]
+        if target == "gpu"
+        else [PairsToComplex(), ComplexAffineToLoops()]
     )
     return [
         RaiseRecurrences(),

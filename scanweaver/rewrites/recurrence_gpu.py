@@ -137,6 +137,7 @@ from scanweaver.rewrites.gpu_nest import (
     unwrap_depth0,
     wrap_depth0,
 )
+from scanweaver.rewrites.complex_gpu import state_words
 from scanweaver.rewrites.gpu_split_state import needs_split, split_state
 
 #: States up to this size are indexed by constants after LLVM's own full unroll.
@@ -493,7 +494,7 @@ def lower_recurrence(
         refuse_i1_memrefs(nest.kernel_args)
         name = kernel_name(top, "scan_recurrence")
         n_state = math.prod(rec.state_type.get_shape())
-        ipt = items_for_state(n_state, items_per_thread)
+        ipt = items_for_state(n_state * state_words(rec.state_type.element_type), items_per_thread)
         gen = _KernelGen(nest, name, block_size, ipt, keep_pairs)
         kfunc = gen.build()
         if gen.n > UNROLL_BY_LLVM:  # the emit's loops over the state: constant indices

@@ -132,6 +132,9 @@ _ELEMENT = {
     "f16": ("f", 2), "bf16": ("fuV", 2), "f32": ("f", 4), "f64": ("f", 8),
     "i1": ("bui", 1), "i8": ("iu", 1), "i16": ("iu", 2), "i32": ("iu", 4), "i64": ("iu", 8),
     "index": ("iu", 8),
+    # complex: interleaved (re, im) pairs, numpy's (and numba's, torch's) layout; the
+    # descriptor's sizes and strides count complex elements
+    "complex<f32>": ("c", 8), "complex<f64>": ("c", 16),
 }
 
 # MLIR scalar type -> ctypes type of its kernel parameter
@@ -289,7 +292,10 @@ def launch_arguments(driver, desc: KernelLaunch, device: Sequence[Any], scratch:
 
 
 #: MLIR element type names of scratch buffers -> numpy dtypes
-_NUMPY_DTYPE = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "i16": "int16", "i8": "int8"}
+_NUMPY_DTYPE = {
+    "f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "i16": "int16", "i8": "int8",
+    "complex<f32>": "complex64", "complex<f64>": "complex128",
+}
 
 
 def scalar_positions(launches: Sequence[KernelLaunch]) -> set[int]:
@@ -326,7 +332,7 @@ class DeviceArguments:
                 host = np.asarray(x)
             except Exception as e:  # noqa: BLE001 - a ragged list or an odd object
                 raise ScanWeaverValueError(f"argument #{i} is not an array: {e}") from None
-            if host.dtype.kind not in "biufV":
+            if host.dtype.kind not in "biufcV":
                 raise ScanWeaverTypeError(f"argument #{i} must be an array of numbers, got {type(x).__name__} of {host.dtype}")
             if i in outputs and not host.flags.writeable:
                 raise ScanWeaverValueError(f"argument #{i} is written by the kernel but is read-only")

@@ -80,9 +80,11 @@ def _device_like(template: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
 def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
     on_device = hasattr(a, "__cuda_array_interface__")
     if not on_device:
+        from scanweaver.runtime.validation import SCAN_TYPES
         from scanweaver.runtime.validation import host_array as _host_array
 
-        a, b = np.asarray(_host_array("a", a)), np.asarray(_host_array("b", b))
+        types = (*SCAN_TYPES, np.complex64, np.complex128)  # complex: the fused (re, im) kernel
+        a, b = np.asarray(_host_array("a", a, types)), np.asarray(_host_array("b", b, types))
     iface_a = a.__cuda_array_interface__ if on_device else None
     shape = tuple(iface_a["shape"]) if on_device else a.shape
     dtype = np.dtype(iface_a["typestr"]) if on_device else a.dtype
@@ -132,7 +134,8 @@ def linear_scan_cuda(a, b, h0, axis, reverse, return_final_state):
         ("?", "?"), 1, MLIR_ELEMENT[dtype], MLIR_ELEMENT[state],
         init=h0 is not None, final=True, reverse=reverse,
     )
-    if prefer_time_blocks(channels, length, DEFAULT_TIME_CHUNK):
+    # (complex scans run one block per channel: their kernel has no time blocks)
+    if dtype.kind != "c" and prefer_time_blocks(channels, length, DEFAULT_TIME_CHUNK):
         # few channels, long rows: several blocks per channel, in time (one more build)
         from scanweaver.rewrites.affine_time_blocks import ask_time_blocks
 
