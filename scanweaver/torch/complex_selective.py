@@ -1,0 +1,339 @@
+"""`selective_scan_fn` with complex A: Mamba's complex selective scan as a PyTorch operator.
+
+Meaning (mamba_ssm's `selective_scan_ref` with wtype complex; numpy level in
+runtime/cpu_selective_complex.py): A (D, N) complex64/complex128; B and C constant
+(D, N) complex or real, or input-dependent real with (re, im) pairs on a last axis of
+2L (Mamba's layout), or input-dependent complex with length L; y = 2 Re(C h);
+the state, last_state and all the math take A's complex dtype; out is real in u's dtype.
+
+  scanweaver::complex_selective_scan_fwd   the compiled fused complex scan.recurrence
+  scanweaver::complex_selective_scan_bwd   gradients, PyTorch's complex autograd convention
+                                           (grad of a real loss w.r.t. z = dL/dRe z + i dL/dIm z)
+
+Backward.  With w = dt A, a = exp(w), x = dt u B, h_t = a_t h_{t-1} + x_t and
+y_t = 2 Re(sum_n C_t h_t):
+    g_t     = 2 dy_t conj(C_t)        (+ dlast at the last step)
+    lam_t   = g_t + conj(a_{t+1}) lam_{t+1}       one compiled reverse complex scan
+    grad x  = lam,  grad a = lam conj(h_{t-1}),  grad w = grad a * conj(a)
+    grad C  = 2 dy conj(h),  grad B = dt u lam,  grad A = sum dt grad w
+    d(dt)  += Re(grad w conj(A)) + u Re(lam conj(B)),  du += dt Re(lam conj(B))
+The states h come from the compiled complex linear_scan (the same recurrence, axis 2 of
+a (batch, D, L, N) array) and lam from its VJP (torch/complex_linear.py): this backward
+MATERIALISES (batch, d, L, N) complex arrays for blocks of channels d (peak bounded by
+BLOCK_ELEMENTS per array), unlike the real op's fused `scanweaver-grad` VJP.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.torch.complex_linear import complex_scan_vjp
+
+MAX_STATE = 64
+#: Channels per backward block: about this many (batch, d, L, N) elements per array.
+BLOCK_ELEMENTS = 1 << 20
+
+_REAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_COMPLEX = (torch.complex64, torch.complex128)
+
+
+def _dtypes(A: torch.Tensor) -> tuple[np.dtype, np.dtype, torch.dtype]:
+    """(complex numpy dtype, real numpy dtype, real torch dtype) of the math: A's."""
+    if A.dtype == torch.complex128:
+        return np.dtype(np.complex128), np.dtype(np.float64), torch.float64
+    return np.dtype(np.complex64), np.dtype(np.float32), torch.float32
+
+
+def _view(x: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+    return x.detach().to(dtype).contiguous().numpy()
+
+
+def _weight_view(x: torch.Tensor, cdt: np.dtype, rt: torch.dtype) -> np.ndarray:
+    """B or C for the numpy kernel: complex in cdt, or real in the math's real dtype."""
+    return _view(x, torch.complex128 if cdt == np.complex128 else torch.complex64) if x.is_complex() else _view(x, rt)
+
+
+def _kind(x: torch.Tensor) -> str:
+    return {2: "const", 3: "shared", 4: "grouped"}[x.dim()]
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@torch.library.custom_op("scanweaver::complex_selective_scan_fwd", mutates_args=())
+def complex_selective_scan_fwd(
+    u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+    D: Optional[torch.Tensor], z: Optional[torch.Tensor], delta_bias: Optional[torch.Tensor],
+    delta_softplus: bool, initial_state: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out in u's dtype, last state (batch, D, N) in A's dtype): the compiled kernel."""
+    if u.device.type != "cpu":
+        raise BackendUnavailableError("selective_scan_fn with complex A runs on CPU tensors only")
+    from scanweaver.runtime.cpu_selective_complex import selective_scan_complex_cpu
+
+    cdt, _rdt, rt = _dtypes(A)
+    ct = torch.complex128 if cdt == np.complex128 else torch.complex64
+    opt = lambda x, t: None if x is None else _view(x, t)  # noqa: E731
+    out, last = selective_scan_complex_cpu(
+        _view(u, rt), _view(delta, rt), _view(A, ct), _weight_view(B, cdt, rt), _weight_view(C, cdt, rt),
+        opt(D, rt), opt(z, rt), opt(delta_bias, rt), bool(delta_softplus), True,
+        None if initial_state is None else _weight_view(initial_state, cdt, rt),
+    )
+    return torch.from_numpy(out).to(u.dtype), torch.from_numpy(last)
+
+
+@complex_selective_scan_fwd.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state=None):
+    return u.new_empty(u.shape), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
+
+
+# ---------------------------------------------------------------------------- backward
+
+
+def _step_layout(x: torch.Tensor, cdt: np.dtype, rt: torch.dtype) -> np.ndarray:
+    """B or C as complex cdt, time before the state index: (D, N), (batch, L, N) or
+    (batch, G, L, N); real input-dependent (re, im) pairs become complex."""
+    arr = _weight_view(x, cdt, rt)
+    if arr.dtype.kind == "f" and arr.ndim > 2:
+        arr = arr.view(cdt)  # (..., 2L) real pairs -> (..., L) complex, zero copy
+    arr = arr.astype(cdt, copy=False)
+    return arr if arr.ndim == 2 else np.swapaxes(arr, -1, -2)
+
+
+def _channels(kind: str, M: np.ndarray, lo: int, hi: int, per_group: int) -> np.ndarray:
+    """M for channels lo..hi, broadcastable to (batch, hi - lo, L, N)."""
+    if kind == "const":
+        return M[None, lo:hi, None, :]
+    if kind == "shared":
+        return M[:, None]
+    return M[:, np.arange(lo, hi) // per_group]
+
+
+def _accumulate(kind: str, acc: np.ndarray, grad: np.ndarray, lo: int, hi: int, per_group: int) -> None:
+    """Add a block's (batch, hi - lo, L, N) gradient into acc (M's step layout)."""
+    if kind == "const":
+        acc[lo:hi] += grad.sum(axis=(0, 2))
+    elif kind == "shared":
+        acc += grad.sum(axis=1)
+    else:
+        for g in range(lo // per_group, (hi - 1) // per_group + 1):
+            a, b = max(lo, g * per_group) - lo, min(hi, (g + 1) * per_group) - lo
+            acc[:, g] += grad[:, a:b].sum(axis=1)
+
+
+def _weight_grad(acc: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """A step-layout complex gradient as the gradient of the tensor `like`."""
+    g = acc if acc.ndim == 2 else np.swapaxes(acc, -1, -2)
+    if not like.is_complex():
+        # a real weight promoted to complex: its gradient is the real part; (re, im)
+        # pairs get both parts, interleaved like the input
+        g = np.ascontiguousarray(g).view(g.real.dtype) if like.dim() > 2 else g.real
+    return torch.from_numpy(np.ascontiguousarray(g)).to(like.dtype)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
+
+
+def _backward_arrays(u, delta, A, B, C, D, z, bias, softplus, dout, dlast, h0, kinds, per_group):
+    """All gradients as numpy arrays (step layout for B and C), block of channels at a time."""
+    from scanweaver.runtime.cpu_complex import complex_scan_cpu
+
+    batch, Dn, L = u.shape
+    N = A.shape[1]
+    grads = {k: np.zeros_like(v) for k, v in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C))}
+    dD, dbias = np.zeros(Dn, u.dtype), np.zeros(Dn, u.dtype)
+    dz = np.zeros_like(u) if z is not None else None
+    dh0 = np.zeros((batch, Dn, N), A.dtype)
+    step = max(1, BLOCK_ELEMENTS // max(1, batch * L * N))
+    for lo in range(0, Dn, step):
+        hi = min(Dn, lo + step)
+        raw = delta[:, lo:hi] + (bias[None, lo:hi, None] if bias is not None else 0)
+        dt = np.where(raw > 20, raw, np.log1p(np.exp(np.minimum(raw, 20)))) if softplus else raw
+        uu = u[:, lo:hi]
+        Ab = A[None, lo:hi, None, :]
+        a = np.exp(dt[..., None] * Ab)  # (batch, d, L, N)
+        Bb, Cb = _channels(kinds[0], B, lo, hi, per_group[0]), _channels(kinds[1], C, lo, hi, per_group[1])
+        s = dt * uu
+        x = np.ascontiguousarray(np.broadcast_to(s[..., None] * Bb, a.shape))
+        h0b = None if h0 is None else h0[:, lo:hi]
+        h = complex_scan_cpu(a, x, h0b, 2, False)[0]
+        go = dout[:, lo:hi]
+        if z is not None or D is not None:
+            pre = 2 * np.real((h * Cb).sum(-1))
+            if D is not None:
+                pre = pre + D[None, lo:hi, None] * uu
+        du = np.zeros_like(uu)
+        if z is not None:
+            zz = z[:, lo:hi]
+            sz = _sigmoid(zz)
+            dz[:, lo:hi] = go * pre * sz * (1 + zz * (1 - sz))
+            go = go * zz * sz
+        if D is not None:
+            dD[lo:hi] = (go * uu).sum(axis=(0, 2))
+            du += go * D[None, lo:hi, None]
+        g = np.broadcast_to(2 * go[..., None] * np.conj(Cb), a.shape).copy()  # written below
+        if L:
+            g[:, :, -1] += dlast[:, lo:hi]
+        _accumulate(kinds[1], grads["C"], 2 * go[..., None] * np.conj(h), lo, hi, per_group[1])
+        da, dx, dh0b = complex_scan_vjp(a, h, h0b, g, axis=2)
+        dh0[:, lo:hi] = dh0b
+        _accumulate(kinds[0], grads["B"], s[..., None] * dx, lo, hi, per_group[0])
+        ds = np.real(dx * np.conj(Bb)).sum(-1)
+        gw = da * np.conj(a)
+        grads["A"][lo:hi] = (dt[..., None] * gw).sum(axis=(0, 2))
+        ddt = ds * uu + np.real(gw * np.conj(Ab)).sum(-1)
+        grads["u"][:, lo:hi] = du + ds * dt
+        if softplus:
+            ddt = ddt * np.where(raw > 20, 1.0, _sigmoid(raw))
+        grads["delta"][:, lo:hi] = ddt
+        dbias[lo:hi] = ddt.sum(axis=(0, 2))
+    return grads, dD, dz, dbias, dh0
+
+
+@torch.library.custom_op("scanweaver::complex_selective_scan_bwd", mutates_args=())
+def complex_selective_scan_bwd(
+    u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+    D: Optional[torch.Tensor], z: Optional[torch.Tensor], delta_bias: Optional[torch.Tensor],
+    delta_softplus: bool, dout: torch.Tensor, dlast: torch.Tensor,
+    initial_state: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+           torch.Tensor, torch.Tensor]:
+    """Gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dinitial_state) in the
+    inputs' dtypes (complex ones in the Wirtinger convention); empty tensors for the
+    optional inputs that are None."""
+    if u.device.type != "cpu":
+        raise BackendUnavailableError("selective_scan_fn with complex A runs on CPU tensors only")
+    cdt, _rdt, rt = _dtypes(A)
+    ct = torch.complex128 if cdt == np.complex128 else torch.complex64
+    opt = lambda x, t: None if x is None else _view(x, t)  # noqa: E731
+    kinds = (_kind(B), _kind(C))
+    per_group = tuple(u.shape[1] // M.shape[1] if M.dim() == 4 else 1 for M in (B, C))
+    grads, dD, dz, dbias, dh0 = _backward_arrays(
+        _view(u, rt), _view(delta, rt), _view(A, ct), _step_layout(B, cdt, rt), _step_layout(C, cdt, rt),
+        opt(D, rt), opt(z, rt), opt(delta_bias, rt), bool(delta_softplus), _view(dout, rt), _view(dlast, ct),
+        opt(initial_state, ct), kinds, per_group,
+    )
+
+    def back(g, like):
+        if like is None:
+            return u.new_empty((0,))
+        g = g if like.is_complex() else np.real(g)
+        return torch.from_numpy(np.ascontiguousarray(g)).to(like.dtype)
+
+    return (back(grads["u"], u), back(grads["delta"], delta), back(grads["A"], A), _weight_grad(grads["B"], B),
+            _weight_grad(grads["C"], C), back(dD, D), back(dz, z), back(dbias, delta_bias), back(dh0, initial_state))
+
+
+@complex_selective_scan_bwd.register_fake
+def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast, initial_state=None):
+    like = lambda x: u.new_empty((0,)) if x is None else torch.empty_like(x)  # noqa: E731
+    return (torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), torch.empty_like(B),
+            torch.empty_like(C), like(D), like(z), like(delta_bias), like(initial_state))
+
+
+def _setup_context(ctx, inputs, output):
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state = inputs
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    ctx.delta_softplus = delta_softplus
+    ctx.last_shape = output[1].shape
+
+
+def _backward(ctx, dout, dlast):
+    u, delta, A, B, C, D, z, delta_bias, h0 = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(u)
+    if dlast is None:
+        dlast = A.new_zeros(ctx.last_shape)
+    grads = torch.ops.scanweaver.complex_selective_scan_bwd(
+        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast.to(A.dtype), h0
+    )
+    du, ddelta, dA, dB, dC, dD, dz, dbias, dh0 = grads
+    need = ctx.needs_input_grad
+    pick = lambda g, i, present=True: g if (present and need[i]) else None  # noqa: E731
+    return (pick(du, 0), pick(ddelta, 1), pick(dA, 2), pick(dB, 3), pick(dC, 4),
+            pick(dD, 5, D is not None), pick(dz, 6, z is not None), pick(dbias, 7, delta_bias is not None), None,
+            pick(dh0, 9, h0 is not None))
+
+
+complex_selective_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------------ public entry
+
+
+def _tensor(name: str, x, allowed: tuple, optional: bool = False) -> Optional[torch.Tensor]:
+    if x is None:
+        if optional:
+            return None
+        raise ScanWeaverTypeError(f"argument '{name}' is required (got None)")
+    if not isinstance(x, torch.Tensor):
+        raise ScanWeaverTypeError(f"argument '{name}' must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise ScanWeaverValueError(f"argument '{name}' has layout {x.layout}; only dense (strided) tensors are supported")
+    if x.dtype not in allowed:
+        names = ", ".join(str(t).replace("torch.", "") for t in allowed)
+        raise ScanWeaverTypeError(f"argument '{name}' has dtype {x.dtype}; with complex A it must be one of {names}")
+    return x
+
+
+def _check_weight(name: str, x: torch.Tensor, batch: int, Dn: int, N: int, L: int) -> None:
+    if x.dim() == 2:
+        if tuple(x.shape) != (Dn, N):
+            raise ScanWeaverValueError(f"argument '{name}' (constant) must have shape (D, N) = {(Dn, N)}, "
+                                       f"got {tuple(x.shape)}")
+        return
+    steps, what = (L, "L") if x.is_complex() else (2 * L, "2L: (re, im) pairs")
+    if x.dim() == 3:
+        if tuple(x.shape) != (batch, N, steps):
+            raise ScanWeaverValueError(f"argument '{name}' must have shape (batch, N, {what}) = "
+                                       f"{(batch, N, steps)} with complex A, got {tuple(x.shape)}")
+        return
+    if x.dim() == 4 and x.shape[0] == batch and x.shape[1] > 0 and Dn % x.shape[1] == 0 \
+            and tuple(x.shape[2:]) == (N, steps):
+        return
+    raise ScanWeaverValueError(f"argument '{name}' must have shape (D, N) = {(Dn, N)}, (batch, N, {what}) = "
+                               f"{(batch, N, steps)} or (batch, G, N, {what}) with G dividing D = {Dn}, "
+                               f"got {tuple(x.shape)}")
+
+
+def complex_selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                              return_last_state=False, initial_state=None):
+    """`selective_scan_fn` for complex A (module docstring); checks, then the custom op."""
+    u = _tensor("u", u, _REAL)
+    delta, A = _tensor("delta", delta, _REAL), _tensor("A", A, _COMPLEX)
+    B, C = _tensor("B", B, _REAL + _COMPLEX), _tensor("C", C, _REAL + _COMPLEX)
+    D = _tensor("D", D, _REAL, optional=True)
+    z = _tensor("z", z, _REAL, optional=True)
+    delta_bias = _tensor("delta_bias", delta_bias, _REAL, optional=True)
+    initial_state = _tensor("initial_state", initial_state, _REAL + _COMPLEX, optional=True)
+    named = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias,
+             "initial_state": initial_state}
+    for n, t in named.items():
+        if t is not None and t.device.type != "cpu":
+            raise BackendUnavailableError(f"selective_scan_fn with complex A runs on CPU tensors only; "
+                                          f"argument '{n}' is on {t.device}")
+    if u.dim() != 3:
+        raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {tuple(u.shape)}")
+    batch, Dn, L = u.shape
+    want = {"delta": u.shape, "z": u.shape, "D": (Dn,), "delta_bias": (Dn,)}
+    for n, shape in want.items():
+        if named[n] is not None and tuple(named[n].shape) != tuple(shape):
+            raise ScanWeaverValueError(f"argument '{n}' has shape {tuple(named[n].shape)}; expected {tuple(shape)}")
+    if A.dim() != 2 or A.shape[0] != Dn:
+        raise ScanWeaverValueError(f"argument 'A' must have shape (D, N) = ({Dn}, N), got {tuple(A.shape)}")
+    N = A.shape[1]
+    if not 1 <= N <= MAX_STATE:
+        raise ScanWeaverValueError(f"argument 'A': state size N = {N} is not supported (1..{MAX_STATE})")
+    _check_weight("B", B, batch, Dn, N, L)
+    _check_weight("C", C, batch, Dn, N, L)
+    if initial_state is not None and tuple(initial_state.shape) != (batch, Dn, N):
+        raise ScanWeaverValueError(f"argument 'initial_state' has shape {tuple(initial_state.shape)}; "
+                                   f"expected {(batch, Dn, N)} (batch, D, N)")
+    out, last = torch.ops.scanweaver.complex_selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias,
+                                                                bool(delta_softplus), initial_state)
+    return (out, last) if return_last_state else out
