@@ -27,15 +27,18 @@ from __future__ import annotations
 
 from typing import Optional
 
+import functools
+
 import numpy as np
 import torch
 
 from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
-from scanweaver.torch.complex_linear import complex_scan_vjp
+from scanweaver.runtime.cpu_scan import num_threads, parallel_for, split_range
+from scanweaver.workloads.selective_complex_vjp import ComplexSelectiveVjpSpec, selective_scan_complex_vjp
 
 MAX_STATE = 64
-#: Channels per backward block: about this many (batch, d, L, N) elements per array.
-BLOCK_ELEMENTS = 1 << 20
+#: Steps between state checkpoints in the backward (L / CHUNK states per channel kept).
+CHUNK = 64
 
 _REAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPLEX = (torch.complex64, torch.complex128)
@@ -75,7 +78,7 @@ def complex_selective_scan_fwd(
         raise BackendUnavailableError("selective_scan_fn with complex A runs on CPU tensors only")
     from scanweaver.runtime.cpu_selective_complex import selective_scan_complex_cpu
 
-    cdt, _rdt, rt = _dtypes(A)
+    cdt, rdt, rt = _dtypes(A)
     ct = torch.complex128 if cdt == np.complex128 else torch.complex64
     opt = lambda x, t: None if x is None else _view(x, t)  # noqa: E731
     out, last = selective_scan_complex_cpu(
@@ -101,28 +104,7 @@ def _step_layout(x: torch.Tensor, cdt: np.dtype, rt: torch.dtype) -> np.ndarray:
     if arr.dtype.kind == "f" and arr.ndim > 2:
         arr = arr.view(cdt)  # (..., 2L) real pairs -> (..., L) complex, zero copy
     arr = arr.astype(cdt, copy=False)
-    return arr if arr.ndim == 2 else np.swapaxes(arr, -1, -2)
-
-
-def _channels(kind: str, M: np.ndarray, lo: int, hi: int, per_group: int) -> np.ndarray:
-    """M for channels lo..hi, broadcastable to (batch, hi - lo, L, N)."""
-    if kind == "const":
-        return M[None, lo:hi, None, :]
-    if kind == "shared":
-        return M[:, None]
-    return M[:, np.arange(lo, hi) // per_group]
-
-
-def _accumulate(kind: str, acc: np.ndarray, grad: np.ndarray, lo: int, hi: int, per_group: int) -> None:
-    """Add a block's (batch, hi - lo, L, N) gradient into acc (M's step layout)."""
-    if kind == "const":
-        acc[lo:hi] += grad.sum(axis=(0, 2))
-    elif kind == "shared":
-        acc += grad.sum(axis=1)
-    else:
-        for g in range(lo // per_group, (hi - 1) // per_group + 1):
-            a, b = max(lo, g * per_group) - lo, min(hi, (g + 1) * per_group) - lo
-            acc[:, g] += grad[:, a:b].sum(axis=1)
+    return np.ascontiguousarray(arr if arr.ndim == 2 else np.swapaxes(arr, -1, -2))
 
 
 def _weight_grad(acc: np.ndarray, like: torch.Tensor) -> torch.Tensor:
@@ -135,64 +117,48 @@ def _weight_grad(acc: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(g)).to(like.dtype)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
+@functools.lru_cache(maxsize=None)
+def _vjp_kernel(spec: ComplexSelectiveVjpSpec):
+    """The compiled `@selective_scan_complex_vjp` of `spec` (workloads/selective_complex_vjp.py)."""
+    from xdsl.dialects import func
+
+    from scanweaver.ir import print_ir
+    from scanweaver.runtime.cpu_scan import kernel
+    from scanweaver.workloads.types import kernel_arguments
+
+    module = selective_scan_complex_vjp(spec)
+    (fn,) = [op for op in module.body.block.ops if isinstance(op, func.FuncOp)]
+    return kernel(print_ir(module), fn.sym_name.data, list(kernel_arguments(fn)))
 
 
-def _backward_arrays(u, delta, A, B, C, D, z, bias, softplus, dout, dlast, h0, kinds, per_group):
-    """All gradients as numpy arrays (step layout for B and C), block of channels at a time."""
-    from scanweaver.runtime.cpu_complex import complex_scan_cpu
-
+def _backward_arrays(u, delta, A, B, C, D, z, bias, softplus, dout, dlast, h0, kinds):
+    """All gradients as numpy arrays (step layout for B and C) from the compiled VJP,
+    channel ranges on threads; D, bias and h0 are arrays (zeros when absent)."""
     batch, Dn, L = u.shape
     N = A.shape[1]
-    grads = {k: np.zeros_like(v) for k, v in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C))}
-    dD, dbias = np.zeros(Dn, u.dtype), np.zeros(Dn, u.dtype)
-    dz = np.zeros_like(u) if z is not None else None
-    dh0 = np.zeros((batch, Dn, N), A.dtype)
-    step = max(1, BLOCK_ELEMENTS // max(1, batch * L * N))
-    for lo in range(0, Dn, step):
-        hi = min(Dn, lo + step)
-        raw = delta[:, lo:hi] + (bias[None, lo:hi, None] if bias is not None else 0)
-        dt = np.where(raw > 20, raw, np.log1p(np.exp(np.minimum(raw, 20)))) if softplus else raw
-        uu = u[:, lo:hi]
-        Ab = A[None, lo:hi, None, :]
-        a = np.exp(dt[..., None] * Ab)  # (batch, d, L, N)
-        Bb, Cb = _channels(kinds[0], B, lo, hi, per_group[0]), _channels(kinds[1], C, lo, hi, per_group[1])
-        s = dt * uu
-        x = np.ascontiguousarray(np.broadcast_to(s[..., None] * Bb, a.shape))
-        h0b = None if h0 is None else h0[:, lo:hi]
-        h = complex_scan_cpu(a, x, h0b, 2, False)[0]
-        go = dout[:, lo:hi]
-        if z is not None or D is not None:
-            pre = 2 * np.real((h * Cb).sum(-1))
-            if D is not None:
-                pre = pre + D[None, lo:hi, None] * uu
-        du = np.zeros_like(uu)
-        if z is not None:
-            zz = z[:, lo:hi]
-            sz = _sigmoid(zz)
-            dz[:, lo:hi] = go * pre * sz * (1 + zz * (1 - sz))
-            go = go * zz * sz
-        if D is not None:
-            dD[lo:hi] = (go * uu).sum(axis=(0, 2))
-            du += go * D[None, lo:hi, None]
-        g = np.broadcast_to(2 * go[..., None] * np.conj(Cb), a.shape).copy()  # written below
-        if L:
-            g[:, :, -1] += dlast[:, lo:hi]
-        _accumulate(kinds[1], grads["C"], 2 * go[..., None] * np.conj(h), lo, hi, per_group[1])
-        da, dx, dh0b = complex_scan_vjp(a, h, h0b, g, axis=2)
-        dh0[:, lo:hi] = dh0b
-        _accumulate(kinds[0], grads["B"], s[..., None] * dx, lo, hi, per_group[0])
-        ds = np.real(dx * np.conj(Bb)).sum(-1)
-        gw = da * np.conj(a)
-        grads["A"][lo:hi] = (dt[..., None] * gw).sum(axis=(0, 2))
-        ddt = ds * uu + np.real(gw * np.conj(Ab)).sum(-1)
-        grads["u"][:, lo:hi] = du + ds * dt
-        if softplus:
-            ddt = ddt * np.where(raw > 20, 1.0, _sigmoid(raw))
-        grads["delta"][:, lo:hi] = ddt
-        dbias[lo:hi] = ddt.sum(axis=(0, 2))
-    return grads, dD, dz, dbias, dh0
+    spec = ComplexSelectiveVjpSpec(N, "f64" if A.dtype == np.complex128 else "f32", kinds[0], kinds[1],
+                                   z is not None, bool(softplus), CHUNK)
+    k = _vjp_kernel(spec)
+    nch = -(-L // CHUNK)
+    ckpt = np.empty((batch, Dn, nch, N), A.dtype)
+    du, ddelta = np.empty_like(u), np.empty_like(u)
+    dA, dD, dbias = np.zeros_like(A), np.zeros_like(D), np.zeros_like(bias)
+    dz = np.empty_like(u) if z is not None else None
+    dh0 = np.empty((batch, Dn, N), A.dtype)
+    threads = num_threads() if batch * Dn * L * N >= (1 << 15) else 1
+    parts = split_range(Dn, min(Dn, 4 * threads) if threads > 1 else 1)
+    # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
+    private = [kind != "const" for kind in kinds]
+    dBC = [[np.zeros_like(M) for _ in parts] if priv else [np.zeros_like(M)] * len(parts)
+           for M, priv in zip((B, C), private)]
+    tasks = []
+    for p, (lo, hi) in enumerate(parts):
+        arrays = [u, delta, A, B, C, D, *([z] if z is not None else []), bias, h0, dout, dlast, ckpt,
+                  du, ddelta, dA, dBC[0][p], dBC[1][p], dD, *([dz] if z is not None else []), dbias, dh0]
+        tasks.append(k.bind(*arrays, lo, hi))
+    parallel_for(tasks, threads=threads)
+    dB, dC = (sum(acc[1:], acc[0]) if priv else acc[0] for acc, priv in zip(dBC, private))
+    return {"u": du, "delta": ddelta, "A": dA, "B": dB, "C": dC}, dD, dz, dbias, dh0
 
 
 @torch.library.custom_op("scanweaver::complex_selective_scan_bwd", mutates_args=())
@@ -208,16 +174,24 @@ def complex_selective_scan_bwd(
     optional inputs that are None."""
     if u.device.type != "cpu":
         raise BackendUnavailableError("selective_scan_fn with complex A runs on CPU tensors only")
-    cdt, _rdt, rt = _dtypes(A)
+    cdt, rdt, rt = _dtypes(A)
     ct = torch.complex128 if cdt == np.complex128 else torch.complex64
     opt = lambda x, t: None if x is None else _view(x, t)  # noqa: E731
-    kinds = (_kind(B), _kind(C))
-    per_group = tuple(u.shape[1] // M.shape[1] if M.dim() == 4 else 1 for M in (B, C))
-    grads, dD, dz, dbias, dh0 = _backward_arrays(
-        _view(u, rt), _view(delta, rt), _view(A, ct), _step_layout(B, cdt, rt), _step_layout(C, cdt, rt),
-        opt(D, rt), opt(z, rt), opt(delta_bias, rt), bool(delta_softplus), _view(dout, rt), _view(dlast, ct),
-        opt(initial_state, ct), kinds, per_group,
-    )
+    batch, Dn, L = u.shape
+    zeros = lambda shape, dtype: np.zeros(shape, dtype)  # noqa: E731
+    Dv = _view(D, rt) if D is not None else zeros(Dn, rdt)
+    bias = _view(delta_bias, rt) if delta_bias is not None else zeros(Dn, rdt)
+    h0 = _view(initial_state, ct) if initial_state is not None else zeros((batch, Dn, A.shape[1]), cdt)
+    if L == 0:  # nothing ran: only the initial state has a gradient, dlast itself
+        grads = {"u": _view(u, rt), "delta": _view(delta, rt), "A": zeros(A.shape, cdt),
+                 "B": np.zeros_like(_step_layout(B, cdt, rt)), "C": np.zeros_like(_step_layout(C, cdt, rt))}
+        dD, dz, dbias, dh0 = zeros(Dn, rdt), opt(z, rt), zeros(Dn, rdt), _view(dlast, ct)
+    else:
+        grads, dD, dz, dbias, dh0 = _backward_arrays(
+            _view(u, rt), _view(delta, rt), _view(A, ct), _step_layout(B, cdt, rt), _step_layout(C, cdt, rt),
+            Dv, opt(z, rt), bias, bool(delta_softplus), _view(dout, rt), _view(dlast, ct).copy(), h0,
+            (_kind(B), _kind(C)),
+        )
 
     def back(g, like):
         if like is None:
