@@ -71,59 +71,62 @@ def _inputs(kind_b, kind_c, batch=2, dim=4, L=5, N=3, seed=0, G=2):
                 delta_bias=0.3 * r(dim), h0=torch.complex(r(batch, dim, N), r(batch, dim, N)))
 
 
-KINDS = [("const", "pairs"), ("pairs", "grouped_complex"), ("grouped_pairs", "const_real"),
-         ("shared_complex", "const")]
+# (B kind, C kind, softplus, with D, z, delta_bias and initial_state): the forward and
+# gradcheck tests share these, so each compiled kernel is built once
+CASES = [("const", "pairs", True, True), ("pairs", "grouped_complex", False, True),
+         ("grouped_pairs", "const_real", True, False), ("shared_complex", "const", False, False)]
+OPTIONAL = ["D", "z", "delta_bias", "h0"]
 
 
-@pytest.mark.parametrize("kind_b,kind_c", KINDS)
-@pytest.mark.parametrize("softplus", [False, True])
-def test_forward_matches_mamba_loop(kind_b, kind_c, softplus):
-    x = _inputs(kind_b, kind_c, seed=2 * KINDS.index((kind_b, kind_c)) + softplus)
-    out, last = selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"],
-                                  softplus, return_last_state=True, initial_state=x["h0"])
-    ref_out, ref_last = _loop(x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], softplus,
-                              x["h0"])
+def _call(fn, kw, softplus):
+    return fn(kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"), kw.get("delta_bias"),
+              softplus, kw.get("h0"))
+
+
+def _ours(u, delta, A, B, C, D, z, delta_bias, softplus, h0):
+    return selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, softplus, return_last_state=True,
+                             initial_state=h0)
+
+
+@pytest.mark.parametrize("kind_b,kind_c,softplus,optional", CASES)
+def test_forward_matches_mamba_loop(kind_b, kind_c, softplus, optional):
+    x = _inputs(kind_b, kind_c, seed=CASES.index((kind_b, kind_c, softplus, optional)))
+    kw = {n: x[n] for n in ["u", "delta", "A", "B", "C"] + (OPTIONAL if optional else [])}
+    out, last = _call(_ours, kw, softplus)
+    ref_out, ref_last = _call(_loop, kw, softplus)
     assert out.dtype == torch.float64 and last.dtype == CF
     torch.testing.assert_close(out, ref_out, rtol=1e-11, atol=1e-11)
     torch.testing.assert_close(last, ref_last, rtol=1e-11, atol=1e-11)
-    # complex64 A: float32 math, out in u's dtype
+
+
+def test_complex64_forward_is_float32():
+    x = _inputs("const", "pairs", seed=9)
     out32 = selective_scan_fn(x["u"].float(), x["delta"].float(), x["A"].to(torch.complex64), x["B"], x["C"],
-                              delta_softplus=softplus)
-    ref32, _ = _loop(x["u"], x["delta"], x["A"], x["B"], x["C"], delta_softplus=softplus)
+                              delta_softplus=True)
+    ref, _ = _loop(x["u"], x["delta"], x["A"], x["B"], x["C"], delta_softplus=True)
     assert out32.dtype == torch.float32
-    torch.testing.assert_close(out32.double(), ref32, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out32.double(), ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("kind_b,kind_c,softplus,optional", [
-    ("const", "pairs", True, True), ("pairs", "grouped_complex", False, True),
-    ("grouped_pairs", "const_real", True, False), ("shared_complex", "const", False, False),
-])
+@pytest.mark.parametrize("kind_b,kind_c,softplus,optional", CASES)
 def test_gradcheck_wirtinger(kind_b, kind_c, softplus, optional):
     x = _inputs(kind_b, kind_c, batch=1, dim=2, L=4, N=2, seed=7, G=1)
-    names = ["u", "delta", "A", "B", "C"] + (["D", "z", "delta_bias", "h0"] if optional else [])
+    names = ["u", "delta", "A", "B", "C"] + (OPTIONAL if optional else [])
     args = [x[n].clone().requires_grad_() for n in names]
-
-    def fn(*a):
-        kw = dict(zip(names, a))
-        out, last = selective_scan_fn(kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"),
-                                      kw.get("delta_bias"), softplus, return_last_state=True,
-                                      initial_state=kw.get("h0"))
-        return out, last
-
-    assert torch.autograd.gradcheck(fn, args)
+    assert torch.autograd.gradcheck(lambda *a: _call(_ours, dict(zip(names, a)), softplus), args)
 
 
 def test_gradients_equal_autograd_of_the_loop():
-    x = _inputs("pairs", "grouped_pairs", seed=11)
+    x = _inputs("pairs", "grouped_complex", L=150, N=2, seed=11)  # CASES[1], L > 2 chunks of the backward
     names = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"]
     grads = []
     for impl in ("scanweaver", "loop"):
         args = {n: x[n].clone().requires_grad_() for n in names}
         if impl == "scanweaver":
-            out, last = selective_scan_fn(*(args[n] for n in names[:8]), True, return_last_state=True,
+            out, last = selective_scan_fn(*(args[n] for n in names[:8]), False, return_last_state=True,
                                           initial_state=args["h0"])
         else:
-            out, last = _loop(*(args[n] for n in names[:8]), True, args["h0"])
+            out, last = _loop(*(args[n] for n in names[:8]), False, args["h0"])
         loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)).sum() \
             + last.abs().square().sum()
         loss.backward()
@@ -150,7 +153,7 @@ def test_float32_gradients_near_float64():
 
 
 def test_opcheck():
-    x = _inputs("pairs", "const", batch=1, dim=2, L=3, N=2, seed=1)
+    x = _inputs("const", "pairs", batch=1, dim=2, L=3, N=2, seed=1)  # CASES[0]
     args = (x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"])
     torch.library.opcheck(torch.ops.scanweaver.complex_selective_scan_fwd.default, (*args, True, x["h0"]))
     torch.library.opcheck(torch.ops.scanweaver.complex_selective_scan_fwd.default, (*args[:5], None, None, None,

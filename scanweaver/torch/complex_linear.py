@@ -48,43 +48,25 @@ def _(a, b, h0, reverse):
     return torch.empty_like(a)
 
 
-def complex_scan_vjp(a: np.ndarray, h: np.ndarray, h0: np.ndarray | None, g: np.ndarray, reverse: bool = False,
-                     axis: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(grad a, grad b, grad h0) of h = scan(a, b, h0) along `axis`, from the cotangent g
-    of h (Wirtinger convention, module docstring): one compiled reverse complex scan
-    along the same axis (no transposed copies).  h is the forward's output; h0 None
-    means zeros (its gradient is still returned)."""
-    from scanweaver.runtime.cpu_complex import complex_scan_cpu
-
-    axis %= a.ndim
-    L = a.shape[axis]
-
-    def at(t) -> tuple:  # index t (an int or a slice) along the scan axis
-        return (slice(None),) * axis + (t,)
-
-    # forward order t = 0..L-1; for reverse the "next" step is t-1 and "previous" t+1
-    nxt, cur = (at(slice(0, L - 1)), at(slice(1, L))) if reverse else (at(slice(1, L)), at(slice(0, L - 1)))
-    first = at(L - 1) if reverse else at(0)  # the first step processed
-    shifted = np.zeros_like(a)
-    shifted[cur] = np.conj(a[nxt])  # lam_t gets conj(a_{t+1}) lam_{t+1}
-    lam = complex_scan_cpu(shifted, np.ascontiguousarray(g, a.dtype), None, axis, not reverse)[0]
-    h0v = np.zeros(a.shape[:axis] + a.shape[axis + 1:], a.dtype) if h0 is None else np.asarray(h0, a.dtype)
-    prev = np.empty_like(h)  # h_{t-1}
-    if L:
-        prev[first] = h0v
-        prev[nxt] = h[cur]
-    da = lam * np.conj(prev)
-    dh0 = np.conj(a[first]) * lam[first] if L else np.zeros_like(h0v)
-    return da, lam, np.ascontiguousarray(dh0)
-
-
 @torch.library.custom_op("scanweaver::complex_linear_scan_bwd", mutates_args=())
 def complex_linear_scan_bwd(
     a: torch.Tensor, h: torch.Tensor, h0: torch.Tensor, reverse: bool, g: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(grad a, grad b, grad h0) from the cotangent g of h (h: the forward's output)."""
-    da, db, dh0 = complex_scan_vjp(_np(a), _np(h), _np(h0), _np(g), bool(reverse), axis=1)
-    return torch.from_numpy(da), torch.from_numpy(db), torch.from_numpy(dh0)
+    av, hv, h0v, gv = _np(a), _np(h), _np(h0), _np(g)
+    if reverse:  # time flipped: the same rules on the flipped arrays
+        av, hv, gv = av[:, ::-1], hv[:, ::-1], gv[:, ::-1]
+    shifted = np.zeros_like(av)
+    shifted[:, :-1] = np.conj(av[:, 1:])  # lam_t gets conj(a_{t+1}) lam_{t+1}
+    lam = _scan(np.ascontiguousarray(shifted), np.ascontiguousarray(gv), None, True)
+    prev = np.concatenate([h0v[:, None], hv[:, :-1]], axis=1)  # h_{t-1}
+    da = lam * np.conj(prev)
+    dh0 = np.conj(av[:, 0]) * lam[:, 0] if av.shape[1] else np.zeros_like(h0v)
+    db = lam
+    if reverse:
+        da, db = da[:, ::-1], db[:, ::-1]
+    return (torch.from_numpy(np.ascontiguousarray(da)), torch.from_numpy(np.ascontiguousarray(db)),
+            torch.from_numpy(np.ascontiguousarray(dh0)))
 
 
 @complex_linear_scan_bwd.register_fake

@@ -10,24 +10,19 @@ the state, last_state and all the math take A's complex dtype; out is real in u'
   scanweaver::complex_selective_scan_bwd   gradients, PyTorch's complex autograd convention
                                            (grad of a real loss w.r.t. z = dL/dRe z + i dL/dIm z)
 
-Backward.  With w = dt A, a = exp(w), x = dt u B, h_t = a_t h_{t-1} + x_t and
-y_t = 2 Re(sum_n C_t h_t):
-    g_t     = 2 dy_t conj(C_t)        (+ dlast at the last step)
-    lam_t   = g_t + conj(a_{t+1}) lam_{t+1}       one compiled reverse complex scan
-    grad x  = lam,  grad a = lam conj(h_{t-1}),  grad w = grad a * conj(a)
-    grad C  = 2 dy conj(h),  grad B = dt u lam,  grad A = sum dt grad w
-    d(dt)  += Re(grad w conj(A)) + u Re(lam conj(B)),  du += dt Re(lam conj(B))
-The states h come from the compiled complex linear_scan (the same recurrence, axis 2 of
-a (batch, D, L, N) array) and lam from its VJP (torch/complex_linear.py): this backward
-MATERIALISES (batch, d, L, N) complex arrays for blocks of channels d (peak bounded by
-BLOCK_ELEMENTS per array), unlike the real op's fused `scanweaver-grad` VJP.
+Backward: `@selective_scan_complex_vjp` (workloads/selective_complex_vjp.py), compiled
+`scan.recurrence`s per (batch, channel): a forward pass keeping the state every CHUNK
+steps, then per chunk (last first) a recompute of its states into a stack buffer and the
+adjoint recurrence running backwards, lam_t = conj(a_{t+1}) lam_{t+1} + 2 dy_t conj(C_t)
+with a_t = exp(dt_t A), whose consumer writes the step's gradients.  Memory: the inputs,
+the gradients and (batch, D, L / CHUNK, N) checkpoints; nothing of size (batch, D, L, N).
+Channel ranges run on threads; dB / dC of input-dependent B, C sum over private buffers.
 """
 
 from __future__ import annotations
 
-from typing import Optional
-
 import functools
+from typing import Optional
 
 import numpy as np
 import torch
@@ -74,8 +69,7 @@ def complex_selective_scan_fwd(
     delta_softplus: bool, initial_state: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out in u's dtype, last state (batch, D, N) in A's dtype): the compiled kernel."""
-    if u.device.type != "cpu":
-        raise BackendUnavailableError("selective_scan_fn with complex A runs on CPU tensors only")
+    _validate(u, delta, A, B, C, D, z, delta_bias, initial_state)
     from scanweaver.runtime.cpu_selective_complex import selective_scan_complex_cpu
 
     cdt, rdt, rt = _dtypes(A)
@@ -172,8 +166,13 @@ def complex_selective_scan_bwd(
     """Gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dinitial_state) in the
     inputs' dtypes (complex ones in the Wirtinger convention); empty tensors for the
     optional inputs that are None."""
-    if u.device.type != "cpu":
-        raise BackendUnavailableError("selective_scan_fn with complex A runs on CPU tensors only")
+    _validate(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    _tensor("dout", dout, _REAL)
+    _tensor("dlast", dlast, _REAL + _COMPLEX)
+    for name, t, shape in (("dout", dout, u.shape), ("dlast", dlast, (*u.shape[:2], A.shape[1]))):
+        if tuple(t.shape) != tuple(shape) or t.device.type != "cpu":
+            raise ScanWeaverValueError(f"argument '{name}' has shape {tuple(t.shape)} on {t.device}; "
+                                       f"expected {tuple(shape)} on the CPU")
     cdt, rdt, rt = _dtypes(A)
     ct = torch.complex128 if cdt == np.complex128 else torch.complex64
     opt = lambda x, t: None if x is None else _view(x, t)  # noqa: E731
@@ -275,16 +274,18 @@ def _check_weight(name: str, x: torch.Tensor, batch: int, Dn: int, N: int, L: in
                                f"got {tuple(x.shape)}")
 
 
-def complex_selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                              return_last_state=False, initial_state=None):
-    """`selective_scan_fn` for complex A (module docstring); checks, then the custom op."""
-    u = _tensor("u", u, _REAL)
-    delta, A = _tensor("delta", delta, _REAL), _tensor("A", A, _COMPLEX)
-    B, C = _tensor("B", B, _REAL + _COMPLEX), _tensor("C", C, _REAL + _COMPLEX)
-    D = _tensor("D", D, _REAL, optional=True)
-    z = _tensor("z", z, _REAL, optional=True)
-    delta_bias = _tensor("delta_bias", delta_bias, _REAL, optional=True)
-    initial_state = _tensor("initial_state", initial_state, _REAL + _COMPLEX, optional=True)
+def _validate(u, delta, A, B, C, D, z, delta_bias, initial_state) -> None:
+    """One error naming the argument; run by the entry and by both ops (the compiled
+    kernels index B and C with u's sizes, so their shapes must agree)."""
+    _tensor("u", u, _REAL)
+    _tensor("delta", delta, _REAL)
+    _tensor("A", A, _COMPLEX)
+    _tensor("B", B, _REAL + _COMPLEX)
+    _tensor("C", C, _REAL + _COMPLEX)
+    _tensor("D", D, _REAL, optional=True)
+    _tensor("z", z, _REAL, optional=True)
+    _tensor("delta_bias", delta_bias, _REAL, optional=True)
+    _tensor("initial_state", initial_state, _REAL + _COMPLEX, optional=True)
     named = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias,
              "initial_state": initial_state}
     for n, t in named.items():
@@ -308,6 +309,12 @@ def complex_selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None
     if initial_state is not None and tuple(initial_state.shape) != (batch, Dn, N):
         raise ScanWeaverValueError(f"argument 'initial_state' has shape {tuple(initial_state.shape)}; "
                                    f"expected {(batch, Dn, N)} (batch, D, N)")
+
+
+def complex_selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                              return_last_state=False, initial_state=None):
+    """`selective_scan_fn` for complex A (module docstring); checks, then the custom op."""
+    _validate(u, delta, A, B, C, D, z, delta_bias, initial_state)
     out, last = torch.ops.scanweaver.complex_selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias,
                                                                 bool(delta_softplus), initial_state)
     return (out, last) if return_last_state else out
