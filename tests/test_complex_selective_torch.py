@@ -179,3 +179,19 @@ def test_bad_input_names_the_argument():
         call(initial_state=torch.zeros(1, 2, 3, dtype=CF))
     with pytest.raises(ScanWeaverValueError, match="argument 'A'"):
         call(A=x["A"][:1])
+
+
+def test_torch_compile_fullgraph():
+    x = _inputs("const", "pairs", batch=1, dim=2, L=3, N=2, seed=1)  # CASES[0]
+    names = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"]
+    args = [x[n].clone().requires_grad_() for n in names]
+
+    def loss(*a):
+        out, last = _call(_ours, dict(zip(names, a)), True)
+        return (out * out).sum() + last.abs().sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    got, want = compiled(*args), loss(*args)
+    torch.testing.assert_close(got, want)
+    for g1, g2 in zip(torch.autograd.grad(got, args), torch.autograd.grad(want, args)):
+        torch.testing.assert_close(g1, g2)
