@@ -192,7 +192,8 @@ def test_bad_inputs_name_the_argument():
         selective_scan_fn(u, delta, A, B[..., :-1], C)
     with pytest.raises(ScanWeaverValueError, match="'A' is on meta"):
         selective_scan_fn(u, delta, A.to("meta"), B, C)
-    with pytest.raises(ScanWeaverTypeError, match="'A' is complex"):
+    # complex A is Mamba's complex wtype: real input-dependent B holds (re, im) pairs (2L)
+    with pytest.raises(ScanWeaverValueError, match=r"'B' must have shape \(batch, N, 2L"):
         selective_scan_fn(u, delta, A.to(torch.complex64), B, C)
     with pytest.raises(ScanWeaverValueError, match="'u' has layout"):
         selective_scan_fn(u.to_sparse(), delta, A, B, C)

@@ -22,6 +22,7 @@ from scanweaver.errors import BackendUnavailableError, ScanWeaverValueError
 from scanweaver.runtime.cpu_scan import SelectiveScanSpec, num_threads, parallel_for, split_range
 from scanweaver.torch import _checks
 from scanweaver.torch import _kernels
+from scanweaver.torch.complex_selective import complex_selective_scan_fn
 
 MAX_STATE = 64
 
@@ -222,8 +223,12 @@ def selective_scan_fn(
     (batch, D, N), float32 (float64 for float64 inputs).  Math is float32 for float32,
     float16 and bfloat16 inputs, float64 for float64 inputs.  initial_state (an addition
     to mamba_ssm's signature, keyword or last): the state before the first step
-    (batch, D, N), zeros when None; it gets a gradient like the other inputs.
+    (batch, D, N), zeros when None; it gets a gradient like the other inputs.  A complex
+    (Mamba's complex wtype) runs torch/complex_selective.py.
     """
+    if isinstance(A, torch.Tensor) and A.is_complex():
+        return complex_selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+                                         initial_state)
     u = _checks.tensor("u", u)
     delta, A = _checks.tensor("delta", delta), _checks.tensor("A", A)
     B, C = _checks.tensor("B", B), _checks.tensor("C", C)
