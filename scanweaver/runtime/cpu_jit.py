@@ -17,6 +17,7 @@ from typing import Any
 
 from scanweaver.errors import ScanWeaverValueError
 from scanweaver.runtime.cpu import CpuProgram
+from scanweaver.runtime.cpu_native import NativeProgram, native_program
 
 # ---------------------------------------------------------------------------
 # Compilation (the one place) and its in-process cache
@@ -34,12 +35,12 @@ class CompileStats:
     last_cached: bool = False
 
 
-_CACHE: dict[str, CpuProgram] = {}
+_CACHE: dict[str, CpuProgram | NativeProgram] = {}
 _CACHE_LOCK = threading.Lock()
 STATS = CompileStats()
 
 
-def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram:
+def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram | NativeProgram:
     """Compile IR text (scan dialect + func/arith/memref/scf/math/vector) for this CPU.
 
     The single entry point for the drivers: `scanweaver-lower{target=cpu}` through
@@ -58,16 +59,25 @@ def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram:
             STATS.hits += 1
             STATS.last_cached, STATS.last_seconds = True, 0.0
             return program
-        from scanweaver.compiler import build_cpu
-
         start = time.perf_counter()
-        program = CpuProgram(build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
+        program = _build(ir_text, openmp)
         elapsed = time.perf_counter() - start
         _CACHE[key] = program
         STATS.compiles += 1
         STATS.seconds += elapsed
         STATS.last_seconds, STATS.last_cached = elapsed, False
         return program
+
+
+def _build(ir_text: str, openmp: bool) -> CpuProgram | NativeProgram:
+    """The program of `ir_text`: a cached shared object keyed by the IR text itself (a
+    warm process reads neither the LLVM IR nor llvmlite), else llvmlite's MCJIT."""
+    from scanweaver.compiler import build_cpu
+
+    native = native_program(ir_text, lambda: build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
+    if native is not None:
+        return native
+    return CpuProgram(build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
 
 
 def clear_cache() -> None:
@@ -106,7 +116,7 @@ class Kernel:
     sizes[R], strides[R]) per memref.  ctypes releases the GIL during the call.
     """
 
-    def __init__(self, program: CpuProgram, name: str, args: Sequence[int | str]):
+    def __init__(self, program: CpuProgram | NativeProgram, name: str, args: Sequence[int | str]):
         self.program = program  # keeps the JIT engine alive
         self.spec = list(args)
         ctypes_args: list[Any] = []

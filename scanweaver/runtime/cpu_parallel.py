@@ -11,9 +11,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from scanweaver.runtime.cpu import flush_denormals
+
+if TYPE_CHECKING:  # imported when the pool starts: a small call never needs it (~20 ms)
+    from concurrent.futures import ThreadPoolExecutor
 
 # ---------------------------------------------------------------------------
 # Threads
@@ -38,6 +41,8 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             _POOL = ThreadPoolExecutor(max_workers=max(1, num_threads() - 1), thread_name_prefix="scanweaver")
         return _POOL
 
