@@ -52,6 +52,10 @@ def _is_complex(x: Any) -> bool:
 
 
 def _cuda_usable() -> bool:
+    from scanweaver.runtime import cuda_driver
+
+    if cuda_driver.requested_driver() is None and cuda_driver.driver_library_missing() is not None:
+        return False  # no NVIDIA driver library: the GPU runtime is not even imported
     from scanweaver.runtime.cuda import cuda_available
 
     return cuda_available()

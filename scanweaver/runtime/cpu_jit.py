@@ -72,12 +72,13 @@ def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram | NativeProgra
 def _build(ir_text: str, openmp: bool) -> CpuProgram | NativeProgram:
     """The program of `ir_text`: a cached shared object keyed by the IR text itself (a
     warm process reads neither the LLVM IR nor llvmlite), else llvmlite's MCJIT."""
-    from scanweaver.compiler import build_cpu
+    def llvm_ir() -> str:
+        from scanweaver.compiler import build_cpu  # (xDSL and the tools: only on a miss)
 
-    native = native_program(ir_text, lambda: build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
-    if native is not None:
-        return native
-    return CpuProgram(build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
+        return build_cpu(ir_text, openmp=openmp).llvm_ir
+
+    native = native_program(ir_text, llvm_ir, openmp=openmp)
+    return native if native is not None else CpuProgram(llvm_ir(), openmp=openmp)
 
 
 def clear_cache() -> None:

@@ -49,8 +49,9 @@ def _linker() -> str | None:
 
 
 def available() -> bool:
-    """Whether programs can be cached as shared objects here."""
-    return os.environ.get(ENV_SWITCH, "1") != "0" and host_cpu() is not None and _linker() is not None
+    """Whether programs can be cached as shared objects here (a miss also needs `ld`:
+    without one, `native_program` returns None after looking in the cache)."""
+    return os.environ.get(ENV_SWITCH, "1") != "0" and host_cpu() is not None
 
 
 class NativeProgram:
@@ -84,13 +85,16 @@ def shared_object(llvm_ir: str, opt_level: int) -> bytes:
     from scanweaver.errors import ToolFailedError
     from scanweaver.runtime.cpu import host_target_machine, optimized_module
 
+    linker = _linker()
+    if linker is None:
+        raise ToolFailedError("no linker (ld) on PATH to make a shared object")
     tm = host_target_machine(opt_level, shared_object=True)
     obj = tm.emit_object(optimized_module(llvm_ir, tm, opt_level))
     with tempfile.TemporaryDirectory(prefix="scanweaver-so-") as tmp:
         src, out = os.path.join(tmp, "code.o"), os.path.join(tmp, "code.so")
         with open(src, "wb") as f:
             f.write(obj)
-        done = subprocess.run([_linker(), "-shared", "-o", out, src], capture_output=True, text=True, timeout=120)
+        done = subprocess.run([linker, "-shared", "-o", out, src], capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise ToolFailedError(f"ld -shared failed: {done.stderr.strip()[:400]}")
         with open(out, "rb") as f:
