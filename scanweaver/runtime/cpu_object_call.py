@@ -134,10 +134,7 @@ def object_caller(fn_address: int, spec: Sequence[int | str], itemsizes: Sequenc
     if not layout_ok():
         return None
     program, trampoline = _trampoline(tuple(spec), tuple(itemsizes))
-    fn = ctypes.c_void_p(fn_address)
-
-    def call(*values: object) -> None:
-        trampoline(fn, *values)
-
+    # A partial, not a Python closure: one frame less per call (~0.3 us of a tiny call).
+    call = functools.partial(trampoline, ctypes.c_void_p(fn_address))
     call.program = program  # type: ignore[attr-defined]
     return call
