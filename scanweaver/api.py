@@ -108,7 +108,13 @@ def _host_only(backend: Any) -> bool:
         return True
     if not _CUDA_USABLE:
         _CUDA_USABLE.append(_cuda_usable())
+        if not _CUDA_USABLE[0]:
+            _HOST_BACKENDS.add("auto")
     return not _CUDA_USABLE[0]
+
+
+#: Backends known to run host arrays on the CPU (a set lookup on the tiny-call path).
+_HOST_BACKENDS = {"cpu"}
 
 
 @functools.cache
@@ -193,7 +199,8 @@ def linear_scan(
     """
     if (type(a) is np.ndarray and type(b) is np.ndarray and h0 is None and type(axis) is int
             and type(reverse) is bool and type(return_final_state) is bool
-            and (axis == -1 or axis == a.ndim - 1) and _host_only(backend)):
+            and (axis == -1 or axis == a.ndim - 1)
+            and (type(backend) is str and backend in _HOST_BACKENDS or _host_only(backend))):
         # Small 2-D host arrays with the defaults: one compiled call (runtime/cpu_scan.py).
         done = _small_affine_scan()(a, b, reverse, return_final_state)
         if done is not None:
