@@ -147,3 +147,15 @@ def test_compile_cpu_runs_a_kernel_through_a_shared_object(cache_dir):
         np.testing.assert_array_equal(h, ref)
     finally:
         cpu_jit.clear_cache()
+
+
+def test_a_library_that_does_not_load_is_remembered(cache_dir, monkeypatch):
+    """A built library that fails to load (a symbol nothing defines) means MCJIT, and
+    the next lookup does not rebuild it."""
+    missing = LLVM_IR.replace("@expf", "@sw_no_such_function")
+    builds = []
+    real = cpu_native.shared_object
+    monkeypatch.setattr(cpu_native, "shared_object", lambda *a: builds.append(1) or real(*a))
+    assert cpu_native.native_program("missing", lambda: missing) is None
+    assert cpu_native.native_program("missing", lambda: missing) is None
+    assert len(builds) == 1

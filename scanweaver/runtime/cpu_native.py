@@ -24,6 +24,8 @@ from scanweaver.errors import ScanWeaverValueError
 
 #: Set to "0" to keep every program on llvmlite's MCJIT (`CpuProgram`).
 ENV_SWITCH = "SCANWEAVER_SHARED_OBJECTS"
+#: The cache entry of a program whose shared object was built but does not load here.
+UNLOADABLE = b"scanweaver: shared object does not load\n"
 
 
 @functools.cache
@@ -94,7 +96,7 @@ def shared_object(llvm_ir: str, opt_level: int) -> bytes:
         src, out = os.path.join(tmp, "code.o"), os.path.join(tmp, "code.so")
         with open(src, "wb") as f:
             f.write(obj)
-        done = subprocess.run([linker, "-shared", "-o", out, src], capture_output=True, text=True, timeout=120)
+        done = subprocess.run([linker, "-shared", "-z", "noexecstack", "-o", out, src], capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise ToolFailedError(f"ld -shared failed: {done.stderr.strip()[:400]}")
         with open(out, "rb") as f:
@@ -149,11 +151,26 @@ def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3
             memo.append(llvm_ir())
         return memo[0]
 
+    built: list[ctypes.CDLL] = []
+
+    def build() -> bytes:
+        payload = shared_object(ir(), opt_level)
+        try:
+            built.append(_load(payload))
+        except ValueError:  # e.g. a symbol no loaded library defines: remembered, so
+            return UNLOADABLE  # later processes go straight to MCJIT without rebuilding
+        return payload
+
+    def parse(payload: bytes) -> ctypes.CDLL | None:
+        if payload == UNLOADABLE:
+            return None
+        return built[0] if built else _load(payload)
+
     try:
-        library, hit = cache.cached(key, lambda: shared_object(ir(), opt_level), parse=_load)
-    except (ValueError, OSError, ToolFailedError, FileNotFoundError):
+        library, hit = cache.cached(key, build, parse=parse)
+    except (ValueError, OSError, ToolFailedError):
         return None  # no working linker here: MCJIT does the job
-    return NativeProgram(library, hit, ir, opt_level)
+    return None if library is None else NativeProgram(library, hit, ir, opt_level)
 
 
 __all__ = ["NativeProgram", "available", "host_cpu", "native_program", "shared_object"]
