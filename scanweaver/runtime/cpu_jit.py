@@ -1,6 +1,9 @@
 """The CPU JIT and calling layer: `compile_cpu` (the one place that compiles), its
 in-process cache, and `Kernel`, a compiled `func.func` called through ctypes.
 
+A compiled program is a cached shared object (`cpu_native.py`: a warm process loads
+it without llvmlite or xDSL), else llvmlite's MCJIT (`cpu.CpuProgram`).
+
 Calls go straight to the lowered function (memrefs expanded into pointer, offset,
 sizes and strides) through ctypes, which releases the GIL for the foreign call: Python
 threads then run kernels on both cores at once (`cpu_parallel.parallel_for`).
