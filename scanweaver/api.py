@@ -52,6 +52,10 @@ def _is_complex(x: Any) -> bool:
 
 
 def _cuda_usable() -> bool:
+    from scanweaver.runtime import cuda_driver
+
+    if cuda_driver.requested_driver() is None and cuda_driver.driver_library_missing() is not None:
+        return False  # no NVIDIA driver library: the GPU runtime is not even imported
     from scanweaver.runtime.cuda import cuda_available
 
     return cuda_available()
@@ -104,7 +108,13 @@ def _host_only(backend: Any) -> bool:
         return True
     if not _CUDA_USABLE:
         _CUDA_USABLE.append(_cuda_usable())
+        if not _CUDA_USABLE[0]:
+            _HOST_BACKENDS.add("auto")
     return not _CUDA_USABLE[0]
+
+
+#: Backends known to run host arrays on the CPU (a set lookup on the tiny-call path).
+_HOST_BACKENDS = {"cpu"}
 
 
 @functools.cache
@@ -190,7 +200,8 @@ def linear_scan(
     """
     if (type(a) is np.ndarray and type(b) is np.ndarray and h0 is None and type(axis) is int
             and type(reverse) is bool and type(return_final_state) is bool
-            and (axis == -1 or axis == a.ndim - 1) and _host_only(backend)):
+            and (axis == -1 or axis == a.ndim - 1)
+            and (type(backend) is str and backend in _HOST_BACKENDS or _host_only(backend))):
         # Small 2-D host arrays with the defaults: one compiled call (runtime/cpu_scan.py).
         done = _small_affine_scan()(a, b, reverse, return_final_state)
         if done is not None:

@@ -220,7 +220,7 @@ def test_every_reader_goes_through_a_parser():
         text = path.read_text()
         if path.name != "cache.py" and ("cache.load(" in text or "cache.cached(" in text):
             readers[path.relative_to(root).as_posix()] = text
-    assert set(readers) == {"compiler.py", "runtime/cuda_program.py", "runtime/cpu.py"}
+    assert set(readers) == {"compiler.py", "runtime/cuda_program.py", "runtime/cpu.py", "runtime/cpu_native.py"}
     for name, text in readers.items():
         assert "cache.load(" not in text, name
         calls = text.count("cache.cached(")

@@ -295,12 +295,16 @@ def peak_memory(elements: int = 1 << 24) -> dict[str, Any]:
     for name, fn in cases.items():
         fn()  # compile outside the measurement
         extra, result = _peak_extra(fn)
-        allowed = staging if "axis=0" in name or "f16" in name else result // 20
+        # The goals: selective_scan's peak extra memory stays at the output size
+        # (5% slack); axis=0 and f16 make no full-size transposed or widened copy (at
+        # most the three staging segments, a fixed size far below the input's).
+        allowed = result // 20 + (staging if "axis=0" in name or "f16" in name else 0)
         rows[name] = {"peak_bytes": extra, "result_bytes": result, "extra_over_result": extra - result,
                       "allowed_extra_bytes": allowed}
-    return {"rows": rows, "note": "tracemalloc peak during the call minus what was live before it; allowed "
-                                  "beyond the result: 5%, or the three staging segments of a transposed or "
-                                  f"widened scan ({staging / 1e6:.0f} MB at any size)"}
+    return {"rows": rows, "note": "tracemalloc peak during the call minus what was live before it; goals: the "
+                                  "peak stays at the output size (allowed beyond the result: 5% of it), and "
+                                  "linear_scan axis=0 and f16 inputs make no full-size transposed or widened "
+                                  f"copy (allowed in addition: the three staging segments, {staging / 1e6:.1f} MB at any size)"}
 
 
 # ---------------------------------------------------------------------------

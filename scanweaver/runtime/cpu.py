@@ -26,11 +26,24 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-import llvmlite.binding as llvm
 import numpy as np
 
 from scanweaver.dtypes import NUMPY_DTYPES
 from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError, ToolFailedError
+
+
+
+class _LazyLLVM:
+    """`llvmlite.binding`, imported on first use: a process whose kernels all load as
+    cached shared objects (`cpu_native.py`) never imports it (~50 ms)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import llvmlite.binding as binding
+
+        return getattr(binding, name)
+
+
+llvm = _LazyLLVM()
 
 # ------------------------------------------------------------------ argument types
 
@@ -367,16 +380,36 @@ def _object_file(payload: bytes) -> llvm.ObjectFileRef:
     return llvm.ObjectFileRef.from_data(payload)
 
 
-def host_target_machine(opt_level: int = 3) -> llvm.TargetMachine:
-    """Target machine for this CPU with all its features (AVX2/AVX-512 where present)."""
+def host_target_machine(opt_level: int = 3, shared_object: bool = False) -> llvm.TargetMachine:
+    """Target machine for this CPU with all its features (AVX2/AVX-512 where present).
+    shared_object: position-independent code for a shared library (`cpu_native.py`)."""
     _init_llvm()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(),
         features=llvm.get_host_cpu_features().flatten(),
         opt=opt_level,
-        codemodel="jitdefault",
+        **({"reloc": "pic", "codemodel": "default"} if shared_object else {"codemodel": "jitdefault"}),
     )
+
+
+def optimized_module(llvm_ir: str, target_machine: llvm.TargetMachine, opt_level: int) -> llvm.ModuleRef:
+    """LLVM IR parsed, verified and run through the O`opt_level` pipeline for `target_machine`."""
+    try:
+        module = llvm.parse_assembly(llvm_ir)
+        module.verify()
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[:6]
+        raise ToolFailedError("llvmlite rejected the LLVM IR:\n" + "\n".join(first)) from None
+    module.triple = target_machine.triple
+    module.data_layout = str(target_machine.target_data)
+    if opt_level > 0:
+        tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        builder = llvm.create_pass_builder(target_machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+    return module
 
 
 class CpuProgram:
@@ -413,21 +446,7 @@ class CpuProgram:
 
     def _optimized_module(self) -> llvm.ModuleRef:
         if self._module is None:
-            try:
-                module = llvm.parse_assembly(self._llvm_ir)
-                module.verify()
-            except RuntimeError as error:
-                first = str(error).strip().splitlines()[:6]
-                raise ToolFailedError("llvmlite rejected the LLVM IR:\n" + "\n".join(first)) from None
-            module.triple = self.target_machine.triple
-            module.data_layout = str(self.target_machine.target_data)
-            if self._opt_level > 0:
-                tuning = llvm.create_pipeline_tuning_options(speed_level=self._opt_level)
-                tuning.loop_vectorization = True
-                tuning.slp_vectorization = True
-                builder = llvm.create_pass_builder(self.target_machine, tuning)
-                builder.getModulePassManager().run(module, builder)
-            self._module = module
+            self._module = optimized_module(self._llvm_ir, self.target_machine, self._opt_level)
         return self._module
 
     def _machine_code(self) -> bytes:

@@ -1,6 +1,9 @@
 """The CPU JIT and calling layer: `compile_cpu` (the one place that compiles), its
 in-process cache, and `Kernel`, a compiled `func.func` called through ctypes.
 
+A compiled program is a cached shared object (`cpu_native.py`: a warm process loads
+it without llvmlite or xDSL), else llvmlite's MCJIT (`cpu.CpuProgram`).
+
 Calls go straight to the lowered function (memrefs expanded into pointer, offset,
 sizes and strides) through ctypes, which releases the GIL for the foreign call: Python
 threads then run kernels on both cores at once (`cpu_parallel.parallel_for`).
@@ -17,6 +20,7 @@ from typing import Any
 
 from scanweaver.errors import ScanWeaverValueError
 from scanweaver.runtime.cpu import CpuProgram
+from scanweaver.runtime.cpu_native import NativeProgram, native_program
 
 # ---------------------------------------------------------------------------
 # Compilation (the one place) and its in-process cache
@@ -34,12 +38,12 @@ class CompileStats:
     last_cached: bool = False
 
 
-_CACHE: dict[str, CpuProgram] = {}
+_CACHE: dict[str, CpuProgram | NativeProgram] = {}
 _CACHE_LOCK = threading.Lock()
 STATS = CompileStats()
 
 
-def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram:
+def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram | NativeProgram:
     """Compile IR text (scan dialect + func/arith/memref/scf/math/vector) for this CPU.
 
     The single entry point for the drivers: `scanweaver-lower{target=cpu}` through
@@ -58,16 +62,26 @@ def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram:
             STATS.hits += 1
             STATS.last_cached, STATS.last_seconds = True, 0.0
             return program
-        from scanweaver.compiler import build_cpu
-
         start = time.perf_counter()
-        program = CpuProgram(build_cpu(ir_text, openmp=openmp).llvm_ir, openmp=openmp)
+        program = _build(ir_text, openmp)
         elapsed = time.perf_counter() - start
         _CACHE[key] = program
         STATS.compiles += 1
         STATS.seconds += elapsed
         STATS.last_seconds, STATS.last_cached = elapsed, False
         return program
+
+
+def _build(ir_text: str, openmp: bool) -> CpuProgram | NativeProgram:
+    """The program of `ir_text`: a cached shared object keyed by the IR text itself (a
+    warm process reads neither the LLVM IR nor llvmlite), else llvmlite's MCJIT."""
+    def llvm_ir() -> str:
+        from scanweaver.compiler import build_cpu  # (xDSL and the tools: only on a miss)
+
+        return build_cpu(ir_text, openmp=openmp).llvm_ir
+
+    native = native_program(ir_text, llvm_ir, openmp=openmp)
+    return native if native is not None else CpuProgram(llvm_ir(), openmp=openmp)
 
 
 def clear_cache() -> None:
@@ -106,7 +120,7 @@ class Kernel:
     sizes[R], strides[R]) per memref.  ctypes releases the GIL during the call.
     """
 
-    def __init__(self, program: CpuProgram, name: str, args: Sequence[int | str]):
+    def __init__(self, program: CpuProgram | NativeProgram, name: str, args: Sequence[int | str]):
         self.program = program  # keeps the JIT engine alive
         self.spec = list(args)
         ctypes_args: list[Any] = []

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from scanweaver.runtime.cpu import CpuProgram
+from scanweaver.runtime.cpu_native import NativeProgram, native_program
 
 #: Byte offsets in a PyArrayObject: data pointer, dimensions and strides pointers.
 _HEADER = object.__basicsize__  # PyObject_HEAD: 16 bytes on 64-bit CPython
@@ -77,9 +78,14 @@ def trampoline_ir(spec: Sequence[int | str], itemsizes: Sequence[int]) -> str:
     )
 
 
+def _program(llvm_ir: str, opt_level: int) -> CpuProgram | NativeProgram:
+    """A cached shared object where possible (no llvmlite in a warm process), else MCJIT."""
+    return native_program(llvm_ir, lambda: llvm_ir, opt_level) or CpuProgram(llvm_ir, opt_level=opt_level)
+
+
 @functools.cache
-def _trampoline(spec: tuple, itemsizes: tuple) -> tuple[CpuProgram, Callable[..., None]]:
-    program = CpuProgram(trampoline_ir(spec, itemsizes), opt_level=2)
+def _trampoline(spec: tuple, itemsizes: tuple) -> tuple[CpuProgram | NativeProgram, Callable[..., None]]:
+    program = _program(trampoline_ir(spec, itemsizes), opt_level=2)
     args: list = [ctypes.c_void_p]
     args += [ctypes.py_object if isinstance(s, int) else _C_SCALARS[s] for s in spec]
     return program, ctypes.CFUNCTYPE(None, *args)(program.address("sw_object_call"))
@@ -113,7 +119,7 @@ def layout_ok() -> bool:
     if sys.maxsize != 2**63 - 1 or _HEADER != 16:
         return False
     ir = _PROBE_IR.replace("DATA", str(_DATA)).replace("DIMS", str(_DIMS)).replace("STRIDES", str(_STRIDES))
-    program = CpuProgram(ir, opt_level=0)
+    program = _program(ir, opt_level=0)
     probe = ctypes.CFUNCTYPE(None, ctypes.py_object, ctypes.c_void_p)(program.address("sw_probe"))
     x = np.zeros((3, 5, 7), np.float64)[:, 1:4]  # a view: sizes and strides not the defaults
     out = np.zeros(3, np.int64)
@@ -128,10 +134,7 @@ def object_caller(fn_address: int, spec: Sequence[int | str], itemsizes: Sequenc
     if not layout_ok():
         return None
     program, trampoline = _trampoline(tuple(spec), tuple(itemsizes))
-    fn = ctypes.c_void_p(fn_address)
-
-    def call(*values: object) -> None:
-        trampoline(fn, *values)
-
+    # A partial, not a Python closure: one frame less per call (~0.3 us of a tiny call).
+    call = functools.partial(trampoline, ctypes.c_void_p(fn_address))
     call.program = program  # type: ignore[attr-defined]
     return call

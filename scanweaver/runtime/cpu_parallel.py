@@ -11,7 +11,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from scanweaver.runtime.cpu import flush_denormals
 
@@ -19,7 +18,50 @@ from scanweaver.runtime.cpu import flush_denormals
 # Threads
 # ---------------------------------------------------------------------------
 
-_POOL: ThreadPoolExecutor | None = None
+class _Task:
+    """One submitted callable: `result()` waits for it and re-raises its exception."""
+
+    def __init__(self, fn: Callable[[], None]):
+        self._fn, self._done, self._error = fn, threading.Event(), None
+
+    def run(self) -> None:
+        try:
+            self._fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            self._error = e
+        finally:
+            self._done.set()
+
+    def result(self) -> None:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+
+class _Workers:
+    """Daemon threads that run submitted callables: what parallel_for needs of
+    concurrent.futures' pool, without its import (~20 ms of a first call, logging
+    included).  Idle workers block on the queue; parallel_for waits for every task it
+    submits, so no kernel runs when the interpreter exits."""
+
+    def __init__(self, count: int):
+        import queue
+
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(count):
+            threading.Thread(target=self._serve, name=f"scanweaver_{i}", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get().run()
+
+    def submit(self, fn: Callable[[], None]) -> _Task:
+        task = _Task(fn)
+        self._jobs.put(task)
+        return task
+
+
+_POOL: _Workers | None = None
 _POOL_LOCK = threading.Lock()
 
 
@@ -34,11 +76,11 @@ def num_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _pool() -> ThreadPoolExecutor:
+def _pool() -> _Workers:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(1, num_threads() - 1), thread_name_prefix="scanweaver")
+            _POOL = _Workers(max(1, num_threads() - 1))
         return _POOL
 
 

@@ -257,7 +257,10 @@ def affine_scan_cpu(
 
 
 #: Elements per array of one staged segment (affine_scan_staged): 16 MB of f32.
-SEGMENT_ELEMENTS = 1 << 22
+#: Elements per staging segment: 1 MB per f32 buffer, so the three buffers of a segment
+#: stay in the L2 caches while it is copied in, scanned and copied out (faster than
+#: 16 MB segments that go through memory, measured) and the extra memory is 3 MB.
+SEGMENT_ELEMENTS = 1 << 18
 
 
 def affine_scan_staged(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, reverse: bool,

@@ -14,8 +14,6 @@ import glob
 import importlib.util
 import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -60,6 +58,8 @@ def _from_package(folder: str, name: str) -> Path | None:
 
 
 def _find_ptxas() -> Path | None:
+    import shutil
+
     found = shutil.which("ptxas")
     if found:
         return Path(found)
@@ -93,6 +93,8 @@ def find_tool(name: str) -> Path:
 
 
 def _version_output(tool: Path) -> str:
+    import subprocess  # here: a cache lookup (a warm first call) never pays its import
+
     done = subprocess.run([str(tool), "--version"], capture_output=True, text=True, timeout=60)
     return done.stdout + done.stderr
 
@@ -144,3 +146,12 @@ def tool_versions(gpu: bool = True) -> dict[str, str | None]:
         except ToolNotFoundError:
             versions["ptxas"] = None
     return versions
+
+
+def __getattr__(name: str):
+    # `tools.subprocess` (tests patch its `run`): the module, imported on first use.
+    if name == "subprocess":
+        import subprocess
+
+        return subprocess
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
