@@ -11,7 +11,11 @@ from xdsl.dialects import func
 from scanweaver.interp.run import run_function
 from scanweaver.ir import print_ir
 from scanweaver.runtime.cpu_scan import kernel
-from scanweaver.workloads.selective_complex_vjp import ComplexSelectiveVjpSpec, selective_scan_complex_vjp, vjp_arguments
+from scanweaver.workloads.selective_complex_vjp import (
+    ComplexSelectiveVjpSpec,
+    selective_scan_complex_vjp,
+    vjp_arguments,
+)
 from scanweaver.workloads.types import kernel_arguments
 
 RNG = np.random.default_rng(20)

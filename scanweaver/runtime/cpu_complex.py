@@ -55,7 +55,8 @@ def _last_axis_kernel(el: str, init: bool, final: bool, reverse: bool):
     module = complex_last_axis_scan(el, init, final, reverse, TILE)
     ComplexToReal().apply(make_context(), module)
     llvm_ir, _ = cpu_llvm_ir(module)
-    return Kernel(CpuProgram(llvm_ir), "complex_last_axis", [2, 2] + ([1] if init else []) + [2] + ([1] if final else []))
+    args = [2, 2] + ([1] if init else []) + [2] + ([1] if final else [])  # memref ranks
+    return Kernel(CpuProgram(llvm_ir), "complex_last_axis", args)
 
 
 def _last_axis(a2: np.ndarray, b2: np.ndarray, h0: np.ndarray | None, reverse: bool,

@@ -247,7 +247,8 @@ def _tensor(name: str, x, allowed: tuple, optional: bool = False) -> Optional[to
     if not isinstance(x, torch.Tensor):
         raise ScanWeaverTypeError(f"argument '{name}' must be a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided:
-        raise ScanWeaverValueError(f"argument '{name}' has layout {x.layout}; only dense (strided) tensors are supported")
+        raise ScanWeaverValueError(f"argument '{name}' has layout {x.layout}; only dense (strided) tensors "
+                                   "are supported")
     if x.dtype not in allowed:
         names = ", ".join(str(t).replace("torch.", "") for t in allowed)
         raise ScanWeaverTypeError(f"argument '{name}' has dtype {x.dtype}; with complex A it must be one of {names}")

@@ -120,7 +120,10 @@ class _Vjp:
 
     def add_into(self, m: SSAValue, idx: list[SSAValue], value: SSAValue, complex_: bool, hint: str) -> None:
         old = self.e.load(m, idx, hint + "o")
-        new = self.cop(complex.AddOp, old, value, hint=hint) if complex_ else self.f(arith.AddfOp, old, value, hint=hint)
+        if complex_:
+            new = self.cop(complex.AddOp, old, value, hint=hint)
+        else:
+            new = self.f(arith.AddfOp, old, value, hint=hint)
         memref.StoreOp.get(new, m, idx)
 
     def sigmoid(self, x: SSAValue, hint: str) -> SSAValue:
