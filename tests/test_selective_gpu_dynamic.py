@@ -113,13 +113,32 @@ def test_launch_description_is_dynamic():
     assert ("C", 3, "u", 2) in desc.covers_dims  # grouped C: time is its last axis
 
 
-@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
-def test_ptx_for_the_default_blocks_has_no_spills(chip):
-    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+def _shapes(n, b_rank, batch=2, dim=8, length=300):
+    bc = {2: (dim, n), 3: (batch, n, length), 4: (batch, 2, n, length)}[b_rank]
+    return {"u": (batch, dim, length), "delta": (batch, dim, length), "A": (dim, n), "B": bc, "C": bc,
+            "D": (dim,), "z": (batch, dim, length), "delta_bias": (dim,), "h0": (batch, dim, n)}
 
-    spec = SelectiveScanSpec(16, "shared", "grouped", True, True, True, True, True, True)
-    art = build_cuda_artifacts(print_ir(selective_scan_gpu(spec)), chip)
+
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("n,b_rank", [(16, 3), (32, 4), (64, 2)])
+def test_ptx_for_the_default_blocks_has_no_spills(chip, n, b_rank):
+    """Every option on; up to N = 32 the one dynamic build, above it the build for the
+    call's sizes (dynamic sizes spill at N = 64: `DYNAMIC_SIZES_MAX_N`)."""
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+    from scanweaver.runtime.cuda_scan import selective_scan_ir
+
+    ir = selective_scan_ir(_shapes(n, b_rank), {"delta_softplus": True, "return_last_state": True})
+    assert ("memref<?x?x?xf32>" in ir) == (n <= 32)
+    art = build_cuda_artifacts(ir, chip)
     assert art.ptxas and all(f["spill_stores"] == 0 and f["spill_loads"] == 0 for f in art.ptxas.values())
+
+
+def test_build_key_leaves_out_the_sizes_up_to_n32():
+    from scanweaver.runtime.cuda_scan import selective_scan_ir
+
+    opts = {"delta_softplus": True, "return_last_state": False}
+    assert selective_scan_ir(_shapes(32, 3), opts) == selective_scan_ir(_shapes(32, 3, 5, 3, 7), opts)
+    assert selective_scan_ir(_shapes(64, 3), opts) != selective_scan_ir(_shapes(64, 3, 5, 3, 7), opts)
 
 
 def test_runtime_compiles_once_for_two_shapes(monkeypatch):
@@ -173,3 +192,18 @@ def test_shapes_the_kernel_cannot_take_are_one_clear_error():
     for shapes, message in bad.values():
         with pytest.raises(ScanWeaverValueError, match=message):
             selective_spec(shapes, True, False)
+
+
+def test_static_sizes_build_matches_the_interpreter():
+    """The build for one (batch, D, L) (taken above N = 32) computes the same."""
+    spec = spec_of("grouped", "shared", h0=True)
+    batch, dim, length = 1, 2, 13
+    text = print_ir(selective_scan_gpu(spec, (batch, dim, length)))
+    assert "memref<1x2x13xf32>" in text
+    m = parse_ir(text)
+    ScanToGpu(block_size=4, items_per_thread=2).apply(Context(), m)
+    x = inputs(np.random.default_rng(9), spec, batch, dim, length)
+    ref, got, grids = run_both(text, m, spec, x, batch, dim, length)
+    assert grids == [(batch * dim, 1, 1)]
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)

@@ -191,12 +191,22 @@ def selective_spec(
     )
 
 
+#: Above this state size the GPU selective scan is built for the call's (batch, D, L):
+#: with dynamic sizes the index arithmetic of its arguments takes registers that a
+#: 64-element state needs (ptxas: 144-156 bytes of spill stores at N = 64 with every
+#: option, 0 with static sizes; 0 either way up to N = 32).
+DYNAMIC_SIZES_MAX_N = 32
+
+
 def selective_scan_ir(shapes: dict[str, tuple[int, ...]], options: dict[str, bool]) -> str:
-    """The GPU selective scan's IR for arguments of these shapes (only N, the B/C kinds
-    and which optional arguments are present matter: the kernel has dynamic sizes)."""
+    """The GPU selective scan's IR for arguments of these shapes: only N, the B/C kinds
+    and which optional arguments are present matter (the kernel has dynamic sizes),
+    and (batch, D, L) too above `DYNAMIC_SIZES_MAX_N`."""
     from scanweaver.runtime.kernel_ir import kernel_ir
 
     spec = selective_spec(shapes, options["delta_softplus"], options["return_last_state"])
+    if spec.n > DYNAMIC_SIZES_MAX_N:
+        return kernel_ir("selective_gpu", spec=spec, sizes=list(shapes["u"])).text
     return kernel_ir("selective_gpu", spec=spec).text
 
 
@@ -204,8 +214,9 @@ def selective_scan_cuda(
     u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
 ):
     """The selective scan from `workloads/selective.py`'s GPU form: one build per (N,
-    B/C kinds, options) serves every (batch, D, L); the grid is one block per (batch,
-    channel), computed at launch from the arguments' sizes."""
+    B/C kinds, options) serves every (batch, D, L) up to N = 32 (above, one per size:
+    `DYNAMIC_SIZES_MAX_N`); the grid is one block per (batch, channel), computed at
+    launch from the arguments' sizes."""
     named = {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z,
              "delta_bias": delta_bias, "h0": initial_state}
     arrays = {k: v for k, v in named.items() if v is not None}

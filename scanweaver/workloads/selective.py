@@ -39,12 +39,18 @@ from scanweaver.workloads.types import kernel_arguments, memref_of
 
 BC_KINDS = ("const", "shared", "grouped")
 
+#: (batch, D, L) of a kernel: ints for a build of one shape, "?" for every shape
+Sizes = tuple[int | str, int | str, int | str]
+DYNAMIC: Sizes = ("?", "?", "?")
 
-def bc_type(kind: str, n: int, element: str = "f32", gpu: bool = False) -> MemRefType:
+
+def bc_type(kind: str, n: int, element: str = "f32", gpu: bool = False, sizes: Sizes = DYNAMIC) -> MemRefType:
     """The memref type of B or C in the kernel layout of `kind` (state index last on
-    the CPU, before time on the GPU)."""
+    the CPU, before time on the GPU; `sizes` (batch, D, L) static or "?")."""
+    batch, dim, length = sizes
     if gpu:
-        return memref_of({"const": ("?", n), "shared": ("?", n, "?"), "grouped": ("?", "?", n, "?")}[kind], element)
+        shapes = {"const": (dim, n), "shared": (batch, n, length), "grouped": (batch, "?", n, length)}
+        return memref_of(shapes[kind], element)
     return memref_of({"const": ("?", n), "shared": ("?", "?", n), "grouped": ("?", "?", "?", n)}[kind], element)
 
 
@@ -83,21 +89,22 @@ def _for(lb: SSAValue, ub: SSAValue, step: SSAValue, iv: str, body: Callable[[SS
 
 
 def selective_arguments(
-    spec, el: str, state_el: str | Attribute | None = None, gpu: bool = False
+    spec, el: str, state_el: str | Attribute | None = None, gpu: bool = False, sizes: Sizes = DYNAMIC
 ) -> list[tuple[str, Attribute]]:
     """The kernel's (name, type) arguments: `el` for the real per-step data, `state_el`
     (default `el`; complex for complex A) for A, B, C and the states; the GPU form
-    takes B/C in its layout and no channel range."""
+    takes B/C in its layout and no channel range, and may fix (batch, D, L) (`sizes`)."""
     n, st = spec.n, el if state_el is None else state_el
-    m3 = memref_of(("?", "?", "?"), el)
-    args = [("u", m3), ("delta", m3), ("A", memref_of(("?", n), st)),
-            ("B", bc_type(spec.b_kind, n, st, gpu)), ("C", bc_type(spec.c_kind, n, st, gpu))]
-    args += [("Dskip", memref_of(("?",), el))] if spec.has_d else []
+    batch, dim, _ = sizes
+    m3 = memref_of(sizes, el)
+    args = [("u", m3), ("delta", m3), ("A", memref_of((dim, n), st)),
+            ("B", bc_type(spec.b_kind, n, st, gpu, sizes)), ("C", bc_type(spec.c_kind, n, st, gpu, sizes))]
+    args += [("Dskip", memref_of((dim,), el))] if spec.has_d else []
     args += [("z", m3)] if spec.has_z else []
-    args += [("bias", memref_of(("?",), el))] if spec.has_bias else []
-    args += [("h0", memref_of(("?", "?", n), st))] if spec.has_h0 else []
+    args += [("bias", memref_of((dim,), el))] if spec.has_bias else []
+    args += [("h0", memref_of((batch, dim, n), st))] if spec.has_h0 else []
     args += [("out", m3)]
-    args += [("last", memref_of(("?", "?", n), st))] if spec.has_last else []
+    args += [("last", memref_of((batch, dim, n), st))] if spec.has_last else []
     return args if gpu else args + [("d_begin", IndexType()), ("d_end", IndexType())]
 
 
@@ -109,12 +116,16 @@ def _bc_indices(
     return {"const": [d, n], "shared": [b, i, n], "grouped": [b, group, i, n]}[kind]
 
 
-def selective_scan_recurrence(spec: SelectiveScanSpec, element: str = "f32", gpu: bool = False) -> ModuleOp:
+def selective_scan_recurrence(
+    spec: SelectiveScanSpec, element: str = "f32", gpu: bool = False, sizes: Sizes = DYNAMIC
+) -> ModuleOp:
     """`func.func @selective_scan` for `spec`, computing in `element` (f32, or f64);
-    `gpu` gives the GPU form (see the module docstring)."""
+    `gpu` gives the GPU form (see the module docstring), `sizes` fixes its (batch, D, L)."""
     if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
         raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
-    args = selective_arguments(spec, element, gpu=gpu)
+    if not gpu and tuple(sizes) != DYNAMIC:
+        raise ValueError("the CPU form has dynamic sizes only")
+    args = selective_arguments(spec, element, gpu=gpu, sizes=tuple(sizes))
     block = Block(arg_types=[t for _, t in args])
     for value, (hint, _) in zip(block.args, args):
         value.name_hint = hint
@@ -126,9 +137,11 @@ def selective_scan_recurrence(spec: SelectiveScanSpec, element: str = "f32", gpu
     return ModuleOp([fn])
 
 
-def selective_scan_gpu(spec: SelectiveScanSpec) -> ModuleOp:
-    """The f32 GPU form of `selective_scan_recurrence`: one build for every (batch, D, L)."""
-    return selective_scan_recurrence(spec, "f32", gpu=True)
+def selective_scan_gpu(spec: SelectiveScanSpec, sizes: Sizes = DYNAMIC) -> ModuleOp:
+    """The f32 GPU form of `selective_scan_recurrence`: by default one build for every
+    (batch, D, L); static `sizes` save the registers that dynamic strides take, which a
+    64-element state needs (see `runtime/cuda_scan.py`)."""
+    return selective_scan_recurrence(spec, "f32", gpu=True, sizes=tuple(sizes))
 
 
 def _kernel_body(spec: SelectiveScanSpec, element: str, v: dict[str, SSAValue], gpu: bool = False) -> None:
