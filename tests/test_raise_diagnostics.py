@@ -100,8 +100,30 @@ def test_memref_state_reasons():
     twice = dyn_channels().replace(
         "memref.store %hn, %y[%t, %c] : memref<?x?xf32>",
         "memref.store %hn, %y[%t, %c] : memref<?x?xf32>\n      memref.store %xv, %h[%c] : memref<?xf32>")
+    # h[c] stored twice (the second store wins): raised once both reshapes apply.
     assert report_of(twice) == [
-        "@ema:scf.for#0: scanweaver-raise: loop not raised: several memref locations carry state "
+        "@ema:scf.for#0: scanweaver-raise: loop raised to scan.linear_recurrence (1 coupled "
+        "carried value(s) and 1 escaping value(s) as extra state), after moving the channel "
+        "loop outside the time loop and carrying the state in memory as iter_args"]
+    # Two elements at run-time indices may be one: no reshape, the first reason.
+    at_k = """
+func.func @zk(%x: memref<8xf32>, %z: memref<4xf32>, %k: index, %k1: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  scf.for %t = %c0 to %c8 step %c1 {
+    %xv = memref.load %x[%t] : memref<8xf32>
+    %s1 = memref.load %z[%k] : memref<4xf32>
+    %s2 = memref.load %z[%k1] : memref<4xf32>
+    %a = arith.addf %s2, %xv : f32
+    memref.store %a, %z[%k] : memref<4xf32>
+    memref.store %s1, %z[%k1] : memref<4xf32>
+  }
+  func.return
+}
+"""
+    assert report_of(at_k) == [
+        "@zk:scf.for#0: scanweaver-raise: loop not raised: several memref locations carry state "
         "(only one state memref per loop is supported; carry coupled state as iter_args)"]
     inner = dyn_channels("").replace(
         "scf.for %c = %c0 to %nc", "%nc = arith.addi %t, %c1 : index\n    scf.for %c = %c0 to %nc")

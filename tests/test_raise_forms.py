@@ -609,6 +609,18 @@ def test_lfilter_with_per_channel_state_in_memory_cpu_end_to_end():
                             raised_op="scan.linear_recurrence", exact=False)
 
 
+def test_state_stored_twice_per_step_is_raised_and_agrees():
+    # h[c] = a*h + x is stored to y, then h[c] = x overwrites it: h' = x and the
+    # output escapes; per channel, after both reshapes (the last store wins).
+    twice = dyn_channels().replace(
+        "memref.store %hn, %y[%t, %c] : memref<?x?xf32>",
+        "memref.store %hn, %y[%t, %c] : memref<?x?xf32>\n      memref.store %xv, %h[%c] : memref<?xf32>")
+    _, _, (rec,) = raised(twice)
+    assert rec.name == "scan.linear_recurrence"
+    for n in (0, 1, 9):
+        golden(twice, "ema", dyn_args(n, 5, 5), exact=True)
+
+
 def test_memory_state_at_run_time_indices_is_not_promoted():
     # z[%k] and z[%k1] may be the same element: the loop keeps its reason, unchanged.
     src = lfilter_memory().replace("%y: memref<?xf32>)", "%y: memref<?xf32>, %k: index)").replace(

@@ -7,14 +7,14 @@ state-dependent operands, no select condition depends on the state and no divisi
 touches the state.  The pass must raise exactly the affine ones, and the raised IR must
 compute bit for bit what the loop computes.
 
-Forms (issue 14 added the last six): the state as an iter_arg, at a memref location,
+Forms (issue 14 added the last seven): the state as an iter_arg, at a memref location,
 as a channel vector over an inner loop, the vector over a dynamic channel count
 (`memref.dim`), a 2x2 matrix over two nested channel loops, a masked update (the
 body under `scf.if` on a state-independent condition), and a two-lag recurrence read
 from memory (`y[t] = f(y[t-1], y[t-2])`, each `h` leaf reading one of the lags), the
 same over a dynamic channel count with the channel loop inside the time loop, and a
-state at two memory locations with a previous-state value escaping (lfilter's zi);
-the last two are raised after a reshape (raise_reshape.py).
+state at two memory locations with a previous-state value escaping (lfilter's zi),
+alone or per channel; the last three are raised after a reshape (raise_reshape.py).
 A second property checks running associative reductions (max/min/and/or/xor) against
 the generic scan.scan they are raised to.
 """
@@ -99,7 +99,7 @@ class Emitter:
 
 
 def program(tree, el: str, form: str) -> str:
-    e = Emitter(el, ("%h1", "%h2") if form in ("multilag", "multilag_chan", "zi") else ("%h",))
+    e = Emitter(el, ("%h1", "%h2") if form in ("multilag", "multilag_chan", "zi", "zi_chan") else ("%h",))
     hn = e.emit(tree)
     body = "\n    ".join(e.lines)
     m = f"memref<{L}x{el}>"
@@ -208,6 +208,35 @@ func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: memref<2x{el}>, %h0: {el
   func.return %h0 : {el}
 }}
 """
+    if form == "zi_chan":
+        # The zi form per channel, time-outer over a dynamic channel count: st[0, c],
+        # st[1, c] (both reshapes: interchange, then iter_args with guarded loads).
+        zm = f"memref<2x?x{el}>"
+        return f"""
+func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: {zm}, %h0: {el}) -> {el} {{{pre}
+  %nd = memref.dim %st, %c1 : {zm}
+  scf.for %i = %c0 to %cl step %c1 {{
+    scf.for %ch = %c0 to %nd step %c1 {{
+      %x0 = memref.load %xs[%i] : {m}
+      %xc = arith.index_cast %ch : index to {el}
+      %x = arith.muli %x0, %xc : {el}
+      %c = memref.load %cs[%i] : {m}
+      %ii = arith.index_cast %i : index to {el}
+      %iv = arith.addi %ii, %k : {el}
+      %h1 = memref.load %st[%c0, %ch] : {zm}
+      %h2 = memref.load %st[%c1, %ch] : {zm}
+      {body}
+      %e = arith.addi %h1, %x : {el}
+      memref.store %e, %y[%ch] : {m}
+      memref.store {hn}, %st[%c0, %ch] : {zm}
+      memref.store %e, %st[%c1, %ch] : {zm}
+      %sq = arith.muli {hn}, {hn} : {el}
+      memref.store %sq, %z[%ch] : {m}
+    }}
+  }}
+  func.return %h0 : {el}
+}}
+"""
     if form == "matrix":
         # A 2x2 state st[a, b] over two nested channel loops; x read at [t + a + b].
         return f"""
@@ -298,7 +327,7 @@ func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %z: {m}, %st: memref<1x{el}>, %h0: {el
     el=st.sampled_from(["i32", "i64"]),
     form=st.sampled_from(
         ["iter_args", "memref", "vector", "vector_dyn", "matrix", "masked", "multilag",
-         "multilag_chan", "zi"]
+         "multilag_chan", "zi", "zi_chan"]
     ),
     seed=st.integers(0, 2**32 - 1),
 )
@@ -308,7 +337,7 @@ def test_random_bodies_raise_iff_affine_and_agree(tree, el, form, seed):
     loop = next(op for op in module.walk() if isinstance(op, scf.ForOp))
     decision = analyze_loop(loop)
     expected = affine(tree)
-    reshaped = form in ("multilag_chan", "zi")  # refused as written, raised reshaped
+    reshaped = form in ("multilag_chan", "zi", "zi_chan")  # refused as written, raised reshaped
     assert decision.affine == (expected and not reshaped), (decision.reason, src)
     original = parse_ir(src)
     ops, diags = raise_recurrences(module)
@@ -327,7 +356,7 @@ def test_random_bodies_raise_iff_affine_and_agree(tree, el, form, seed):
     rng = np.random.default_rng(seed)
     info = np.iinfo(dtype)
     nx, ns = {"vector": (L + 1, 2), "vector_dyn": (L + 1, 2), "matrix": (L + 2, (2, 2)),
-              "multilag": (L, L + 2), "multilag_chan": (L, (L + 2, 3)), "zi": (L, 2)}.get(form, (L, 1))
+              "multilag": (L, L + 2), "multilag_chan": (L, (L + 2, 3)), "zi": (L, 2), "zi_chan": (L, (2, 3))}.get(form, (L, 1))
     args = [rng.integers(info.min, info.max, size=nx, dtype=dtype)]
     args += [rng.integers(info.min, info.max, size=L, dtype=dtype)]
     args += [np.zeros(L, dtype), np.zeros(L, dtype)]
