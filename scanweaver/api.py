@@ -221,21 +221,7 @@ def linear_scan(
         from scanweaver.runtime.cuda_scan import linear_scan_cuda
 
         return linear_scan_cuda(a, b, h0, axis, reverse, return_final_state)
-    a_arr, b_arr = _host_array("a", a, _SCAN_TYPES), _host_array("b", b, _SCAN_TYPES)
-    if a_arr.dtype.kind == "c" or b_arr.dtype.kind == "c":
-        a_arr, b_arr = _promote_complex(a_arr, b_arr)
-    if a_arr.dtype != b_arr.dtype:
-        raise ScanWeaverTypeError(
-            f"arguments 'a' ({a_arr.dtype}) and 'b' ({b_arr.dtype}) must have the same dtype"
-        )
-    _check_shape("b", b_arr, a_arr.shape, "the shape of 'a'")
-    if a_arr.ndim == 0:
-        raise ScanWeaverValueError("arguments 'a' and 'b' must have at least one dimension")
-    if not -a_arr.ndim <= axis < a_arr.ndim:
-        raise ScanWeaverValueError(
-            f"axis {axis} is out of range for {a_arr.ndim}-dimensional inputs"
-        )
-    axis %= a_arr.ndim
+    a_arr, b_arr, axis = _scan_operands(a, b, axis)
     state_dtype = np.float32 if a_arr.dtype == np.float16 else a_arr.dtype
     channel_shape = a_arr.shape[:axis] + a_arr.shape[axis + 1 :]
     h0_2d = None
@@ -255,7 +241,31 @@ def linear_scan(
         h, final = complex_scan_cpu(a_arr, b_arr, h0, axis, reverse)
         return (h, final) if return_final_state else h
 
-    # The kernels scan the last axis of C-contiguous (channels, L) arrays.
+    h, final = _real_scan_cpu(a_arr, b_arr, h0_2d, axis, reverse, state_dtype, channel_shape)
+    return (h, final) if return_final_state else h
+
+
+def _scan_operands(a: Any, b: Any, axis: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """`linear_scan`'s a and b as host arrays of one dtype and shape, and the axis made non-negative."""
+    a_arr, b_arr = _host_array("a", a, _SCAN_TYPES), _host_array("b", b, _SCAN_TYPES)
+    if a_arr.dtype.kind == "c" or b_arr.dtype.kind == "c":
+        a_arr, b_arr = _promote_complex(a_arr, b_arr)
+    if a_arr.dtype != b_arr.dtype:
+        raise ScanWeaverTypeError(
+            f"arguments 'a' ({a_arr.dtype}) and 'b' ({b_arr.dtype}) must have the same dtype"
+        )
+    _check_shape("b", b_arr, a_arr.shape, "the shape of 'a'")
+    if a_arr.ndim == 0:
+        raise ScanWeaverValueError("arguments 'a' and 'b' must have at least one dimension")
+    if not -a_arr.ndim <= axis < a_arr.ndim:
+        raise ScanWeaverValueError(
+            f"axis {axis} is out of range for {a_arr.ndim}-dimensional inputs"
+        )
+    return a_arr, b_arr, axis % a_arr.ndim
+
+
+def _real_scan_cpu(a_arr, b_arr, h0_2d, axis, reverse, state_dtype, channel_shape):
+    """The real-valued CPU scan: the kernels scan the last axis of C-contiguous (channels, L) arrays."""
     channels = int(np.prod(channel_shape, dtype=np.int64))
 
     def to_2d(x: np.ndarray) -> np.ndarray:
@@ -269,11 +279,8 @@ def linear_scan(
 
     length = a_arr.shape[axis]
     h_2d, final = affine_scan_staged(to_2d(a_arr), to_2d(b_arr), h0_2d, reverse, state_dtype)
-    moved_shape = channel_shape + (length,)
-    h = np.moveaxis(h_2d.reshape(moved_shape), -1, axis)
-    if return_final_state:
-        return h, final.reshape(channel_shape)
-    return h
+    h = np.moveaxis(h_2d.reshape(channel_shape + (length,)), -1, axis)
+    return h, final.reshape(channel_shape)
 
 
 def _promote_complex(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,6 @@ MAX_LINES = 100
 ALLOWED = {
     "rewrites/grad.py:VjpBuilder.reverse_recurrence": "helper vjp",
     "rewrites/grad.py:VjpBuilder.reverse_recurrence.chunk": "helper vjp",
-    "rewrites/raise_analysis.py:_find_memref_state": "helper raise",
 }
 
 
