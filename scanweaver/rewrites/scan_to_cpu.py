@@ -37,8 +37,10 @@ scan.recurrence with a rank-1 static state `memref<N x f32|f64|i32|i64>` (the Ma
     is kept up to date every step.  Work that depends on time only (softplus of delta,
     silu(z), D*u: loads whose last index is the step) is vectorised over TIME_BLOCK = 16
     steps at a time, in a prologue of each block of unrolled steps, when it contains
-    math functions or divisions.  `math.exp` and `math.log1p` inside become the
-    polynomials of `exp_polynomial.py` (vector and scalar): libm would be called per lane.
+    math functions or divisions.  `math.exp` and `math.log1p` inside are marked
+    (`scanweaver.poly_exp`) for the next stage, `math-exp-to-polynomial{marked_only}`,
+    which makes them the polynomials of `exp_polynomial.py` (vector and scalar): libm
+    would be called per lane.
 everything else (scan.scan, f16/bf16 inputs, rank-1 affine, non-identity layouts,
 recurrences the vectoriser does not understand)
     the sequential lowering of `scan_to_loops.py`.
@@ -190,8 +192,8 @@ class ScanToCpu(ModulePass):
     row's stores two iterations away from the 4 KiB-aliasing loads of the next row),
     `prefetch` (software prefetch distance of a and b, in time blocks; 0 = none),
     `reassoc_reductions` (tree-order vector reductions in recurrence consumers: faster,
-    not bit-identical to the sequential sum), `poly_exp` (polynomial math.exp inside
-    vectorised recurrences), `parallel_channels` (the loop over channel groups of a
+    not bit-identical to the sequential sum), `poly_exp` (mark math.exp inside
+    vectorised recurrences for the polynomial stage), `parallel_channels` (the loop over channel groups of a
     time-innermost `scan.affine` is an `scf.parallel`, for `convert-scf-to-openmp`),
     `nontemporal` (streaming stores of large, 32-byte aligned h: NONTEMPORAL_MIN_BYTES).
     """
