@@ -428,6 +428,12 @@ def test_variant_choice_and_errors(monkeypatch):
     assert cpu_scan.choose_affine_variant(1024, 4096, np.float32, threads=2) == "channels"
     monkeypatch.undo()
     assert cpu_scan.choose_affine_variant(4, 1 << 20, np.float32, threads=2) == "chunked"
+    # f64: only one long row is cut in time (README "Numerics"); more rows stay bit-identical.
+    assert cpu_scan.choose_affine_variant(1, 1 << 24, np.float64, threads=2) == "chunked"
+    assert cpu_scan.choose_affine_variant(1, 1 << 24, np.float64, threads=1) == "chunked"
+    assert cpu_scan.choose_affine_variant(1, 1 << 20, np.float64, threads=2) == "single"
+    assert cpu_scan.choose_affine_variant(2, 1 << 22, np.float64, threads=2) in ("single", "channels")
+    assert cpu_scan.choose_affine_variant(4, 1 << 20, np.float64, threads=2) == "channels"
     assert cpu_scan.choose_affine_variant(8, 64, np.float32, threads=2) == "single"
     from scanweaver.errors import ScanWeaverError
 
