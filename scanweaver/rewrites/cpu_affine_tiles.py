@@ -169,7 +169,8 @@ def _tile_body(
                 b_rows[q].append(bb.ins(vector.LoadOp(op.b, index, vt)))
         masks.append(row_masks)
         if tl.prefetch and not masked:
-            # Software prefetch of this row `prefetch` blocks ahead (clamped into the row).
+            # Software prefetch of this row `prefetch` blocks ahead (clamped into the row
+            # unless the loop range keeps it there: prefetch_clamp).
             ahead = bb.sub(col, bb.idx(tl.prefetch * T)) if tl.reverse else bb.add(col, bb.idx(tl.prefetch * T))
             if tl.prefetch_clamp:
                 ahead = bb.max(bb.min(ahead, bb.sub(tl.L, bb.idx(T))), zero_i)
