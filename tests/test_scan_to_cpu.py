@@ -428,6 +428,12 @@ def test_variant_choice_and_errors(monkeypatch):
     assert cpu_scan.choose_affine_variant(1024, 4096, np.float32, threads=2) == "channels"
     monkeypatch.undo()
     assert cpu_scan.choose_affine_variant(4, 1 << 20, np.float32, threads=2) == "chunked"
+    # f64: only one long row is cut in time (README "Numerics"); more rows stay bit-identical.
+    assert cpu_scan.choose_affine_variant(1, 1 << 24, np.float64, threads=2) == "chunked"
+    assert cpu_scan.choose_affine_variant(1, 1 << 24, np.float64, threads=1) == "chunked"
+    assert cpu_scan.choose_affine_variant(1, 1 << 20, np.float64, threads=2) == "single"
+    assert cpu_scan.choose_affine_variant(2, 1 << 22, np.float64, threads=2) in ("single", "channels")
+    assert cpu_scan.choose_affine_variant(4, 1 << 20, np.float64, threads=2) == "channels"
     assert cpu_scan.choose_affine_variant(8, 64, np.float32, threads=2) == "single"
     from scanweaver.errors import ScanWeaverError
 
@@ -438,6 +444,24 @@ def test_variant_choice_and_errors(monkeypatch):
     with pytest.raises(ScanWeaverError, match="B"):
         x = np.ones((1, 2, 5), np.float32)
         cpu_scan.selective_scan_cpu(x, x, np.ones((2, 4), np.float32), np.ones((3, 3), np.float32), np.ones((2, 4), np.float32))
+
+
+def test_single_long_f64_row_is_chunked_within_bound():
+    """The public linear_scan cuts one long f64 row in time (README "Numerics"): finite,
+    and within the documented bound of the bit-identical sequential variant."""
+    import scanweaver
+
+    L = cpu_variants.F64_CHUNKED_MIN_LENGTH
+    assert cpu_scan.choose_affine_variant(1, L, np.float64, threads=2) == "chunked"
+    rng = np.random.default_rng(7)
+    a = rng.uniform(0.9, 1.0, (1, L))
+    b = rng.standard_normal((1, L))
+    h = scanweaver.linear_scan(a, b)
+    seq = cpu_scan.affine_scan_cpu(a, b, variant="single")
+    assert np.isfinite(h).all()
+    # |h| and the loop's rounding scale stay below 10 * max|b| (a <= 1 - 1/10 on average);
+    # rounding errors are ~1e-13 of that, a wrong carry between chunks is of order 1.
+    np.testing.assert_allclose(h, seq, rtol=0, atol=1e-9 * np.abs(b).max())
 
 
 def _openmp_or_skip() -> None:

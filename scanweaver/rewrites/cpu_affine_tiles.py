@@ -77,6 +77,7 @@ class _Tiles:
     long_rows: SSAValue | None = None  # i1: rows long enough to prefetch
     nt_ok: SSAValue | None = None  # i1: h large and 32-byte aligned rows (NT stores allowed)
     nontemporal: bool = False  # this copy of the body stores h non-temporally
+    prefetch_clamp: bool = True  # clamp prefetch addresses into the row (False: the loop range keeps them in)
 
     @property
     def Q(self) -> int:
@@ -168,9 +169,11 @@ def _tile_body(
                 b_rows[q].append(bb.ins(vector.LoadOp(op.b, index, vt)))
         masks.append(row_masks)
         if tl.prefetch and not masked:
-            # Software prefetch of this row `prefetch` blocks ahead (clamped into the row).
+            # Software prefetch of this row `prefetch` blocks ahead (clamped into the row
+            # unless the loop range keeps it there: prefetch_clamp).
             ahead = bb.sub(col, bb.idx(tl.prefetch * T)) if tl.reverse else bb.add(col, bb.idx(tl.prefetch * T))
-            ahead = bb.max(bb.min(ahead, bb.sub(tl.L, bb.idx(T))), zero_i)
+            if tl.prefetch_clamp:
+                ahead = bb.max(bb.min(ahead, bb.sub(tl.L, bb.idx(T))), zero_i)
             for ref in (op.a, op.b):
                 _prefetch(b, ref, [*tl.outer, rows[g], ahead])
             if tl.prefetch_h and not tl.aggregate:
@@ -234,6 +237,8 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
     total = bb.add(tl.NBt, span)
     one = bb.idx(1)
 
+    steady_bounds: dict[str, SSAValue] = {}  # m_hi: the lanes' first block past the full ones
+
     def run(lo, hi, hs, masked, builder: Builder = b, tiles: _Tiles = tl) -> list[SSAValue]:
         def body(sb: Builder, k: SSAValue, carried):
             return _tile_body(sb, tiles, k, list(carried), masked, rows, row_valid, shifts)
@@ -249,7 +254,16 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
         for pf in (tiles.prefetch, 0):
             blk = Block()
             ib = Builder(InsertPoint.at_end(blk))
-            out = run(lo, hi, hs, False, ib, replace(tiles, prefetch=pf))
+            if pf:
+                # Iterations k < m_hi - pf prefetch full blocks of every lane's row (lane 0
+                # is the furthest ahead), so they need no clamping of the address; the
+                # last pf iterations only read what earlier ones prefetched.
+                ibb = _B(ib)
+                mid = ibb.max(lo, ibb.min(hi, ibb.sub(steady_bounds["m_hi"], ibb.idx(pf))))
+                out = run(lo, mid, hs, False, ib, replace(tiles, prefetch=pf, prefetch_clamp=False))
+                out = run(mid, hi, out, False, ib, replace(tiles, prefetch=0))
+            else:
+                out = run(lo, hi, hs, False, ib, replace(tiles, prefetch=0))
             ib.insert(scf.YieldOp(*out))
             blocks.append(Region(blk))
         op_if = builder.insert(scf.IfOp(tiles.long_rows, [v.type for v in hs], blocks[0], blocks[1]))
@@ -277,6 +291,7 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
         # Lanes' block sequence numbers m that are full blocks: [m_lo, m_hi).
         m_lo = bb.sub(tl.NBt, nbf) if tl.reverse else bb.idx(0)
         m_hi = tl.NBt if tl.reverse else nbf
+        steady_bounds["m_hi"] = m_hi
         first = bb.min(bb.add(m_lo, span), total)
         steady_end = bb.max(first, m_hi)
         hs = run(bb.idx(0), first, h0s, True)

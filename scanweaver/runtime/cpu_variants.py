@@ -21,6 +21,8 @@ CHUNKED_MIN_LENGTH = 1 << 13  # rows at least this long may be cut in time
 TASKS_PER_THREAD = 1  # pieces per thread (more: dynamic balance under outside load, but more calls)
 SELECTIVE_TASKS_PER_THREAD = 4
 OPENMP_MIN_ELEMENTS = 1 << 19  # from here the OpenMP kernel beats one call (1024x1024 f32: 2x)
+#: f64: only a single row this long is cut in time (see choose_affine_variant).
+F64_CHUNKED_MIN_LENGTH = 1 << 22
 
 
 def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: int | None = None) -> str:
@@ -33,10 +35,16 @@ def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: 
     """
     threads = num_threads() if threads is None else threads
     total = channels * length
-    # f64 rows are never cut in time: their compensated chunk aggregates cost what the
-    # time parallelism saves (measured here, 2 cores, 1x2^20: 3.3 ms chunked, 3.3 ms
-    # single; 3x2^20: 6.9 ms vs 3.6 ms), and the single variant is bit-identical.
-    chunkable = np.dtype(dtype) != np.float64
+    # f64 rows are cut in time only when there is a single long row: their compensated
+    # (double-double) chunk aggregates cost about what the time parallelism saves
+    # (measured here, 2 cores, 1x2^20: 3.3 ms chunked, 3.3 ms single; 3x2^20: 6.9 ms vs
+    # 3.6 ms), but one row fills one lane of four, so the bit-identical variants are
+    # latency-bound on one chain (1x2^24: 183-206 ms single, 150-156 ms chunked on the
+    # loaded 2-core machine; about 2.9 ns CPU per element chunked against 6.5 single).
+    if np.dtype(dtype) == np.float64:
+        chunkable = channels == 1 and length >= F64_CHUNKED_MIN_LENGTH
+    else:
+        chunkable = True
     if threads > 1 and channels >= 2 * _lanes(dtype) * threads and total >= OPENMP_MIN_ELEMENTS and openmp_available():
         return "openmp"
     small = total < THREAD_MIN_ELEMENTS or 3 * total * np.dtype(dtype).itemsize < THREAD_MIN_BYTES
