@@ -98,9 +98,10 @@ def test_no_per_step_state_arrays():
     assert short == long
     for shape in long:
         assert len(shape) <= 2 and all(d == DYNAMIC_INDEX or d <= max(chunk, N, 16) for d in shape), shape
-    # the checkpoints (chunks + 1, N); a and b (rows, N) and the kept values (kept, rows)
+    # the checkpoints (chunks + 1, N); a, b (rows, N), the states (rows + 1, N) and the
+    # kept values (kept, rows) of the window
     dynamic = [tuple(shape) for shape in long if DYNAMIC_INDEX in shape]
-    assert len(dynamic) == 4 and dynamic.count((DYNAMIC_INDEX, N)) == 3, dynamic
+    assert len(dynamic) == 5 and dynamic.count((DYNAMIC_INDEX, N)) == 4, dynamic
 
 
 @pytest.mark.parametrize("window", [2048, 8])  # 8: chunks before the window (refilled)

@@ -539,7 +539,8 @@ class VjpBuilder:
         the checkpoint run and the reverse both read them, so for a recurrence of up to
         `window` steps exp(dt*A) and the softplus run once per step in the whole VJP.
         Chunks before the window run the recurrence itself here, and the reverse fills
-        the buffers' first chunk rows again for them."""
+        the buffers' first chunk rows again for them.  The states of the window's steps
+        are kept too (H), so the reverse recomputes those of the chunks before it only."""
         st_t = op.state_type
         el = st_t.element_type
         shape = list(st_t.get_shape())
@@ -556,14 +557,14 @@ class VjpBuilder:
         e.copy_rows(shape, state, [], ck, [e.iconst(0)])
         span = e.muli(K, step)
         info = {"state": state, "ck": ck, "steps": steps, "chunks": chunks, "span": span,
-                "AB": None, "INV": None, "kept": [], "split": chunks}
+                "AB": None, "INV": None, "kept": [], "split": chunks, "H": None}
 
         def chunk(c, buffered: bool):
             s0 = e.addi(lb, e.muli(c, span))
             s1 = e.mini(e.addi(s0, span), ub)
             if buffered:
                 base = e.muli(e.subi(c, info["split"]), K)
-                self.buffered_recurrence(e, op, s0, s1, step, state, info["AB"], base)
+                self.recompute_states(e, op, vmap, s0, s1, step, state, info["H"], info["AB"], base, base)
             else:
                 new = self.clone(e, op, dict(vmap))
                 new.operands = [s0, s1, step, state]
@@ -574,9 +575,11 @@ class VjpBuilder:
             rows = e.muli(e.mini(chunks, e.iconst(self.window_chunks)), K)  # <= window
             AB = tuple(e.alloc(el, [DYNAMIC_INDEX, *shape], [rows]) for _ in range(2))
             INV = e.alloc(el, [len(kept), DYNAMIC_INDEX], [rows]) if kept else None
+            H = e.alloc(el, [DYNAMIC_INDEX, *shape], [e.addi(rows, e.iconst(1))])  # states, as the reverse's H
             split = e.maxi(e.subi(chunks, e.iconst(self.window_chunks)), e.iconst(0))
-            info.update(AB=AB, INV=INV, kept=kept, split=split)
+            info.update(AB=AB, INV=INV, kept=kept, split=split, H=H)
             e.for_(e.iconst(0), split, lambda c: chunk(c, False))
+            e.copy_rows(shape, state, [], H, [e.iconst(0)])
             w_steps = e.subi(steps, e.muli(split, K))
             self.fill_coefficients(e, op, vmap, e.addi(lb, e.muli(split, span)), step, w_steps,
                                    AB, kept, INV, e.iconst(0))
@@ -591,7 +594,7 @@ class VjpBuilder:
         adj = _RecurrenceAdjoint(self, e, op, vmap, info)
         e.for_(e.iconst(0), info["chunks"], adj.chunk, reverse=True)
         self.read_cells(e, scope, adj.cells)
-        for buf in (info["ck"], *(info["AB"] or ()), info["INV"]):
+        for buf in (info["ck"], *(info["AB"] or ()), info["INV"], info["H"]):
             if buf is not None:
                 e.dealloc(buf)
 
@@ -650,15 +653,9 @@ class VjpBuilder:
         e.block = outer
         return Region(blk)
 
-    def buffered_recurrence(self, e: Emit, op, s0, s1, step, state, AB, base) -> None:
-        """The recurrence from s0 to s1 on `state`, (a, b) from the buffers, no emit."""
-        blk = Block(arg_types=[IndexType(), op.state_type])
-        blk.add_op(scan.YieldOp())
-        e.put(type(op)(s0, s1, step, state, self.buffered_coeffs(e, op, s0, step, AB, base), Region(blk)))
-
-    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H, AB=None, base=None) -> None:
+    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H, AB=None, base=None, hb=None) -> None:
         """The recurrence from s0 to s1 on `row`, its emit storing the state after step
-        jj into H[jj + 1]."""
+        jj into H[hb + jj + 1] ((a, b) from AB at base + jj when given)."""
         shape = list(op.state_type.get_shape())
         if AB is not None:
             coeffs = self.buffered_coeffs(e, op, s0, step, AB, base)
@@ -668,6 +665,8 @@ class VjpBuilder:
         blk = Block(arg_types=[IndexType(), op.state_type])
         outer, e.block = e.block, blk
         jj = e.divui(e.subi(blk.args[0], s0), step)
+        if hb is not None:
+            jj = e.addi(hb, jj)
         e.copy_rows(shape, blk.args[1], [], H, [e.addi(jj, e.iconst(1))])
         e.put(scan.YieldOp())
         e.block = outer
@@ -821,7 +820,8 @@ class _RecurrenceAdjoint:
     """The reverse of one raised recurrence, chunk by chunk (from the last): its buffers,
     allocated once, and the steps of one chunk.
 
-    H[jj] = state before step jj (H[0]: the checkpoint), MU[jj + 1] = cotangent of the
+    H[hb + jj] = state before step jj (H[hb]: the checkpoint; hb: the chunk's first row
+    when H holds the window's states, else 0), MU[jj + 1] = cotangent of the
     state after step jj from the future (MU[n]: from the next chunk): one row past the
     chunk, so the reverse reads both without a select per element.  GS[jj] = the
     consumer's cotangent of the state after step jj."""
@@ -833,7 +833,8 @@ class _RecurrenceAdjoint:
         el = st_t.element_type
         self.shape = list(st_t.get_shape())
         Kc = builder.chunk
-        self.H, self.MU = (e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape])) for _ in range(2))
+        self.MU = e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
+        self.H = info["H"] if info["H"] is not None else e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
         self.GS = e.hoisted_alloca(MemRefType(el, [Kc, *self.shape]))
         self.row, self.grow = (e.hoisted_alloca(st_t) for _ in range(2))
         # the emit region's ops not reading the state (silu of z, D*u, ...) run in a loop
@@ -853,7 +854,7 @@ class _RecurrenceAdjoint:
         s0 = e.addi(lb, e.muli(c, info["span"]))
         s1 = e.mini(e.addi(s0, info["span"]), ub)
         n = e.trip_count(s0, s1, step)
-        base = None
+        base = hb = None
         if info["AB"] is not None:
             # chunks in the window: their rows of AB / INV, filled by the forward; chunks
             # before it: fill the first rows (free now: the later chunks are done)
@@ -862,6 +863,9 @@ class _RecurrenceAdjoint:
             base = e.select(in_window, e.muli(e.subi(c, info["split"]), e.iconst(self.b.chunk)), zero)
             self.b.fill_coefficients(e, self.op, self.vmap, s0, step, e.select(in_window, zero, n),
                                      info["AB"], info["kept"], info["INV"], base)
+            hb = base  # the window's states are in H already: no recompute (no steps)
+            s1 = e.select(in_window, s0, s1)
+        self.hb = hb if hb is not None else e.iconst(0)
         self.recompute(c, s0, s1, step, base)
         self.emit_reverse(s0, step, n)
         self.adjoint(s0, step, n, base)
@@ -871,8 +875,9 @@ class _RecurrenceAdjoint:
     def recompute(self, c, s0, s1, step, base) -> None:
         e, ck = self.e, self.info["ck"]
         e.copy_rows(self.shape, ck, [c], self.row, [])
-        e.copy_rows(self.shape, ck, [c], self.H, [e.iconst(0)])
-        self.b.recompute_states(e, self.op, self.vmap, s0, s1, step, self.row, self.H, self.info["AB"], base)
+        e.copy_rows(self.shape, ck, [c], self.H, [self.hb])  # (the same values in the window)
+        self.b.recompute_states(e, self.op, self.vmap, s0, s1, step, self.row, self.H, self.info["AB"], base,
+                                self.hb)
 
     # 2. the consumer's cotangent of the state at each step, last step first
     def emit_reverse(self, s0, step, n) -> None:
@@ -890,7 +895,7 @@ class _RecurrenceAdjoint:
             e.for_(e.iconst(0), n, time_only)
 
         def emit_step(jj):
-            e.copy_rows(self.shape, self.H, [e.addi(jj, e.iconst(1))], self.row, [])
+            e.copy_rows(self.shape, self.H, [e.addi(self.hb, e.addi(jj, e.iconst(1)))], self.row, [])
             e.fill(self.shape, self.grow, [], self.zero)
             inner = dict(self.vmap)
             inner[eb.args[0]], inner[eb.args[1]] = e.addi(s0, e.muli(jj, step)), self.row
@@ -914,7 +919,7 @@ class _RecurrenceAdjoint:
         """(lambda, h_{i-1}) of step jj, state element k."""
         e = self.e
         lam = e.add(e.load(self.MU, [e.addi(jj, e.iconst(1)), *k]), e.load(self.GS, [jj, *k]))
-        return lam, e.load(self.H, [jj, *k])
+        return lam, e.load(self.H, [e.addi(self.hb, jj), *k])
 
     def coeffs_reverse(self, s0, step, jj, base) -> None:
         if self.linear:
