@@ -13,8 +13,9 @@ The VJP is reverse-mode differentiation of the loop code with recomputation inst
 tape; the primal output arguments may be overwritten with recomputed values.  Each raised
 recurrence `h_i = a_i * h_{i-1} + b_i` becomes, in the reverse sweep:
 
-  * a forward run in chunks of `chunk` steps that keeps the state at chunk starts only
-    (checkpoints: (steps / chunk) x state, never one state per step);
+  * a forward run in chunks of `chunk` steps that keeps the state at chunk starts
+    (checkpoints: (steps / chunk) x state), and for the last `window` steps at most
+    their coefficients and states (window x state buffers, reused per channel);
   * per chunk, from the last: the states of the chunk recomputed from its checkpoint
     (a `scan.recurrence`), the reverse of the `emit` region per step (the cotangent g_i
     of the state from the consumer), then the adjoint recurrence, itself a
