@@ -16,7 +16,7 @@ from scanweaver.rewrites.grad import ScanweaverGrad
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
 
 
-def raise_and_grad(module_or_text, chunk: int = 3, functions: str = "", window: int = 2048) -> str:
+def raise_and_grad(module_or_text, chunk: int = 3, functions: str = "", window: int = 8192) -> str:
     """Text of the module after scanweaver-raise and scanweaver-grad (a small `window`:
     chunks before the kept coefficients' window exist, their reverse refills them)."""
     module = parse_ir(module_or_text) if isinstance(module_or_text, str) else module_or_text

@@ -33,7 +33,7 @@ def _ss_args(rng, batch, D, L, N, bc, groups, with_D, with_z, with_bias, last):
         ("grouped", 2, False, True, False, True, False),
     ],
 )
-@pytest.mark.parametrize("window", [2048, 2])  # 2: one chunk of 3 in the window
+@pytest.mark.parametrize("window", [8192, 2])  # 2: one chunk of 3 in the window
 def test_selective_scan_vjp(bc, groups, with_D, with_z, with_bias, softplus, last, window):
     batch, D, L, N = 1, 2, 5, 3
     m = loops.selective_scan_loops(batch, D, L, N, bc=bc, groups=groups, with_D=with_D, with_z=with_z,
@@ -66,7 +66,7 @@ SMALL = [
 
 
 @pytest.mark.parametrize("name, build, make_args", SMALL, ids=[f"{s[0]}{i}" for i, s in enumerate(SMALL)])
-@pytest.mark.parametrize("chunk, window", [(2, 2048), (64, 2048), (2, 4)])
+@pytest.mark.parametrize("chunk, window", [(2, 8192), (64, 8192), (2, 4)])
 def test_small_workload_vjp(name, build, make_args, chunk, window):
     text = raise_and_grad(build(), chunk=chunk, window=window)
     assert f"@{name}_vjp" in text

@@ -104,7 +104,7 @@ def test_no_per_step_state_arrays():
     assert len(dynamic) == 5 and dynamic.count((DYNAMIC_INDEX, N)) == 4, dynamic
 
 
-@pytest.mark.parametrize("window", [2048, 8])  # 8: chunks before the window (refilled)
+@pytest.mark.parametrize("window", [8192, 8])  # 8: chunks before the window (refilled)
 def test_compiled_vjp_matches_interpreter(window):
     """The VJP through the CPU pipeline (scanweaver.compile) = the interpreted VJP."""
     import scanweaver

@@ -254,7 +254,7 @@ def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAVa
 
 
 class VjpBuilder:
-    def __init__(self, fn: func.FuncOp, chunk: int, window: int = 2048):
+    def __init__(self, fn: func.FuncOp, chunk: int, window: int = 8192):
         self.fn = fn
         self.name = fn.sym_name.data
         self.chunk = chunk
@@ -1112,7 +1112,7 @@ def _constant(v: SSAValue) -> int | None:
     return None
 
 
-def build_vjp(fn: func.FuncOp, chunk: int = 64, window: int = 2048) -> func.FuncOp:
+def build_vjp(fn: func.FuncOp, chunk: int = 64, window: int = 8192) -> func.FuncOp:
     """`@<name>_vjp` of one function (see the module docstring); GradRefused if not."""
     return VjpBuilder(fn, chunk, window).build()
 
@@ -1129,7 +1129,7 @@ class ScanweaverGrad(ModulePass):
 
     chunk: int = 64
     functions: str = ""
-    window: int = 2048
+    window: int = 8192
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.chunk < 1:
