@@ -33,12 +33,13 @@ def _ss_args(rng, batch, D, L, N, bc, groups, with_D, with_z, with_bias, last):
         ("grouped", 2, False, True, False, True, False),
     ],
 )
-def test_selective_scan_vjp(bc, groups, with_D, with_z, with_bias, softplus, last):
+@pytest.mark.parametrize("window", [8192, 2])  # 2: one chunk of 3 in the window
+def test_selective_scan_vjp(bc, groups, with_D, with_z, with_bias, softplus, last, window):
     batch, D, L, N = 1, 2, 5, 3
     m = loops.selective_scan_loops(batch, D, L, N, bc=bc, groups=groups, with_D=with_D, with_z=with_z,
                                    with_delta_bias=with_bias, delta_softplus=softplus, dtype="f64",
                                    return_last_state=last)
-    text = raise_and_grad(m, chunk=2)
+    text = raise_and_grad(m, chunk=2, window=window)
     assert "scan.recurrence" in text.split("@selective_scan_vjp")[1]
     rng = RNG(1)
     check_vjp(text, "selective_scan", _ss_args(rng, batch, D, L, N, bc, groups, with_D, with_z, with_bias, last), rng)
@@ -65,9 +66,9 @@ SMALL = [
 
 
 @pytest.mark.parametrize("name, build, make_args", SMALL, ids=[f"{s[0]}{i}" for i, s in enumerate(SMALL)])
-@pytest.mark.parametrize("chunk", [2, 64])
-def test_small_workload_vjp(name, build, make_args, chunk):
-    text = raise_and_grad(build(), chunk=chunk)
+@pytest.mark.parametrize("chunk, window", [(2, 8192), (64, 8192), (2, 4)])
+def test_small_workload_vjp(name, build, make_args, chunk, window):
+    text = raise_and_grad(build(), chunk=chunk, window=window)
     assert f"@{name}_vjp" in text
     rng = RNG(7)
     check_vjp(text, name, make_args(rng), rng)

@@ -32,8 +32,9 @@ def test_xdsl_opt_runs_the_pass():
     vjp = module.ops.last
     assert [str(t) for t in vjp.function_type.inputs.data][5:] == [
         "memref<2x8xf32>", "memref<2xf32>", "memref<2xf32>", "memref<2x8xf32>", "memref<2xf32>"]
-    # the adjoint is a scan op, like the forward
-    assert sum(isinstance(op, scan.RecurrenceOp) for op in vjp.walk()) == 3
+    # the adjoint is a scan op, like the forward (the checkpoint run: the chunks before the
+    # window of kept coefficients, then those in it; the chunk's recompute; the adjoint)
+    assert sum(isinstance(op, scan.RecurrenceOp) for op in vjp.walk()) == 4
 
 
 def test_scanweaver_opt_refuses_with_one_line(tmp_path):
@@ -84,7 +85,8 @@ def test_refuses_with_a_reason(src, why):
 
 def test_no_per_step_state_arrays():
     """Buffers of the VJP do not grow with L: checkpoints (one state per chunk, dynamic
-    first dimension) and chunk-sized buffers, never L x N per channel or B x D x L x N."""
+    first dimension), the kept coefficients of at most `window` steps (dynamic: fewer for
+    short sequences) and chunk-sized buffers, never L x N per channel or B x D x L x N."""
     batch, D, N, chunk = 2, 3, 4, 8
 
     def buffers(L):
@@ -96,15 +98,20 @@ def test_no_per_step_state_arrays():
     assert short == long
     for shape in long:
         assert len(shape) <= 2 and all(d == DYNAMIC_INDEX or d <= max(chunk, N, 16) for d in shape), shape
-    assert sum(DYNAMIC_INDEX in shape for shape in long) == 1  # the checkpoints: (chunks + 1, N)
+    # the checkpoints (chunks + 1, N); a, b (rows, N), the states (rows + 1, N) and the
+    # kept values (kept, rows) of the window
+    dynamic = [tuple(shape) for shape in long if DYNAMIC_INDEX in shape]
+    assert len(dynamic) == 5 and dynamic.count((DYNAMIC_INDEX, N)) == 4, dynamic
 
 
-def test_compiled_vjp_matches_interpreter():
+@pytest.mark.parametrize("window", [8192, 8])  # 8: chunks before the window (refilled)
+def test_compiled_vjp_matches_interpreter(window):
     """The VJP through the CPU pipeline (scanweaver.compile) = the interpreted VJP."""
     import scanweaver
 
     batch, D, L, N = 1, 3, 21, 4
-    text = raise_and_grad(loops.selective_scan_loops(batch, D, L, N, return_last_state=True), chunk=8)
+    text = raise_and_grad(loops.selective_scan_loops(batch, D, L, N, return_last_state=True), chunk=8,
+                          window=window)
     program = scanweaver.compile(text)
     rng = np.random.default_rng(0)
     f32 = np.float32

@@ -13,8 +13,9 @@ The VJP is reverse-mode differentiation of the loop code with recomputation inst
 tape; the primal output arguments may be overwritten with recomputed values.  Each raised
 recurrence `h_i = a_i * h_{i-1} + b_i` becomes, in the reverse sweep:
 
-  * a forward run in chunks of `chunk` steps that keeps the state at chunk starts only
-    (checkpoints: (steps / chunk) x state, never one state per step);
+  * a forward run in chunks of `chunk` steps that keeps the state at chunk starts
+    (checkpoints: (steps / chunk) x state), and for the last `window` steps at most
+    their coefficients and states (window x state buffers, reused per channel);
   * per chunk, from the last: the states of the chunk recomputed from its checkpoint
     (a `scan.recurrence`), the reverse of the `emit` region per step (the cotangent g_i
     of the state from the consumer), then the adjoint recurrence, itself a
@@ -253,10 +254,11 @@ def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAVa
 
 
 class VjpBuilder:
-    def __init__(self, fn: func.FuncOp, chunk: int):
+    def __init__(self, fn: func.FuncOp, chunk: int, window: int = 8192):
         self.fn = fn
         self.name = fn.sym_name.data
         self.chunk = chunk
+        self.window_chunks = max(1, window // chunk)  # chunks whose coefficients are kept
         self.shadow: dict[SSAValue, SSAValue] = {}  # old memref -> its shadow in the VJP
         self.primal_args: set[SSAValue] = set()
 
@@ -522,9 +524,26 @@ class VjpBuilder:
             v = user.results[0]
 
     # -- recurrences -------------------------------------------------------------------
+    def kept_coefficients(self, op) -> list[SSAValue]:
+        """Float values of coeffs that do not depend on the state index (softplus of the
+        step and the like): computed once per step by fill_coefficients, read back by
+        the reverse."""
+        el = op.state_type.element_type
+        return [r for o in split_by_state_index(op.coeffs.block)[0] for r in o.results
+                if r.type == el and not isinstance(o, arith.ConstantOp)]
+
     def forward_recurrence(self, e: Emit, op, vmap) -> dict:
-        """Run the recurrence in chunks, keeping the state at every chunk start."""
+        """Run the recurrence in chunks, keeping the state at every chunk start.
+
+        scan.recurrence: the coefficients (a, b) of the last `window` steps (at most) are
+        computed once, into buffers of window x state (AB) and kept values x window (INV):
+        the checkpoint run and the reverse both read them, so for a recurrence of up to
+        `window` steps exp(dt*A) and the softplus run once per step in the whole VJP.
+        Chunks before the window run the recurrence itself here, and the reverse fills
+        the buffers' first chunk rows again for them.  The states of the window's steps
+        are kept too (H), so the reverse recomputes those of the chunks before it only."""
         st_t = op.state_type
+        el = st_t.element_type
         shape = list(st_t.get_shape())
         state = vmap[op.state]
         if state in self.primal_args:  # keep the argument's initial contents
@@ -535,163 +554,54 @@ class VjpBuilder:
         steps = e.trip_count(lb, ub, step)
         K = e.iconst(self.chunk)
         chunks = e.ceildiv(steps, K)
-        ck = e.alloc(st_t.element_type, [DYNAMIC_INDEX, *shape], [e.addi(chunks, e.iconst(1))])
+        ck = e.alloc(el, [DYNAMIC_INDEX, *shape], [e.addi(chunks, e.iconst(1))])
         e.copy_rows(shape, state, [], ck, [e.iconst(0)])
         span = e.muli(K, step)
+        info = {"state": state, "ck": ck, "steps": steps, "chunks": chunks, "span": span,
+                "AB": None, "INV": None, "kept": [], "split": chunks, "H": None}
 
-        def chunk(c):
+        def chunk(c, buffered: bool):
             s0 = e.addi(lb, e.muli(c, span))
             s1 = e.mini(e.addi(s0, span), ub)
-            new = self.clone(e, op, dict(vmap))
-            new.operands = [s0, s1, step, state]
+            if buffered:
+                base = e.muli(e.subi(c, info["split"]), K)
+                self.recompute_states(e, op, vmap, s0, s1, step, state, info["H"], info["AB"], base, base)
+            else:
+                new = self.clone(e, op, dict(vmap))
+                new.operands = [s0, s1, step, state]
             e.copy_rows(shape, state, [], ck, [e.addi(c, e.iconst(1))])
 
-        e.for_(e.iconst(0), chunks, chunk)
-        return {"state": state, "ck": ck, "steps": steps, "chunks": chunks, "span": span}
+        if isinstance(op, scan.RecurrenceOp):
+            kept = self.kept_coefficients(op)
+            rows = e.muli(e.mini(chunks, e.iconst(self.window_chunks)), K)  # <= window
+            AB = tuple(e.alloc(el, [DYNAMIC_INDEX, *shape], [rows]) for _ in range(2))
+            INV = e.alloc(el, [len(kept), DYNAMIC_INDEX], [rows]) if kept else None
+            H = e.alloc(el, [DYNAMIC_INDEX, *shape], [e.addi(rows, e.iconst(1))])  # states, as the reverse's H
+            split = e.maxi(e.subi(chunks, e.iconst(self.window_chunks)), e.iconst(0))
+            info.update(AB=AB, INV=INV, kept=kept, split=split, H=H)
+            e.for_(e.iconst(0), split, lambda c: chunk(c, False))
+            e.copy_rows(shape, state, [], H, [e.iconst(0)])
+            w_steps = e.subi(steps, e.muli(split, K))
+            self.fill_coefficients(e, op, vmap, e.addi(lb, e.muli(split, span)), step, w_steps,
+                                   AB, kept, INV, e.iconst(0))
+            e.for_(split, chunks, lambda c: chunk(c, True))
+        else:
+            e.for_(e.iconst(0), chunks, lambda c: chunk(c, False))
+        return info
 
     def reverse_recurrence(self, e: Emit, op, vmap, scope: Scope, info: dict) -> None:
-        linear = isinstance(op, scan.LinearRecurrenceOp)
-        st_t = op.state_type
-        el = st_t.element_type
-        shape = list(st_t.get_shape())
-        Kc = self.chunk
-        buf_t = MemRefType(el, [Kc, *shape])
-        # H[jj] = state before step jj (H[0]: the checkpoint), MU[jj + 1] = cotangent of
-        # the state after step jj from the future (MU[n]: from the next chunk): one row
-        # past the chunk, so the reverse reads both without a select per element
-        H, MU = (e.hoisted_alloca(MemRefType(el, [Kc + 1, *shape])) for _ in range(2))
-        GS = e.hoisted_alloca(buf_t)
-        AB = None if linear else (e.hoisted_alloca(buf_t), e.hoisted_alloca(buf_t))
-        # float values of coeffs that do not depend on the state index, per step of the
-        # chunk: computed once by fill_coefficients, read back by the reverse
-        kept = [] if linear else [
-            r for o in split_by_state_index(op.coeffs.block)[0] for r in o.results
-            if r.type == el and not isinstance(o, arith.ConstantOp)]
-        INV = e.hoisted_alloca(MemRefType(el, [len(kept), Kc])) if kept else None
-        row, grow = (e.hoisted_alloca(st_t) for _ in range(2))
-        # the same for the emit region: its ops not reading the state (silu of z, D*u, ...)
-        # run in a loop over the chunk's steps of their own, their float results kept in EINV
-        eb = op.emit.block
-        e_inv = time_only_ops(eb, eb.args[1], op.state)
-        e_kept = [r for o in e_inv for r in o.results if is_float(r.type) and not isinstance(o, arith.ConstantOp)]
-        EINV = [e.hoisted_alloca(MemRefType(v.type, [Kc])) for v in e_kept]
-        mu = self.shadow[op.state]  # cotangent of the final state; becomes that of the initial
-        cells = self.make_cells(e, free_float_values([op.coeffs, op.emit], op))
-        lb, ub, step = vmap[op.lb], vmap[op.ub], vmap[op.step]
-        ck, span = info["ck"], info["span"]
-        zero = e.fconst(0.0, el)
+        """The chunks from the last to the first (see _RecurrenceAdjoint), then the
+        cotangents of the values the regions read from outside."""
+        adj = _RecurrenceAdjoint(self, e, op, vmap, info)
+        e.for_(e.iconst(0), info["chunks"], adj.chunk, reverse=True)
+        self.read_cells(e, scope, adj.cells)
+        for buf in (info["ck"], *(info["AB"] or ()), info["INV"], info["H"]):
+            if buf is not None:
+                e.dealloc(buf)
 
-        def chunk(c):
-            s0 = e.addi(lb, e.muli(c, span))
-            s1 = e.mini(e.addi(s0, span), ub)
-            n = e.trip_count(s0, s1, step)
-            # 1. the coefficients (a, b) of the chunk's steps, and its states from its checkpoint
-            if AB is not None:
-                self.fill_coefficients(e, op, vmap, s0, step, n, AB, kept, INV)
-            e.copy_rows(shape, ck, [c], row, [])
-            e.copy_rows(shape, ck, [c], H, [e.iconst(0)])
-            self.recompute_states(e, op, vmap, s0, s1, step, row, H, AB)
-
-            # 2. the consumer's cotangent of the state at each step, last step first
-            def emit_time_only(jj):
-                inner = dict(vmap)
-                inner[eb.args[0]] = e.addi(s0, e.muli(jj, step))
-                for o in e_inv:
-                    self.clone(e, o, inner)
-                for v, buf in zip(e_kept, EINV):
-                    e.store(inner[v], buf, [jj])
-
-            if e_kept:
-                e.for_(e.iconst(0), n, emit_time_only)
-
-            def emit_step(jj):
-                i = e.addi(s0, e.muli(jj, step))
-                e.copy_rows(shape, H, [e.addi(jj, e.iconst(1))], row, [])
-                e.fill(shape, grow, [], zero)
-                inner = dict(vmap)
-                inner[eb.args[0]], inner[eb.args[1]] = i, row
-                for v, buf in zip(e_kept, EINV):
-                    inner[v] = e.load(buf, [jj])
-                self.shadow[eb.args[1]] = grow
-                ops = [o for o in eb.ops if not isinstance(o, scan.YieldOp)]
-                self.rev_ops(e, ops, inner, Scope(cells=cells), preset=frozenset(e_kept))
-                e.copy_rows(shape, grow, [], GS, [jj])
-
-            e.for_(e.iconst(0), n, emit_step, reverse=True)
-            # 3. the adjoint recurrence, backwards over the chunk
-            e.copy_rows(shape, mu, [], MU, [n])
-            self.adjoint_scan(e, op, vmap, s0, step, n, mu, GS, MU, AB)
-
-            # 4. the producer's reverse: (da, db) per step into the input gradients
-            def param_step(jj):
-                i = e.addi(s0, e.muli(jj, step))
-                nxt = e.addi(jj, e.iconst(1))
-
-                def lam_h(k):
-                    lam = e.add(e.load(MU, [nxt, *k]), e.load(GS, [jj, *k]))
-                    return lam, e.load(H, [jj, *k])
-
-                cb = op.coeffs.block
-                yielded = list(cb.last_op.operands)
-                if linear:
-                    size = shape[0]
-                    inner = dict(vmap)
-                    inner[cb.args[0]] = i
-                    lh = [lam_h([e.iconst(j)]) for j in range(size)]
-                    seeds = []
-                    for j in range(size):
-                        for col in range(size):
-                            seeds.append((yielded[j * size + col], e.mul(lh[j][0], lh[col][1])))
-                        seeds.append((yielded[size * size + j], lh[j][0]))
-                    self.rev_block(e, cb, inner, Scope(cells=cells), seeds)
-                    return
-
-                # the ops of coeffs that do not depend on the state index run once per
-                # step, outside the loop over the state; their cotangents sum over it
-                inv, dep = split_by_state_index(cb)
-                inner = dict(vmap)
-                inner[cb.args[0]] = i
-                for m, v in enumerate(kept):
-                    inner[v] = e.load(INV, [e.iconst(m), jj])
-                for o in inv:
-                    if not (o.results and all(r in kept for r in o.results)):
-                        self.clone(e, o, inner)
-                step_scope = Scope(cells=cells)
-                used = {v for o in dep for w in o.walk() for v in w.operands} | set(yielded)
-                inv_values = [r for o in inv for r in o.results if r in used and is_float(r.type)
-                              and not isinstance(o, arith.ConstantOp)]
-                step_cells = self.make_cells(e, inv_values)
-
-                def per_element(k):
-                    lam, hp = lam_h(k)
-                    inner_k = dict(inner)
-                    for a, kk in zip(cb.args[1:], k):
-                        inner_k[a] = kk
-                    # a and b themselves come from the buffers, not recomputed (the
-                    # reverse of their ops needs only their operands and result)
-                    preset = set()
-                    for v, buf in zip(yielded, AB):
-                        owner = getattr(v, "owner", None)
-                        if owner in dep and not owner.regions and len(owner.results) == 1:
-                            inner_k[v] = e.load(buf, [jj, *k])
-                            preset.add(v)
-                    seeds = [(yielded[0], e.mul(lam, hp)), (yielded[1], lam)]
-                    self.rev_ops(e, dep, inner_k, Scope(cells={**cells, **step_cells}), seeds,
-                                 preset=frozenset(preset))
-
-                e.for_static(shape, per_element)
-                self.read_cells(e, step_scope, step_cells)
-                self.rev_ops(e, inv, inner, step_scope, forward=False)
-
-            e.for_(e.iconst(0), n, param_step, reverse=True)
-
-        e.for_(e.iconst(0), info["chunks"], chunk, reverse=True)
-        self.read_cells(e, scope, cells)
-        e.dealloc(ck)
-
-    def fill_coefficients(self, e: Emit, op, vmap, s0, step, n, AB, kept=(), INV=None) -> None:
-        """A[jj, k], B[jj, k] = coeffs(s0 + jj*step, k) for the chunk's steps; the ops not
-        depending on k once per step, their `kept` float results stored in INV[m, jj]."""
+    def fill_coefficients(self, e: Emit, op, vmap, s0, step, n, AB, kept, INV, base) -> None:
+        """A[base + jj, k], B[base + jj, k] = coeffs(s0 + jj*step, k) for n steps; the ops
+        not depending on k once per step, their `kept` float results in INV[m, base + jj]."""
         shape = list(op.state_type.get_shape())
         cb = op.coeffs.block
         inv, dep = split_by_state_index(cb)
@@ -702,18 +612,19 @@ class VjpBuilder:
             for o in inv:
                 self.clone(e, o, inner)
             for m, v in enumerate(kept):
-                e.store(inner[v], INV, [e.iconst(m), jj])
+                e.store(inner[v], INV, [e.iconst(m), e.addi(base, jj)])
 
         # the ops not depending on k in a loop of their own, stored along time: it
-        # vectorises over the chunk's steps (softplus and the like, not one step at a time)
+        # vectorises over the steps (softplus and the like, not one step at a time)
         if kept:
             e.for_(e.iconst(0), n, time_only)
 
         def step_fn(jj):
             inner = dict(vmap)
             inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
+            row = e.addi(base, jj)
             for m, v in enumerate(kept):
-                inner[v] = e.load(INV, [e.iconst(m), jj])
+                inner[v] = e.load(INV, [e.iconst(m), row])
             for o in inv:
                 if not (o.results and all(r in kept for r in o.results)):
                     self.clone(e, o, inner)
@@ -725,42 +636,44 @@ class VjpBuilder:
                 for o in dep:
                     self.clone(e, o, inner_k)
                 for v, buf in zip(cb.last_op.operands, AB):
-                    e.store(inner_k.get(v, v), buf, [jj, *k])
+                    e.store(inner_k.get(v, v), buf, [row, *k])
 
             e.for_static(shape, per_element)
 
         e.for_(e.iconst(0), n, step_fn)
 
-    def buffered_coeffs(self, e: Emit, op, s0, step, AB) -> Region:
-        """A coeffs region reading (a, b) from the buffers at jj = (i - s0) / step."""
+    def buffered_coeffs(self, e: Emit, op, s0, step, AB, base) -> Region:
+        """A coeffs region reading (a, b) from the buffers at base + (i - s0) / step."""
         shape = list(op.state_type.get_shape())
         blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
         outer, e.block = e.block, blk
-        jj = e.divui(e.subi(blk.args[0], s0), step)
+        jj = e.addi(base, e.divui(e.subi(blk.args[0], s0), step))
         a = e.load(AB[0], [jj, *blk.args[1:]])
         b = e.load(AB[1], [jj, *blk.args[1:]])
         e.put(scan.YieldOp(a, b))
         e.block = outer
         return Region(blk)
 
-    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H, AB=None) -> None:
+    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H, AB=None, base=None, hb=None) -> None:
         """The recurrence from s0 to s1 on `row`, its emit storing the state after step
-        jj into H[jj + 1]."""
+        jj into H[hb + jj + 1] ((a, b) from AB at base + jj when given)."""
         shape = list(op.state_type.get_shape())
         if AB is not None:
-            coeffs = self.buffered_coeffs(e, op, s0, step, AB)
+            coeffs = self.buffered_coeffs(e, op, s0, step, AB, base)
         else:
             coeffs = Region()
             op.coeffs.clone_into(coeffs, value_mapper=dict(vmap))
         blk = Block(arg_types=[IndexType(), op.state_type])
         outer, e.block = e.block, blk
         jj = e.divui(e.subi(blk.args[0], s0), step)
+        if hb is not None:
+            jj = e.addi(hb, jj)
         e.copy_rows(shape, blk.args[1], [], H, [e.addi(jj, e.iconst(1))])
         e.put(scan.YieldOp())
         e.block = outer
         e.put(type(op)(s0, s1, step, row, coeffs, Region(blk)))
 
-    def adjoint_scan(self, e: Emit, op, vmap, s0, step, n, mu, GS, MU, AB) -> None:
+    def adjoint_scan(self, e: Emit, op, vmap, s0, step, n, mu, GS, MU, AB, base=None) -> None:
         """mu_{i-1} = a_i * (mu_i + g_i) (or M_i^T (mu_i + g_i)) from the chunk's last
         step to its first; the state after each step goes to MU[jj]."""
         shape = list(op.state_type.get_shape())
@@ -769,7 +682,7 @@ class VjpBuilder:
             blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
             outer, e.block = e.block, blk
             jj = e.subi(e.subi(n, e.iconst(1)), blk.args[0])
-            a = e.load(AB[0], [jj, *blk.args[1:]])
+            a = e.load(AB[0], [e.addi(base, jj), *blk.args[1:]])
             e.put(scan.YieldOp(a, e.mul(a, e.load(GS, [jj, *blk.args[1:]]))))
             eblk = Block(arg_types=[IndexType(), op.state_type])
             e.block = eblk
@@ -904,6 +817,174 @@ class VjpBuilder:
             e.dealloc(init)
 
 
+class _RecurrenceAdjoint:
+    """The reverse of one raised recurrence, chunk by chunk (from the last): its buffers,
+    allocated once, and the steps of one chunk.
+
+    H[hb + jj] = state before step jj (H[hb]: the checkpoint; hb: the chunk's first row
+    when H holds the window's states, else 0), MU[jj + 1] = cotangent of the
+    state after step jj from the future (MU[n]: from the next chunk): one row past the
+    chunk, so the reverse reads both without a select per element.  GS[jj] = the
+    consumer's cotangent of the state after step jj."""
+
+    def __init__(self, builder: VjpBuilder, e: Emit, op, vmap, info: dict):
+        self.b, self.e, self.op, self.vmap, self.info = builder, e, op, vmap, info
+        self.linear = isinstance(op, scan.LinearRecurrenceOp)
+        st_t = op.state_type
+        el = st_t.element_type
+        self.shape = list(st_t.get_shape())
+        Kc = builder.chunk
+        self.MU = e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
+        self.H = info["H"] if info["H"] is not None else e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
+        self.GS = e.hoisted_alloca(MemRefType(el, [Kc, *self.shape]))
+        self.row, self.grow = (e.hoisted_alloca(st_t) for _ in range(2))
+        # the emit region's ops not reading the state (silu of z, D*u, ...) run in a loop
+        # over the chunk's steps of their own, their float results kept in EINV
+        eb = op.emit.block
+        self.e_inv = time_only_ops(eb, eb.args[1], op.state)
+        self.e_kept = [r for o in self.e_inv for r in o.results
+                       if is_float(r.type) and not isinstance(o, arith.ConstantOp)]
+        self.EINV = [e.hoisted_alloca(MemRefType(v.type, [Kc])) for v in self.e_kept]
+        self.mu = builder.shadow[op.state]  # cotangent of the final state; becomes that of the initial
+        self.cells = builder.make_cells(e, free_float_values([op.coeffs, op.emit], op))
+        self.zero = e.fconst(0.0, el)
+
+    def chunk(self, c) -> None:
+        e, info = self.e, self.info
+        lb, ub, step = (self.vmap[v] for v in (self.op.lb, self.op.ub, self.op.step))
+        s0 = e.addi(lb, e.muli(c, info["span"]))
+        s1 = e.mini(e.addi(s0, info["span"]), ub)
+        n = e.trip_count(s0, s1, step)
+        base = hb = None
+        if info["AB"] is not None:
+            # chunks in the window: their rows of AB / INV, filled by the forward; chunks
+            # before it: fill the first rows (free now: the later chunks are done)
+            in_window = e.cmpi(c, info["split"], "sge")
+            zero = e.iconst(0)
+            base = e.select(in_window, e.muli(e.subi(c, info["split"]), e.iconst(self.b.chunk)), zero)
+            self.b.fill_coefficients(e, self.op, self.vmap, s0, step, e.select(in_window, zero, n),
+                                     info["AB"], info["kept"], info["INV"], base)
+            hb = base  # the window's states are in H already: no recompute (no steps)
+            s1 = e.select(in_window, s0, s1)
+        self.hb = hb if hb is not None else e.iconst(0)
+        self.recompute(c, s0, s1, step, base)
+        self.emit_reverse(s0, step, n)
+        self.adjoint(s0, step, n, base)
+        e.for_(e.iconst(0), n, lambda jj: self.coeffs_reverse(s0, step, jj, base), reverse=True)
+
+    # 1. the chunk's states from its checkpoint
+    def recompute(self, c, s0, s1, step, base) -> None:
+        e, ck = self.e, self.info["ck"]
+        e.copy_rows(self.shape, ck, [c], self.row, [])
+        e.copy_rows(self.shape, ck, [c], self.H, [self.hb])  # (the same values in the window)
+        self.b.recompute_states(e, self.op, self.vmap, s0, s1, step, self.row, self.H, self.info["AB"], base,
+                                self.hb)
+
+    # 2. the consumer's cotangent of the state at each step, last step first
+    def emit_reverse(self, s0, step, n) -> None:
+        e, eb = self.e, self.op.emit.block
+
+        def time_only(jj):
+            inner = dict(self.vmap)
+            inner[eb.args[0]] = e.addi(s0, e.muli(jj, step))
+            for o in self.e_inv:
+                self.b.clone(e, o, inner)
+            for v, buf in zip(self.e_kept, self.EINV):
+                e.store(inner[v], buf, [jj])
+
+        if self.e_kept:
+            e.for_(e.iconst(0), n, time_only)
+
+        def emit_step(jj):
+            e.copy_rows(self.shape, self.H, [e.addi(self.hb, e.addi(jj, e.iconst(1)))], self.row, [])
+            e.fill(self.shape, self.grow, [], self.zero)
+            inner = dict(self.vmap)
+            inner[eb.args[0]], inner[eb.args[1]] = e.addi(s0, e.muli(jj, step)), self.row
+            for v, buf in zip(self.e_kept, self.EINV):
+                inner[v] = e.load(buf, [jj])
+            self.b.shadow[eb.args[1]] = self.grow
+            ops = [o for o in eb.ops if not isinstance(o, scan.YieldOp)]
+            self.b.rev_ops(e, ops, inner, Scope(cells=self.cells), preset=frozenset(self.e_kept))
+            e.copy_rows(self.shape, self.grow, [], self.GS, [jj])
+
+        e.for_(e.iconst(0), n, emit_step, reverse=True)
+
+    # 3. the adjoint recurrence, backwards over the chunk
+    def adjoint(self, s0, step, n, base) -> None:
+        self.e.copy_rows(self.shape, self.mu, [], self.MU, [n])
+        self.b.adjoint_scan(self.e, self.op, self.vmap, s0, step, n, self.mu, self.GS, self.MU,
+                            self.info["AB"], base)
+
+    # 4. the producer's reverse: (da, db) of step jj into the input gradients
+    def lam_h(self, jj, k):
+        """(lambda, h_{i-1}) of step jj, state element k."""
+        e = self.e
+        lam = e.add(e.load(self.MU, [e.addi(jj, e.iconst(1)), *k]), e.load(self.GS, [jj, *k]))
+        return lam, e.load(self.H, [e.addi(self.hb, jj), *k])
+
+    def coeffs_reverse(self, s0, step, jj, base) -> None:
+        if self.linear:
+            self.coeffs_reverse_linear(s0, step, jj)
+        else:
+            self.coeffs_reverse_diagonal(s0, step, jj, base)
+
+    def coeffs_reverse_linear(self, s0, step, jj) -> None:
+        e, cb = self.e, self.op.coeffs.block
+        yielded = list(cb.last_op.operands)
+        size = self.shape[0]
+        inner = dict(self.vmap)
+        inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
+        lh = [self.lam_h(jj, [e.iconst(j)]) for j in range(size)]
+        seeds = []
+        for j in range(size):
+            for col in range(size):
+                seeds.append((yielded[j * size + col], e.mul(lh[j][0], lh[col][1])))
+            seeds.append((yielded[size * size + j], lh[j][0]))
+        self.b.rev_block(e, cb, inner, Scope(cells=self.cells), seeds)
+
+    def coeffs_reverse_diagonal(self, s0, step, jj, base) -> None:
+        """The ops of coeffs that do not depend on the state index run once per step,
+        outside the loop over the state; their cotangents sum over it."""
+        e, b, cb = self.e, self.b, self.op.coeffs.block
+        AB, INV, kept = self.info["AB"], self.info["INV"], self.info["kept"]
+        g = e.addi(base, jj)  # the step's row in AB / INV
+        yielded = list(cb.last_op.operands)
+        inv, dep = split_by_state_index(cb)
+        inner = dict(self.vmap)
+        inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
+        for m, v in enumerate(kept):
+            inner[v] = e.load(INV, [e.iconst(m), g])
+        for o in inv:
+            if not (o.results and all(r in kept for r in o.results)):
+                b.clone(e, o, inner)
+        step_scope = Scope(cells=self.cells)
+        used = {v for o in dep for w in o.walk() for v in w.operands} | set(yielded)
+        inv_values = [r for o in inv for r in o.results if r in used and is_float(r.type)
+                      and not isinstance(o, arith.ConstantOp)]
+        step_cells = b.make_cells(e, inv_values)
+
+        def per_element(k):
+            lam, hp = self.lam_h(jj, k)
+            inner_k = dict(inner)
+            for a, kk in zip(cb.args[1:], k):
+                inner_k[a] = kk
+            # a and b themselves come from the buffers, not recomputed (the reverse of
+            # their ops needs only their operands and result)
+            preset = set()
+            for v, buf in zip(yielded, AB):
+                owner = getattr(v, "owner", None)
+                if owner in dep and not owner.regions and len(owner.results) == 1:
+                    inner_k[v] = e.load(buf, [g, *k])
+                    preset.add(v)
+            seeds = [(yielded[0], e.mul(lam, hp)), (yielded[1], lam)]
+            b.rev_ops(e, dep, inner_k, Scope(cells={**self.cells, **step_cells}), seeds,
+                      preset=frozenset(preset))
+
+        e.for_static(self.shape, per_element)
+        b.read_cells(e, step_scope, step_cells)
+        b.rev_ops(e, inv, inner, step_scope, forward=False)
+
+
 def _reassociate_sums(block: Block) -> None:
     """Mark the additive reductions of loops (`acc = acc + x` in iter_args, such as the
     recomputed sum_n C[n] * h[n]) reassociable, so LLVM vectorises the loops around them;
@@ -1031,25 +1112,30 @@ def _constant(v: SSAValue) -> int | None:
     return None
 
 
-def build_vjp(fn: func.FuncOp, chunk: int = 64) -> func.FuncOp:
+def build_vjp(fn: func.FuncOp, chunk: int = 64, window: int = 8192) -> func.FuncOp:
     """`@<name>_vjp` of one function (see the module docstring); GradRefused if not."""
-    return VjpBuilder(fn, chunk).build()
+    return VjpBuilder(fn, chunk, window).build()
 
 
 @dataclass(frozen=True)
 class ScanweaverGrad(ModulePass):
     """Add `@<name>_vjp` next to each public function with a float memref argument
     (or, with `functions=a,b`, next to those named); refuse with a reason what cannot
-    be differentiated.  `chunk`: steps between state checkpoints."""
+    be differentiated.  `chunk`: steps between state checkpoints; `window`: steps (at
+    most, rounded down to whole chunks) whose recurrence coefficients are kept from the
+    checkpoint run for the reverse (buffers of window x state per call)."""
 
     name = "scanweaver-grad"
 
     chunk: int = 64
     functions: str = ""
+    window: int = 8192
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.chunk < 1:
             raise ScanWeaverError(f"scanweaver-grad: chunk must be >= 1, got {self.chunk}")
+        if self.window < 1:
+            raise ScanWeaverError(f"scanweaver-grad: window must be >= 1, got {self.window}")
         funcs = {f.sym_name.data: f for f in op.ops if isinstance(f, func.FuncOp)}
         wanted = [n.strip() for n in self.functions.split(",") if n.strip()]
         for n in wanted:
@@ -1066,5 +1152,5 @@ class ScanweaverGrad(ModulePass):
             name = fn.sym_name.data + "_vjp"
             if name in funcs:
                 continue
-            vjp = build_vjp(fn, self.chunk)
+            vjp = build_vjp(fn, self.chunk, self.window)
             op.body.block.insert_op_after(vjp, fn)

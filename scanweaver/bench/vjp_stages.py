@@ -1,0 +1,115 @@
+"""Where the compiled selective-scan VJP spends its time, stage by stage (no profiler).
+
+    python -m scanweaver.bench.vjp_stages [--L 2048] [--reps 9]
+
+Each stage of `@selective_scan_vjp` (a loop or scan op of the channel body, or of the
+reverse chunk loop) is timed by compiling a variant of the VJP where that stage runs
+twice in a row: its cost is the variant's median time minus the VJP's.  Removing a stage
+instead would let LLVM delete the stages reading its (then undefined) buffers.  The
+variants' results are wrong, only their times are used.  One call over all channels on
+one thread, the forward kernel timed alongside; calls interleaved, medians printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def stages(fn) -> list[tuple[str, object]]:
+    """(name, op): the loops and scan ops of the channel loop body and of the reverse
+    chunk loop, named by their place (block.index) and kind."""
+    from xdsl.dialects import scf
+
+    from scanweaver.dialects import scan
+
+    holders = [op for op in fn.walk() if isinstance(op, scf.ForOp)
+               and any(isinstance(o, scan.RecurrenceOp) for o in op.body.block.ops)]
+    chunk_loop = holders[-1]  # the reverse runs last
+    out = []
+    for block, tag in ((chunk_loop.parent_block(), "channel"), (chunk_loop.body.block, "chunk")):
+        for i, op in enumerate(block.ops):
+            if op is chunk_loop:
+                continue
+            if isinstance(op, scan.RecurrenceOp):
+                out.append((f"{tag}.{i} scan.recurrence", op))
+            elif isinstance(op, scf.ForOp) and sum(1 for _ in op.walk()) > 10:
+                out.append((f"{tag}.{i} scf.for ({sum(1 for _ in op.walk())} ops)", op))
+    return out
+
+
+def _kernel(spec, twice: str | None):
+    from xdsl.dialects import func
+
+    from scanweaver.ir import make_context, parse_ir, print_ir
+    from scanweaver.rewrites.grad import ScanweaverGrad
+    from scanweaver.runtime.cpu_scan import Kernel
+    from scanweaver.torch import _kernels
+
+    ir = _kernels.selective_ir(spec, False)
+    module = parse_ir(ir.text)
+    ScanweaverGrad(chunk=_kernels.CHUNK).apply(make_context(), module)
+    for op in list(module.ops):
+        if isinstance(op, func.FuncOp) and not op.sym_name.data.endswith("_vjp"):
+            module.body.block.erase_op(op)
+    named = stages(next(iter(module.ops)))
+    if twice is not None:
+        op = dict(named)[twice]
+        op.parent_block().insert_op_after(op.clone(), op)
+    _kernels._polynomial_math_outside_scans(module)
+    program = _kernels._compile_noalias(print_ir(module), f"{ir.name}_vjp")
+    kernel = Kernel(program, f"{ir.name}_vjp", [*ir.args, *_kernels.selective_arg_ranks(spec)])
+    return [n for n, _ in named], kernel
+
+
+def main(argv=None) -> None:
+    import torch
+
+    from scanweaver.bench.harness import make_inputs, selective_grad_case
+    from scanweaver.torch import _kernels
+    from scanweaver.torch.selective import _arrays, _spec
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--L", type=int, default=2048)
+    parser.add_argument("--D", type=int, default=256)
+    parser.add_argument("--reps", type=int, default=9)
+    args = parser.parse_args(argv)
+    inp = make_inputs(selective_grad_case(1, args.D, 16, args.L, True))
+    keys = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+    t = [torch.from_numpy(inp[k]) for k in keys]
+    spec = _spec(16, t[3], t[4], True, True)
+    _, arrs = _arrays(*t)
+    out = np.empty((1, args.D, args.L), np.float32)
+    last = np.empty((1, args.D, 16), np.float32)
+    names, vjp = _kernel(spec, None)
+    kernels = {"VJP": vjp, **{f"+ {n}": _kernel(spec, n)[1] for n in names}}
+    keep = []
+
+    def vjp_call(k):
+        shadows = [np.zeros_like(a) for a in arrs] + [inp["g"].copy(), np.zeros_like(last)]
+        keep.append(shadows)  # the bound call holds raw pointers only
+        return k.bind(*arrs, out, last, 0, args.D, *shadows)
+
+    calls = {"forward": _kernels.selective_forward(spec, False).bind(*arrs, out, last, 0, args.D)}
+    calls.update({name: vjp_call(k) for name, k in kernels.items()})
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for call in calls.values():
+        call()
+    for _ in range(args.reps):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    print(f"(1, {args.D}, 16, {args.L}), one thread, medians of {args.reps}")
+    print(f"forward {med['forward']:8.2f} ms")
+    print(f"VJP     {med['VJP']:8.2f} ms  ({med['VJP'] / med['forward']:.2f}x the forward)")
+    for n in names:
+        print(f"  {n:34s} {med['+ ' + n] - med['VJP']:7.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
