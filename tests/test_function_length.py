@@ -18,8 +18,6 @@ MAX_LINES = 100
 
 #: "path relative to scanweaver/:qualified.name" -> who is splitting it
 ALLOWED = {
-    "rewrites/grad.py:VjpBuilder.reverse_recurrence": "helper vjp",
-    "rewrites/grad.py:VjpBuilder.reverse_recurrence.chunk": "helper vjp",
 }
 
 

@@ -144,7 +144,6 @@ SPEED_BAR = {
         "torch-ref-autograd": 20.0,
         "jax-lax-scan-grad": 3.0,
         "backward_over_forward": 2.5,  # at most: VJP time / forward time (same run)
-        "backward_over_forward_same_case": 2.5,  # at most: VJP / (forward+VJP - VJP), side by side
     },
 }
 
@@ -659,8 +658,6 @@ def speed_bar(result: dict[str, Any]) -> dict[str, Any]:
                 value = _backward_over_forward(case, cases)
             elif what == "best_peer":  # the fastest peer's time over ScanWeaver's
                 value = min(case["ratios"].values()) if case["ratios"] else None
-            elif what == "backward_over_forward_same_case":
-                value = _backward_over_forward_same_case(case)
             else:
                 value = case["ratios"].get(what)
             at_most = what.startswith("backward_over_forward")
@@ -678,17 +675,6 @@ def _backward_over_forward(case: dict[str, Any], cases: dict[str, dict]) -> floa
     if bwd.get("status") != "ok" or fwd.get("status") != "ok":
         return None
     return bwd["median_s"] / fwd["median_s"]
-
-
-def _backward_over_forward_same_case(case: dict[str, Any]) -> float | None:
-    """The VJP's median over the forward's, the forward taken as the forward+VJP median
-    minus the VJP median of the same case: both timed one after the other, so a load
-    change between the forward case and the grad case does not enter the ratio."""
-    both = case["results"].get("scanweaver-cpu", {})
-    bwd = case["results"].get("scanweaver-cpu-backward", {})
-    if both.get("status") != "ok" or bwd.get("status") != "ok" or both["median_s"] <= bwd["median_s"]:
-        return None
-    return bwd["median_s"] / (both["median_s"] - bwd["median_s"])
 
 
 # ---------------------------------------------------------------------------

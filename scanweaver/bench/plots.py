@@ -217,7 +217,6 @@ _SPEED_BAR_MEASURES = {
     "roofline_fraction": "fraction of the streaming roofline",
     "best_peer": "speed-up over the best peer",
     "backward_over_forward": "backward time / forward time (at most)",
-    "backward_over_forward_same_case": "backward / (forward+backward - backward), same case (at most)",
 }
 
 
