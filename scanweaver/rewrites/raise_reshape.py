@@ -170,6 +170,10 @@ def _promotable_locations(loop: scf.ForOp) -> list[tuple] | None:
             key = _location_key(op.memref, op.indices)
             if key not in keys:
                 keys.append(key)
+    # a location only stored (an output such as y[c] rewritten every step) is not state:
+    # promoting it would make its value an iter_arg that the update does not need
+    loaded = {_location_key(op.memref, op.indices) for op in body.ops if isinstance(op, memref.LoadOp)}
+    keys = [k for k in keys if k in loaded]
     if not keys:
         return None
     for k1 in keys:
