@@ -47,6 +47,7 @@ from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, chunk_of_
 from scanweaver.rewrites.affine_to_pairs import Emitter
 from scanweaver.rewrites.gpu_kernel import check_closed, kernel_name
 from scanweaver.rewrites.launch import LAUNCH_ATTR, KernelLaunch, launch_from_attr
+from scanweaver.rewrites.scan_seed_gpu import match_seeded
 from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR
 
 #: scratch values of the host IR -> (host_args position, like: the value whose shape it has or None)
@@ -56,6 +57,8 @@ Scratch = dict[SSAValue, tuple[int, SSAValue | None]]
 def wants_time_blocks(op: scan.ScanOp, chunk: int, mode: str) -> bool:
     if mode == "never":
         return False
+    if match_seeded(op) is not None:
+        return False  # the seeded kernel (scan_seed_gpu.py) is chained only: no seed in time blocks yet
     choice = op.attributes.get(TIME_BLOCKS_ATTR)
     if mode == "always" or choice is not None:
         return mode == "always" or getattr(choice, "data", "") == "time_blocks"
