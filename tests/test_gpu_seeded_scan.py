@@ -165,3 +165,13 @@ def test_seeded_kernels_assemble_without_spills(chip):
     assert len(out["ptxas"]) == len(OPS)
     for kernel, f in out["ptxas"].items():
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
+
+
+def test_running_max_compiles_on_the_command_line(tmp_path):
+    from scanweaver.cli import main
+
+    f = tmp_path / "run.mlir"
+    f.write_text(running("arith.maximumf", "f32"))
+    out = tmp_path / "run.ptx"
+    assert main(["compile", str(f), "--target", "ptx", "-o", str(out)]) == 0
+    assert ".entry scan_generic_0" in out.read_text()
