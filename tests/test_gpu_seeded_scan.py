@@ -23,6 +23,7 @@ from scanweaver.rewrites.pipeline import stages_for
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
 from scanweaver.rewrites.scan_seed_gpu import match_seeded
 from scanweaver.rewrites.scan_to_gpu import ScanToGpu
+from scanweaver.runtime.cuda_program import _host_launches
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
 
 OPS = [("arith.maximumf", "f32"), ("arith.xori", "i32"), ("arith.minsi", "i64")]
@@ -70,10 +71,15 @@ def test_running_op_runs_in_one_seeded_kernel(op, el, time_blocks):
     m = gpu_module(src, time_blocks)
     (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
     assert refusals(fn) == []
-    host = [o.name for o in fn.body.walk()]
-    assert "memref.alloc" not in host and "scf.for" not in host, host
-    (desc,) = launch_descriptions(m)
-    assert [a[:2] for a in desc.args] == [("x0", "in"), ("y0", "out"), ("init0", "scalar"), ("final0", "out")]
+    launches, _ = _host_launches(m)  # nothing but launches (and runtime scratch) on the host
+    descs = launches["run"]
+    if time_blocks == "auto":  # dynamic length: one block, chained tiles
+        (desc,) = descs
+        assert [a[:2] for a in desc.args] == [("x0", "in"), ("y0", "out"), ("init0", "scalar"), ("final0", "out")]
+        assert "memref.alloc" not in [o.name for o in fn.body.walk()]
+    else:  # chunks, their aggregates' scan, the carries (with the seed) and final
+        assert len(descs) == 3
+        assert [a[:2] for a in descs[-1].args][-2:] == [("init0", "scalar"), ("final0", "out")]
     for n in LENGTHS:
         check(src, m, el, n)
 
@@ -139,16 +145,17 @@ class ScalarSimulatorDriver(SimulatorDriver):
 
 
 @pytest.mark.parametrize("op,el", OPS)
-def test_cuda_runtime_returns_the_running_value(op, el):
+@pytest.mark.parametrize("time_blocks", ["auto", "always"])
+def test_cuda_runtime_returns_the_running_value(op, el, time_blocks):
     from scanweaver.runtime.cuda import CudaFunction, CudaModule
     from scanweaver.runtime.cuda_results import with_results
 
     src = running(op, el)
-    m = gpu_module(src)
+    m = gpu_module(src, time_blocks)
     driver = ScalarSimulatorDriver(m)
-    fn = with_results(CudaFunction(CudaModule("ptx", driver=driver), "run", launch_descriptions(m), 4),
+    fn = with_results(CudaFunction(CudaModule("ptx", driver=driver), "run", _host_launches(m)[0]["run"], 4),
                       "run", [el], 4)
-    for n in (0, 9):
+    for n in (0, 9, 17):
         x, y, h0 = inputs(el, n)
         ref = [x.copy(), y.copy(), h0]
         (want,) = run_function(parse_ir(src), "run", *ref)

@@ -56,7 +56,7 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, gpu, memref, scf
@@ -552,12 +552,17 @@ def lower_scan(
     Rewriter.erase_op(op)
 
 
-def lower_scans(top: ModuleOp, block_size: int, items_per_thread: int) -> dict[scan.ScanOp, str]:
-    """Lower every matching `scan.scan`; returns why the others were left alone."""
+def lower_scans(
+    top: ModuleOp, block_size: int, items_per_thread: int, scratch: Container[SSAValue] = ()
+) -> dict[scan.ScanOp, str]:
+    """Lower every matching `scan.scan`; returns why the others were left alone.
+    `scratch`: buffers the runtime allocates (time blocks' aggregates), not host temporaries."""
     skipped: dict[scan.ScanOp, str] = {}
     for op in [o for o in top.walk() if isinstance(o, scan.ScanOp)]:
         seeded = match_seeded(op)
-        temporaries = seeded is None and any(isinstance(v.owner, (memref.AllocOp, memref.AllocaOp)) for v in (*op.inputs, *op.outputs))
+        temporaries = seeded is None and any(
+            isinstance(v.owner, (memref.AllocOp, memref.AllocaOp)) and v not in scratch for v in (*op.inputs, *op.outputs)
+        )
         fn = op.parent_op()
         while fn is not None and not isinstance(fn, func.FuncOp):
             fn = fn.parent_op()
