@@ -167,9 +167,19 @@ def test_cuda_runtime_returns_the_running_value(op, el, time_blocks):
 @pytest.mark.skipif(not ptxas_available(), reason="ptxas not found on PATH: spills not checked")
 @pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
 def test_seeded_kernels_assemble_without_spills(chip):
-    text = "\n".join(running(op, el).replace("@run(", f"@run_{el}(") for op, el in OPS)
+    """Chained (one kernel each) and, asked for on the raised op, time blocks (3 kernels each)."""
+    from scanweaver.ir import print_ir
+    from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR
+    from xdsl.dialects.builtin import StringAttr
+
+    chained = "\n".join(running(op, el).replace("@run(", f"@run_{el}(") for op, el in OPS)
+    blocked = parse_ir(chained.replace("@run_", "@tb_"))
+    RaiseRecurrences().apply(make_context(), blocked)
+    for s in [o for o in blocked.walk() if o.name == "scan.scan"]:
+        s.attributes[TIME_BLOCKS_ATTR] = StringAttr("time_blocks")
+    text = chained + "\n" + "\n".join(print_ir(o) for o in blocked.ops)
     out = export_gpu(compiler.lower(text, "gpu", keep_stages=False).module, chip)
-    assert len(out["ptxas"]) == len(OPS)
+    assert len(out["ptxas"]) == len(OPS) * 4
     for kernel, f in out["ptxas"].items():
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
 
