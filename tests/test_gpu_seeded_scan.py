@@ -192,3 +192,19 @@ def test_running_max_compiles_on_the_command_line(tmp_path):
     out = tmp_path / "run.ptx"
     assert main(["compile", str(f), "--target", "ptx", "-o", str(out)]) == 0
     assert ".entry scan_generic_0" in out.read_text()
+
+
+@pytest.mark.parametrize("time_blocks", ["auto", "always"])
+def test_in_place_running_xor(time_blocks):
+    """x[t] = h = h ^ x[t]: the scan reads and writes x (an inout kernel argument)."""
+    src = running("arith.xori", "i32").replace("memref.store %hn, %y[%t]", "memref.store %hn, %x[%t]")
+    m = gpu_module(src, time_blocks)
+    (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
+    assert refusals(fn) == []
+    for n in (0, 1, 9, 17):
+        x, y, h0 = inputs("i32", n)
+        ref, got = [x.copy(), y.copy(), h0], [x.copy(), y.copy(), h0]
+        (want,) = run_function(parse_ir(src), "run", *ref)
+        result = np.full((), 7, np.int32)
+        simulate_launch(m, "run", *got, result)
+        assert got[0].tobytes() == ref[0].tobytes() and result[()] == want, (n, got[0], ref[0])
