@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, memref, scf
-from xdsl.dialects.builtin import MemRefType
+from xdsl.dialects.builtin import Float32Type, Float64Type, IndexType, IntegerType, MemRefType
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.rewriter import Rewriter
 
@@ -88,6 +88,13 @@ def _func_arg(v: SSAValue, fn: func.FuncOp, rank: int | None) -> bool:
     return rank is None or (isinstance(v.type, MemRefType) and v.type.get_num_dims() == rank)
 
 
+def _is_kernel_scalar(t) -> bool:
+    """A type the CUDA runtime passes as a scalar kernel parameter (not f16/bf16/i1)."""
+    if isinstance(t, IntegerType):
+        return t.width.data in (8, 16, 32, 64)
+    return isinstance(t, Float32Type | Float64Type | IndexType)
+
+
 def _copy_loop(loop: Operation | None, n: SSAValue) -> tuple[memref.LoadOp, memref.StoreOp] | None:
     """`for j = 0 to n step 1 { v = load A[..]; store v, B[..] }` plus pure index
     arithmetic: its (load, store), or None."""
@@ -138,7 +145,7 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     if init.memref is not X or len(init.indices) != 1 or const_int(init.indices[0]) != 0:
         return None
     seed = init.value
-    if not (_func_arg(seed, fn, None) or isinstance(seed.owner, arith.ConstantOp)):
+    if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)):
         return None
     if p_store.memref is not X or not _is_plus_one(p_store.indices[0], iv_p) or _strip(p_load.indices[0]) is not iv_p:
         return None
