@@ -15,7 +15,8 @@ so the whole group is one scan of x into y, *seeded* with h0 (combined on the le
 every prefix, the loop's order), that also writes its last value to result0.
 `match_seeded` recognises exactly that group and nothing wider (anything else keeps
 the refusal: the log-sum-exp pair's producer computes, it does not copy); `scan_gpu.py`
-emits the seeded kernel and `erase_host_copies` removes the group's host ops.  The
+(one block) or `scan_time_blocks.py` (the seed in every chunk's carry) emits the seeded
+kernels and `erase_host_copies` removes the group's host ops.  The
 seeded form exists only inside the GPU lowering (no new op or operand), so the
 interpreter, scan-to-loops and the CPU lowering are untouched.
 """

@@ -13,6 +13,9 @@ each channel's time axis is cut into chunks of `chunk = block_size * items_per_t
 3. `<name>_carry`, grid channels x chunks: every block of a chunk k > 0 replaces each
    output of its chunk by combine(c[.., k-1], output); combine operands keep scan order
    (the carry is the earlier part), so only associativity is assumed, as in `scan_gpu`.
+   A seeded scan (the associative raise's host copies, `scan_seed_gpu.py`) scans its
+   source into its destination in step 1; in step 3 every chunk, the first included,
+   takes the seed on the left of its carry, and the last chunk's block writes `final`.
 
 Blocks of a launch never touch what another block of it writes. Integer combines stay
 bit-exact; float combines are reassociated (as in `scan_gpu`). Cost: the outputs are
