@@ -208,3 +208,22 @@ def test_in_place_running_xor(time_blocks):
         result = np.full((), 7, np.int32)
         simulate_launch(m, "run", *got, result)
         assert got[0].tobytes() == ref[0].tobytes() and result[()] == want, (n, got[0], ref[0])
+
+
+def static_running(length: int, static: int) -> str:
+    """The running min over `memref<static x i64>` with the constant trip count `length`."""
+    return running("arith.minsi", "i64").replace("memref<?xi64>", f"memref<{static}xi64>").replace(
+        "%r = scf.for %t = %c0 to %n", f"%cn = arith.constant {length} : index\n  %r = scf.for %t = %c0 to %cn"
+    )
+
+
+def test_a_constant_trip_count_equal_to_the_static_length():
+    src = static_running(17, 17)
+    m = gpu_module(src)
+    (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
+    assert refusals(fn) == []
+    check(src, m, "i64", 17)
+    # a shorter loop over a longer array leaves y's tail alone: not one scan of x into y
+    m = gpu_module(static_running(16, 17))
+    (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
+    assert any("operands are temporaries" in r for r in refusals(fn)), refusals(fn)

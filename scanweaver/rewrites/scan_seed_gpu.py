@@ -63,10 +63,15 @@ def _strip(v: SSAValue) -> SSAValue:
         ):
             v = o.lhs
             continue
-        if isinstance(o, arith.MaxSIOp) and const_int(o.rhs) == 0 and isinstance(_strip(o.lhs).owner, memref.DimOp):
+        if isinstance(o, arith.MaxSIOp) and const_int(o.rhs) == 0 and _nonnegative(_strip(o.lhs)):
             v = o.lhs
             continue
         return v
+
+
+def _nonnegative(v: SSAValue) -> bool:
+    c = const_int(v)
+    return isinstance(v.owner, memref.DimOp) or (c is not None and c >= 0)
 
 
 def _is_plus_one(v: SSAValue, x: SSAValue) -> bool:
@@ -155,8 +160,13 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     src, dst = p_load.memref, c_store.memref
     if not (_func_arg(src, fn, 1) and _func_arg(dst, fn, 1)):  # src is dst: in place, fine
         return None
-    # n is the length of x or of y (the launch checks that both are equal)
-    if _dim0_of(n) not in (src, dst):
+    # n is the length of x or of y (the launch checks that both are equal), or a
+    # constant equal to both static lengths
+    length = const_int(_strip(n))
+    if length is not None:
+        if any(v.type.get_shape()[0] != length for v in (src, dst)):  # type: ignore[attr-defined]
+            return None
+    elif _dim0_of(n) not in (src, dst):
         return None
     # every use of the temporaries is one of the group's
     last = [u.operation for u in P.uses if isinstance(u.operation, memref.LoadOp) and u.operation is not c_load]
