@@ -202,14 +202,8 @@ REFUSED = {
         "dimension step 1 (a state of dynamic shape or of more than 64 elements splits into channels only "
         "element by element)",
     ),
-    # (a final state returned as the function's result runs: tests/test_gpu_results.py)
-    # running max / xor / log-sum-exp: the associative raise's copies in and out of
-    # temporaries are host loops
-    "run_max": (
-        rename(running("arith.maximumf", "f32"), "run", "run_max"),
-        "scan.scan: lowered to a kernel, but its operands are temporaries (memref.alloc) that "
-        "host loops fill and read",
-    ),
+    # (a final state returned as the function's result runs: tests/test_gpu_results.py;
+    # a running max / min / xor runs as one seeded kernel: tests/test_gpu_seeded_scan.py)
     # a bool mask array: MLIR cannot load i1 elements in a kernel
     "masked_bool": (
         rename(stored_result(masked("f32"), "f32", 1), "masked", "masked_bool"),
@@ -233,7 +227,8 @@ def test_refusal_is_named_on_the_command_line(name, tmp_path, capsys):
 
 
 def test_log_sum_exp_reason_with_reassociation():
-    """Online log-sum-exp is raised only with reassociate=true (not the command line's default)."""
+    """Online log-sum-exp is raised only with reassociate=true (not the command line's default);
+    its producer computes the pair (x, 1) rather than copying, so its host copies stay."""
     m = parse_ir(LSE)
     RaiseRecurrences(reassociate=True).apply(make_context(), m)
     ScanToGpu().apply(make_context(), m)
@@ -243,8 +238,9 @@ def test_log_sum_exp_reason_with_reassociation():
 
 @pytest.mark.parametrize("op,el", [("arith.maximumf", "f32"), ("arith.xori", "i32"), ("arith.minsi", "i64")])
 def test_associative_scan_kernel_runs_like_the_loop(op, el):
-    """The scan.scan kernel of a running max / xor / min (inside the host copies the
-    CUDA runtime refuses) is right: simulator against the interpreter, bit for bit."""
+    """The scan.scan kernel of a running max / xor / min, lowered alone (without
+    gpu-results-to-args the result stays returned, so the host copies stay around the
+    unseeded kernel) is right: simulator against the interpreter, bit for bit."""
     src = running(op, el)
     m = parse_ir(src)
     ctx = make_context()

@@ -56,7 +56,7 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, gpu, memref, scf
@@ -80,6 +80,7 @@ from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter
 from scanweaver.rewrites.launch import KernelLaunch
+from scanweaver.rewrites.scan_seed_gpu import SeededScan, erase_host_copies, match_seeded
 from scanweaver.rewrites.gpu_kernel import (
     Unsupported,
     block_id,
@@ -358,10 +359,15 @@ def _emit_kernel(
     ipt: int,
     chunk: int = 0,
     aggs: Sequence[SSAValue] = (),
+    seed: SSAValue | None = None,
+    final: SSAValue | None = None,
 ) -> None:
     """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
     the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
-    thread 0 then stores the chunk's aggregate into `aggs[j][channel.., k]`."""
+    thread 0 then stores the chunk's aggregate into `aggs[j][channel.., k]`.
+    `seed` (one operand, one channel: `scan_seed_gpu.py`) is the carry of the first
+    tile, combined on the left of every prefix; thread 0 then writes the last value
+    (the seed itself for an empty axis) to the rank-0 `final`."""
     axis = op.axis_value
     tid = thread_id(e)
     bid = block_id(e)
@@ -394,10 +400,15 @@ def _emit_kernel(
         e.sub(length, one),
     )
 
+    if seed is not None:
+        # the seed is the carry before the first tile: thread 0 reads it back at the seed step
+        e.if_(e.cmp("eq", tid, zero), [], lambda ie: ie.store(seed, steps.c_arr[0], [ie.index(0)]))
+        e.op(gpu.BarrierOp())
+
     def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
         tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
         start = le.add(tile_start, thread_base)
-        has_carry = le.cmp("ugt", kt, zero)
+        has_carry = le.const(1, IntegerType(1)) if seed is not None else le.cmp("ugt", kt, zero)
         items = steps.load_items(le, start)
         steps.fold(le, items)
         steps.up_sweep(le, tile_start)
@@ -408,12 +419,31 @@ def _emit_kernel(
     e.for_(zero, ntiles, one, [], tile_body)
     if chunk and aggs:
         _store_chunk_aggregate(e, steps, aggs, k_chunk)
+    if final is not None and seed is not None:
+        # final = y[L - 1], or the seed when L == 0 (a partial last tile's published
+        # carry is not the total); the barrier makes the block's stores to y visible
+        e.op(gpu.BarrierOp())
+
+        def write_final(ie: Emitter) -> None:
+            last = ie.if_(
+                ie.cmp("ugt", length, zero), [seed.type],
+                lambda je: [je.load(outs[0], [je.sub(length, one)])], lambda je: [seed],
+            )
+            ie.store(last[0], final, [])
+
+        e.if_(e.cmp("eq", tid, zero), [], write_final)
 
 
-def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int) -> None:
-    """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`."""
+def lower_scan(
+    op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int, seeded: SeededScan | None = None
+) -> None:
+    """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`.
+    With `seeded` (`scan_seed_gpu.py`) the kernel scans `seeded.src` into `seeded.dst`
+    from the seed instead of the op's temporaries, and writes `seeded.final`."""
     combine = match_scan(op)
-    refuse_i1_memrefs([*op.inputs, *op.outputs])
+    ins_h = [seeded.src] if seeded else list(op.inputs)
+    outs_h = [seeded.dst] if seeded else list(op.outputs)
+    refuse_i1_memrefs([*ins_h, *outs_h])
     bs, ipt = block_size, items_per_thread
     name = kernel_name(top, "scan_generic")
     k = len(op.inputs)
@@ -424,17 +454,29 @@ def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread
     operands: list[SSAValue] = []
     names: list[str] = []
     kinds: list[str] = []
-    for j, v in enumerate(op.inputs):
+    for j, v in enumerate(ins_h):
         if v not in operands:
             operands.append(v)
             names.append(f"x{j}")
             kinds.append("in")
-    for j, v in enumerate(op.outputs):
+    for j, v in enumerate(outs_h):
         if v in operands:
             kinds[operands.index(v)] = "inout" if kinds[operands.index(v)] == "in" else "out"
         else:
             operands.append(v)
             names.append(f"y{j}")
+            kinds.append("out")
+    seed_const = None
+    if seeded:
+        if isinstance(seeded.seed.owner, arith.ConstantOp):
+            seed_const = seeded.seed.owner  # cloned into the kernel
+        else:
+            operands.append(seeded.seed)
+            names.append("init0")
+            kinds.append("scalar")
+        if seeded.final is not None:
+            operands.append(seeded.final)
+            names.append("final0")
             kinds.append("out")
     arg_types = [v.type for v in operands]
 
@@ -452,8 +494,12 @@ def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread
         shared.append(
             (e.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e.val(memref.GetGlobalOp(f"{name}_c{j}", c_t)))
         )
+    seed_k = None
+    if seeded:
+        seed_k = e.val(seed_const.clone()) if seed_const is not None else argmap[seeded.seed]
     _emit_kernel(
-        e, op, combine, [argmap[v] for v in op.inputs], [argmap[v] for v in op.outputs], shared, bs, ipt
+        e, op, combine, [argmap[v] for v in ins_h], [argmap[v] for v in outs_h], shared, bs, ipt,
+        seed=seed_k, final=argmap[seeded.final] if seeded and seeded.final is not None else None,
     )
     e.op(gpu.ReturnOp([]))
     check_closed(kfunc)
@@ -465,10 +511,12 @@ def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread
     for j, el in enumerate(types):
         bg.shared_global(kmod, f"{name}_c{j}", el, 1)
     kmod.body.block.add_op(kfunc)
-    ref_name = names[operands.index(op.outputs[0])]
+    ref = outs_h[0]
+    ref_name = names[operands.index(ref)]
     grid0, host_args, func_name = bg.launch_over_channels(
-        op, op.outputs[0], ref_name, op.axis_value, name, operands, bs
+        op, ref, ref_name, op.axis_value, name, operands, bs
     )
+    scanned = {names[operands.index(v)] for v in (*ins_h, *outs_h)}
     sizes = [bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]
     desc = KernelLaunch(
         kernel_name=name,
@@ -479,35 +527,52 @@ def lower_scan(op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread
         shared_bytes=shared_layout_bytes(sizes),
         args=[
             (n, kd, bg.type_name(t.element_type), shape_entries(t))  # type: ignore[attr-defined]
+            if kd != "scalar"
+            else (n, kd, bg.type_name(t), ())
             for n, kd, t in zip(names, kinds, arg_types)
         ],
         host_args=host_args,
         equal_dims=tuple(
-            (n, i, ref_name, i) for n in names if n != ref_name for i in range(op.outputs[0].type.get_num_dims())  # type: ignore[attr-defined]
+            (n, i, ref_name, i) for n in names if n != ref_name and n in scanned
+            for i in range(ref.type.get_num_dims())  # type: ignore[attr-defined]
         ),
         notes=(
             f"scan.scan of {k} operand(s) ({', '.join(bg.type_name(t) for t in types)}) axis "
             f"{op.axis_value}{' reverse' if op.is_reverse else ''}; generic combine, no identity; "
             f"block_size={bs} items_per_thread={ipt}; one block per channel, chained tiles"
+            + (
+                "; seeded with the associative raise's initial value, its host copies folded in"
+                + (", last value to final0" if seeded.final is not None else "")
+                if seeded
+                else ""
+            )
         ),
     )
     kfunc.attributes["scanweaver.launch"] = desc.to_attr()
     Rewriter.erase_op(op)
 
 
-def lower_scans(top: ModuleOp, block_size: int, items_per_thread: int) -> dict[scan.ScanOp, str]:
-    """Lower every matching `scan.scan`; returns why the others were left alone."""
+def lower_scans(
+    top: ModuleOp, block_size: int, items_per_thread: int, scratch: Container[SSAValue] = ()
+) -> dict[scan.ScanOp, str]:
+    """Lower every matching `scan.scan`; returns why the others were left alone.
+    `scratch`: buffers the runtime allocates (time blocks' aggregates), not host temporaries."""
     skipped: dict[scan.ScanOp, str] = {}
     for op in [o for o in top.walk() if isinstance(o, scan.ScanOp)]:
-        temporaries = any(isinstance(v.owner, (memref.AllocOp, memref.AllocaOp)) for v in (*op.inputs, *op.outputs))
+        seeded = match_seeded(op)
+        temporaries = seeded is None and any(
+            isinstance(v.owner, (memref.AllocOp, memref.AllocaOp)) and v not in scratch for v in (*op.inputs, *op.outputs)
+        )
         fn = op.parent_op()
         while fn is not None and not isinstance(fn, func.FuncOp):
             fn = fn.parent_op()
         try:
-            lower_scan(op, top, block_size, items_per_thread)
+            lower_scan(op, top, block_size, items_per_thread, seeded)
         except Unsupported as why:
             skipped[op] = str(why)
             continue
+        if seeded is not None:
+            erase_host_copies(seeded)
         if temporaries and fn is not None:
             # The kernel runs (the simulator shows it), but its operands live in host
             # temporaries that host loops fill and read (the associative raise's copies):

@@ -13,6 +13,9 @@ each channel's time axis is cut into chunks of `chunk = block_size * items_per_t
 3. `<name>_carry`, grid channels x chunks: every block of a chunk k > 0 replaces each
    output of its chunk by combine(c[.., k-1], output); combine operands keep scan order
    (the carry is the earlier part), so only associativity is assumed, as in `scan_gpu`.
+   A seeded scan (the associative raise's host copies, `scan_seed_gpu.py`) scans its
+   source into its destination in step 1; in step 3 every chunk, the first included,
+   takes the seed on the left of its carry, and the last chunk's block writes `final`.
 
 Blocks of a launch never touch what another block of it writes. Integer combines stay
 bit-exact; float combines are reassociated (as in `scan_gpu`). Cost: the outputs are
@@ -47,6 +50,7 @@ from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, chunk_of_
 from scanweaver.rewrites.affine_to_pairs import Emitter
 from scanweaver.rewrites.gpu_kernel import check_closed, kernel_name
 from scanweaver.rewrites.launch import LAUNCH_ATTR, KernelLaunch, launch_from_attr
+from scanweaver.rewrites.scan_seed_gpu import erase_host_copies, match_seeded
 from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR
 
 #: scratch values of the host IR -> (host_args position, like: the value whose shape it has or None)
@@ -85,9 +89,13 @@ class _ScanTimeBlocks:
     def __init__(self, op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, chunk_tiles: int, scratch: Scratch):
         self.combine = sg.match_scan(op)  # raises Unsupported before anything changes
         self.op, self.bs, self.ipt, self.scratch = op, bs, ipt, scratch
+        # the associative raise's host copies (scan_seed_gpu.py): scan src into dst from a seed
+        self.seeded = match_seeded(op)
+        self.ins = [self.seeded.src] if self.seeded else list(op.inputs)
+        self.outs_h = [self.seeded.dst] if self.seeded else list(op.outputs)
         self.chunk = bs * ipt * chunk_tiles
         self.axis, self.reverse = op.axis_value, op.is_reverse
-        out_t = op.outputs[0].type
+        out_t = self.outs_h[0].type
         assert isinstance(out_t, MemRefType)
         self.rank, self.shape = out_t.get_num_dims(), out_t.get_shape()
         self.channel_dims = [i for i in range(self.rank) if i != self.axis]
@@ -105,6 +113,8 @@ class _ScanTimeBlocks:
         g3 = self._carry_kernel()
         self._launch(g1, agg_scan, g3)
         Rewriter.erase_op(self.op)
+        if self.seeded:
+            erase_host_copies(self.seeded)
 
     # -- host: scratch (aggregates g_j, prefixes c_j) ------------------------------------------
     def _scratch_buffers(self) -> None:
@@ -112,9 +122,9 @@ class _ScanTimeBlocks:
         host = self.host = Emitter(InsertPoint.before(op))
         self.n_static = -(-max(shape[axis], 1) // chunk) if shape[axis] != DYNAMIC_INDEX else DYNAMIC_INDEX
         agg_shape = [shape[i] for i in self.channel_dims] + [self.n_static]
-        sizes = [host.dim(op.outputs[0], i) for i in self.channel_dims if shape[i] == DYNAMIC_INDEX]
+        sizes = [host.dim(self.outs_h[0], i) for i in self.channel_dims if shape[i] == DYNAMIC_INDEX]
         if self.n_static == DYNAMIC_INDEX:
-            length = host.dim(op.outputs[0], axis)
+            length = host.dim(self.outs_h[0], axis)
             sizes.append(host.divu(host.add(host.val(arith.MaxUIOp(length, host.index(1))), host.index(chunk - 1)),
                                    host.index(chunk)))
         j0 = fn.attributes[_SCRATCH_BASE_ATTR].value.data if _SCRATCH_BASE_ATTR in fn.attributes else 0  # type: ignore[attr-defined]
@@ -131,23 +141,24 @@ class _ScanTimeBlocks:
         operands: list[SSAValue] = []
         names: list[str] = []
         kinds: list[str] = []
-        for j, v in enumerate(op.inputs):
+        for j, v in enumerate(self.ins):
             if v not in operands:
                 operands += [v]
                 names += [f"x{j}"]
                 kinds += ["in"]
-        for j, v in enumerate(op.outputs):
+        for j, v in enumerate(self.outs_h):
             if v in operands:
                 kinds[operands.index(v)] = "inout" if kinds[operands.index(v)] == "in" else "out"
             else:
                 operands += [v]
                 names += [f"y{j}"]
                 kinds += ["out"]
+        self.n_scanned = len(operands)
         operands += self.aggs
         names += [f"g{j}" for j in range(k)]
         kinds += ["out"] * k
         self.operands, self.names, self.kinds = operands, names, kinds
-        self.ref_name = names[operands.index(op.outputs[0])]
+        self.ref_name = names[operands.index(self.outs_h[0])]
 
     # -- launch descriptions ------------------------------------------------------------------
     def entry(self, arg: str, i: int) -> int | str:
@@ -168,7 +179,11 @@ class _ScanTimeBlocks:
 
     @staticmethod
     def arg_desc(ns, ks, vs):
-        return [(n, kd, bg.type_name(v.type.element_type), bg._shape_entries(v.type)) for n, kd, v in zip(ns, ks, vs)]  # type: ignore[attr-defined]
+        return [
+            (n, kd, bg.type_name(v.type.element_type), bg._shape_entries(v.type))  # type: ignore[attr-defined]
+            if kd != "scalar" else (n, kd, bg.type_name(v.type), ())
+            for n, kd, v in zip(ns, ks, vs)
+        ]
 
     # -- the steps ------------------------------------------------------------------------------
     def _chunk_kernel(self) -> int | str:
@@ -182,7 +197,7 @@ class _ScanTimeBlocks:
             s_t = MemRefType(el, [bs], memory_space=bg.SHARED_SPACE)
             c_t = MemRefType(el, [1], memory_space=bg.SHARED_SPACE)
             shared.append((e1.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e1.val(memref.GetGlobalOp(f"{name}_c{j}", c_t))))
-        sg._emit_kernel(e1, op, self.combine, [argmap[v] for v in op.inputs], [argmap[v] for v in op.outputs], shared,
+        sg._emit_kernel(e1, op, self.combine, [argmap[v] for v in self.ins], [argmap[v] for v in self.outs_h], shared,
                         bs, self.ipt, chunk=self.chunk, aggs=[argmap[g] for g in self.aggs])
         e1.op(gpu.ReturnOp([]))
         check_closed(kf1)
@@ -198,7 +213,7 @@ class _ScanTimeBlocks:
             kernel_name=name, module_name=bg.KERNEL_MODULE, grid=(g1, 1, 1), block=(bs, 1, 1),
             shared_bytes=sg.shared_layout_bytes([bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]),
             args=self.arg_desc(names, self.kinds, operands), host_args=(),
-            equal_dims=tuple((n, i, ref_name, i) for n in names[: len(operands) - k] if n != ref_name
+            equal_dims=tuple((n, i, ref_name, i) for n in names[: self.n_scanned] if n != ref_name
                              for i in range(self.rank)),
             scratch=tuple((f"g{j}", g_entries) for j in range(k)),
             notes=f"scan.scan time blocks 1/3: {self.chunk}-step chunks scanned from their start, aggregates out",
@@ -218,14 +233,26 @@ class _ScanTimeBlocks:
     def _carry_kernel(self) -> int | str:
         """Step 3: carries into every chunk after the first; returns its grid."""
         op, name, bs, k = self.op, self.name, self.bs, self.k
-        outs = self.outs = list(dict.fromkeys(op.outputs))
+        outs = self.outs = list(dict.fromkeys(self.outs_h))
         names3 = [f"y{j}" for j in range(len(outs))] + [f"c{j}" for j in range(k)]
         vals3 = self.vals3 = outs + self.prefixes
         kinds3 = ["inout"] * len(outs) + ["in"] * k
+        sd = self.seeded
+        seed_const = sd.seed.owner if sd and isinstance(sd.seed.owner, arith.ConstantOp) else None
+        if sd and seed_const is None:
+            names3, vals3, kinds3 = names3 + ["init0"], vals3 + [sd.seed], kinds3 + ["scalar"]
+        if sd and sd.final is not None:
+            names3, vals3, kinds3 = names3 + ["final0"], vals3 + [sd.final], kinds3 + ["out"]
+        self.vals3 = vals3
         kf3, e3 = _kernel(f"{name}_carry", names3, [v.type for v in vals3])
         a3 = kf3.body.block.args
-        _emit_carry(e3, self.combine, [a3[outs.index(v)] for v in op.outputs], list(a3[len(outs):]), self.axis,
-                    self.reverse, bs, self.chunk)
+        args3 = dict(zip(vals3, a3))
+        seed = None
+        if sd:
+            seed = e3.val(seed_const.clone()) if seed_const is not None else args3[sd.seed]
+        _emit_carry(e3, self.combine, [a3[outs.index(v)] for v in self.outs_h], [args3[c] for c in self.prefixes],
+                    self.axis, self.reverse, bs, self.chunk, seed,
+                    args3[sd.final] if sd and sd.final is not None else None)
         e3.op(gpu.ReturnOp([]))
         check_closed(kf3)
         self.kmod.body.block.add_op(kf3)
@@ -245,7 +272,7 @@ class _ScanTimeBlocks:
 
         def launches(le: Emitter) -> None:
             one = le.index(1)
-            for kname, g, ref, vals in ((name, g1, {ref_name: op.outputs[0]}, self.operands), (None, None, None, None),
+            for kname, g, ref, vals in ((name, g1, {ref_name: self.outs_h[0]}, self.operands), (None, None, None, None),
                                          (f"{name}_carry", g3, {"y0": self.outs[0]}, self.vals3)):
                 if kname is None:
                     le.op(agg_scan)
@@ -258,7 +285,7 @@ class _ScanTimeBlocks:
             launches(host)
         else:
             channels = "*".join(str(self.entry(ref_name, i)) for i in self.channel_dims) or "1"
-            nch = bg.emit_grid_size(host, channels, {ref_name: op.outputs[0]})
+            nch = bg.emit_grid_size(host, channels, {ref_name: self.outs_h[0]})
             host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
         for buf in (*self.aggs, *self.prefixes):
             host.op(memref.DeallocOp.get(buf))
@@ -271,17 +298,28 @@ def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, ch
 
 
 def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequence[SSAValue], axis: int,
-                reverse: bool, bs: int, chunk: int) -> None:
-    """Step 3: y[t] = combine(c[.., k-1], y[t]) over the steps of chunk k > 0."""
+                reverse: bool, bs: int, chunk: int, seed: SSAValue | None = None,
+                final: SSAValue | None = None) -> None:
+    """Step 3: y[t] = combine(c[.., k-1], y[t]) over the steps of chunk k > 0.  With a
+    `seed` (one operand, one channel: `scan_seed_gpu.py`) every chunk takes it, on the
+    left: y[t] = combine(seed, y[t]) in chunk 0, combine(combine(seed, c[k-1]), y[t]) after;
+    the last chunk's block then writes y[L-1] (the seed when L == 0) to `final`."""
     combine.capture(e)
     tid = bg._thread_id(e)
     length = e.dim(outs[0], axis)
-    c_lin, k, _ = chunk_of_block(e, length, chunk)
+    c_lin, k, n_chunks = chunk_of_block(e, length, chunk)
     channel = bg.channel_indices(e, outs[0], axis, c_lin)
     last_t = e.sub(length, e.index(1))
 
     def body(ie: Emitter) -> None:
-        carry = [ie.load(c, [*channel, ie.sub(k, ie.index(1))]) for c in prefixes]
+        if seed is None:
+            carry = [ie.load(c, [*channel, ie.sub(k, ie.index(1))]) for c in prefixes]
+        else:
+            carry = ie.if_(
+                ie.cmp("ugt", k, ie.index(0)), [seed.type],
+                lambda je: combine(je, [seed], [je.load(prefixes[0], [*channel, je.sub(k, je.index(1))])]),
+                lambda je: [seed],
+            )
         t_begin = ie.mul(k, ie.index(chunk))
         t_end = ie.val(arith.MinUIOp(length, ie.add(t_begin, ie.index(chunk))))
 
@@ -295,7 +333,23 @@ def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequenc
 
         ie.for_(ie.add(t_begin, tid), t_end, ie.index(bs), [], step)
 
-    e.if_(e.cmp("ugt", k, e.index(0)), [], body)
+    if seed is None:
+        e.if_(e.cmp("ugt", k, e.index(0)), [], body)
+        return
+    body(e)
+    if final is not None:
+        # the block of the last chunk (one block when L == 0): y[L-1] after the barrier
+        # that makes its threads' stores visible, or the seed
+        e.op(gpu.BarrierOp())
+        zero = e.index(0)
+        is_last = e.cmp("eq", k, e.sub(n_chunks, e.index(1)))
+
+        def write_final(ie: Emitter) -> None:
+            last = ie.if_(ie.cmp("ugt", length, zero), [seed.type],
+                          lambda je: [je.load(outs[0], [last_t])], lambda je: [seed])
+            ie.store(last[0], final, [])
+
+        e.if_(sg._and(e, is_last, e.cmp("eq", tid, zero)), [], write_final)
 
 
 def fix_scratch_launches(top: ModuleOp, scratch: Scratch) -> None:

@@ -75,7 +75,7 @@ class ScanToGpu(ModulePass):
                     lower_scan_time_blocks(s, op, bs, ipt, self.chunk_tiles, scratch)
                 except Unsupported:
                     pass  # lower_scans says why
-        refused.update(lower_scans(op, bs, ipt))
+        refused.update(lower_scans(op, bs, ipt, scratch))
         if scratch:
             fix_scratch_launches(op, scratch)
         record_refusals(refused, diagnose=self.diagnose)
