@@ -12,8 +12,8 @@ from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def tensor(name: str, x: Any, optional: bool = False) -> torch.Tensor | None:
-    """x as a dense floating-point tensor (None passes when optional)."""
+def dense_tensor(name: str, x: Any, optional: bool = False) -> torch.Tensor | None:
+    """x as a dense (strided) tensor of any dtype (None passes when optional)."""
     if x is None:
         if optional:
             return None
@@ -22,6 +22,13 @@ def tensor(name: str, x: Any, optional: bool = False) -> torch.Tensor | None:
         raise ScanWeaverTypeError(f"argument '{name}' must be a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided:
         raise ScanWeaverValueError(f"argument '{name}' has layout {x.layout}; only dense (strided) tensors are supported")
+    return x
+
+
+def tensor(name: str, x: Any, optional: bool = False) -> torch.Tensor | None:
+    """x as a dense floating-point tensor (None passes when optional)."""
+    if dense_tensor(name, x, optional) is None:
+        return None
     if x.is_complex():
         raise ScanWeaverTypeError(f"argument '{name}' is complex ({x.dtype}); only real tensors are supported")
     if x.dtype not in FLOATS:
@@ -53,3 +60,20 @@ def view(x: torch.Tensor, dtype: np.dtype) -> np.ndarray:
     """A numpy view of x in `dtype` (zero copy when x is contiguous and of that dtype)."""
     tdt = torch.float64 if dtype == np.float64 else torch.float32
     return x.detach().to(tdt).contiguous().numpy()
+
+
+def selective_backward_like(u, delta, A, B, C, D, z, delta_bias, initial_state) -> tuple:
+    """The backward op's outputs as empty tensors (its fake implementation): one per
+    input, an empty tensor for an absent optional input (real and complex ops alike)."""
+    like = lambda x: u.new_empty((0,)) if x is None else torch.empty_like(x)  # noqa: E731
+    return (torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), torch.empty_like(B),
+            torch.empty_like(C), like(D), like(z), like(delta_bias), like(initial_state))
+
+
+def save_selective_inputs(ctx, inputs, output) -> None:
+    """setup_context of both selective ops: the inputs and the last state's shape and dtype."""
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state = inputs
+    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    ctx.delta_softplus = delta_softplus
+    ctx.last_shape = output[1].shape
+    ctx.last_dtype = output[1].dtype

@@ -29,6 +29,7 @@ import torch
 
 from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cpu_scan import num_threads, parallel_for, split_range
+from scanweaver.torch import _checks
 from scanweaver.workloads.selective_complex_vjp import ComplexSelectiveVjpSpec, selective_scan_complex_vjp
 
 MAX_STATE = 64
@@ -204,16 +205,7 @@ def complex_selective_scan_bwd(
 
 @complex_selective_scan_bwd.register_fake
 def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast, initial_state=None):
-    like = lambda x: u.new_empty((0,)) if x is None else torch.empty_like(x)  # noqa: E731
-    return (torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), torch.empty_like(B),
-            torch.empty_like(C), like(D), like(z), like(delta_bias), like(initial_state))
-
-
-def _setup_context(ctx, inputs, output):
-    u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state = inputs
-    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, initial_state)
-    ctx.delta_softplus = delta_softplus
-    ctx.last_shape = output[1].shape
+    return _checks.selective_backward_like(u, delta, A, B, C, D, z, delta_bias, initial_state)
 
 
 def _backward(ctx, dout, dlast):
@@ -233,22 +225,15 @@ def _backward(ctx, dout, dlast):
             pick(dh0, 9, h0 is not None))
 
 
-complex_selective_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
+complex_selective_scan_fwd.register_autograd(_backward, setup_context=_checks.save_selective_inputs)
 
 
 # ------------------------------------------------------------------------ public entry
 
 
 def _tensor(name: str, x, allowed: tuple, optional: bool = False) -> Optional[torch.Tensor]:
-    if x is None:
-        if optional:
-            return None
-        raise ScanWeaverTypeError(f"argument '{name}' is required (got None)")
-    if not isinstance(x, torch.Tensor):
-        raise ScanWeaverTypeError(f"argument '{name}' must be a torch.Tensor, got {type(x).__name__}")
-    if x.layout != torch.strided:
-        raise ScanWeaverValueError(f"argument '{name}' has layout {x.layout}; only dense (strided) tensors "
-                                   "are supported")
+    if _checks.dense_tensor(name, x, optional) is None:
+        return None
     if x.dtype not in allowed:
         names = ", ".join(str(t).replace("torch.", "") for t in allowed)
         raise ScanWeaverTypeError(f"argument '{name}' has dtype {x.dtype}; with complex A it must be one of {names}")

@@ -175,17 +175,7 @@ def selective_scan_bwd(
 
 @selective_scan_bwd.register_fake
 def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast, initial_state=None):
-    like = lambda x: u.new_empty((0,)) if x is None else torch.empty_like(x)  # noqa: E731
-    return (torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), torch.empty_like(B),
-            torch.empty_like(C), like(D), like(z), like(delta_bias), like(initial_state))
-
-
-def _setup_context(ctx, inputs, output):
-    u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state = inputs
-    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, initial_state)
-    ctx.delta_softplus = delta_softplus
-    ctx.last_shape = output[1].shape
-    ctx.last_dtype = output[1].dtype
+    return _checks.selective_backward_like(u, delta, A, B, C, D, z, delta_bias, initial_state)
 
 
 def _backward(ctx, dout, dlast):
@@ -205,7 +195,7 @@ def _backward(ctx, dout, dlast):
             pick(dh0, 9, h0 is not None))
 
 
-selective_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
+selective_scan_fwd.register_autograd(_backward, setup_context=_checks.save_selective_inputs)
 
 
 # ------------------------------------------------------------------------ public entry
