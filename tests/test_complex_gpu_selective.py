@@ -94,17 +94,32 @@ def test_gpu_form_interprets_to_the_cpu_forms_bits(real, b_kind, c_kind):
 def test_gpu_form_state_per_channel_and_no_channel_range():
     text = print_ir(selective_scan_complex_gpu(spec_of(4)))
     assert "d_begin" not in text and "memref<?x?x4x?xcomplex<f32>>" in text  # grouped C: N before time
-    (loops, alloca) = text.split("memref.alloca")[0], None
-    assert loops.count("scf.for") == 2  # the state is allocated inside the batch and channel loops
+    assert text.split("memref.alloca")[0].count("scf.for") == 2  # the state inside the batch and channel loops
 
 
-@pytest.mark.parametrize("real,tol", [("f32", 3e-5), ("f64", 1e-12)])
-@pytest.mark.parametrize("b_kind,c_kind", [("shared", "grouped"), ("grouped", "const")])
-def test_kernel_in_simulator_matches_interpreter(real, tol, b_kind, c_kind):
-    spec = spec_of(4, real, b_kind, c_kind)
-    text, module = lowered(spec)
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_lowers_to_one_kernel_through_the_gpu_pipeline(n):
+    """The whole `gpu` pipeline (no host loops), B/C input-dependent, no options and no h0."""
+    from scanweaver import compiler
+
+    spec = spec_of(n, "f32", "shared", "shared", full=False, h0=False, last=True)
+    assert is_kernel(compiler.lower(print_ir(selective_scan_complex_gpu(spec)), "gpu").module)
+
+
+def is_kernel(module) -> bool:
+    """One launch, nothing left as scan ops or refused to the host loops."""
     final = print_ir(module)
-    assert "gpu.launch_func" in final and not any(o.dialect_name() == "scan" for o in module.walk())
+    return (final.count("gpu.launch_func") == 1 and "gpu_refused" not in final
+            and not any(o.dialect_name() == "scan" for o in module.walk()))
+
+
+@pytest.mark.parametrize("real,tol,full", [("f32", 3e-5, True), ("f64", 1e-12, True), ("f32", 3e-5, False)])
+@pytest.mark.parametrize("b_kind,c_kind", [("shared", "grouped"), ("grouped", "const")])
+def test_kernel_in_simulator_matches_interpreter(real, tol, full, b_kind, c_kind):
+    """Every option with h0, and none (the zero state made in the kernel)."""
+    spec = spec_of(4, real, b_kind, c_kind, full=full, h0=full, last=True)
+    text, module = lowered(spec)
+    assert is_kernel(module)
     for batch, dim, length in [(1, 2, 0), (2, 2, 1), (1, 2, 7), (2, 4, 9)]:
         x = gpu_inputs(spec, np.random.default_rng(100 * batch + 10 * dim + length), batch, dim, length)
         outs = outputs(spec, batch, dim, length)
@@ -118,3 +133,88 @@ def test_kernel_in_simulator_matches_interpreter(real, tol, b_kind, c_kind):
             np.testing.assert_allclose(have, want, rtol=tol, atol=tol)
             if length <= 1:  # nothing reassociated: the loop's bits
                 assert have.tobytes() == want.tobytes()
+
+
+# -- selective_scan(..., backend="cuda") with complex A: through the CUDA runtime ----------
+
+
+def reference(u, delta, A, B, C, D, z, bias, h0):
+    """mamba_ssm's meaning in complex128: B/C real (re, im) pairs on a last axis of 2L."""
+    dt = np.log1p(np.exp(delta.astype(np.float64) + bias[:, None]))
+    pair = lambda M: M[..., 0::2] + 1j * M[..., 1::2]  # noqa: E731
+    Bc, Cc = pair(B.astype(np.float64)), pair(C.astype(np.float64))  # (batch, N, L)
+    h = h0.astype(np.complex128)
+    ys = []
+    for t in range(u.shape[2]):
+        h = np.exp(dt[:, :, t, None] * A[None]) * h + (dt[:, :, t] * u[:, :, t])[..., None] * Bc[:, None, :, t]
+        ys.append(2 * np.einsum("bdn,bn->bd", h, Cc[:, :, t]).real)
+    y = np.stack(ys, axis=-1) + D[:, None] * u
+    return y * z / (1 + np.exp(-z)), h
+
+
+def test_selective_scan_cuda_complex_through_the_runtime(monkeypatch):
+    """complex64 A, B/C as Mamba's real (re, im) pairs, every option: the runtime views
+    them as complex (batch, N, L), packs complex descriptors, and a driver whose launch
+    runs the kernel in the simulator gives the CPU path's result."""
+    import scanweaver as sw
+    from scanweaver import api, compiler
+    from scanweaver.rewrites.launch import launch_descriptions
+    from scanweaver.runtime import cuda_scan
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule
+    from tests.test_gpu_time_blocks import SimulatorDriver
+
+    runs = []
+
+    def run_in_simulator(ir, name, arrays):
+        module = compiler.lower(ir, "gpu").module
+        descs = [d for d in launch_descriptions(module) if d.func_name == name]
+        driver = SimulatorDriver(module)
+        CudaFunction(CudaModule("ptx", driver=driver), name, descs, len(arrays))(*arrays)
+        runs.append(driver.launches)
+
+    monkeypatch.setattr(api, "_cuda_usable", lambda: True)
+    monkeypatch.setattr(cuda_scan, "_run", run_in_simulator)
+    rng = np.random.default_rng(17)
+    batch, dim, n, length = 2, 3, 4, 7
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    A = (-np.abs(f(dim, n)) - 0.1 + 1j * f(dim, n)).astype(np.complex64)
+    args = dict(u=f(batch, dim, length), delta=0.3 * f(batch, dim, length), A=A,
+                B=f(batch, n, 2 * length), C=f(batch, n, 2 * length))
+    opts = dict(D=f(dim), z=f(batch, dim, length), delta_bias=0.2 * f(dim), delta_softplus=True,
+                return_last_state=True, initial_state=(f(batch, dim, n) + 1j * f(batch, dim, n)).astype(np.complex64))
+    out, last = sw.selective_scan(**args, **opts, backend="cuda")
+    want, want_last = sw.selective_scan(**args, **opts, backend="cpu")
+    assert [name for name, _ in runs[0]] == ["scan_recurrence_0"] and runs[0][0][1] == (batch * dim, 1, 1)
+    assert out.dtype == np.float32 and last.dtype == np.complex64
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(last, want_last, rtol=2e-5, atol=2e-5)
+    ref, ref_last = reference(args["u"], args["delta"], A, args["B"], args["C"], opts["D"], opts["z"],
+                              opts["delta_bias"], opts["initial_state"])
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(last, ref_last, rtol=1e-4, atol=1e-4)
+    # constant real B/C and complex input-dependent C of length L, no options
+    args2 = dict(args, B=f(dim, n), C=(f(batch, n, length) + 1j * f(batch, n, length)).astype(np.complex64))
+    np.testing.assert_allclose(sw.selective_scan(**args2, backend="cuda"), sw.selective_scan(**args2, backend="cpu"),
+                               rtol=2e-5, atol=2e-5)
+    assert len(runs) == 2
+
+
+def test_selective_scan_cuda_complex_refusals():
+    """Checked before any build: one clear error naming the argument."""
+    from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
+    from scanweaver.runtime.cuda_scan import selective_scan_complex_cuda
+
+    u = np.zeros((1, 2, 3), np.float32)
+    A = np.full((2, 4), -1 + 0j, np.complex64)
+    B = np.zeros((1, 4, 6), np.float32)
+    call = lambda **k: selective_scan_complex_cuda(  # noqa: E731
+        *[k.get(x, d) for x, d in (("u", u), ("delta", u), ("A", A), ("B", B), ("C", B))],
+        None, None, None, False, False, None)
+    with pytest.raises(ScanWeaverValueError, match=r"argument 'A' has shape \(2, 17\).*N <= 16"):
+        call(A=np.zeros((2, 17), np.complex64))
+    with pytest.raises(ScanWeaverValueError, match=r"argument 'B'.*2L = 6"):
+        call(B=np.zeros((1, 4, 3), np.float32))
+    with pytest.raises(ScanWeaverValueError, match=r"argument 'C' \(grouped\).*G dividing D = 2"):
+        call(C=np.zeros((1, 3, 4, 6), np.float32))
+    with pytest.raises(ScanWeaverTypeError, match=r"argument 'B' has dtype int64"):
+        call(B=np.zeros((1, 4, 6), np.int64))

@@ -100,7 +100,11 @@ def _kernel_body(spec: ComplexSelectiveSpec, v: dict[str, SSAValue], gpu: bool =
     c0, c1, c2 = e.index(0, "c0"), e.index(1, "c1"), e.index(2, "c2")
     cN = e.index(spec.n, "cN")
     k = {"c0": c0, "c1": c1, "cN": cN, "zero": e.float(0.0, "zero"), "one": e.float(1.0, "one"),
-         "two": e.float(2.0, "two"), "twenty": e.float(20.0, "twenty"), "czero": e.zero("czero")}
+         "two": e.float(2.0, "two"), "twenty": e.float(20.0, "twenty")}
+    # the GPU kernel captures real constants only: there the zero state is made in the loop
+    zero_state = (lambda: e.create(k["zero"], k["zero"], "czero")) if gpu else (lambda: k["czero"])
+    if not gpu:
+        k["czero"] = e.zero("czero")
     dim = lambda i, hint: _named(memref.DimOp(v["u"], i).result, hint)  # noqa: E731
     batch, k["Dn"], length = dim(c0, "batch"), dim(c1, "Dn"), dim(c2, "len")
     per: dict[str, SSAValue] = {}
@@ -116,7 +120,7 @@ def _kernel_body(spec: ComplexSelectiveSpec, v: dict[str, SSAValue], gpu: bool =
         state = new_state() if hoisted is None else hoisted
         group = {name: e.op(arith.DivUIOp, d, p, hint=f"g{name}") for name, p in per.items()}
         _for(c0, cN, c1, "n", lambda n: memref.StoreOp.get(
-            e.load(v["h0"], [b, d, n], "v") if spec.has_h0 else k["czero"], state, [n]))
+            e.load(v["h0"], [b, d, n], "v") if spec.has_h0 else zero_state(), state, [n]))
         bd = e.load(v["bias"], [d], "bd") if spec.has_bias else None
         dd = e.load(v["Dskip"], [d], "dd") if spec.has_d else None
         coeffs = _coeffs_region(e, spec, v, k, b, d, group, bd, gpu)
