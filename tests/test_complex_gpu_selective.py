@@ -210,11 +210,35 @@ def test_selective_scan_cuda_complex_refusals():
     call = lambda **k: selective_scan_complex_cuda(  # noqa: E731
         *[k.get(x, d) for x, d in (("u", u), ("delta", u), ("A", A), ("B", B), ("C", B))],
         None, None, None, False, False, None)
-    with pytest.raises(ScanWeaverValueError, match=r"argument 'A' has shape \(2, 17\).*N <= 16"):
-        call(A=np.zeros((2, 17), np.complex64))
+    with pytest.raises(ScanWeaverValueError, match=r"argument 'A' has shape \(2, 9\).*N <= 8 .*complex64"):
+        call(A=np.zeros((2, 9), np.complex64))
+    with pytest.raises(ScanWeaverValueError, match=r"argument 'A' has shape \(2, 5\).*N <= 4 .*complex128"):
+        call(A=np.zeros((2, 5), np.complex128))
     with pytest.raises(ScanWeaverValueError, match=r"argument 'B'.*2L = 6"):
         call(B=np.zeros((1, 4, 3), np.float32))
     with pytest.raises(ScanWeaverValueError, match=r"argument 'C' \(grouped\).*G dividing D = 2"):
         call(C=np.zeros((1, 3, 4, 6), np.float32))
     with pytest.raises(ScanWeaverTypeError, match=r"argument 'B' has dtype int64"):
         call(B=np.zeros((1, 4, 6), np.int64))
+
+
+@pytest.mark.parametrize("real,n,b_kind,c_kind", [("f32", 8, "shared", "grouped"), ("f64", 4, "grouped", "const")])
+def test_kernel_ptxas_no_spills(real, n, b_kind, c_kind):
+    """The largest states the runtime takes (`COMPLEX_MAX_N`), every option, dynamic sizes."""
+    from scanweaver import compiler
+    from scanweaver.runtime.cuda_scan import COMPLEX_MAX_N
+    from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
+
+    assert COMPLEX_MAX_N[real] == n
+    module = compiler.lower(print_ir(selective_scan_complex_gpu(spec_of(n, real, b_kind, c_kind))), "gpu").module
+    assert is_kernel(module)
+    for chip in ("sm_80", "sm_90"):
+        out = export_gpu(module, chip)
+        (ptx,) = out["ptx"].values()
+        (desc,) = out["launches"]
+        assert f".target {chip}" in ptx and f".entry {desc.kernel_name}(" in ptx
+        if not ptxas_available():
+            pytest.skip("ptxas not found on PATH (install the CUDA toolkit): registers/spills not checked")
+        info = out["ptxas"][desc.kernel_name]
+        assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (chip, info, out["warnings"])
+        assert info["registers"] <= 255 and info["shared_bytes"] == desc.shared_bytes, (chip, info)

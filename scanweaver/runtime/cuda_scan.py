@@ -241,9 +241,11 @@ def selective_scan_cuda(
     return (out, last) if return_last_state else out
 
 
-#: complex state sizes taken by the GPU selective scan: the diagonal recurrence kernel
-#: holds at most 16 complex values per state (`MAX_COMPLEX_STATE`)
-COMPLEX_MAX_N = 16
+#: the largest complex state the GPU selective scan takes, per part type: the kernel
+#: lowers up to 16 complex values, but beyond these ptxas spills (sm_80, every option:
+#: complex<f32> N = 16 and complex<f64> N = 8 spill hundreds of bytes, even at static
+#: sizes); larger states run on the CPU
+COMPLEX_MAX_N = {"f32": 8, "f64": 4}
 
 
 def _complex_weight_gpu(x: Any, name: str, batch: int, dim: int, n: int, length: int, cdt: np.dtype):
@@ -279,7 +281,7 @@ def _complex_weight_gpu(x: Any, name: str, batch: int, dim: int, n: int, length:
     return kind, np.ascontiguousarray(arr, dtype=cdt)
 
 
-def selective_scan_complex_ir(spec, sizes: tuple[int, int, int]) -> str:
+def selective_scan_complex_ir(spec) -> str:
     """The complex GPU selective scan's IR: one build per spec for every (batch, D, L)."""
     from scanweaver.runtime.kernel_ir import kernel_ir
 
@@ -291,8 +293,9 @@ def selective_scan_complex_cuda(
 ):
     """The selective scan with complex A (mamba_ssm's meaning, as on the CPU:
     `runtime/cpu_selective_complex.py`) from `workloads/selective_complex.py`'s GPU
-    form: one block per (batch, channel), the state of N <= 16 complex values in
-    registers.  Host arrays (copied in and out); out in u's dtype, last state complex."""
+    form: one block per (batch, channel), the state of N complex values in registers
+    (`COMPLEX_MAX_N`).  Host arrays (copied in and out); out in u's dtype, last state
+    complex."""
     from scanweaver.runtime.cpu_selective_complex import _real
     from scanweaver.workloads.specs import ComplexSelectiveSpec
 
@@ -308,10 +311,11 @@ def selective_scan_complex_cuda(
         raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {u_in.shape}")
     batch, dim, length = u_in.shape
     out_dtype = u_in.dtype if u_in.dtype.kind == "f" else rdt
-    if A.ndim != 2 or A.shape[0] != dim or not 0 < A.shape[1] <= COMPLEX_MAX_N:
+    real = "f32" if cdt == np.complex64 else "f64"
+    if A.ndim != 2 or A.shape[0] != dim or not 0 < A.shape[1] <= COMPLEX_MAX_N[real]:
         raise ScanWeaverValueError(
-            f"argument 'A' has shape {A.shape}; expected (D, N) with D = {dim} and 1 <= N <= {COMPLEX_MAX_N} "
-            "on the GPU (complex A: larger states run on the CPU)"
+            f"argument 'A' has shape {A.shape}; expected (D, N) with D = {dim} and 1 <= N <= "
+            f"{COMPLEX_MAX_N[real]} on the GPU for {cdt} A (larger states spill registers: use backend='cpu')"
         )
     n = A.shape[1]
     arrays = {"u": _real(u_in, "u", (batch, dim, length), rdt), "delta": _real(delta, "delta", (batch, dim, length), rdt),
@@ -329,12 +333,12 @@ def selective_scan_complex_cuda(
                 f"got {h0.shape} {h0.dtype}"
             )
         arrays["h0"] = np.ascontiguousarray(h0, dtype=cdt)
-    spec = ComplexSelectiveSpec(n, "f32" if cdt == np.complex64 else "f64", b_kind, c_kind, D is not None,
+    spec = ComplexSelectiveSpec(n, real, b_kind, c_kind, D is not None,
                                 z is not None, delta_bias is not None, bool(delta_softplus),
                                 initial_state is not None, bool(return_last_state))
     out = np.empty((batch, dim, length), rdt)
     last = np.empty((batch, dim, n), cdt)
-    _run(selective_scan_complex_ir(spec, (batch, dim, length)), "selective_scan_complex",
+    _run(selective_scan_complex_ir(spec), "selective_scan_complex",
          [*arrays.values(), out] + ([last] if return_last_state else []))
     result = out.astype(out_dtype, copy=False)
     return (result, last) if return_last_state else result
