@@ -384,7 +384,7 @@ def selective_scan(
     complex, input-dependent B/C are real with (re, im) pairs along a last axis of 2L
     (or complex with L), constant B/C complex or real, and y = 2 Re(C h) as in
     mamba_ssm's reference; last_state is complex.  On the CPU, or with backend="cuda"
-    (host arrays, N <= 16) the GPU kernel.
+    the GPU kernel (host arrays; N <= 8 for complex64 A, N <= 4 for complex128).
     All internal math is float32, whatever the input dtype; the output has u's dtype.
     Returns out, or (out, last_state) with ``return_last_state=True``.
     """
@@ -441,8 +441,7 @@ def _selective_scan_complex(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
         return selective_scan_complex_cuda(
             u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
         )
-    _pick_backend(backend, given, gpu_limit="complex A with GPU arrays runs on the CPU only (pass host arrays "
-                  "with backend='cuda')")
+    _pick_backend(backend, given, gpu_limit="complex A takes host arrays only (backend='cuda' runs them on the GPU)")
     from scanweaver.runtime.cpu_selective_complex import selective_scan_complex_cpu
 
     return selective_scan_complex_cpu(
