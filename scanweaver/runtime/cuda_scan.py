@@ -258,10 +258,14 @@ def _complex_weight_gpu(x: Any, name: str, batch: int, dim: int, n: int, length:
     kind = _BC_KIND.get(arr.ndim)
     if kind == "const":
         if arr.shape != (dim, n):
-            raise ScanWeaverValueError(f"argument '{name}' (constant) must have shape (D, N) = {(dim, n)}, got {arr.shape}")
+            raise ScanWeaverValueError(
+                f"argument '{name}' (constant) must have shape (D, N) = {(dim, n)}, got {arr.shape}"
+            )
         return kind, np.ascontiguousarray(arr, dtype=cdt)
     if kind is None:
-        raise ScanWeaverValueError(f"argument '{name}' must be (D, N), (batch, N, 2L) or (batch, G, N, 2L), got {arr.shape}")
+        raise ScanWeaverValueError(
+            f"argument '{name}' must be (D, N), (batch, N, 2L) or (batch, G, N, 2L), got {arr.shape}"
+        )
     if arr.dtype.kind == "f":  # Mamba's layout: (re, im) pairs along the last axis
         if arr.shape[-1] != 2 * length:
             raise ScanWeaverValueError(
@@ -270,7 +274,9 @@ def _complex_weight_gpu(x: Any, name: str, batch: int, dim: int, n: int, length:
             )
         arr = np.ascontiguousarray(arr, dtype=np.float32 if cdt == np.complex64 else np.float64).view(cdt)
     elif arr.shape[-1] != length:
-        raise ScanWeaverValueError(f"argument '{name}' is complex: its last axis must have length L = {length}, got {arr.shape}")
+        raise ScanWeaverValueError(
+            f"argument '{name}' is complex: its last axis must have length L = {length}, got {arr.shape}"
+        )
     groups = arr.shape[1] if kind == "grouped" else 1
     want = (batch, n) if kind == "shared" else (batch, groups, n)
     if arr.shape[:-1] != want or groups == 0 or dim % groups:
@@ -318,8 +324,8 @@ def selective_scan_complex_cuda(
             f"{COMPLEX_MAX_N[real]} on the GPU for {cdt} A (larger states spill registers: use backend='cpu')"
         )
     n = A.shape[1]
-    arrays = {"u": _real(u_in, "u", (batch, dim, length), rdt), "delta": _real(delta, "delta", (batch, dim, length), rdt),
-              "A": np.ascontiguousarray(A)}
+    arrays = {"u": _real(u_in, "u", (batch, dim, length), rdt),
+              "delta": _real(delta, "delta", (batch, dim, length), rdt), "A": np.ascontiguousarray(A)}
     b_kind, arrays["B"] = _complex_weight_gpu(B, "B", batch, dim, n, length, cdt)
     c_kind, arrays["C"] = _complex_weight_gpu(C, "C", batch, dim, n, length, cdt)
     for name, x, shape in (("D", D, (dim,)), ("z", z, (batch, dim, length)), ("delta_bias", delta_bias, (dim,))):
