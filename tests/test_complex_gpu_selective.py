@@ -222,6 +222,12 @@ def test_selective_scan_cuda_complex_refusals():
     with pytest.raises(ScanWeaverTypeError, match=r"argument 'B' has dtype int64"):
         call(B=np.zeros((1, 4, 6), np.int64))
 
+    class DeviceArray:  # a GPU array: complex A takes host arrays only
+        __cuda_array_interface__ = {"shape": (1, 2, 3), "typestr": "<f4", "data": (0, False), "version": 3}
+
+    with pytest.raises(ScanWeaverValueError, match="host arrays"):
+        call(u=DeviceArray())
+
 
 @pytest.mark.parametrize("real,n,b_kind,c_kind,chip",
                          [("f32", 8, "shared", "grouped", "sm_80"), ("f64", 4, "grouped", "const", "sm_90")])
