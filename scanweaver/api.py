@@ -390,7 +390,8 @@ def selective_scan(
     Complex A (complex64/complex128, as Mamba's complex weight type): the state is
     complex, input-dependent B/C are real with (re, im) pairs along a last axis of 2L
     (or complex with L), constant B/C complex or real, and y = 2 Re(C h) as in
-    mamba_ssm's reference; last_state is complex.  CPU only.
+    mamba_ssm's reference; last_state is complex.  On the CPU, or with backend="cuda"
+    the GPU kernel (host arrays; N <= 8 for complex64 A, N <= 4 for complex128).
     All internal math is float32, whatever the input dtype; the output has u's dtype.
     Returns out, or (out, last_state) with ``return_last_state=True``.
     """
@@ -437,9 +438,17 @@ def selective_scan(
 
 def _selective_scan_complex(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
                             initial_state, backend):
-    """Complex A (S4D/LRU-style diagonal complex state): mamba_ssm's meaning, on the CPU."""
-    _pick_backend(backend, [u, delta, A, B, C, D, z, delta_bias, initial_state],
-                  gpu_limit="complex A runs on the CPU only")
+    """Complex A (S4D/LRU-style diagonal complex state): mamba_ssm's meaning; on the GPU
+    only when asked (backend="cuda", host arrays): "auto" keeps it on the CPU."""
+    given = [u, delta, A, B, C, D, z, delta_bias, initial_state]
+    if backend == "cuda":
+        _pick_backend(backend, given)
+        from scanweaver.runtime.cuda_scan import selective_scan_complex_cuda
+
+        return selective_scan_complex_cuda(
+            u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
+        )
+    _pick_backend(backend, given, gpu_limit="complex A takes host arrays only (backend='cuda' runs them on the GPU)")
     from scanweaver.runtime.cpu_selective_complex import selective_scan_complex_cpu
 
     return selective_scan_complex_cpu(

@@ -239,3 +239,112 @@ def selective_scan_cuda(
     if not on_device:
         out = out.astype(np.asarray(u).dtype, copy=False)
     return (out, last) if return_last_state else out
+
+
+#: the largest complex state the GPU selective scan takes, per part type: the kernel
+#: lowers up to 16 complex values, but beyond these ptxas spills (sm_80, every option:
+#: complex<f32> N = 16 and complex<f64> N = 8 spill hundreds of bytes, even at static
+#: sizes); larger states run on the CPU
+COMPLEX_MAX_N = {"f32": 8, "f64": 4}
+
+
+def _complex_weight_gpu(x: Any, name: str, batch: int, dim: int, n: int, length: int, cdt: np.dtype):
+    """(kind, array) of B or C for the complex GPU kernel, in the caller's layout (state
+    index before time): constant (D, N) complex or real; input-dependent real (re, im)
+    pairs on a last axis of 2L, seen as complex (no copy), or complex with L."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fc":
+        raise ScanWeaverTypeError(f"argument '{name}' has dtype {arr.dtype}; expected a real or complex float array")
+    kind = _BC_KIND.get(arr.ndim)
+    if kind == "const":
+        if arr.shape != (dim, n):
+            raise ScanWeaverValueError(
+                f"argument '{name}' (constant) must have shape (D, N) = {(dim, n)}, got {arr.shape}"
+            )
+        return kind, np.ascontiguousarray(arr, dtype=cdt)
+    if kind is None:
+        raise ScanWeaverValueError(
+            f"argument '{name}' must be (D, N), (batch, N, 2L) or (batch, G, N, 2L), got {arr.shape}"
+        )
+    if arr.dtype.kind == "f":  # Mamba's layout: (re, im) pairs along the last axis
+        if arr.shape[-1] != 2 * length:
+            raise ScanWeaverValueError(
+                f"argument '{name}' is real and input-dependent with complex A: its last axis must "
+                f"hold (re, im) pairs, length 2L = {2 * length}, got shape {arr.shape}"
+            )
+        arr = np.ascontiguousarray(arr, dtype=np.float32 if cdt == np.complex64 else np.float64).view(cdt)
+    elif arr.shape[-1] != length:
+        raise ScanWeaverValueError(
+            f"argument '{name}' is complex: its last axis must have length L = {length}, got {arr.shape}"
+        )
+    groups = arr.shape[1] if kind == "grouped" else 1
+    want = (batch, n) if kind == "shared" else (batch, groups, n)
+    if arr.shape[:-1] != want or groups == 0 or dim % groups:
+        raise ScanWeaverValueError(
+            f"argument '{name}' ({kind}) must be (batch, N, .) = ({batch}, {n}, .) or (batch, G, N, .) "
+            f"with G dividing D = {dim}, got {arr.shape}"
+        )
+    return kind, np.ascontiguousarray(arr, dtype=cdt)
+
+
+def selective_scan_complex_ir(spec) -> str:
+    """The complex GPU selective scan's IR: one build per spec for every (batch, D, L)."""
+    from scanweaver.runtime.kernel_ir import kernel_ir
+
+    return kernel_ir("selective_complex_gpu", spec=spec).text
+
+
+def selective_scan_complex_cuda(
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, initial_state
+):
+    """The selective scan with complex A (mamba_ssm's meaning, as on the CPU:
+    `runtime/cpu_selective_complex.py`) from `workloads/selective_complex.py`'s GPU
+    form: one block per (batch, channel), the state of N complex values in registers
+    (`COMPLEX_MAX_N`).  Host arrays (copied in and out); out in u's dtype, last state
+    complex."""
+    from scanweaver.runtime.cpu_selective_complex import _real
+    from scanweaver.workloads.specs import ComplexSelectiveSpec
+
+    if any(hasattr(x, "__cuda_array_interface__") for x in (u, delta, A, B, C, D, z, delta_bias, initial_state)):
+        raise ScanWeaverValueError("selective_scan with complex A takes host arrays on the GPU (no device arrays)")
+    A = np.asarray(A)
+    if A.dtype not in (np.complex64, np.complex128):
+        raise ScanWeaverTypeError(f"argument 'A' has dtype {A.dtype}; expected complex64 or complex128")
+    cdt = A.dtype
+    rdt = np.dtype(np.float32 if cdt == np.complex64 else np.float64)
+    u_in = np.asarray(u)
+    if u_in.ndim != 3:
+        raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {u_in.shape}")
+    batch, dim, length = u_in.shape
+    out_dtype = u_in.dtype if u_in.dtype.kind == "f" else rdt
+    real = "f32" if cdt == np.complex64 else "f64"
+    if A.ndim != 2 or A.shape[0] != dim or not 0 < A.shape[1] <= COMPLEX_MAX_N[real]:
+        raise ScanWeaverValueError(
+            f"argument 'A' has shape {A.shape}; expected (D, N) with D = {dim} and 1 <= N <= "
+            f"{COMPLEX_MAX_N[real]} on the GPU for {cdt} A (larger states spill registers: use backend='cpu')"
+        )
+    n = A.shape[1]
+    arrays = {"u": _real(u_in, "u", (batch, dim, length), rdt),
+              "delta": _real(delta, "delta", (batch, dim, length), rdt), "A": np.ascontiguousarray(A)}
+    b_kind, arrays["B"] = _complex_weight_gpu(B, "B", batch, dim, n, length, cdt)
+    c_kind, arrays["C"] = _complex_weight_gpu(C, "C", batch, dim, n, length, cdt)
+    for name, x, shape in (("D", D, (dim,)), ("z", z, (batch, dim, length)), ("delta_bias", delta_bias, (dim,))):
+        if x is not None:
+            arrays[name] = _real(x, name, shape, rdt)
+    if initial_state is not None:
+        h0 = np.asarray(initial_state)
+        if h0.dtype.kind not in "fc" or h0.shape != (batch, dim, n):
+            raise ScanWeaverValueError(
+                f"argument 'initial_state' must be a (batch, D, N) = {(batch, dim, n)} float or complex array, "
+                f"got {h0.shape} {h0.dtype}"
+            )
+        arrays["h0"] = np.ascontiguousarray(h0, dtype=cdt)
+    spec = ComplexSelectiveSpec(n, real, b_kind, c_kind, D is not None,
+                                z is not None, delta_bias is not None, bool(delta_softplus),
+                                initial_state is not None, bool(return_last_state))
+    out = np.empty((batch, dim, length), rdt)
+    last = np.empty((batch, dim, n), cdt)
+    _run(selective_scan_complex_ir(spec), "selective_scan_complex",
+         [*arrays.values(), out] + ([last] if return_last_state else []))
+    result = out.astype(out_dtype, copy=False)
+    return (result, last) if return_last_state else result

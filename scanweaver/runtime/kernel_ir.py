@@ -23,6 +23,7 @@ BUILDERS = {
     "selective": ("scanweaver.workloads.selective", "selective_scan_recurrence"),
     "selective_gpu": ("scanweaver.workloads.selective", "selective_scan_gpu"),
     "selective_complex": ("scanweaver.workloads.selective_complex", "selective_scan_complex_recurrence"),
+    "selective_complex_gpu": ("scanweaver.workloads.selective_complex", "selective_scan_complex_gpu"),
 }
 
 
