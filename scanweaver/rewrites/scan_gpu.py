@@ -56,7 +56,7 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, gpu, memref, scf
@@ -206,6 +206,10 @@ class _TileSteps:
     ipt: int
     t_end: SSAValue
     last_t: SSAValue
+    #: seeded (`scan_seed_gpu.py`): the element tuple of a physical step, and the
+    #: rank-0 arrays the value at step L - 1 goes to (None: not written)
+    load_fn: Callable[[Emitter, SSAValue], list[SSAValue]] | None = None
+    finals: Sequence[SSAValue | None] = ()
 
     def at(self, t_phys: SSAValue) -> list[SSAValue]:
         return [*self.channel[: self.axis], t_phys, *self.channel[self.axis :]]
@@ -233,6 +237,8 @@ class _TileSteps:
             inside = le.cmp("ult", t, self.t_end)
 
             def load(ie: Emitter, t: SSAValue = t) -> list[SSAValue]:
+                if self.load_fn is not None:
+                    return self.load_fn(ie, self.phys(ie, t))
                 idx = self.at(self.phys(ie, t))
                 return [ie.load(x, idx) for x in self.ins]
 
@@ -306,11 +312,19 @@ class _TileSteps:
                     new = self.combine(ie, acc, vals)
                 idx = self.at(self.phys(ie, t))
                 for v, y in zip(new, self.outs):
-                    ie.store(v, y, idx)
+                    if y is not None:
+                        ie.store(v, y, idx)
+                if any(f is not None for f in self.finals):  # the last step's value: the results
+                    ie.if_(ie.cmp("eq", t, self.last_t), [], lambda je, new=new: self.store_finals(je, new))
                 return list(new)
 
             acc = le.if_(inside, types, step, lambda ie, acc=acc: acc)
         return acc
+
+    def store_finals(self, ie: Emitter, vals: Sequence[SSAValue]) -> None:
+        for v, f in zip(vals, self.finals):
+            if f is not None:
+                ie.store(v, f, [])
 
     def publish(self, le: Emitter, acc: Sequence[SSAValue]) -> None:
         """6. the last thread's inclusive value is the next tile's carry."""
@@ -359,21 +373,23 @@ def _emit_kernel(
     ipt: int,
     chunk: int = 0,
     aggs: Sequence[SSAValue] = (),
-    seed: SSAValue | None = None,
-    final: SSAValue | None = None,
+    seeds: Sequence[SSAValue] | None = None,
+    finals: Sequence[SSAValue | None] = (),
+    load_fn: Callable[[Emitter, SSAValue], list[SSAValue]] | None = None,
 ) -> None:
     """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
     the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
     thread 0 then stores the chunk's aggregate into `aggs[j][channel.., k]`.
-    `seed` (one operand, one channel: `scan_seed_gpu.py`) is the carry of the first
-    tile, combined on the left of every prefix; thread 0 then writes the last value
-    (the seed itself for an empty axis) to the rank-0 `final`."""
+    `seeds` (one channel: `scan_seed_gpu.py`) are the carry of the first tile, combined
+    on the left of every prefix; `load_fn` gives a step's elements (instead of loading
+    `ins`); `outs` of None are not written; the thread of step L - 1 writes its values
+    to the rank-0 `finals` (thread 0 the seeds, for an empty axis)."""
     axis = op.axis_value
     tid = thread_id(e)
     bid = block_id(e)
     combine.capture(e)
     zero, one = e.index(0), e.index(1)
-    ref = outs[0]
+    ref = next((o for o in outs if o is not None), ins[0])
     length = e.dim(ref, axis)
     t_begin, t_end = zero, length
     if chunk:
@@ -398,17 +414,25 @@ def _emit_kernel(
         ipt,
         t_end,
         e.sub(length, one),
+        load_fn,
+        finals,
     )
 
-    if seed is not None:
-        # the seed is the carry before the first tile: thread 0 reads it back at the seed step
-        e.if_(e.cmp("eq", tid, zero), [], lambda ie: ie.store(seed, steps.c_arr[0], [ie.index(0)]))
+    if seeds is not None:
+        # the seeds are the carry before the first tile: thread 0 reads them back at the
+        # seed step (and, for an empty axis, they are the results)
+        def init(ie: Emitter) -> None:
+            for v, c in zip(seeds, steps.c_arr):
+                ie.store(v, c, [ie.index(0)])
+            ie.if_(ie.cmp("eq", length, zero), [], lambda je: steps.store_finals(je, seeds))
+
+        e.if_(e.cmp("eq", tid, zero), [], init)
         e.op(gpu.BarrierOp())
 
     def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
         tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
         start = le.add(tile_start, thread_base)
-        has_carry = le.const(1, IntegerType(1)) if seed is not None else le.cmp("ugt", kt, zero)
+        has_carry = le.const(1, IntegerType(1)) if seeds is not None else le.cmp("ugt", kt, zero)
         items = steps.load_items(le, start)
         steps.fold(le, items)
         steps.up_sweep(le, tile_start)
@@ -419,31 +443,29 @@ def _emit_kernel(
     e.for_(zero, ntiles, one, [], tile_body)
     if chunk and aggs:
         _store_chunk_aggregate(e, steps, aggs, k_chunk)
-    if final is not None and seed is not None:
-        # final = y[L - 1], or the seed when L == 0 (a partial last tile's published
-        # carry is not the total); the barrier makes the block's stores to y visible
-        e.op(gpu.BarrierOp())
 
-        def write_final(ie: Emitter) -> None:
-            last = ie.if_(
-                ie.cmp("ugt", length, zero), [seed.type],
-                lambda je: [je.load(outs[0], [je.sub(length, one)])], lambda je: [seed],
-            )
-            ie.store(last[0], final, [])
 
-        e.if_(e.cmp("eq", tid, zero), [], write_final)
+def seeded_kernel_values(
+    seeded: SeededScan, e: Emitter, argmap: dict[SSAValue, SSAValue]
+) -> tuple[list[SSAValue], list[SSAValue | None], Callable[[Emitter, SSAValue], list[SSAValue]]]:
+    """A seeded scan's seeds (constants cloned at `e`), finals and element map in a kernel
+    whose arguments are `argmap`."""
+    seeds = [e.val(v.owner.clone()) if isinstance(v.owner, arith.ConstantOp) else argmap[v] for v in seeded.seeds]
+    finals = [argmap[v] if v is not None else None for v in seeded.finals]
+    return seeds, finals, lambda ie, t: seeded.clone_elements(ie, t, argmap)
 
 
 def lower_scan(
     op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int, seeded: SeededScan | None = None
 ) -> None:
     """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`.
-    With `seeded` (`scan_seed_gpu.py`) the kernel scans `seeded.src` into `seeded.dst`
-    from the seed instead of the op's temporaries, and writes `seeded.final`."""
+    With `seeded` (`scan_seed_gpu.py`) the kernel scans the producer's map of
+    `seeded.srcs` into `seeded.dsts` from the seeds instead of the op's temporaries, and
+    writes `seeded.finals`."""
     combine = match_scan(op)
-    ins_h = [seeded.src] if seeded else list(op.inputs)
-    outs_h = [seeded.dst] if seeded else list(op.outputs)
-    refuse_i1_memrefs([*ins_h, *outs_h])
+    ins_h = list(seeded.srcs) if seeded else list(op.inputs)
+    outs_h = list(seeded.dsts) if seeded else list(op.outputs)
+    refuse_i1_memrefs([v for v in (*ins_h, *outs_h) if v is not None])
     bs, ipt = block_size, items_per_thread
     name = kernel_name(top, "scan_generic")
     k = len(op.inputs)
@@ -460,24 +482,25 @@ def lower_scan(
             names.append(f"x{j}")
             kinds.append("in")
     for j, v in enumerate(outs_h):
+        if v is None:
+            continue
         if v in operands:
             kinds[operands.index(v)] = "inout" if kinds[operands.index(v)] == "in" else "out"
         else:
             operands.append(v)
             names.append(f"y{j}")
             kinds.append("out")
-    seed_const = None
     if seeded:
-        if isinstance(seeded.seed.owner, arith.ConstantOp):
-            seed_const = seeded.seed.owner  # cloned into the kernel
-        else:
-            operands.append(seeded.seed)
-            names.append("init0")
-            kinds.append("scalar")
-        if seeded.final is not None:
-            operands.append(seeded.final)
-            names.append("final0")
-            kinds.append("out")
+        for j, v in enumerate(seeded.seeds):
+            if not isinstance(v.owner, arith.ConstantOp):  # a constant is cloned into the kernel
+                operands.append(v)
+                names.append(f"init{j}")
+                kinds.append("scalar")
+        for j, v in enumerate(seeded.finals):
+            if v is not None:
+                operands.append(v)
+                names.append(f"final{j}")
+                kinds.append("out")
     arg_types = [v.type for v in operands]
 
     kfunc = gpu.FuncOp(name, FunctionType.from_lists(arg_types, []), kernel=True)
@@ -494,12 +517,12 @@ def lower_scan(
         shared.append(
             (e.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e.val(memref.GetGlobalOp(f"{name}_c{j}", c_t)))
         )
-    seed_k = None
+    seeds_k, finals_k, load_fn = None, (), None
     if seeded:
-        seed_k = e.val(seed_const.clone()) if seed_const is not None else argmap[seeded.seed]
+        seeds_k, finals_k, load_fn = seeded_kernel_values(seeded, e, argmap)
     _emit_kernel(
-        e, op, combine, [argmap[v] for v in ins_h], [argmap[v] for v in outs_h], shared, bs, ipt,
-        seed=seed_k, final=argmap[seeded.final] if seeded and seeded.final is not None else None,
+        e, op, combine, [argmap[v] for v in ins_h], [argmap.get(v) for v in outs_h], shared, bs, ipt,
+        seeds=seeds_k, finals=finals_k, load_fn=load_fn,
     )
     e.op(gpu.ReturnOp([]))
     check_closed(kfunc)
@@ -511,12 +534,12 @@ def lower_scan(
     for j, el in enumerate(types):
         bg.shared_global(kmod, f"{name}_c{j}", el, 1)
     kmod.body.block.add_op(kfunc)
-    ref = outs_h[0]
+    ref = seeded.ref if seeded else outs_h[0]
     ref_name = names[operands.index(ref)]
     grid0, host_args, func_name = bg.launch_over_channels(
         op, ref, ref_name, op.axis_value, name, operands, bs
     )
-    scanned = {names[operands.index(v)] for v in (*ins_h, *outs_h)}
+    scanned = {names[operands.index(v)] for v in (*ins_h, *outs_h) if v is not None}
     sizes = [bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]
     desc = KernelLaunch(
         kernel_name=name,
@@ -542,7 +565,7 @@ def lower_scan(
             f"block_size={bs} items_per_thread={ipt}; one block per channel, chained tiles"
             + (
                 "; seeded with the associative raise's initial value, its host copies folded in"
-                + (", last value to final0" if seeded.final is not None else "")
+                + (", last values to the results" if any(f is not None for f in seeded.finals) else "")
                 if seeded
                 else ""
             )

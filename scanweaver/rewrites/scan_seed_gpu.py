@@ -1,24 +1,26 @@
 """The associative raise's host copies around a `scan.scan`, recognised for the GPU.
 
-`raise_assoc.py` raises `h = op(h, x[t])` (a running max / min / and / or / xor) to
+`raise_assoc.py` raises `h = op(h, x[t])` (a running max / min / and / or / xor, a
+tuple such as the online log-sum-exp's (m, s)) to, per operand j of k,
 
-    X = alloc(n + 1); P = alloc(n + 1)
-    X[0] = h0
-    for j < n: X[j + 1] = x[j]                  (producer: a copy)
-    scan.scan ins(X) outs(P) axis 0 { op }
-    for j < n: y[j] = P[j + 1]                  (consumer: a copy)
-    r = P[n]; dealloc X, P                      (after gpu-results-to-args: result0[] = r)
+    X_j = alloc(n + 1); P_j = alloc(n + 1)
+    X_j[0] = h0_j
+    for t < n: X_j[t + 1] = map(x[t])_j         (producer: a copy, or pure ops: (x, 1.0))
+    scan.scan ins(X..) outs(P..) axis 0 { op }
+    for t < n: y[t] = P_j[t + 1]                (consumer: a copy; none for some or all j)
+    r_j = P_j[n]; dealloc X.., P..              (after gpu-results-to-args: result_j[] = r_j)
 
 The CUDA runtime runs no host loops and allocates no temporaries.  By associativity
-P[j + 1] = h0 (+) inclusive_scan(x)[j] and P[n] is the last of them (h0 when n == 0),
-so the whole group is one scan of x into y, *seeded* with h0 (combined on the left of
-every prefix, the loop's order), that also writes its last value to result0.
-`match_seeded` recognises exactly that group and nothing wider (anything else keeps
-the refusal: the log-sum-exp pair's producer computes, it does not copy); `scan_gpu.py`
-(one block) or `scan_time_blocks.py` (the seed in every chunk's carry) emits the seeded
-kernels and `erase_host_copies` removes the group's host ops.  The
-seeded form exists only inside the GPU lowering (no new op or operand), so the
-interpreter, scan-to-loops and the CPU lowering are untouched.
+P[t + 1] = h0 (+) inclusive_scan(map(x))[t] and P[n] is the last of them (h0 when
+n == 0), so the whole group is one scan of map(x) into the y's, *seeded* with h0
+(combined on the left of every prefix, the loop's order), that also writes its last
+values to the results.  `match_seeded` recognises exactly that group and nothing wider
+(a result the host uses, a consumer that computes, a producer with side effects or
+values from outside other than constants keep the refusal); `scan_gpu.py` (one block)
+or `scan_time_blocks.py` (the seed in every chunk's carry) emits the seeded kernels,
+cloning `map` into the kernel's load, and `erase_host_copies` removes the group's host
+ops.  The seeded form exists only inside the GPU lowering (no new op or operand), so
+the interpreter, scan-to-loops and the CPU lowering are untouched.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import Float32Type, Float64Type, IndexType, IntegerType, MemRefType
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.rewriter import Rewriter
+from xdsl.traits import is_side_effect_free
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites.gpu_kernel import const_int
@@ -36,13 +39,43 @@ from scanweaver.rewrites.gpu_kernel import const_int
 
 @dataclass
 class SeededScan:
-    """`dst = seed (+) inclusive_scan(src)` and, when `final` is set, `final[] = last`."""
+    """`dsts[j] = (seeds (+) inclusive_scan(map(srcs)))_j` and `finals[j][] = last_j`.
 
-    src: SSAValue  # 1-D memref function argument, read
-    dst: SSAValue  # 1-D memref function argument, written
-    seed: SSAValue  # a scalar function argument or an arith.constant
-    final: SSAValue | None  # rank-0 memref function argument (result0), or None
+    `map` is the producer's body: pure ops from `srcs[..][t]` to the element tuple
+    (`elements`), cloned into the kernel's load by `clone_elements`.  A `dsts[j]` or
+    `finals[j]` of None is not written (the log-sum-exp pair has no output array)."""
+
+    srcs: list[SSAValue]  # 1-D memref function arguments the producer reads at [t]
+    producer: scf.ForOp  # for t < n { ...; X_j[t + 1] = elements[j] }
+    elements: list[SSAValue]  # per operand, the value the producer stores (in or above its body)
+    dsts: list[SSAValue | None]  # per operand, a 1-D memref function argument, written
+    seeds: list[SSAValue]  # per operand, a scalar function argument or an arith.constant
+    finals: list[SSAValue | None]  # per operand, a rank-0 memref function argument (a result)
     host_ops: list[Operation]  # the copies, allocs, stores and loads to erase
+
+    @property
+    def ref(self) -> SSAValue:
+        """The array whose length is the scan's (the launch checks the others equal)."""
+        return next((d for d in self.dsts if d is not None), self.srcs[0])
+
+    def clone_elements(self, e, t: SSAValue, argmap: dict[SSAValue, SSAValue]) -> list[SSAValue]:
+        """The element tuple of step `t`, emitted at `e` (an `Emitter`) from the kernel's
+        copies (`argmap`) of `srcs`: the producer's body, its stores left out."""
+        body = self.producer.body.block
+        m: dict[SSAValue, SSAValue] = {body.args[0]: t, **{s: argmap[s] for s in self.srcs}}
+
+        def outside(v: SSAValue) -> SSAValue:  # a constant above the loop (checked by the match)
+            if v not in m:
+                m[v] = e.val(v.owner.clone())  # type: ignore[union-attr]
+            return m[v]
+
+        for o in body.ops:
+            if isinstance(o, memref.StoreOp | scf.YieldOp):
+                continue
+            for v in o.operands:
+                outside(v)
+            e.op(o.clone(value_mapper=m))
+        return [outside(v) for v in self.elements]
 
 
 def _strip(v: SSAValue) -> SSAValue:
@@ -101,96 +134,167 @@ def _is_kernel_scalar(t) -> bool:
     return isinstance(t, Float32Type | Float64Type | IndexType)
 
 
+def _counted(loop: Operation | None, n: SSAValue) -> bool:
+    """`for j = 0 to n step 1` without iter_args."""
+    return (
+        isinstance(loop, scf.ForOp) and not loop.iter_args and loop.ub is n
+        and const_int(loop.lb) == 0 and const_int(loop.step) == 1
+    )
+
+
 def _copy_loop(loop: Operation | None, n: SSAValue) -> tuple[memref.LoadOp, memref.StoreOp] | None:
     """`for j = 0 to n step 1 { v = load A[..]; store v, B[..] }` plus pure index
     arithmetic: its (load, store), or None."""
-    if not isinstance(loop, scf.ForOp) or loop.iter_args or loop.ub is not n:
+    if not _counted(loop, n):
         return None
-    if const_int(loop.lb) != 0 or const_int(loop.step) != 1:
-        return None
-    loads = [o for o in loop.body.block.ops if isinstance(o, memref.LoadOp)]
-    stores = [o for o in loop.body.block.ops if isinstance(o, memref.StoreOp)]
+    loads = [o for o in loop.body.block.ops if isinstance(o, memref.LoadOp)]  # type: ignore[union-attr]
+    stores = [o for o in loop.body.block.ops if isinstance(o, memref.StoreOp)]  # type: ignore[union-attr]
     pure = (arith.ConstantOp, arith.AddiOp, arith.MuliOp, scf.YieldOp)
     if len(loads) != 1 or len(stores) != 1 or stores[0].value is not loads[0].res:
         return None
-    if any(not isinstance(o, pure) for o in loop.body.block.ops if o not in (loads[0], stores[0])):
+    if any(not isinstance(o, pure) for o in loop.body.block.ops if o not in (loads[0], stores[0])):  # type: ignore[union-attr]
         return None
     if len(loads[0].indices) != 1 or len(stores[0].indices) != 1:
         return None
     return loads[0], stores[0]
 
 
+def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.FuncOp):
+    """`for t < n { pure ops on loads srcs[t]; X_j[t + 1] = v_j }`, one store per X_j:
+    (srcs, [v_j], stores) or None.  Values from above the loop must be constants."""
+    if not _counted(loop, n):
+        return None
+    assert isinstance(loop, scf.ForOp)
+    body = loop.body.block
+    iv = body.args[0]
+    srcs: list[SSAValue] = []
+    stores: dict[SSAValue, memref.StoreOp] = {}
+    for o in body.ops:
+        if isinstance(o, scf.YieldOp):
+            continue
+        if isinstance(o, memref.StoreOp):
+            if o.memref not in xs or o.memref in stores or len(o.indices) != 1 or not _is_plus_one(o.indices[0], iv):
+                return None
+            stores[o.memref] = o
+            operands = [o.value]
+        elif isinstance(o, memref.LoadOp):
+            if not _func_arg(o.memref, fn, 1) or len(o.indices) != 1 or _strip(o.indices[0]) is not iv:
+                return None
+            if o.memref not in srcs:
+                srcs.append(o.memref)
+            operands = list(o.indices)
+        elif o.regions or not is_side_effect_free(o) or any(isinstance(v.type, MemRefType) for v in o.operands):
+            return None
+        else:
+            operands = list(o.operands)
+        for v in operands:  # defined in the body, or a constant above it
+            inside = v is iv or isinstance(v.owner, Operation) and v.owner.parent_block() is body
+            if not (inside or isinstance(v.owner, arith.ConstantOp)):
+                return None
+    if len(stores) != len(xs) or not srcs:
+        return None
+    return srcs, [stores[x].value for x in xs], list(stores.values())
+
+
 def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     """The seeded scan the group around `op` computes (module doc), or None."""
-    if len(op.inputs) != 1 or len(op.outputs) != 1 or op.axis_value != 0 or op.is_reverse:
+    k = len(op.inputs)
+    if len(op.outputs) != k or op.axis_value != 0 or op.is_reverse:
         return None
-    X, P = op.inputs[0], op.outputs[0]
-    xa, pa = X.owner, P.owner
-    if X is P or not isinstance(xa, memref.AllocOp) or not isinstance(pa, memref.AllocOp):
-        return None
-    if X.type.get_num_dims() != 1 or len(xa.dynamic_sizes) != 1 or len(pa.dynamic_sizes) != 1:  # type: ignore[attr-defined]
+    xs, ps = list(op.inputs), list(op.outputs)
+    if len(set(xs) | set(ps)) != 2 * k:
         return None
     block = op.parent_block()
     fn = op.parent_op()
-    if not isinstance(fn, func.FuncOp) or not isinstance(block, Block) or xa.parent_block() is not block:
+    if not isinstance(fn, func.FuncOp) or not isinstance(block, Block):
         return None
-    m = xa.dynamic_sizes[0]
-    if pa.dynamic_sizes[0] is not m or not isinstance(m.owner, arith.AddiOp):
+    allocs = [v.owner for v in (*xs, *ps)]
+    if not all(isinstance(a, memref.AllocOp) and a.parent_block() is block and len(a.dynamic_sizes) == 1 for a in allocs):
+        return None
+    if xs[0].type.get_num_dims() != 1:  # type: ignore[attr-defined]
+        return None
+    m = allocs[0].dynamic_sizes[0]  # type: ignore[union-attr]
+    if any(a.dynamic_sizes[0] is not m for a in allocs) or not isinstance(m.owner, arith.AddiOp):  # type: ignore[union-attr]
         return None
     n = m.owner.lhs if const_int(m.owner.rhs) == 1 else m.owner.rhs if const_int(m.owner.lhs) == 1 else None
     if n is None:
         return None
-    producer, consumer = op.prev_op, op.next_op
-    init = producer.prev_op if producer is not None else None
-    prod, cons = _copy_loop(producer, n), _copy_loop(consumer, n)
-    if prod is None or cons is None or not isinstance(init, memref.StoreOp):
+    # X_j[0] = seed_j (k stores, then the producer); X_j[t + 1] = map(srcs[t])_j
+    producer = op.prev_op
+    prod = _producer(producer, n, xs, fn)
+    if prod is None:
         return None
-    (p_load, p_store), (c_load, c_store) = prod, cons
-    iv_p, iv_c = producer.body.block.args[0], consumer.body.block.args[0]  # type: ignore[union-attr]
-    # X[0] = h0; X[j + 1] = x[j]; y[j] = P[j + 1]
-    if init.memref is not X or len(init.indices) != 1 or const_int(init.indices[0]) != 0:
+    srcs, elements, p_stores = prod
+    inits: dict[SSAValue, memref.StoreOp] = {}
+    o = producer.prev_op  # type: ignore[union-attr]
+    while isinstance(o, memref.StoreOp) and o.memref in xs and o.memref not in inits and len(inits) < k:
+        inits[o.memref] = o
+        o = o.prev_op
+    if len(inits) != k or any(len(s.indices) != 1 or const_int(s.indices[0]) != 0 for s in inits.values()):
         return None
-    seed = init.value
-    if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)):
-        return None
-    if p_store.memref is not X or not _is_plus_one(p_store.indices[0], iv_p) or _strip(p_load.indices[0]) is not iv_p:
-        return None
-    if c_load.memref is not P or not _is_plus_one(c_load.indices[0], iv_c) or _strip(c_store.indices[0]) is not iv_c:
-        return None
-    src, dst = p_load.memref, c_store.memref
-    if not (_func_arg(src, fn, 1) and _func_arg(dst, fn, 1)):  # src is dst: in place, fine
-        return None
-    # n is the length of x or of y (the launch checks that both are equal), or a
-    # constant equal to both static lengths
+    seeds = [inits[x].value for x in xs]
+    for seed in seeds:
+        if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)):
+            return None
+    # after the scan, copy loops y[t] = P_j[t + 1] (at most one per operand)
+    dsts: list[SSAValue | None] = [None] * k
+    consumers: list[Operation] = []
+    c_loads: list[memref.LoadOp] = []
+    nxt = op.next_op
+    while (cons := _copy_loop(nxt, n)) is not None:
+        c_load, c_store = cons
+        iv_c = nxt.body.block.args[0]  # type: ignore[union-attr]
+        if c_load.memref not in ps or dsts[ps.index(c_load.memref)] is not None:
+            return None
+        if not _is_plus_one(c_load.indices[0], iv_c) or _strip(c_store.indices[0]) is not iv_c:
+            return None
+        if not _func_arg(c_store.memref, fn, 1) or c_store.memref in dsts:  # a dst that is a src: in place, fine
+            return None
+        dsts[ps.index(c_load.memref)] = c_store.memref
+        consumers.append(nxt)  # type: ignore[arg-type]
+        c_loads.append(c_load)
+        nxt = nxt.next_op  # type: ignore[union-attr]
+    # n is the length of a source or destination (the launch checks that all are
+    # equal), or a constant equal to all their static lengths
+    arrays = [*srcs, *(d for d in dsts if d is not None)]
     length = const_int(_strip(n))
     if length is not None:
-        if any(v.type.get_shape()[0] != length for v in (src, dst)):  # type: ignore[attr-defined]
+        if any(v.type.get_shape()[0] != length for v in arrays):  # type: ignore[attr-defined]
             return None
-    elif _dim0_of(n) not in (src, dst):
+    elif _dim0_of(n) not in arrays:
         return None
+    # the last values P_j[n]: unused, or stored once to a rank-0 argument used by nothing else
+    finals: list[SSAValue | None] = [None] * k
+    host_ops: list[Operation] = [*inits.values(), producer, *consumers]  # type: ignore[list-item]
+    expected: set[Operation] = {*inits.values(), *p_stores, op, *c_loads}
+    for j, p in enumerate(ps):
+        last = [u.operation for u in p.uses if isinstance(u.operation, memref.LoadOp) and u.operation not in c_loads]
+        if len(last) > 1:
+            return None
+        if not last:
+            continue
+        fl = last[0]
+        if fl.parent_block() is not block or list(fl.indices) != [n]:
+            return None
+        expected.add(fl)
+        r_uses = list(fl.res.uses)
+        if r_uses:
+            st = r_uses[0].operation
+            if len(r_uses) != 1 or not isinstance(st, memref.StoreOp) or st.value is not fl.res:
+                return None
+            if st.indices or not _func_arg(st.memref, fn, 0) or len(list(st.memref.uses)) != 1:
+                return None
+            finals[j] = st.memref
+            host_ops.append(st)
+        host_ops.append(fl)
     # every use of the temporaries is one of the group's
-    last = [u.operation for u in P.uses if isinstance(u.operation, memref.LoadOp) and u.operation is not c_load]
-    deallocs = [u.operation for v in (X, P) for u in v.uses if isinstance(u.operation, memref.DeallocOp)]
-    if len(last) != 1 or last[0].parent_block() is not block or list(last[0].indices) != [n]:
+    deallocs = [u.operation for v in (*xs, *ps) for u in v.uses if isinstance(u.operation, memref.DeallocOp)]
+    expected.update(deallocs)
+    if {u.operation for v in (*xs, *ps) for u in v.uses} != expected:
         return None
-    final_load = last[0]
-    expected = {init, p_store, op, c_load, final_load, *deallocs}
-    if {u.operation for v in (X, P) for u in v.uses} != expected:
-        return None
-    # the last value: unused, or stored once to a rank-0 argument used by nothing else
-    final: SSAValue | None = None
-    host_ops: list[Operation] = [init, producer, consumer]  # type: ignore[list-item]
-    r_uses = list(final_load.res.uses)
-    if r_uses:
-        st = r_uses[0].operation
-        if len(r_uses) != 1 or not isinstance(st, memref.StoreOp) or st.value is not final_load.res:
-            return None
-        if st.indices or not _func_arg(st.memref, fn, 0) or len(list(st.memref.uses)) != 1:
-            return None
-        final = st.memref
-        host_ops.append(st)
-    host_ops.append(final_load)
-    return SeededScan(src, dst, seed, final, [*host_ops, *deallocs, xa, pa])
+    if all(d is None for d in dsts) and all(f is None for f in finals):
+        return None  # nothing observable: leave it to the sequential lowering
+    return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs])  # type: ignore[arg-type]
 
 
 def erase_host_copies(seeded: SeededScan) -> None:
