@@ -206,10 +206,10 @@ class _TileSteps:
     ipt: int
     t_end: SSAValue
     last_t: SSAValue
-    #: seeded (`scan_seed_gpu.py`): the element tuple of a physical step, and the
-    #: rank-0 arrays the value at step L - 1 goes to (None: not written)
+    #: seeded (`scan_seed_gpu.py`): the element tuple of a physical step, and
+    #: (step, arrays (None: not written), index): where the inclusive value of that step goes
     load_fn: Callable[[Emitter, SSAValue], list[SSAValue]] | None = None
-    finals: Sequence[SSAValue | None] = ()
+    ends: Sequence[tuple[SSAValue, Sequence[SSAValue | None], Sequence[SSAValue]]] = ()
 
     def at(self, t_phys: SSAValue) -> list[SSAValue]:
         return [*self.channel[: self.axis], t_phys, *self.channel[self.axis :]]
@@ -314,17 +314,13 @@ class _TileSteps:
                 for v, y in zip(new, self.outs):
                     if y is not None:
                         ie.store(v, y, idx)
-                if any(f is not None for f in self.finals):  # the last step's value: the results
-                    ie.if_(ie.cmp("eq", t, self.last_t), [], lambda je, new=new: self.store_finals(je, new))
+                for at, targets, where in self.ends:  # the results, a chunk's aggregate
+                    ie.if_(ie.cmp("eq", t, at), [],
+                           lambda je, new=new, targets=targets, where=where: store_all(je, new, targets, where))
                 return list(new)
 
             acc = le.if_(inside, types, step, lambda ie, acc=acc: acc)
         return acc
-
-    def store_finals(self, ie: Emitter, vals: Sequence[SSAValue]) -> None:
-        for v, f in zip(vals, self.finals):
-            if f is not None:
-                ie.store(v, f, [])
 
     def publish(self, le: Emitter, acc: Sequence[SSAValue]) -> None:
         """6. the last thread's inclusive value is the next tile's carry."""
@@ -334,6 +330,12 @@ class _TileSteps:
                 ie.store(v, c, [ie.index(0)])
 
         le.if_(le.cmp("eq", self.tid, le.index(self.bs - 1)), [], publish)
+
+
+def store_all(e: Emitter, vals: Sequence[SSAValue], targets: Sequence[SSAValue | None], idx: Sequence[SSAValue]) -> None:
+    for v, a in zip(vals, targets):
+        if a is not None:
+            e.store(v, a, list(idx))
 
 
 def _chunk_range(
@@ -383,7 +385,9 @@ def _emit_kernel(
     `seeds` (one channel: `scan_seed_gpu.py`) are the carry of the first tile, combined
     on the left of every prefix; `load_fn` gives a step's elements (instead of loading
     `ins`); `outs` of None are not written; the thread of step L - 1 writes its values
-    to the rank-0 `finals` (thread 0 the seeds, for an empty axis)."""
+    to the rank-0 `finals` (thread 0 the seeds, for an empty axis).  With `chunk` and
+    `load_fn`, the thread of a chunk's last step stores the chunk's aggregate (exact
+    also for a partial last tile, which the seeded carry kernel needs)."""
     axis = op.axis_value
     tid = thread_id(e)
     bid = block_id(e)
@@ -415,8 +419,13 @@ def _emit_kernel(
         t_end,
         e.sub(length, one),
         load_fn,
-        finals,
     )
+    ends = []
+    if any(f is not None for f in finals):
+        ends.append((steps.last_t, list(finals), []))
+    if chunk and aggs and load_fn is not None:
+        ends.append((e.sub(t_end, one), list(aggs), [*channel, k_chunk]))
+    steps.ends = ends
 
     if seeds is not None:
         # the seeds are the carry before the first tile: thread 0 reads them back at the
@@ -424,7 +433,7 @@ def _emit_kernel(
         def init(ie: Emitter) -> None:
             for v, c in zip(seeds, steps.c_arr):
                 ie.store(v, c, [ie.index(0)])
-            ie.if_(ie.cmp("eq", length, zero), [], lambda je: steps.store_finals(je, seeds))
+            ie.if_(ie.cmp("eq", length, zero), [], lambda je: store_all(je, seeds, finals, []))
 
         e.if_(e.cmp("eq", tid, zero), [], init)
         e.op(gpu.BarrierOp())
@@ -441,7 +450,7 @@ def _emit_kernel(
         steps.publish(le, steps.replay(le, items, has_carry))
 
     e.for_(zero, ntiles, one, [], tile_body)
-    if chunk and aggs:
+    if chunk and aggs and load_fn is None:
         _store_chunk_aggregate(e, steps, aggs, k_chunk)
 
 

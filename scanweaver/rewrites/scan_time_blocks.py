@@ -48,7 +48,7 @@ from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites import scan_gpu as sg
 from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, chunk_of_block, static_prefers_time_blocks
 from scanweaver.rewrites.affine_to_pairs import Emitter
-from scanweaver.rewrites.gpu_kernel import check_closed, kernel_name
+from scanweaver.rewrites.gpu_kernel import Unsupported, check_closed, kernel_name
 from scanweaver.rewrites.launch import LAUNCH_ATTR, KernelLaunch, launch_from_attr
 from scanweaver.rewrites.scan_seed_gpu import erase_host_copies, match_seeded
 from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR
@@ -89,13 +89,17 @@ class _ScanTimeBlocks:
     def __init__(self, op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, chunk_tiles: int, scratch: Scratch):
         self.combine = sg.match_scan(op)  # raises Unsupported before anything changes
         self.op, self.bs, self.ipt, self.scratch = op, bs, ipt, scratch
-        # the associative raise's host copies (scan_seed_gpu.py): scan src into dst from a seed
-        self.seeded = match_seeded(op)
-        self.ins = [self.seeded.src] if self.seeded else list(op.inputs)
-        self.outs_h = [self.seeded.dst] if self.seeded else list(op.outputs)
+        # the associative raise's host copies (scan_seed_gpu.py): scan map(srcs) into dsts from seeds
+        self.seeded = sd = match_seeded(op)
+        if sd and any(d is None for d in sd.dsts) and any(d is not None for d in sd.dsts):
+            # step 3 recombines whole tuples from the outputs: the one-block kernel does this
+            raise Unsupported("time blocks: a seeded scan writing the arrays of only some of its operands")
+        self.ins = list(sd.srcs) if sd else list(op.inputs)
+        self.outs_h = [d for d in sd.dsts if d is not None] if sd else list(op.outputs)
+        self.ref = sd.ref if sd else self.outs_h[0]  # its length is the scan's
         self.chunk = bs * ipt * chunk_tiles
         self.axis, self.reverse = op.axis_value, op.is_reverse
-        out_t = self.outs_h[0].type
+        out_t = self.ref.type
         assert isinstance(out_t, MemRefType)
         self.rank, self.shape = out_t.get_num_dims(), out_t.get_shape()
         self.channel_dims = [i for i in range(self.rank) if i != self.axis]
@@ -122,9 +126,9 @@ class _ScanTimeBlocks:
         host = self.host = Emitter(InsertPoint.before(op))
         self.n_static = -(-max(shape[axis], 1) // chunk) if shape[axis] != DYNAMIC_INDEX else DYNAMIC_INDEX
         agg_shape = [shape[i] for i in self.channel_dims] + [self.n_static]
-        sizes = [host.dim(self.outs_h[0], i) for i in self.channel_dims if shape[i] == DYNAMIC_INDEX]
+        sizes = [host.dim(self.ref, i) for i in self.channel_dims if shape[i] == DYNAMIC_INDEX]
         if self.n_static == DYNAMIC_INDEX:
-            length = host.dim(self.outs_h[0], axis)
+            length = host.dim(self.ref, axis)
             sizes.append(host.divu(host.add(host.val(arith.MaxUIOp(length, host.index(1))), host.index(chunk - 1)),
                                    host.index(chunk)))
         j0 = fn.attributes[_SCRATCH_BASE_ATTR].value.data if _SCRATCH_BASE_ATTR in fn.attributes else 0  # type: ignore[attr-defined]
@@ -158,7 +162,7 @@ class _ScanTimeBlocks:
         names += [f"g{j}" for j in range(k)]
         kinds += ["out"] * k
         self.operands, self.names, self.kinds = operands, names, kinds
-        self.ref_name = names[operands.index(self.outs_h[0])]
+        self.ref_name = names[operands.index(self.ref)]
 
     # -- launch descriptions ------------------------------------------------------------------
     def entry(self, arg: str, i: int) -> int | str:
@@ -197,8 +201,10 @@ class _ScanTimeBlocks:
             s_t = MemRefType(el, [bs], memory_space=bg.SHARED_SPACE)
             c_t = MemRefType(el, [1], memory_space=bg.SHARED_SPACE)
             shared.append((e1.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e1.val(memref.GetGlobalOp(f"{name}_c{j}", c_t))))
-        sg._emit_kernel(e1, op, self.combine, [argmap[v] for v in self.ins], [argmap[v] for v in self.outs_h], shared,
-                        bs, self.ipt, chunk=self.chunk, aggs=[argmap[g] for g in self.aggs])
+        outs1 = [argmap[v] for v in self.outs_h] if not self.seeded else [argmap.get(v) for v in self.seeded.dsts]
+        load_fn = (lambda ie, t: self.seeded.clone_elements(ie, t, argmap)) if self.seeded else None
+        sg._emit_kernel(e1, op, self.combine, [argmap[v] for v in self.ins], outs1, shared,
+                        bs, self.ipt, chunk=self.chunk, aggs=[argmap[g] for g in self.aggs], load_fn=load_fn)
         e1.op(gpu.ReturnOp([]))
         check_closed(kf1)
         for j, el in enumerate(types):
@@ -235,28 +241,32 @@ class _ScanTimeBlocks:
         op, name, bs, k = self.op, self.name, self.bs, self.k
         outs = self.outs = list(dict.fromkeys(self.outs_h))
         names3 = [f"y{j}" for j in range(len(outs))] + [f"c{j}" for j in range(k)]
-        vals3 = self.vals3 = outs + self.prefixes
+        vals3 = outs + self.prefixes
         kinds3 = ["inout"] * len(outs) + ["in"] * k
         sd = self.seeded
-        seed_const = sd.seed.owner if sd and isinstance(sd.seed.owner, arith.ConstantOp) else None
-        if sd and seed_const is None:
-            names3, vals3, kinds3 = names3 + ["init0"], vals3 + [sd.seed], kinds3 + ["scalar"]
-        if sd and sd.final is not None:
-            names3, vals3, kinds3 = names3 + ["final0"], vals3 + [sd.final], kinds3 + ["out"]
+        if sd and not outs:  # no output array: the results' length is that of a source
+            names3, vals3, kinds3 = ["x0"] + names3, [self.ref] + vals3, ["in"] + kinds3
+        if sd:
+            for j, v in enumerate(sd.seeds):
+                if not isinstance(v.owner, arith.ConstantOp):  # a constant is cloned into the kernel
+                    names3, vals3, kinds3 = names3 + [f"init{j}"], vals3 + [v], kinds3 + ["scalar"]
+            for j, v in enumerate(sd.finals):
+                if v is not None:
+                    names3, vals3, kinds3 = names3 + [f"final{j}"], vals3 + [v], kinds3 + ["out"]
         self.vals3 = vals3
         kf3, e3 = _kernel(f"{name}_carry", names3, [v.type for v in vals3])
         a3 = kf3.body.block.args
         args3 = dict(zip(vals3, a3))
-        seed = None
+        seeds, finals = None, ()
         if sd:
-            seed = e3.val(seed_const.clone()) if seed_const is not None else args3[sd.seed]
-        _emit_carry(e3, self.combine, [a3[outs.index(v)] for v in self.outs_h], [args3[c] for c in self.prefixes],
-                    self.axis, self.reverse, bs, self.chunk, seed,
-                    args3[sd.final] if sd and sd.final is not None else None)
+            seeds, finals, _ = sg.seeded_kernel_values(sd, e3, args3)
+        _emit_carry(e3, self.combine, [a3[vals3.index(v)] for v in self.outs_h], [args3[c] for c in self.prefixes],
+                    self.axis, self.reverse, bs, self.chunk, seeds, finals, args3[self.ref])
         e3.op(gpu.ReturnOp([]))
         check_closed(kf3)
         self.kmod.body.block.add_op(kf3)
-        g3 = self.chunked_grid("y0")
+        self.ref3 = "y0" if outs else "x0"
+        g3 = self.chunked_grid(self.ref3)
         desc3 = KernelLaunch(
             kernel_name=f"{name}_carry", module_name=bg.KERNEL_MODULE, grid=(g3, 1, 1), block=(bs, 1, 1),
             shared_bytes=0, args=self.arg_desc(names3, kinds3, vals3), host_args=(),
@@ -273,7 +283,7 @@ class _ScanTimeBlocks:
         def launches(le: Emitter) -> None:
             one = le.index(1)
             for kname, g, ref, vals in ((name, g1, {ref_name: self.outs_h[0]}, self.operands), (None, None, None, None),
-                                         (f"{name}_carry", g3, {"y0": self.outs[0]}, self.vals3)):
+                                         (f"{name}_carry", g3, {self.ref3: self.vals3[0]}, self.vals3)):
                 if kname is None:
                     le.op(agg_scan)
                     continue
@@ -285,7 +295,7 @@ class _ScanTimeBlocks:
             launches(host)
         else:
             channels = "*".join(str(self.entry(ref_name, i)) for i in self.channel_dims) or "1"
-            nch = bg.emit_grid_size(host, channels, {ref_name: self.outs_h[0]})
+            nch = bg.emit_grid_size(host, channels, {ref_name: self.ref})
             host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
         for buf in (*self.aggs, *self.prefixes):
             host.op(memref.DeallocOp.get(buf))
@@ -298,28 +308,38 @@ def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, ch
 
 
 def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequence[SSAValue], axis: int,
-                reverse: bool, bs: int, chunk: int, seed: SSAValue | None = None,
-                final: SSAValue | None = None) -> None:
-    """Step 3: y[t] = combine(c[.., k-1], y[t]) over the steps of chunk k > 0.  With a
-    `seed` (one operand, one channel: `scan_seed_gpu.py`) every chunk takes it, on the
-    left: y[t] = combine(seed, y[t]) in chunk 0, combine(combine(seed, c[k-1]), y[t]) after;
-    the last chunk's block then writes y[L-1] (the seed when L == 0) to `final`."""
+                reverse: bool, bs: int, chunk: int, seeds: Sequence[SSAValue] | None = None,
+                finals: Sequence[SSAValue | None] = (), ref: SSAValue | None = None) -> None:
+    """Step 3: y[t] = combine(c[.., k-1], y[t]) over the steps of chunk k > 0.  With
+    `seeds` (one channel: `scan_seed_gpu.py`) every chunk takes them, on the left:
+    y[t] = combine(seeds, y[t]) in chunk 0, combine(combine(seeds, c[k-1]), y[t]) after;
+    thread 0 of the last chunk's block writes combine(seeds, c[K-1]) (the seeds when
+    L == 0) to `finals` (step 1 stored exact aggregates for seeded scans).  `ref`: an
+    array of the scan's length when there are no `outs`."""
     combine.capture(e)
     tid = bg._thread_id(e)
-    length = e.dim(outs[0], axis)
+    ref = outs[0] if outs else ref
+    assert ref is not None
+    length = e.dim(ref, axis)
     c_lin, k, n_chunks = chunk_of_block(e, length, chunk)
-    channel = bg.channel_indices(e, outs[0], axis, c_lin)
+    channel = bg.channel_indices(e, ref, axis, c_lin)
     last_t = e.sub(length, e.index(1))
+    types = [c.type.element_type for c in prefixes]  # type: ignore[attr-defined]
+
+    def seeded_prefix(ie: Emitter, upto: SSAValue) -> list[SSAValue]:
+        """combine(seeds, c[upto - 1]), or the seeds when upto == 0."""
+        assert seeds is not None
+        return ie.if_(
+            ie.cmp("ugt", upto, ie.index(0)), types,
+            lambda je: combine(je, seeds, [je.load(c, [*channel, je.sub(upto, je.index(1))]) for c in prefixes]),
+            lambda je: list(seeds),
+        )
 
     def body(ie: Emitter) -> None:
-        if seed is None:
+        if seeds is None:
             carry = [ie.load(c, [*channel, ie.sub(k, ie.index(1))]) for c in prefixes]
         else:
-            carry = ie.if_(
-                ie.cmp("ugt", k, ie.index(0)), [seed.type],
-                lambda je: combine(je, [seed], [je.load(prefixes[0], [*channel, je.sub(k, je.index(1))])]),
-                lambda je: [seed],
-            )
+            carry = seeded_prefix(ie, k)
         t_begin = ie.mul(k, ie.index(chunk))
         t_end = ie.val(arith.MinUIOp(length, ie.add(t_begin, ie.index(chunk))))
 
@@ -333,21 +353,20 @@ def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequenc
 
         ie.for_(ie.add(t_begin, tid), t_end, ie.index(bs), [], step)
 
-    if seed is None:
+    if seeds is None:
         e.if_(e.cmp("ugt", k, e.index(0)), [], body)
         return
-    body(e)
-    if final is not None:
-        # the block of the last chunk (one block when L == 0): y[L-1] after the barrier
-        # that makes its threads' stores visible, or the seed
-        e.op(gpu.BarrierOp())
+    if outs:
+        body(e)
+    if any(f is not None for f in finals):
+        # the block of the last chunk (one block when L == 0): all chunks' total, or the seeds
         zero = e.index(0)
         is_last = e.cmp("eq", k, e.sub(n_chunks, e.index(1)))
 
         def write_final(ie: Emitter) -> None:
-            last = ie.if_(ie.cmp("ugt", length, zero), [seed.type],
-                          lambda je: [je.load(outs[0], [last_t])], lambda je: [seed])
-            ie.store(last[0], final, [])
+            total = ie.if_(ie.cmp("ugt", length, zero), types,
+                           lambda je: seeded_prefix(je, n_chunks), lambda je: list(seeds))
+            sg.store_all(ie, total, finals, [])
 
         e.if_(sg._and(e, is_last, e.cmp("eq", tid, zero)), [], write_final)
 
