@@ -35,13 +35,15 @@ CONST_SEED = running("arith.maximumf", "f32").replace(
 )
 
 
-def gpu_module(src: str, time_blocks: str = "auto"):
+def gpu_module(src: str, time_blocks: str = "auto", reassociate: bool = False):
     """The whole GPU pipeline with small blocks, so tiles chain."""
     m = parse_ir(src)
     ctx = make_context()
     for p in stages_for("gpu"):
         if isinstance(p, ScanToGpu):
             p = ScanToGpu(block_size=4, items_per_thread=2, time_blocks=time_blocks, chunk_tiles=1)
+        if isinstance(p, RaiseRecurrences) and reassociate:
+            p = RaiseRecurrences(reassociate=True)
         p.apply(ctx, m)
     return m
 
@@ -93,20 +95,92 @@ def test_a_constant_seed_is_cloned_into_the_kernel():
 
 
 def test_near_misses_keep_the_host_copies():
-    """Only the exact group is folded: a producer that computes (the log-sum-exp
-    pair), a result used by the host, or a copy that also scales keeps the refusal."""
-    lse = parse_ir(LSE)
+    """Only the exact group is folded: a result used by the host, or a consumer that
+    computes (y[t] = 2 * h), keeps the refusal."""
+    used = running("arith.maxsi", "i32").replace("func.return %r : i32", "%r2 = arith.addi %r, %r : i32\n  func.return %r2 : i32")
+    lse = parse_ir(LSE.replace("func.return %r#0, %r#1", "%u = arith.addf %r#0, %r#1 : f32\n  func.return %u, %r#1"))
     RaiseRecurrences(reassociate=True).apply(make_context(), lse)
     assert [match_seeded(s) for s in lse.walk() if s.name == "scan.scan"] == [None]
-    scaled = running("arith.maxsi", "i32").replace(
-        "%xv = memref.load %x[%t] : memref<?xi32>",
-        "%xw = memref.load %x[%t] : memref<?xi32>\n    %xv = arith.addi %xw, %xw : i32",
-    )
-    used = running("arith.maxsi", "i32").replace("func.return %r : i32", "%r2 = arith.addi %r, %r : i32\n  func.return %r2 : i32")
-    for src in (scaled, used):
+    for src in (used,):
         m = gpu_module(src)
         (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
         assert any("operands are temporaries" in r for r in refusals(fn)), refusals(fn)
+
+
+@pytest.mark.parametrize("time_blocks", ["auto", "always"])
+def test_a_producer_that_computes_is_cloned_into_the_load(time_blocks):
+    """h = max(h, x[t] + x[t]): the raised producer stores 2x, not a copy of x."""
+    src = running("arith.maxsi", "i32").replace(
+        "%xv = memref.load %x[%t] : memref<?xi32>",
+        "%xw = memref.load %x[%t] : memref<?xi32>\n    %xv = arith.addi %xw, %xw : i32",
+    )
+    m = gpu_module(src, time_blocks)
+    (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
+    assert refusals(fn) == []
+    for n in LENGTHS:
+        check(src, m, "i32", n)
+
+
+#: integer ones raise without the option: a wrapping product, and, or (bit for bit)
+MORE_INT_OPS = [("arith.muli", "i32"), ("arith.andi", "i64"), ("arith.ori", "i32")]
+
+
+@pytest.mark.parametrize("op,el", MORE_INT_OPS)
+@pytest.mark.parametrize("time_blocks", ["auto", "always"])
+def test_running_product_and_or_on_the_gpu(op, el, time_blocks):
+    src = running(op, el)
+    m = gpu_module(src, time_blocks)
+    (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
+    assert refusals(fn) == []
+    # h * x[t] is affine (a = x, b = 0): the scan.recurrence kernel, in one launch
+    kernels = [d.kernel_name for d in launch_descriptions(m)]
+    if op == "arith.muli":
+        assert [k.rsplit("_", 1)[0] for k in kernels] == ["scan_recurrence"]
+    else:  # one chained kernel, or chunks, their aggregates' scan, the carries
+        assert len(kernels) == (1 if time_blocks == "auto" else 3) and kernels[0].startswith("scan_generic"), kernels
+    for n in LENGTHS:
+        check(src, m, el, n)
+
+
+def lse_args(n: int, start: tuple[float, float]) -> list:
+    x = np.random.default_rng(n).uniform(-30, 30, n).astype(np.float32)
+    return [x, np.float32(start[0]), np.float32(start[1])]
+
+
+#: (m0, s0): the usual start (-inf, 0), and a running pair carried in
+LSE_STARTS = [(-np.inf, 0.0), (3.5, 2.25)]
+
+
+def check_lse(m, n: int, start: tuple[float, float]) -> None:
+    """m (a max) bit for bit; s reassociated (README numerics), close and finite."""
+    args = lse_args(n, start)
+    want = [np.float32(v) for v in run_function(parse_ir(LSE), "lse", *args)]
+    res = [np.full((), 7, np.float32), np.full((), 7, np.float32)]
+    simulate_launch(m, "lse", *args, *res)
+    assert res[0].tobytes() == want[0].tobytes(), (n, res, want)
+    assert np.isfinite(res[1]) == np.isfinite(want[1]) and np.isclose(res[1], want[1], rtol=2e-6, atol=0), (n, res, want)
+
+
+@pytest.mark.parametrize("time_blocks", ["auto", "always"])
+def test_log_sum_exp_runs_as_one_seeded_scan(time_blocks):
+    """The online log-sum-exp pair (m, s): its producer maps x[t] to (x, 1.0) (cloned
+    into the kernel's load), there is no output array, both results are rank-0."""
+    m = gpu_module(LSE, time_blocks, reassociate=True)
+    (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
+    assert refusals(fn) == []
+    descs = launch_descriptions(m)
+    assert "memref.alloc" not in [o.name for o in fn.body.walk()] or time_blocks == "always"
+    if time_blocks == "auto":
+        (desc,) = descs
+        assert [a[:2] for a in desc.args] == [("x0", "in"), ("init0", "scalar"), ("init1", "scalar"),
+                                               ("final0", "out"), ("final1", "out")]
+    else:
+        assert len(descs) == 3
+        (carry,) = [d for d in descs if d.kernel_name.endswith("_carry")]
+        assert [a[0] for a in carry.args] == ["x0", "c0", "c1", "init0", "init1", "final0", "final1"]
+    for n in LENGTHS:
+        for start in LSE_STARTS:
+            check_lse(m, n, start)
 
 
 class ScalarSimulatorDriver(SimulatorDriver):
@@ -162,6 +236,23 @@ def test_cuda_runtime_returns_the_running_value(op, el, time_blocks):
         got = fn(x, y, h0)
         assert y.tobytes() == ref[1].tobytes()
         assert np.asarray(got, x.dtype).tobytes() == np.asarray(want, x.dtype).tobytes(), (n, got, want)
+
+
+@pytest.mark.parametrize("time_blocks", ["auto", "always"])
+def test_cuda_runtime_returns_the_log_sum_exp_pair(time_blocks):
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule
+    from scanweaver.runtime.cuda_results import with_results
+
+    m = gpu_module(LSE, time_blocks, reassociate=True)
+    driver = ScalarSimulatorDriver(m)
+    fn = with_results(CudaFunction(CudaModule("ptx", driver=driver), "lse", _host_launches(m)[0]["lse"], 5),
+                      "lse", ["f32", "f32"], 5)
+    for n in (0, 9, 17):
+        args = lse_args(n, LSE_STARTS[0])
+        want = run_function(parse_ir(LSE), "lse", *args)
+        got = fn(*args)
+        assert np.float32(got[0]).tobytes() == np.float32(want[0]).tobytes(), (n, got, want)
+        assert np.isclose(got[1], want[1], rtol=2e-6), (n, got, want)
 
 
 @pytest.mark.skipif(not ptxas_available(), reason="ptxas not found on PATH: spills not checked")

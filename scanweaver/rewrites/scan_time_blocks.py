@@ -282,7 +282,7 @@ class _ScanTimeBlocks:
 
         def launches(le: Emitter) -> None:
             one = le.index(1)
-            for kname, g, ref, vals in ((name, g1, {ref_name: self.outs_h[0]}, self.operands), (None, None, None, None),
+            for kname, g, ref, vals in ((name, g1, {ref_name: self.ref}, self.operands), (None, None, None, None),
                                          (f"{name}_carry", g3, {self.ref3: self.vals3[0]}, self.vals3)):
                 if kname is None:
                     le.op(agg_scan)
