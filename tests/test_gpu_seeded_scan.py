@@ -275,6 +275,27 @@ def test_seeded_kernels_assemble_without_spills(chip):
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
 
 
+@pytest.mark.skipif(not ptxas_available(), reason="ptxas not found on PATH: spills not checked")
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_log_sum_exp_and_or_kernels_assemble_without_spills(chip):
+    """The log-sum-exp pair (reassociate=true), running and / or: chained (one kernel
+    each), and the log-sum-exp in time blocks (3 kernels)."""
+    from scanweaver.ir import print_ir
+    from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR
+    from xdsl.dialects.builtin import StringAttr
+
+    ints = [running(op, el).replace("@run(", f"@run_{el}(") for op, el in MORE_INT_OPS[1:]]
+    raised = parse_ir("\n".join([LSE, LSE.replace("@lse(", "@lse_tb("), *ints]))
+    RaiseRecurrences(reassociate=True).apply(make_context(), raised)
+    for s in [o for o in raised.walk() if o.name == "scan.scan"]:
+        if s.parent_op().sym_name.data == "lse_tb":
+            s.attributes[TIME_BLOCKS_ATTR] = StringAttr("time_blocks")
+    out = export_gpu(compiler.lower(print_ir(raised), "gpu", keep_stages=False).module, chip)
+    assert len(out["ptxas"]) == 1 + 3 + 2, sorted(out["ptxas"])
+    for kernel, f in out["ptxas"].items():
+        assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
+
+
 def test_running_max_compiles_on_the_command_line(tmp_path):
     from scanweaver.cli import main
 
