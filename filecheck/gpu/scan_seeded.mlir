@@ -23,17 +23,20 @@ func.func @run(%x: memref<?xf32>, %y: memref<?xf32>, %h0: f32) -> f32 {
 // CHECK:         "gpu.launch_func"({{.*}}, %x, %y, %h0, %result0) <{kernel = @scanweaver_kernels::@scan_generic_0
 // CHECK-NEXT:    func.return
 // CHECK:       ^bb0(%x0: memref<?xf32>, %y0: memref<?xf32>, %init0: f32, %final0: memref<f32>):
-// the seed is the carry before the first tile
+// the seed is the carry before the first tile, and the result when the length is 0
 // CHECK:         scf.if %{{.*}} {
 // CHECK-NEXT:      memref.store %init0, %{{.*}}[%{{.*}}] : memref<1xf32, 3 : i64>
+// CHECK-NEXT:      %[[EMPTY:.*]] = arith.cmpi eq, %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:      scf.if %[[EMPTY]] {
+// CHECK-NEXT:        memref.store %init0, %final0[] : memref<f32>
+// CHECK-NEXT:      }
 // CHECK-NEXT:    }
 // CHECK-NEXT:    "gpu.barrier"() : () -> ()
 // CHECK:         arith.maximumf
-// final: y[L-1], or the seed when L == 0
-// CHECK:             %[[V:.*]] = memref.load %y0[%{{.*}}] : memref<?xf32>
-// CHECK-NEXT:        scf.yield %[[V]] : f32
-// CHECK-NEXT:      } else {
-// CHECK-NEXT:        scf.yield %init0 : f32
-// CHECK-NEXT:      }
-// CHECK-NEXT:      memref.store %{{.*}}, %final0[] : memref<f32>
+// final: the thread of step L - 1 stores its inclusive value
+// CHECK:             memref.store %[[V:.*]], %y0[%[[T:.*]]] : memref<?xf32>
+// CHECK-NEXT:        %[[LAST:.*]] = arith.cmpi eq, %[[T]], %{{.*}} : index
+// CHECK-NEXT:        scf.if %[[LAST]] {
+// CHECK-NEXT:          memref.store %[[V]], %final0[] : memref<f32>
+// CHECK-NEXT:        }
 // CHECK:       scanweaver.launch = {{.*}}args = {{\[}}["x0", "in", "f32", ["?"]], ["y0", "out", "f32", ["?"]], ["init0", "scalar", "f32", []], ["final0", "out", "f32", []]]
