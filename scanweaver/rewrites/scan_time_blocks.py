@@ -13,9 +13,13 @@ each channel's time axis is cut into chunks of `chunk = block_size * items_per_t
 3. `<name>_carry`, grid channels x chunks: every block of a chunk k > 0 replaces each
    output of its chunk by combine(c[.., k-1], output); combine operands keep scan order
    (the carry is the earlier part), so only associativity is assumed, as in `scan_gpu`.
-   A seeded scan (the associative raise's host copies, `scan_seed_gpu.py`) scans its
-   source into its destination in step 1; in step 3 every chunk, the first included,
-   takes the seed on the left of its carry, and the last chunk's block writes `final`.
+   A seeded scan (the associative raise's host copies, `scan_seed_gpu.py`) scans the
+   producer's map of its sources into its destinations in step 1 (each chunk's
+   aggregate stored by the thread of its last step, exact for a partial last tile); in
+   step 3 every chunk, the first included, takes the seeds on the left of its carry,
+   and the last chunk's block writes combine(seeds, all chunks) to the results.  With
+   no destination (the log-sum-exp) step 3 only writes the results; a seeded scan
+   writing the arrays of only some operands keeps the one-block kernel.
 
 Blocks of a launch never touch what another block of it writes. Integer combines stay
 bit-exact; float combines are reassociated (as in `scan_gpu`). Cost: the outputs are
