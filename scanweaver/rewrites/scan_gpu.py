@@ -434,23 +434,12 @@ def _emit_kernel(
         e.if_(e.cmp("eq", tid, zero), [], write_final)
 
 
-def lower_scan(
-    op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int, seeded: SeededScan | None = None
-) -> None:
-    """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`.
-    With `seeded` (`scan_seed_gpu.py`) the kernel scans `seeded.src` into `seeded.dst`
-    from the seed instead of the op's temporaries, and writes `seeded.final`."""
-    combine = match_scan(op)
-    ins_h = [seeded.src] if seeded else list(op.inputs)
-    outs_h = [seeded.dst] if seeded else list(op.outputs)
-    refuse_i1_memrefs([*ins_h, *outs_h])
-    bs, ipt = block_size, items_per_thread
-    name = kernel_name(top, "scan_generic")
-    k = len(op.inputs)
-    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
-
-    # kernel arguments: distinct memrefs, inputs first; an output that is also an input
-    # is passed once ("inout").
+def _kernel_operands(
+    ins_h: list[SSAValue], outs_h: list[SSAValue], seeded: SeededScan | None
+) -> tuple[list[SSAValue], list[str], list[str], arith.ConstantOp | None]:
+    """The kernel's arguments: distinct memrefs, inputs first (an output that is also an
+    input is passed once, "inout"), then a seed passed as a scalar and the final value's
+    output; a constant seed is returned apart, to be cloned into the kernel."""
     operands: list[SSAValue] = []
     names: list[str] = []
     kinds: list[str] = []
@@ -478,6 +467,25 @@ def lower_scan(
             operands.append(seeded.final)
             names.append("final0")
             kinds.append("out")
+    return operands, names, kinds, seed_const
+
+
+def lower_scan(
+    op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int, seeded: SeededScan | None = None
+) -> None:
+    """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`.
+    With `seeded` (`scan_seed_gpu.py`) the kernel scans `seeded.src` into `seeded.dst`
+    from the seed instead of the op's temporaries, and writes `seeded.final`."""
+    combine = match_scan(op)
+    ins_h = [seeded.src] if seeded else list(op.inputs)
+    outs_h = [seeded.dst] if seeded else list(op.outputs)
+    refuse_i1_memrefs([*ins_h, *outs_h])
+    bs, ipt = block_size, items_per_thread
+    name = kernel_name(top, "scan_generic")
+    k = len(op.inputs)
+    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
+
+    operands, names, kinds, seed_const = _kernel_operands(ins_h, outs_h, seeded)
     arg_types = [v.type for v in operands]
 
     kfunc = gpu.FuncOp(name, FunctionType.from_lists(arg_types, []), kernel=True)
