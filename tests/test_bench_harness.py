@@ -149,3 +149,24 @@ def test_too_slow_eager_peer_is_run_once():
     result = harness.run_benchmark([case], peers, options, progress=lambda _: None)
     r = result["cases"][0]["results"]["slow"]
     assert r["status"] == "ok" and r["reps"] == 1 and len(calls) == 1
+
+
+def test_speed_bar_says_by_how_much_and_why_a_goal_is_missed():
+    """A missed goal gets its shortfall and a numbered reason; a met goal gets neither."""
+    from scanweaver.bench import plots
+    from scanweaver.bench.miss_reasons import reason_for, shortfall
+
+    result = {"speed_bar": {
+        "affine shapes f64 1024x4096": {"best_peer": {"target": 1.0, "measured": 0.6, "met": False}},
+        "affine shapes f32 1024x4096": {"best_peer": {"target": 1.3, "measured": 1.4, "met": True}},
+        "selective-grad x": {"backward_over_forward": {"target": 2.5, "measured": 3.0, "met": False}},
+    }}
+    text = "\n".join(plots._speed_bar_lines(result))
+    assert "| affine shapes f64 1024x4096 | speed-up over the best peer | 1.0 | 0.60 | **no** | 40% | (1) |" in text
+    assert "| affine shapes f32 1024x4096 | speed-up over the best peer | 1.3 | 1.40 | yes |  |  |" in text
+    assert "| 2.5 | 3.00 | **no** | 20% | (2) |" in text
+    assert "1. " + reason_for("best_peer", "affine shapes f64 1024x4096") in text
+    assert "2. " + reason_for("backward_over_forward") in text
+    assert reason_for("best_peer", "f64") != reason_for("best_peer", "f32")
+    assert reason_for("no such goal") == "Not analysed yet."
+    assert shortfall(3.99, 4.0, at_most=False) == "0.2%"

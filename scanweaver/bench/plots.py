@@ -98,6 +98,8 @@ def _verdict(ok: bool | None) -> str:
 
 def goals_text(result: dict[str, Any]) -> list[str]:
     """The CPU goals section (cpu_goals.py measurements), empty when not measured."""
+    from scanweaver.bench.miss_reasons import reason_for
+
     goals = result.get("cpu_goals") or {}
     if not goals:
         return []
@@ -111,6 +113,8 @@ def goals_text(result: dict[str, Any]) -> list[str]:
             met = us <= tiny["target_us"] if name.startswith("scanweaver") else None
             lines.append(f"| {name} | {us:.2f} | {_verdict(met)} |")
         lines.append("")
+        if any(us > tiny["target_us"] for n, us in tiny["us_per_call"].items() if n.startswith("scanweaver")):
+            lines += ["Why: " + reason_for("tiny_call"), ""]
     nb = goals.get("neighbours", {})
     if nb.get("rows"):
         lim = nb["limits"]
@@ -125,7 +129,10 @@ def goals_text(result: dict[str, Any]) -> list[str]:
                          f"{r['neighbour_mixed_s'] * 1e3:.3g} | {r['neighbour_slowdown']:.2f}x | "
                          f"{_verdict(r['met'])} |")
         lines.append("")
+        if any(r["met"] is False for r in nb["rows"].values()):
+            lines += ["Why: " + reason_for("neighbours"), ""]
     fc = goals.get("first_call", {})
+    missed_cold = False
     if fc.get("rows"):
         t = fc["targets_s"]
         lines += [f"First call in a new process (targets: cold <= {t['cold']:g} s, warm <= {t['warm'] * 1e3:.0f} ms "
@@ -142,7 +149,10 @@ def goals_text(result: dict[str, Any]) -> list[str]:
                 total = r["import_scanweaver_s"] + r["first_call_s"]
                 lines.append(f"| {what} | {kind} | {r['import_numpy_s']:.3f} | {r['import_scanweaver_s']:.3f} | "
                              f"{r['first_call_s']:.3f} | {total:.3f} | {_verdict(total <= t[kind])} |")
+                missed_cold |= kind == "cold" and total > t[kind]
         lines.append("")
+        if missed_cold:
+            lines += ["Why (cold): " + reason_for("first_call_cold"), ""]
     pm = goals.get("peak_memory", {})
     if pm.get("rows"):
         lines += ["Peak extra memory (" + pm["note"] + "):", "",
@@ -223,14 +233,28 @@ _SPEED_BAR_MEASURES = {
 def _speed_bar_lines(result: dict[str, Any]) -> list[str]:
     if not result.get("speed_bar"):
         return []
-    lines = ["## Speed bar", "", "| case | measure | target | measured | met |", "|---|---|---|---|---|"]
+    from scanweaver.bench.miss_reasons import reason_for, shortfall
+
+    lines = ["## Speed bar", "", "| case | measure | target | measured | met | short by | why |",
+             "|---|---|---|---|---|---|---|"]
+    reasons: list[str] = []
     for label, rows in result["speed_bar"].items():
         for what, row in rows.items():
             meas = "-" if row["measured"] is None else f"{row['measured']:.2f}"
             met = "-" if row["met"] is None else ("yes" if row["met"] else "**no**")
             kind = _SPEED_BAR_MEASURES.get(what, f"speed-up over {what}")
-            lines.append(f"| {label} | {kind} | {row['target']} | {meas} | {met} |")
+            short = why = ""
+            if row["met"] is False:
+                short = shortfall(row["measured"], row["target"], what.startswith("backward_over_forward"))
+                reason = reason_for(what, label)
+                if reason not in reasons:
+                    reasons.append(reason)
+                why = f"({reasons.index(reason) + 1})"
+            lines.append(f"| {label} | {kind} | {row['target']} | {meas} | {met} | {short} | {why} |")
     lines.append("")
+    if reasons:
+        lines += ["Why the missed goals are missed:", ""]
+        lines += [f"{i}. {r}" for i, r in enumerate(reasons, 1)] + [""]
     return lines
 
 

@@ -401,7 +401,7 @@ class VjpBuilder:
 
     def forward(self, e: Emit, op: Operation, vmap, ckpt) -> None:
         if isinstance(op, memref.AllocaOp):
-            new = self.clone(e, op, vmap)
+            self.clone(e, op, vmap)
             if is_float_memref(op.memref.type):
                 t = op.memref.type
                 if any(d == DYNAMIC_INDEX for d in t.get_shape()):

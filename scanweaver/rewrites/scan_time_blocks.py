@@ -145,7 +145,7 @@ class _ScanTimeBlocks:
 
     def _step1_arguments(self) -> None:
         """Kernel arguments of step 1: inputs, outputs (an output that is an input once), aggregates."""
-        op, k = self.op, self.k
+        k = self.k
         operands: list[SSAValue] = []
         names: list[str] = []
         kinds: list[str] = []
@@ -242,7 +242,7 @@ class _ScanTimeBlocks:
 
     def _carry_kernel(self) -> int | str:
         """Step 3: carries into every chunk after the first; returns its grid."""
-        op, name, bs, k = self.op, self.name, self.bs, self.k
+        name, bs, k = self.name, self.bs, self.k
         outs = self.outs = list(dict.fromkeys(self.outs_h))
         names3 = [f"y{j}" for j in range(len(outs))] + [f"c{j}" for j in range(k)]
         vals3 = outs + self.prefixes
@@ -281,7 +281,7 @@ class _ScanTimeBlocks:
 
     # -- host: launches in order ----------------------------------------------------------------------------
     def _launch(self, g1: int | str, agg_scan: scan.ScanOp, g3: int | str) -> None:
-        op, host, name, bs, ref_name = self.op, self.host, self.name, self.bs, self.ref_name
+        host, name, bs, ref_name = self.host, self.name, self.bs, self.ref_name
         static_channels = all(self.shape[i] != DYNAMIC_INDEX for i in self.channel_dims)
 
         def launches(le: Emitter) -> None:

@@ -66,6 +66,19 @@ def _weight(x: Any, name: str, batch: int, D: int, N: int, L: int, cdt: np.dtype
     return "grouped", np.ascontiguousarray(np.swapaxes(arr, 2, 3), dtype=cdt)
 
 
+def complex_selective_types(A: Any, u: Any) -> tuple[np.ndarray, np.ndarray, np.dtype, np.dtype]:
+    """A as a complex array, u as a (batch, D, L) array, the real dtype of the math and
+    the output's dtype (u's when it is floating point)."""
+    A = np.asarray(A)
+    if A.dtype not in (np.complex64, np.complex128):
+        raise ScanWeaverTypeError(f"argument 'A' has dtype {A.dtype}; expected complex64 or complex128")
+    rdt = np.dtype(np.float32 if A.dtype == np.complex64 else np.float64)
+    u_in = np.asarray(u)
+    if u_in.ndim != 3:
+        raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {u_in.shape}")
+    return A, u_in, rdt, (u_in.dtype if u_in.dtype.kind == "f" else rdt)
+
+
 def _real(x: Any, name: str, shape: tuple[int, ...], rdt: np.dtype) -> np.ndarray:
     arr = np.asarray(x)
     if arr.dtype.kind != "f":
@@ -90,16 +103,9 @@ def selective_scan_complex_cpu(
     threads: int | None = None,
 ):
     """The selective scan with complex A (module docstring); out in u's dtype."""
-    A = np.asarray(A)
-    if A.dtype not in (np.complex64, np.complex128):
-        raise ScanWeaverTypeError(f"argument 'A' has dtype {A.dtype}; expected complex64 or complex128")
+    A, u_in, rdt, out_dtype = complex_selective_types(A, u)
     cdt = A.dtype
-    rdt = np.dtype(np.float32 if cdt == np.complex64 else np.float64)
-    u_in = np.asarray(u)
-    if u_in.ndim != 3:
-        raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {u_in.shape}")
     batch, Dn, L = u_in.shape
-    out_dtype = u_in.dtype if u_in.dtype.kind == "f" else rdt
     uk = _real(u_in, "u", (batch, Dn, L), rdt)
     dk = _real(delta, "delta", (batch, Dn, L), rdt)
     if A.ndim != 2 or A.shape[0] != Dn:

@@ -302,21 +302,14 @@ def selective_scan_complex_cuda(
     form: one block per (batch, channel), the state of N complex values in registers
     (`COMPLEX_MAX_N`).  Host arrays (copied in and out); out in u's dtype, last state
     complex."""
-    from scanweaver.runtime.cpu_selective_complex import _real
+    from scanweaver.runtime.cpu_selective_complex import _real, complex_selective_types
     from scanweaver.workloads.specs import ComplexSelectiveSpec
 
     if any(hasattr(x, "__cuda_array_interface__") for x in (u, delta, A, B, C, D, z, delta_bias, initial_state)):
         raise ScanWeaverValueError("selective_scan with complex A takes host arrays on the GPU (no device arrays)")
-    A = np.asarray(A)
-    if A.dtype not in (np.complex64, np.complex128):
-        raise ScanWeaverTypeError(f"argument 'A' has dtype {A.dtype}; expected complex64 or complex128")
+    A, u_in, rdt, out_dtype = complex_selective_types(A, u)
     cdt = A.dtype
-    rdt = np.dtype(np.float32 if cdt == np.complex64 else np.float64)
-    u_in = np.asarray(u)
-    if u_in.ndim != 3:
-        raise ScanWeaverValueError(f"argument 'u' must have shape (batch, D, L), got {u_in.shape}")
     batch, dim, length = u_in.shape
-    out_dtype = u_in.dtype if u_in.dtype.kind == "f" else rdt
     real = "f32" if cdt == np.complex64 else "f64"
     if A.ndim != 2 or A.shape[0] != dim or not 0 < A.shape[1] <= COMPLEX_MAX_N[real]:
         raise ScanWeaverValueError(

@@ -77,3 +77,25 @@ def save_selective_inputs(ctx, inputs, output) -> None:
     ctx.delta_softplus = delta_softplus
     ctx.last_shape = output[1].shape
     ctx.last_dtype = output[1].dtype
+
+
+def selective_backward(backward_op):
+    """The autograd backward of a selective op whose saved inputs `save_selective_inputs`
+    stored: absent cotangents become zeros, and only the inputs that need a gradient get one."""
+
+    def backward(ctx, dout, dlast):
+        u, delta, A, B, C, D, z, delta_bias, h0 = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(u)
+        if dlast is None:
+            dlast = u.new_zeros(ctx.last_shape, dtype=ctx.last_dtype)
+        grads = backward_op(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout,
+                            dlast.to(ctx.last_dtype), h0)
+        du, ddelta, dA, dB, dC, dD, dz, dbias, dh0 = grads
+        need = ctx.needs_input_grad
+        pick = lambda g, i, present=True: g if (present and need[i]) else None  # noqa: E731
+        return (pick(du, 0), pick(ddelta, 1), pick(dA, 2), pick(dB, 3), pick(dC, 4),
+                pick(dD, 5, D is not None), pick(dz, 6, z is not None), pick(dbias, 7, delta_bias is not None),
+                None, pick(dh0, 9, h0 is not None))
+
+    return backward

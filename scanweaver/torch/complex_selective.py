@@ -208,24 +208,9 @@ def _(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast, initial_
     return _checks.selective_backward_like(u, delta, A, B, C, D, z, delta_bias, initial_state)
 
 
-def _backward(ctx, dout, dlast):
-    u, delta, A, B, C, D, z, delta_bias, h0 = ctx.saved_tensors
-    if dout is None:
-        dout = torch.zeros_like(u)
-    if dlast is None:
-        dlast = A.new_zeros(ctx.last_shape)
-    grads = torch.ops.scanweaver.complex_selective_scan_bwd(
-        u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, dout, dlast.to(A.dtype), h0
-    )
-    du, ddelta, dA, dB, dC, dD, dz, dbias, dh0 = grads
-    need = ctx.needs_input_grad
-    pick = lambda g, i, present=True: g if (present and need[i]) else None  # noqa: E731
-    return (pick(du, 0), pick(ddelta, 1), pick(dA, 2), pick(dB, 3), pick(dC, 4),
-            pick(dD, 5, D is not None), pick(dz, 6, z is not None), pick(dbias, 7, delta_bias is not None), None,
-            pick(dh0, 9, h0 is not None))
-
-
-complex_selective_scan_fwd.register_autograd(_backward, setup_context=_checks.save_selective_inputs)
+complex_selective_scan_fwd.register_autograd(
+    _checks.selective_backward(torch.ops.scanweaver.complex_selective_scan_bwd), setup_context=_checks.save_selective_inputs
+)
 
 
 # ------------------------------------------------------------------------ public entry
