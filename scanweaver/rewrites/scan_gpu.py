@@ -464,24 +464,12 @@ def seeded_kernel_values(
     return seeds, finals, lambda ie, t: seeded.clone_elements(ie, t, argmap)
 
 
-def lower_scan(
-    op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int, seeded: SeededScan | None = None
-) -> None:
-    """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`.
-    With `seeded` (`scan_seed_gpu.py`) the kernel scans the producer's map of
-    `seeded.srcs` into `seeded.dsts` from the seeds instead of the op's temporaries, and
-    writes `seeded.finals`."""
-    combine = match_scan(op)
-    ins_h = list(seeded.srcs) if seeded else list(op.inputs)
-    outs_h = list(seeded.dsts) if seeded else list(op.outputs)
-    refuse_i1_memrefs([v for v in (*ins_h, *outs_h) if v is not None])
-    bs, ipt = block_size, items_per_thread
-    name = kernel_name(top, "scan_generic")
-    k = len(op.inputs)
-    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
-
-    # kernel arguments: distinct memrefs, inputs first; an output that is also an input
-    # is passed once ("inout").
+def _kernel_operands(
+    ins_h: list[SSAValue], outs_h: list[SSAValue | None], seeded: SeededScan | None
+) -> tuple[list[SSAValue], list[str], list[str]]:
+    """The kernel's arguments: distinct memrefs, inputs first (an output that is also an
+    input is passed once, "inout"; an operand without an array has none), then the seeds
+    passed as scalars (a constant seed is cloned into the kernel instead) and the results."""
     operands: list[SSAValue] = []
     names: list[str] = []
     kinds: list[str] = []
@@ -510,6 +498,26 @@ def lower_scan(
                 operands.append(v)
                 names.append(f"final{j}")
                 kinds.append("out")
+    return operands, names, kinds
+
+
+def lower_scan(
+    op: scan.ScanOp, top: ModuleOp, block_size: int, items_per_thread: int, seeded: SeededScan | None = None
+) -> None:
+    """Lower one `scan.scan` to a kernel and its launch, or raise `Unsupported`.
+    With `seeded` (`scan_seed_gpu.py`) the kernel scans the producer's map of
+    `seeded.srcs` into `seeded.dsts` from the seeds instead of the op's temporaries, and
+    writes `seeded.finals`."""
+    combine = match_scan(op)
+    ins_h = list(seeded.srcs) if seeded else list(op.inputs)
+    outs_h = list(seeded.dsts) if seeded else list(op.outputs)
+    refuse_i1_memrefs([v for v in (*ins_h, *outs_h) if v is not None])
+    bs, ipt = block_size, items_per_thread
+    name = kernel_name(top, "scan_generic")
+    k = len(op.inputs)
+    types: list[Attribute] = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
+
+    operands, names, kinds = _kernel_operands(ins_h, outs_h, seeded)
     arg_types = [v.type for v in operands]
 
     kfunc = gpu.FuncOp(name, FunctionType.from_lists(arg_types, []), kernel=True)
