@@ -149,6 +149,34 @@ def test_compile_cpu_runs_a_kernel_through_a_shared_object(cache_dir):
         cpu_jit.clear_cache()
 
 
+def test_kernel_takes_outer_strides_and_refuses_a_strided_innermost_axis(cache_dir):
+    """A column slice (rows not adjacent) runs through the row strides; an innermost
+    stride other than the item size, or a negative one, is refused before the call."""
+    from scanweaver.runtime import cpu_jit, cpu_scan
+
+    cpu_jit.clear_cache()
+    try:
+        k = cpu_scan._affine_kernel("f32", 2, False, False, False)
+        rng = np.random.default_rng(1)
+        big_a = rng.uniform(0.5, 1, (3, 40)).astype(np.float32)
+        big_b = rng.standard_normal((3, 40)).astype(np.float32)
+        a, b = big_a[:, 5:22], big_b[:, 5:22]
+        h = np.zeros((3, 40), np.float32)
+        k(a, b, h[:, 3:20])
+        ref = np.zeros_like(h)
+        s = np.zeros(3, np.float32)
+        for t in range(17):
+            s = a[:, t] * s + b[:, t]
+            ref[:, 3 + t] = s
+        np.testing.assert_array_equal(h, ref)
+        out = np.empty((3, 17), np.float32)
+        for bad in (big_a[:, ::2][:, :17], big_a.T.copy().T[:, :17], big_a[::-1, :17]):
+            with pytest.raises(ScanWeaverValueError, match="strides"):
+                k(bad, b, out)
+    finally:
+        cpu_jit.clear_cache()
+
+
 def test_a_library_that_does_not_load_is_remembered(cache_dir, monkeypatch):
     """A built library that fails to load (a symbol nothing defines) means MCJIT, and
     the next lookup does not rebuild it."""

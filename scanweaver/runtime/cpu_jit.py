@@ -148,10 +148,26 @@ class Kernel:
                     raise ScanWeaverValueError(f"kernel expects a {spec}-D array, got shape {v.shape}")
                 ptr = v.__array_interface__["data"][0]
                 item = v.itemsize
+                if not _layout_ok(v.shape, v.strides, item):
+                    # the lowered code reads memrefs with innermost stride 1: any other
+                    # layout would address outside the array or read the wrong elements
+                    raise ScanWeaverValueError(
+                        f"kernel argument of shape {v.shape} has strides {v.strides}: needs "
+                        f"non-negative strides, a multiple of the item size {item}, innermost {item}")
                 flat += [ptr, ptr, 0, *v.shape, *(s // item for s in v.strides)]
             else:
                 flat.append(v)
         return flat
+
+
+def _layout_ok(shape: Sequence[int], strides: Sequence[int], item: int) -> bool:
+    """Strides the lowered code can take: non-negative multiples of the item size, and
+    the innermost one equal to it (an empty array, or a size-1 axis, may have any stride)."""
+    if 0 in shape:
+        return True
+    if any(s < 0 or s % item for s, n in zip(strides, shape) if n > 1):
+        return False
+    return not shape or shape[-1] <= 1 or strides[-1] == item
 
 
 _KERNELS: dict[tuple, Kernel] = {}
