@@ -1019,7 +1019,8 @@ def match_state_matrix_nest(rec: scan.LoopRecurrence, column_dim: int) -> Nest:
     if state not in fn_args:
         raise Unsupported("a state matrix kernel needs the state to be a function argument")
     assert isinstance(state, BlockArgument)
-    nest = Nest(fn, rec, [], [], [], [], state, [(state, column_dim)], set())
+    n = rec.state_type.get_shape()[column_dim]
+    nest = Nest(fn, rec, [], [], [], [], state, [n if n >= 0 else (state, column_dim)], set())
     _collect_outside_values(nest, fn_args)
     _note_memory_roles(nest)
     return nest
