@@ -259,6 +259,29 @@ def _loads_stay_valid(loads: list[memref.LoadOp], op: scan.ScanOp, group: set[Op
     return True
 
 
+def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp):
+    """After the scan, copy loops y[t] = P_j[t + 1] (at most one per operand):
+    (dsts, the loops, their loads) or None."""
+    dsts: list[SSAValue | None] = [None] * len(ps)
+    consumers: list[Operation] = []
+    c_loads: list[memref.LoadOp] = []
+    nxt = op.next_op
+    while (cons := _copy_loop(nxt, n)) is not None:
+        c_load, c_store = cons
+        iv_c = nxt.body.block.args[0]  # type: ignore[union-attr]
+        if c_load.memref not in ps or dsts[ps.index(c_load.memref)] is not None:
+            return None
+        if not _is_plus_one(c_load.indices[0], iv_c) or _strip(c_store.indices[0]) is not iv_c:
+            return None
+        if not _func_arg(c_store.memref, fn, 1) or c_store.memref in dsts:  # a dst that is a src: in place, fine
+            return None
+        dsts[ps.index(c_load.memref)] = c_store.memref
+        consumers.append(nxt)  # type: ignore[arg-type]
+        c_loads.append(c_load)
+        nxt = nxt.next_op  # type: ignore[union-attr]
+    return dsts, consumers, c_loads
+
+
 def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     """The seeded scan the group around `op` computes (module doc), or None."""
     k = len(op.inputs)
@@ -299,24 +322,10 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     for seed in seeds:
         if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)):
             return None
-    # after the scan, copy loops y[t] = P_j[t + 1] (at most one per operand)
-    dsts: list[SSAValue | None] = [None] * k
-    consumers: list[Operation] = []
-    c_loads: list[memref.LoadOp] = []
-    nxt = op.next_op
-    while (cons := _copy_loop(nxt, n)) is not None:
-        c_load, c_store = cons
-        iv_c = nxt.body.block.args[0]  # type: ignore[union-attr]
-        if c_load.memref not in ps or dsts[ps.index(c_load.memref)] is not None:
-            return None
-        if not _is_plus_one(c_load.indices[0], iv_c) or _strip(c_store.indices[0]) is not iv_c:
-            return None
-        if not _func_arg(c_store.memref, fn, 1) or c_store.memref in dsts:  # a dst that is a src: in place, fine
-            return None
-        dsts[ps.index(c_load.memref)] = c_store.memref
-        consumers.append(nxt)  # type: ignore[arg-type]
-        c_loads.append(c_load)
-        nxt = nxt.next_op  # type: ignore[union-attr]
+    cons = _consumers(op, n, ps, fn)
+    if cons is None:
+        return None
+    dsts, consumers, c_loads = cons
     # n is the length of a source or destination (the launch checks that all are
     # equal), or a constant equal to all their static lengths
     arrays = [*srcs, *(d for d in dsts if d is not None)]
