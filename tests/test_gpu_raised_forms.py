@@ -4,7 +4,8 @@ spills).  Dynamic channel counts (the state `memref<?xf32>` itself, or a tempora
 slice of another memref) and a static state of more than 64 elements become one block
 per state element (`gpu_split_state.py`);
 single-series multi-lag recurrences and lfilter (final state stored to an argument)
-run in one block; masked updates and `math.fma` lower like any recurrence.  The forms
+run in one block; masked updates and `math.fma` lower like any recurrence; a dynamic
+2-D state summed over in emit (dynamic RetNet) takes the state matrix kernel.  The forms
 still kept from the CUDA runtime are pinned with their reasons."""
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ FORMS = {
         False,
     ),
     "retnet": (retnet(T=10, D=4, E=3), lambda: retnet_args(10, 4, 3), False),
+    # dynamic D, E: the state matrix kernel (gpu_state_matrix.py; more: tests/test_gpu_state_matrix.py)
+    "retnet_dyn": (rename(retnet(dynamic=True), "retnet", "retnet_dyn"), lambda: retnet_args(11, 6, 3), False),
     # raised after a reshape (raise_reshape.py): channel loop moved outside; zi promoted
     "iirc_dyn": (rename(multilag_channels_inside("f32"), "iirc", "iirc_dyn"),
                  lambda: multilag_channels_inside_args("f32", 37, 5), False),
@@ -194,13 +197,15 @@ def test_every_form_assembles_without_spills(chip):
 # ---------------------------------------------------------------------------
 
 REFUSED = {
-    # a 2-D state of dynamic shape whose readout sums over one state index: the elements
-    # are not independent in emit, and a dynamic state does not fit in registers
-    "retnet_dyn": (
-        rename(retnet(dynamic=True), "retnet", "retnet_dyn"),
+    # a 2-D state of dynamic shape whose readout combines a column by other than a sum
+    # (a sum runs: the state matrix kernel, tests/test_gpu_state_matrix.py)
+    "retnet_max": (
+        rename(retnet(dynamic=True), "retnet", "retnet_max").replace(
+            "%an = arith.addf %a, %p", "%an = arith.maximumf %a, %p"),
         "scan.recurrence: emit does not read the state in one loop nest from 0 to each state "
         "dimension step 1 (a state of dynamic shape or of more than 64 elements splits into channels only "
-        "element by element)",
+        "element by element); nor as a state matrix (one block per column): emit's sum loop must end "
+        "with 'arith.addf %acc, %term' yielded",
     ),
     # (a final state returned as the function's result runs: tests/test_gpu_results.py;
     # a running max / min / xor runs as one seeded kernel: tests/test_gpu_seeded_scan.py)
@@ -269,11 +274,11 @@ def test_associative_scan_kernel_runs_like_the_loop(op, el):
 def test_command_line_names_every_refused_function(tmp_path, capsys):
     """Not only the first function that fails: one line per op the GPU lowering left."""
     f = tmp_path / "two.mlir"
-    f.write_text(REFUSED["retnet_dyn"][0] + REFUSED["masked_bool"][0])
+    f.write_text(REFUSED["retnet_max"][0] + REFUSED["masked_bool"][0])
     assert main(["compile", str(f), "--target", "mlir", "--lower-for", "gpu", "-o", str(tmp_path / "o.mlir")]) == 0
     lines = [x for x in capsys.readouterr().err.splitlines() if "not lowered for the GPU" in x]
     assert lines == [
-        f"[scanweaver] @retnet_dyn: not lowered for the GPU: {REFUSED['retnet_dyn'][1]}",
+        f"[scanweaver] @retnet_max: not lowered for the GPU: {REFUSED['retnet_max'][1]}",
         f"[scanweaver] @masked_bool: not lowered for the GPU: {REFUSED['masked_bool'][1]}",
     ]
 

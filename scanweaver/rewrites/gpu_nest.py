@@ -997,3 +997,52 @@ def launch_nest_kernel(nest: Nest, kfunc: gpu.FuncOp, block_size: int, shared_by
     for load in nest.outside_loads:  # now read in the kernel; the host keeps only launches
         if not load.results[0].uses:
             Rewriter.erase_op(load)
+
+
+# ---------------------------------------------------------------------------
+# A state matrix of any size (gpu_state_matrix.py): depth 0, one block per column
+# ---------------------------------------------------------------------------
+
+
+def match_state_matrix_nest(rec: scan.LoopRecurrence, column_dim: int) -> Nest:
+    """The depth-0 nest of `rec` for `gpu_state_matrix.py`: not in channel loops, the
+    state a function argument of any shape (not held in registers, so no size limit),
+    one block per index of its dimension `column_dim`; values from outside as for any
+    nest.  Raises `Unsupported`."""
+    loops, fn = _channel_loops(rec)
+    if loops:
+        raise Unsupported("a state matrix kernel takes a recurrence outside channel loops only")
+    if not isinstance(rec.lb.type, IndexType):
+        raise Unsupported("the recurrence must step over index values")
+    fn_args: set[SSAValue] = set(fn.body.block.args)
+    state = rec.state
+    if state not in fn_args:
+        raise Unsupported("a state matrix kernel needs the state to be a function argument")
+    assert isinstance(state, BlockArgument)
+    n = rec.state_type.get_shape()[column_dim]
+    nest = Nest(fn, rec, [], [], [], [], state, [n if n >= 0 else (state, column_dim)], set())
+    _collect_outside_values(nest, fn_args)
+    _note_memory_roles(nest)
+    return nest
+
+
+def start_nest_kernel(nest: Nest, name: str) -> tuple[gpu.FuncOp, Emitter, dict[SSAValue, SSAValue]]:
+    """An empty kernel over the nest's arguments with the values it captures from
+    outside cloned in: (kernel, emitter at its start, nest value -> kernel value)."""
+    kfunc, vmap = _kernel_func(nest, name)
+    e = Emitter(kfunc.body.block)
+    _capture_outside_values(e, nest, vmap)
+    return kfunc, e, vmap
+
+
+def trip_and_step_index(
+    e: Emitter, rec: scan.LoopRecurrence, vmap: dict[SSAValue, SSAValue]
+) -> tuple[SSAValue, Callable[[Emitter, SSAValue], SSAValue]]:
+    """The recurrence's number of steps, and step number k -> its loop index."""
+    return _trip_and_step_index(e, rec, vmap)
+
+
+def emit_store_kind(emit: Block, store: memref.StoreOp) -> tuple | None:
+    """How the emit store `store` writes across steps: ("inj", dim, form) one element per
+    step, ("last",) the same elements every step, or None (see `_EmitStores`)."""
+    return _EmitStores(emit).kind(store)

@@ -49,7 +49,7 @@ from xdsl.traits import is_side_effect_free
 from scanweaver.dialects import scan
 from scanweaver.rewrites.gpu_kernel import Unsupported, const_int
 
-__all__ = ["SplitState", "needs_split", "split_state"]
+__all__ = ["SplitState", "StateDims", "needs_split", "split_state"]
 
 
 def needs_split(rec: scan.LoopRecurrence, max_state: int) -> bool:
@@ -115,6 +115,10 @@ class _Dims:
         Rewriter.insert_op([idx, dim], e_point)
         self.created += [dim, idx]
         return dim.result
+
+
+#: the state-size test, also for the state matrix kernel (`gpu_state_matrix.py`)
+StateDims = _Dims
 
 
 def _element_loads(body: Block, ref: SSAValue, ivs: Sequence[SSAValue], where: str) -> list[memref.LoadOp]:

@@ -498,7 +498,19 @@ def _kernel_operands(
                 operands.append(v)
                 names.append(f"final{j}")
                 kinds.append("out")
+        add_captures(seeded, operands, names, kinds)
     return operands, names, kinds
+
+
+def add_captures(seeded: SeededScan, operands: list[SSAValue], names: list[str], kinds: list[str]) -> None:
+    """The function arguments the seeded producer's values from above it start from
+    (`SeededScan.captures`), as kernel arguments after the others: scalars as
+    parameters, memrefs read only (for a `memref.dim` or a load)."""
+    for j, v in enumerate(seeded.captures):
+        if v not in operands:
+            operands.append(v)
+            names.append(f"p{j}")
+            kinds.append("in" if isinstance(v.type, MemRefType) else "scalar")
 
 
 def lower_scan(

@@ -16,7 +16,11 @@ n == 0), so the whole group is one scan of map(x) into the y's, *seeded* with h0
 (combined on the left of every prefix, the loop's order), that also writes its last
 values to the results.  `match_seeded` recognises exactly that group and nothing wider
 (a result the host uses, a consumer that computes, a producer with side effects or
-values from outside other than constants keep the refusal); `scan_gpu.py` (one block)
+values from outside other than those `_outside_value` allows keep the refusal);
+values the producer uses from above it (constants, dims, pure arith, scalar function
+arguments, loads before it from memrefs the kernel does not write) are cloned into the
+kernel, the function arguments they start from passed as kernel arguments
+(`captures`); `scan_gpu.py` (one block)
 or `scan_time_blocks.py` (the seed in every chunk's carry) emits the seeded kernels,
 cloning `map` into the kernel's load, and `erase_host_copies` removes the group's host
 ops.  The seeded form exists only inside the GPU lowering (no new op or operand), so
@@ -25,7 +29,7 @@ the interpreter, scan-to-loops and the CPU lowering are untouched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import Float32Type, Float64Type, IndexType, IntegerType, MemRefType
@@ -52,6 +56,10 @@ class SeededScan:
     seeds: list[SSAValue]  # per operand, a scalar function argument or an arith.constant
     finals: list[SSAValue | None]  # per operand, a rank-0 memref function argument (a result)
     host_ops: list[Operation]  # the copies, allocs, stores and loads to erase
+    #: function arguments the producer's values from above it start from (scalars of
+    #: kernel types, memrefs read by `memref.dim` / a load before the group): kernel arguments
+    captures: list[SSAValue] = field(default_factory=list)
+    outside_loads: list[memref.LoadOp] = field(default_factory=list)  # read again in the kernel
 
     @property
     def ref(self) -> SSAValue:
@@ -64,9 +72,19 @@ class SeededScan:
         body = self.producer.body.block
         m: dict[SSAValue, SSAValue] = {body.args[0]: t, **{s: argmap[s] for s in self.srcs}}
 
-        def outside(v: SSAValue) -> SSAValue:  # a constant above the loop (checked by the match)
+        def outside(v: SSAValue) -> SSAValue:
+            """A value from above the loop (checked by the match): a capture's kernel
+            argument, or its defining op cloned after its own operands."""
             if v not in m:
-                m[v] = e.val(v.owner.clone())  # type: ignore[union-attr]
+                if v in argmap:
+                    m[v] = argmap[v]
+                else:
+                    o = v.owner
+                    assert isinstance(o, Operation), v
+                    for x in o.operands:
+                        outside(x)
+                    c = e.op(o.clone(value_mapper=m))
+                    m.update(zip(o.results, c.results))
             return m[v]
 
         for o in body.ops:
@@ -159,15 +177,44 @@ def _copy_loop(loop: Operation | None, n: SSAValue) -> tuple[memref.LoadOp, memr
     return loads[0], stores[0]
 
 
+def _outside_value(v: SSAValue, fn: func.FuncOp, captures: list[SSAValue], loads: list[memref.LoadOp]) -> bool:
+    """Whether the kernel can rebuild `v`, a value from above the producer: a constant,
+    a scalar function argument of a kernel type (`captures`), `memref.dim` of a memref
+    argument, pure arith of such values, or a load of a memref argument in the
+    function's body (`loads`; `match_seeded` checks that nothing writes it)."""
+    if _func_arg(v, fn, None):
+        if not (isinstance(v.type, MemRefType) or _is_kernel_scalar(v.type)):
+            return False
+        if v not in captures:
+            captures.append(v)
+        return True
+    o = v.owner
+    if not isinstance(o, Operation) or o.regions:
+        return False
+    if isinstance(o, arith.ConstantOp):
+        return True
+    if isinstance(o, memref.DimOp | memref.LoadOp):
+        if not _func_arg(o.operands[0], fn, None) or o.parent_block() is not fn.body.block:
+            return False
+        if isinstance(o, memref.LoadOp) and o not in loads:
+            loads.append(o)
+    elif not (o.dialect_name() == "arith" and is_side_effect_free(o)):
+        return False
+    return all(_outside_value(x, fn, captures, loads) for x in o.operands)
+
+
 def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.FuncOp):
     """`for t < n { pure ops on loads srcs[t]; X_j[t + 1] = v_j }`, one store per X_j:
-    (srcs, [v_j], stores) or None.  Values from above the loop must be constants."""
+    (srcs, [v_j], stores, captures, outside loads) or None.  Values from above the loop
+    must be ones `_outside_value` allows."""
     if not _counted(loop, n):
         return None
     assert isinstance(loop, scf.ForOp)
     body = loop.body.block
     iv = body.args[0]
     srcs: list[SSAValue] = []
+    captures: list[SSAValue] = []
+    loads: list[memref.LoadOp] = []
     stores: dict[SSAValue, memref.StoreOp] = {}
     for o in body.ops:
         if isinstance(o, scf.YieldOp):
@@ -187,13 +234,52 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
             return None
         else:
             operands = list(o.operands)
-        for v in operands:  # defined in the body, or a constant above it
+        for v in operands:  # defined in the body, or rebuilt in the kernel from above it
             inside = v is iv or isinstance(v.owner, Operation) and v.owner.parent_block() is body
-            if not (inside or isinstance(v.owner, arith.ConstantOp)):
+            if not (inside or _outside_value(v, fn, captures, loads)):
                 return None
     if len(stores) != len(xs) or not srcs:
         return None
-    return srcs, [stores[x].value for x in xs], list(stores.values())
+    return srcs, [stores[x].value for x in xs], list(stores.values()), captures, loads
+
+
+def _loads_stay_valid(loads: list[memref.LoadOp], op: scan.ScanOp, group: set[Operation], written: set[SSAValue]) -> bool:
+    """The producer's loads from above it read the same in the kernel (which runs where
+    `op` is): the kernel writes none of their memrefs, and nothing between a load and
+    `op` but the group's own ops (which write only its temporaries) writes memory."""
+    block = op.parent_block()
+    assert block is not None
+    ops = list(block.ops)
+    for ld in loads:
+        if ld.memref in written:
+            return False
+        for o in ops[ops.index(ld) + 1 : ops.index(op)]:
+            if o not in group and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+                return False
+    return True
+
+
+def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp):
+    """After the scan, copy loops y[t] = P_j[t + 1] (at most one per operand):
+    (dsts, the loops, their loads) or None."""
+    dsts: list[SSAValue | None] = [None] * len(ps)
+    consumers: list[Operation] = []
+    c_loads: list[memref.LoadOp] = []
+    nxt = op.next_op
+    while (cons := _copy_loop(nxt, n)) is not None:
+        c_load, c_store = cons
+        iv_c = nxt.body.block.args[0]  # type: ignore[union-attr]
+        if c_load.memref not in ps or dsts[ps.index(c_load.memref)] is not None:
+            return None
+        if not _is_plus_one(c_load.indices[0], iv_c) or _strip(c_store.indices[0]) is not iv_c:
+            return None
+        if not _func_arg(c_store.memref, fn, 1) or c_store.memref in dsts:  # a dst that is a src: in place, fine
+            return None
+        dsts[ps.index(c_load.memref)] = c_store.memref
+        consumers.append(nxt)  # type: ignore[arg-type]
+        c_loads.append(c_load)
+        nxt = nxt.next_op  # type: ignore[union-attr]
+    return dsts, consumers, c_loads
 
 
 def match_seeded(op: scan.ScanOp) -> SeededScan | None:
@@ -224,7 +310,7 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     prod = _producer(producer, n, xs, fn)
     if prod is None:
         return None
-    srcs, elements, p_stores = prod
+    srcs, elements, p_stores, captures, outside_loads = prod
     inits: dict[SSAValue, memref.StoreOp] = {}
     o = producer.prev_op  # type: ignore[union-attr]
     while isinstance(o, memref.StoreOp) and o.memref in xs and o.memref not in inits and len(inits) < k:
@@ -236,24 +322,10 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     for seed in seeds:
         if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)):
             return None
-    # after the scan, copy loops y[t] = P_j[t + 1] (at most one per operand)
-    dsts: list[SSAValue | None] = [None] * k
-    consumers: list[Operation] = []
-    c_loads: list[memref.LoadOp] = []
-    nxt = op.next_op
-    while (cons := _copy_loop(nxt, n)) is not None:
-        c_load, c_store = cons
-        iv_c = nxt.body.block.args[0]  # type: ignore[union-attr]
-        if c_load.memref not in ps or dsts[ps.index(c_load.memref)] is not None:
-            return None
-        if not _is_plus_one(c_load.indices[0], iv_c) or _strip(c_store.indices[0]) is not iv_c:
-            return None
-        if not _func_arg(c_store.memref, fn, 1) or c_store.memref in dsts:  # a dst that is a src: in place, fine
-            return None
-        dsts[ps.index(c_load.memref)] = c_store.memref
-        consumers.append(nxt)  # type: ignore[arg-type]
-        c_loads.append(c_load)
-        nxt = nxt.next_op  # type: ignore[union-attr]
+    cons = _consumers(op, n, ps, fn)
+    if cons is None:
+        return None
+    dsts, consumers, c_loads = cons
     # n is the length of a source or destination (the launch checks that all are
     # equal), or a constant equal to all their static lengths
     arrays = [*srcs, *(d for d in dsts if d is not None)]
@@ -294,13 +366,20 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
         return None
     if all(d is None for d in dsts) and all(f is None for f in finals):
         return None  # nothing observable: leave it to the sequential lowering
-    return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs])  # type: ignore[arg-type]
+    written = {v for v in (*dsts, *finals) if v is not None}
+    if not _loads_stay_valid(outside_loads, op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
+        return None
+    return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs],  # type: ignore[arg-type]
+                      captures, outside_loads)
 
 
 def erase_host_copies(seeded: SeededScan) -> None:
     """Remove the group's host ops once the seeded kernel's launch replaces the scan."""
     for o in seeded.host_ops:
         Rewriter.erase_op(o)
+    for ld in seeded.outside_loads:  # the kernel reads them itself; the host keeps only launches
+        if not ld.res.uses:
+            Rewriter.erase_op(ld)
 
 
 __all__ = ["SeededScan", "erase_host_copies", "match_seeded"]

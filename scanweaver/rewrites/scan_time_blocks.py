@@ -165,6 +165,8 @@ class _ScanTimeBlocks:
         operands += self.aggs
         names += [f"g{j}" for j in range(k)]
         kinds += ["out"] * k
+        if self.seeded:  # what the producer's values from above it start from
+            sg.add_captures(self.seeded, operands, names, kinds)
         self.operands, self.names, self.kinds = operands, names, kinds
         self.ref_name = names[operands.index(self.ref)]
 

@@ -2,7 +2,8 @@
 
 `scan.affine` (`blelloch_gpu.py`: one block per channel, chained tiles; or in time
 across blocks, `affine_time_blocks.py`), `scan.recurrence` loop nests
-(`recurrence_gpu.py`), `scan.linear_recurrence` nests (`linear_gpu.py`) and generic
+(`recurrence_gpu.py`; those it refuses with a 2-D state too large for registers that
+emit sums over: `gpu_state_matrix.py`), `scan.linear_recurrence` nests (`linear_gpu.py`) and generic
 `scan.scan` ops (`scan_gpu.py`, or `scan_time_blocks.py` for few long channels).
 Ops a lowering cannot take stay for the sequential lowering; why is noted on their
 function (`blelloch_gpu.record_refusals`).  Options: see `blelloch_gpu.py`.
@@ -22,6 +23,7 @@ from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
 from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
 from scanweaver.rewrites.gpu_kernel import Unsupported
+from scanweaver.rewrites.gpu_state_matrix import lower_state_matrices
 from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
 from scanweaver.rewrites.recurrence_gpu import lower_recurrences
 from scanweaver.rewrites.scan_gpu import lower_scans
@@ -63,8 +65,9 @@ class ScanToGpu(ModulePass):
                     lower_affine_time_blocks(aff, kmod, bs, ipt, self.chunk_tiles)
                 else:
                     lower_affine(aff, kmod, bs, ipt)
-        # Fused producer/consumer recurrences (loop nests around scan.recurrence).
-        refused: dict[Operation, str] = dict(lower_recurrences(op, bs, ipt))
+        # Fused producer/consumer recurrences (loop nests around scan.recurrence); a 2-D
+        # state too large for registers whose emit sums over it: gpu_state_matrix.py.
+        refused: dict[Operation, str] = lower_state_matrices(op, dict(lower_recurrences(op, bs, ipt)), bs)
         # Coupled (matrix-valued) recurrences, then generic combines.
         refused.update(lower_linear_recurrences(op, bs, ipt))
         # generic scans with few long channels: in time across blocks (scan_time_blocks.py)
