@@ -22,6 +22,12 @@
   reads or writes an element of a memref kernel argument that another block wrote (or writes
   one another block read) is an error: blocks of a launch run in any order and
   concurrently, so only separate launches may pass data between blocks.
+* `gpu.shuffle` is warp-synchronous: the lanes of a warp (32 consecutive linear
+  thread ids) run to their next shuffle, barrier or return together; at a shuffle
+  every lane of the warp must wait at that same op (else `GpuSimError`: warp
+  divergence), then they exchange values (see `scanweaver.dialects.gpu_shuffle`;
+  a lane whose source lies outside its segment gets garbage and `valid` false).
+  `gpu.lane_id` is the linear thread id mod 32.
 * Inside a thread the executor walks `scf.for`, `scf.if`, `scf.yield`, `gpu.return`
   itself and runs every other op (arith, math, memref, ...) with the implementations
   registered in ScanWeaver's interpreter (`make_interpreter`), so f32 rounding and
@@ -57,6 +63,7 @@ from xdsl.interpreters.utils.ptr import TypedPtr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
+from scanweaver.dialects.gpu_shuffle import ShuffleOp
 from scanweaver.errors import ScanWeaverError
 from scanweaver.interp.run import run_function
 
@@ -71,6 +78,7 @@ def _is_shared(t: MemRefType) -> bool:
 
 
 _DIMS = {"x": 0, "y": 1, "z": 2}
+WARP = 32
 
 
 class _Block:
@@ -176,6 +184,8 @@ class _Thread:
         bd = blk.block_dim
         self.linear = tid[0] + bd[0] * (tid[1] + bd[1] * tid[2])
         self.env: dict[SSAValue, Any] = {}
+        self.shuffle_in: tuple[Any, int, int] | None = None  # (value, offset, width) at a shuffle
+        self.shuffle_out: tuple[Any, bool] | None = None  # what the warp exchange gave it
 
     def run(self, kernel: gpu.FuncOp, args: PythonValues) -> Generator[Operation, None, None]:
         body = kernel.body.blocks.first
@@ -206,6 +216,14 @@ class _Thread:
                 return tuple(env[v] for v in op.operands)
             elif kind is gpu.BarrierOp:
                 yield op
+            elif kind is ShuffleOp:
+                self.shuffle_in = (env[op.value], env[op.offset], env[op.width])
+                yield op  # the warp scheduler fills shuffle_out
+                assert self.shuffle_out is not None
+                env[op.results[0]], env[op.results[1]] = self.shuffle_out
+                self.shuffle_in = self.shuffle_out = None
+            elif kind is gpu.LaneIdOp:
+                env[op.results[0]] = self.linear % WARP
             elif kind is memref.LoadOp or kind is memref.StoreOp:
                 inputs = [env[v] for v in op.operands]
                 if self.blk.race_check:
@@ -258,6 +276,69 @@ class _Thread:
             )
 
 
+def _warps(live: list) -> list[list]:
+    """The live (thread, generator) pairs grouped by warp (linear id // 32)."""
+    groups: dict[int, list] = {}
+    for th, gen in live:
+        groups.setdefault(th.linear // WARP, []).append((th, gen))
+    return list(groups.values())
+
+
+def _run_warp_to_barrier(blk: _Block, warp: list, waiting: list, finished: list) -> None:
+    """Advance the lanes of one warp together through their shuffles up to their next
+    barrier (appended to `waiting`) or their end (`finished`)."""
+    while True:
+        stops: list[tuple[Any, Any, Operation | None]] = []
+        for th, gen in warp:
+            try:
+                stops.append((th, gen, next(gen)))
+            except StopIteration:
+                stops.append((th, gen, None))
+        shuffles = [s for s in stops if isinstance(s[2], ShuffleOp)]
+        if not shuffles:
+            for th, gen, op in stops:
+                if op is None:
+                    finished.append(th)
+                else:
+                    waiting.append((th, gen, op))
+            return
+        op = shuffles[0][2]
+        if len(shuffles) != len(stops) or any(s[2] is not op for s in shuffles):
+            other = next(s for s in stops if s[2] is not op)
+            where = "returned" if other[2] is None else f"is at another op ({other[2].name})"
+            raise GpuSimError(
+                f"warp divergence at gpu.shuffle in block {blk.block_id}: thread {shuffles[0][0].tid} "
+                f"waits at a gpu.shuffle while thread {other[0].tid} {where}"
+            )
+        _exchange(blk, op, [th for th, _, _ in stops])
+
+
+def _exchange(blk: _Block, op: ShuffleOp, lanes: list[_Thread]) -> None:
+    """One `gpu.shuffle` among the lanes of a warp (all waiting at `op`)."""
+    by_lane = {th.linear % WARP: th for th in lanes}
+    el = op.value.type
+    garbage = 0x5A5A5A5A if isinstance(el, IntegerType) else math.nan
+    mode = op.mode.data.value
+    for th in lanes:
+        value, offset, width = th.shuffle_in  # type: ignore[misc]
+        if width < 1 or width > WARP or width & (width - 1) or offset < 0:
+            raise GpuSimError(f"gpu.shuffle: width {width} / offset {offset} invalid (block {blk.block_id}, thread {th.tid})")
+        lane = th.linear % WARP
+        seg, pos = lane - lane % width, lane % width
+        src = {"up": pos - offset, "down": pos + offset, "xor": pos ^ offset, "idx": offset}[mode]
+        valid = 0 <= src < width
+        if valid:
+            other = by_lane.get(seg + src)
+            if other is None:
+                raise GpuSimError(
+                    f"gpu.shuffle in block {blk.block_id}: thread {th.tid} reads lane {seg + src}, "
+                    "which is not a thread of the block"
+                )
+            th.shuffle_out = (other.shuffle_in[0], True)  # type: ignore[index]
+        else:
+            th.shuffle_out = (garbage, False)
+
+
 def run_kernel(
     interp: Interpreter,
     kernel: gpu.FuncOp,
@@ -292,11 +373,8 @@ def run_kernel(
         while live:
             waiting: list[tuple[_Thread, Generator[Operation, None, None], Operation]] = []
             finished: list[_Thread] = []
-            for th, gen in live:
-                try:
-                    waiting.append((th, gen, next(gen)))
-                except StopIteration:
-                    finished.append(th)
+            for warp in _warps(live):
+                _run_warp_to_barrier(blk, warp, waiting, finished)
             if waiting and finished:
                 raise GpuSimError(
                     f"barrier divergence in block {blk.block_id}: thread {finished[0].tid} "

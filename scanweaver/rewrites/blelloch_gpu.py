@@ -108,12 +108,14 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolRefAttr,
     UnitAttr,
+    i32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from scanweaver.dialects import scan
+from scanweaver.dialects.gpu_shuffle import ShuffleOp
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.launch import KernelLaunch
@@ -288,6 +290,75 @@ def blelloch_down_sweep(
             ie.store(pairs.apply(ie, a_left, b_parent, b_left), s_b, [ii])
 
     blelloch_levels(le, tid, bs, down, down=True, after_first_barrier=after_first_barrier)
+
+
+# -- warp-shuffle scans (module doc, "In-tile scan") ----------------------------------------
+
+WARP = 32
+
+#: A combine of two lists of values (first, then second) -> the combined list.
+ListCombine = Callable[[Emitter, Sequence[SSAValue], Sequence[SSAValue]], Sequence[SSAValue]]
+
+
+def shuffles(t: Attribute) -> bool:
+    """`gpu.shuffle` moves this state type: 32- and 64-bit floats and integers (upstream
+    lowers 64-bit values as two 32-bit shuffles)."""
+    if isinstance(t, (Float32Type, Float64Type)):
+        return True
+    return isinstance(t, IntegerType) and t.width.data in (32, 64)
+
+
+def shuffle(e: Emitter, mode: str, v: SSAValue, offset: int, width: int) -> tuple[SSAValue, SSAValue]:
+    """`gpu.shuffle mode v, offset, width`: (value, valid)."""
+    op = e.op(ShuffleOp(mode, v, e.const(offset, i32), e.const(width, i32)))
+    return op.results[0], op.results[1]
+
+
+def warp_inclusive_scan(e: Emitter, combine: ListCombine, values: Sequence[SSAValue], width: int) -> list[SSAValue]:
+    """Kogge-Stone over the lanes of each segment of `width` lanes: log2(width) steps of
+    `gpu.shuffle up` by 1, 2, 4, ...; afterwards lane l holds the combine of the values
+    of lanes seg..l in order (lanes whose source is outside the segment keep theirs)."""
+    out = list(values)
+    d = 1
+    while d < width:
+        got = [shuffle(e, "up", v, d, width) for v in out]
+        merged = combine(e, [g[0] for g in got], out)
+        valid = got[0][1]
+        out = [e.val(arith.SelectOp(valid, m, v)) for m, v in zip(merged, out)]
+        d *= 2
+    return out
+
+
+def warp_exclusive(e: Emitter, inclusive: Sequence[SSAValue], width: int) -> tuple[list[SSAValue], SSAValue]:
+    """The previous lane's inclusive values (`gpu.shuffle up` by 1) and `valid`
+    (false in lane 0 of a segment, whose exclusive prefix is empty)."""
+    got = [shuffle(e, "up", v, 1, width) for v in inclusive]
+    return [g[0] for g in got], got[0][1]
+
+
+def warp_any(e: Emitter, flag: SSAValue, width: int) -> SSAValue:
+    """i1 in every lane: `flag` holds in some lane of its segment (xor butterfly)."""
+    one, zero = e.const(1, i32), e.const(0, i32)
+    f = e.val(arith.SelectOp(flag, one, zero))
+    d = 1
+    while d < width:
+        g, _ = shuffle(e, "xor", f, d, width)
+        f = e.val(arith.OrIOp(f, g))
+        d *= 2
+    return e.val(arith.CmpiOp(f, zero, "ne"))
+
+
+def pair_list_combine(pairs: PairArith) -> ListCombine:
+    """`pairs.combine` on [a, b] lists."""
+
+    def combine(e: Emitter, first: Sequence[SSAValue], second: Sequence[SSAValue]) -> list[SSAValue]:
+        return list(pairs.combine(e, (first[0], first[1]), (second[0], second[1])))
+
+    return combine
+
+
+def lane_and_warp(e: Emitter, tid: SSAValue) -> tuple[SSAValue, SSAValue]:
+    return e.remu(tid, e.index(WARP)), e.divu(tid, e.index(WARP))
 
 
 # -- the overflow guard (module doc, "Numerics") -------------------------------------------
@@ -701,7 +772,13 @@ class _ChainedTiles:
             self.thread_base = e.add(t_begin, self.thread_base)
         self.last_t = e.sub(self.length, self.one)
         self.guard = needs_overflow_guard(self.state_t, bs)
-        (carry,) = e.for_(e.index(0), ntiles, self.one, [carry0], self._tile_body)
+        self.warp = shuffles(self.state_t)
+        body = self._tile_body
+        if self.warp:
+            self.width = min(bs, WARP)
+            self.lane, self.warp_id = lane_and_warp(e, self.tid)
+            body = self._warp_tile_body
+        (carry,) = e.for_(e.index(0), ntiles, self.one, [carry0], body)
         return carry
 
     def at(self, t_phys: SSAValue) -> list[SSAValue]:
@@ -725,9 +802,66 @@ class _ChainedTiles:
         self._publish(le, h)
         return [le.load(self.s_c, [le.index(0)])]
 
-    def _fold_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
-        """1. Registers: this thread's pairs, identity past the end; the sequential fold
-        goes to shared memory. Returns (a, b, t, inside) per item."""
+    def _warp_tile_body(self, le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        """The tile with warp-shuffle scans (module doc, "In-tile scan"): 2 barriers,
+        none when the block is one warp."""
+        (carry,) = carried
+        pairs, width = self.pairs, self.width
+        start = le.add(le.mul(k, self.tile), self.thread_base)
+        items = self._load_items(le, start)
+        agg = [items[0][0], items[0][1]]
+        for a_j, b_j, _, _ in items[1:]:
+            agg = list(pairs.combine(le, (agg[0], agg[1]), (a_j, b_j)))
+        inc = warp_inclusive_scan(le, pair_list_combine(pairs), agg, width)
+        (ex_a, ex_b), has_prev = warp_exclusive(le, inc, width)
+        bad = warp_any(le, any_not_finite(le, inc), width) if self.guard else None
+        h_warp, bad = self._warp_entry(le, inc, carry, bad)
+
+        def tree(ie: Emitter) -> list[SSAValue]:
+            return [ie.val(arith.SelectOp(has_prev, pairs.apply(ie, ex_a, h_warp, ex_b), h_warp))]
+
+        h = self._entry_state(le, items, carry, [bad] if bad is not None else [], tree)
+        h = self._replay(le, items, h)
+        if self.bs <= WARP:  # the last lane's state, without shared memory
+            nxt, _ = shuffle(le, "idx", h, width - 1, width)
+            return [nxt]
+        self._publish(le, h)
+        return [le.load(self.s_c, [le.index(0)])]
+
+    def _warp_entry(
+        self, le: Emitter, inc: Sequence[SSAValue], carry: SSAValue, bad: SSAValue | None
+    ) -> tuple[SSAValue, SSAValue | None]:
+        """The state entering this thread's warp, and the tile's verdict (block-uniform):
+        the last lane of each warp posts its warp total (a NaN `a` when the warp saw a
+        non-finite aggregate), a barrier, then every thread folds the totals of the
+        warps before its own onto the carry and checks all of them."""
+        nw = self.bs // WARP
+        if nw <= 1:
+            return carry, bad
+        pairs, t = self.pairs, self.state_t
+        warp_id = self.warp_id
+
+        def post(ie: Emitter) -> None:
+            a = inc[0] if bad is None else ie.val(arith.SelectOp(bad, ie.const(float("nan"), t), inc[0]))
+            ie.store(a, self.s_a, [warp_id])
+            ie.store(inc[1], self.s_b, [warp_id])
+
+        le.if_(le.cmp("eq", self.lane, le.index(WARP - 1)), [], post)
+        le.op(gpu.BarrierOp())
+        h = carry
+        verdict = None
+        for v in range(nw):
+            ta, tb = le.load(self.s_a, [le.index(v)]), le.load(self.s_b, [le.index(v)])
+            if bad is not None:
+                c = any_not_finite(le, [ta, tb])
+                verdict = c if verdict is None else le.val(arith.OrIOp(verdict, c))
+            if v < nw - 1:
+                before = le.cmp("ult", le.index(v), warp_id)
+                h = le.val(arith.SelectOp(before, pairs.apply(le, ta, h, tb), h))
+        return h, verdict
+
+    def _load_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
+        """This thread's pairs in registers, identity past the end: (a, b, t, inside)."""
         pairs, state_t = self.pairs, self.state_t
         items: list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]] = []
         for j in range(self.ipt):
@@ -743,6 +877,13 @@ class _ChainedTiles:
 
             a_j, b_j = le.if_(inside, [state_t, state_t], load, lambda ie: list(pairs.identity(ie)))
             items.append((a_j, b_j, t, inside))
+        return items
+
+    def _fold_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
+        """1. Registers: this thread's pairs, identity past the end; the sequential fold
+        goes to shared memory. Returns (a, b, t, inside) per item."""
+        items = self._load_items(le, start)
+        pairs = self.pairs
         agg = (items[0][0], items[0][1])
         for a_j, b_j, _, _ in items[1:]:
             agg = pairs.combine(le, agg, (a_j, b_j))
@@ -770,11 +911,17 @@ class _ChainedTiles:
         )
         return flag
 
-    def _entry_state(self, le: Emitter, items: list, carry: SSAValue, flag: list[SSAValue]) -> SSAValue:
-        """5a. The thread's exclusive prefix; a flagged tile takes its entering states
-        from the loop's own order instead."""
+    def _entry_state(
+        self, le: Emitter, items: list, carry: SSAValue, flag: list[SSAValue],
+        tree: Callable[[Emitter], list[SSAValue]] | None = None,
+    ) -> SSAValue:
+        """5a. The thread's exclusive prefix (`tree`, default: the down-sweep's slot); a
+        flagged tile takes its entering states from the loop's own order instead."""
+        if tree is None:
+            def tree(ie: Emitter) -> list[SSAValue]:
+                return [ie.load(self.s_b, [self.tid])]
         if not self.guard:
-            return le.load(self.s_b, [self.tid])
+            return tree(le)[0]
         pairs, state_t, s_c = self.pairs, self.state_t, self.s_c
 
         def load_state(ie: Emitter, j: SSAValue) -> list[SSAValue]:
@@ -792,7 +939,7 @@ class _ChainedTiles:
                 ie, self.tid, self.bs, [state_t], load_state, replay_own, lambda x, h: x.store(h[0], s_c, [x.index(0)])
             )
 
-        (h,) = le.if_(flag[0], [state_t], exact, lambda ie: [ie.load(self.s_b, [self.tid])])
+        (h,) = le.if_(flag[0], [state_t], exact, tree)
         return h
 
     def _replay(self, le: Emitter, items: list, h: SSAValue) -> SSAValue:

@@ -1,0 +1,179 @@
+"""Warp-shuffle in-tile scans: `gpu.shuffle` in the thread-block simulator, and the
+affine kernels of several warps (2 barriers per tile) against the sequential loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_blelloch import check, lower
+from scan_ir import affine_func
+from xdsl.dialects import gpu
+
+from scanweaver.dialects.gpu_shuffle import ShuffleOp
+from scanweaver.interp.gpu_sim import GpuSimError, simulate_launch
+from scanweaver.interp.run import run_function
+from scanweaver.ir import parse_ir
+from scanweaver.toolchain.gpu_export import print_generic
+
+# -- gpu.shuffle in the simulator -----------------------------------------------------------
+
+_SHUFFLE_KERNEL = """
+"builtin.module"() ({
+  "func.func"() <{function_type = (memref<NxT>, memref<NxT>, memref<Nxi32>) -> (), sym_name = "main"}> ({
+  ^bb0(%m: memref<NxT>, %o: memref<NxT>, %ok: memref<Nxi32>):
+    %c1 = "arith.constant"() <{value = 1 : index}> : () -> index
+    %cn = "arith.constant"() <{value = N : index}> : () -> index
+    "gpu.launch_func"(%c1, %c1, %c1, %cn, %c1, %c1, %m, %o, %ok) <{kernel = @k::@f, operandSegmentSizes = array<i32: 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 3, 0>}> : (index, index, index, index, index, index, memref<NxT>, memref<NxT>, memref<Nxi32>) -> ()
+    "func.return"() : () -> ()
+  }) : () -> ()
+  "gpu.module"() <{sym_name = "k"}> ({
+    "gpu.func"() <{function_type = (memref<NxT>, memref<NxT>, memref<Nxi32>) -> ()}> ({
+    ^bb0(%m: memref<NxT>, %o: memref<NxT>, %ok: memref<Nxi32>):
+      %t = "gpu.thread_id"() <{dimension = #gpu<dim x>}> : () -> index
+      %v = "memref.load"(%m, %t) : (memref<NxT>, index) -> T
+      %off = "arith.constant"() <{value = OFF : i32}> : () -> i32
+      %w = "arith.constant"() <{value = W : i32}> : () -> i32
+      %r, %valid = "gpu.shuffle"(%v, %off, %w) <{mode = #gpu<shuffle_mode MODE>}> : (T, i32, i32) -> (T, i1)
+      %s = "arith.select"(%valid, %r, %v) : (i1, T, T) -> T
+      "memref.store"(%s, %o, %t) : (T, memref<NxT>, index) -> ()
+      %one = "arith.constant"() <{value = 1 : i32}> : () -> i32
+      %zero = "arith.constant"() <{value = 0 : i32}> : () -> i32
+      %e = "arith.select"(%valid, %one, %zero) : (i1, i32, i32) -> i32
+      "memref.store"(%e, %ok, %t) : (i32, memref<Nxi32>, index) -> ()
+      "gpu.return"() : () -> ()
+    }) {gpu.kernel, sym_name = "f", workgroup_attributions = 0 : i64} : () -> ()
+  }) : () -> ()
+}) {gpu.container_module} : () -> ()
+"""
+
+
+def _run_shuffle(mode: str, offset: int, width: int, n: int, el: str = "f32"):
+    text = (_SHUFFLE_KERNEL.replace("MODE", mode).replace("OFF", str(offset)).replace("W", str(width))
+            .replace("NxT", f"{n}x{el}").replace("Nxi32", f"{n}xi32").replace("T", el).replace("value = N ", f"value = {n} "))
+    dt = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}[el]
+    x = (np.arange(n) * 3 + 1).astype(dt)
+    out, ok = np.zeros(n, dt), np.full(n, 7, np.int32)
+    simulate_launch(parse_ir(text), "main", x, out, ok)
+    return x, out, ok
+
+
+@pytest.mark.parametrize("mode", ["up", "down", "xor", "idx"])
+@pytest.mark.parametrize("width", [32, 8])
+def test_shuffle_modes_match_cuda_semantics(mode, width):
+    n = 64  # two warps: lanes never cross a warp
+    offset = 3
+    x, out, ok = _run_shuffle(mode, offset, width, n)
+    for t in range(n):
+        lane = t % 32
+        seg, pos = lane - lane % width, lane % width
+        src = {"up": pos - offset, "down": pos + offset, "xor": pos ^ offset, "idx": offset}[mode]
+        valid = 0 <= src < width
+        assert ok[t] == int(valid), (t, mode)
+        assert out[t] == (x[(t - lane) + seg + src] if valid else x[t]), (t, mode)
+
+
+@pytest.mark.parametrize("el", ["f64", "i64", "i32"])
+def test_shuffle_64_bit_and_integer_values(el):
+    x, out, ok = _run_shuffle("up", 1, 32, 32, el)
+    np.testing.assert_array_equal(out[1:], x[:-1])
+    assert out[0] == x[0] and ok[0] == 0 and ok[1:].all()
+
+
+def test_shuffle_reading_a_missing_lane_is_an_error():
+    # a block of 16 threads: lane 15 + 3 does not exist in a segment of 32
+    with pytest.raises(GpuSimError, match="not a thread of the block"):
+        _run_shuffle("down", 3, 32, 16)
+
+
+def test_shuffle_roundtrips_in_upstream_generic_form():
+    text = _SHUFFLE_KERNEL.replace("MODE", "xor").replace("OFF", "1").replace("W", "32").replace(
+        "NxT", "32xf32").replace("Nxi32", "32xi32").replace("T", "f32").replace("value = N ", "value = 32 ")
+    printed = print_generic(parse_ir(text))
+    assert '"gpu.shuffle"' in printed and "#gpu<shuffle_mode xor>" in printed
+    assert parse_ir(printed) is not None
+
+
+# -- affine kernels of several warps ---------------------------------------------------------
+
+
+def _kernel(module) -> gpu.FuncOp:
+    (k,) = [op for op in module.walk() if isinstance(op, gpu.FuncOp)]
+    return k
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 63, 64, 65, 127, 128, 129, 257])
+def test_two_warps_lengths_around_tiles(length):
+    # 64 threads x 2 items = 128-step tiles
+    check((1, length), 1, init=True, final=True, block_size=64, items_per_thread=2)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("state", ["f32", "f64"])
+def test_four_warps_float_reverse_init_final(reverse, state):
+    check((2, 300), 1, state, state, init=True, final=True, reverse=reverse, block_size=128, items_per_thread=1)
+
+
+@pytest.mark.parametrize("state", ["i32", "i64"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_integer_scans_bit_exact_over_warps(state, reverse):
+    check((2, 257), 1, state, state, init=True, final=True, reverse=reverse, block_size=64, items_per_thread=2)
+
+
+def test_barriers_and_shuffles_per_tile():
+    text = affine_func((1, 64), 1, "f32", "f32", init=True, final=True)
+    k = _kernel(lower(text, block_size=128, items_per_thread=4))
+    # 1 after the warp totals, 1 for the carry broadcast, 1 in the overflow fallback loop
+    assert sum(isinstance(op, gpu.BarrierOp) for op in k.walk()) == 3
+    stats: list = []
+    module = lower(affine_func((1, 2 * 512 + 5), 1, "f32", "f32"), block_size=128, items_per_thread=4)
+    a = np.full((1, 1029), 0.9, np.float32)
+    b = np.ones((1, 1029), np.float32)
+    h = np.zeros((1, 1029), np.float32)
+    simulate_launch(module, "f", a, b, h, stats=stats)
+    (st,) = stats
+    assert st["max_barriers"] == 2 * 3  # 3 tiles, none flagged
+
+
+def _overflow_rows(dt, length):
+    """Growth whose product over a tile leaves the range while the state is 0 (the
+    loop never forms inf * 0), then a few nonzero b: the tiles must be flagged."""
+    big = 1e15 if dt == np.float32 else 1e120
+    a = np.full((2, length), big, dt)
+    a[1] = -big
+    b = np.zeros((2, length), dt)
+    b[:, -3:] = 1.5
+    return a, b
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_overflowing_tiles_over_warps_take_the_loops_order(dt, reverse):
+    el = "f32" if dt == np.float32 else "f64"
+    length = 150
+    text = affine_func((2, length), 1, el, el, reverse=reverse)
+    a, b = _overflow_rows(dt, length)
+    if reverse:
+        b = b[:, ::-1].copy()
+    ref_h, got_h = np.zeros((2, length), dt), np.full((2, length), 77, dt)
+    with np.errstate(all="ignore"):
+        run_function(text, "f", a, b, ref_h)
+        simulate_launch(lower(text, block_size=64, items_per_thread=1), "f", a, b, got_h)
+    assert np.isfinite(ref_h).all()
+    np.testing.assert_array_equal(got_h, ref_h)
+
+
+def test_nan_inputs_propagate_like_the_loop_over_warps():
+    rng = np.random.default_rng(3)
+    length = 200
+    text = affine_func((1, length), 1, "f32", "f32")
+    a = rng.uniform(0.5, 1.0, (1, length)).astype(np.float32)
+    b = rng.uniform(-1, 1, (1, length)).astype(np.float32)
+    b[0, 90] = np.nan
+    ref_h, got_h = np.zeros((1, length), np.float32), np.zeros((1, length), np.float32)
+    with np.errstate(all="ignore"):
+        run_function(text, "f", a, b, ref_h)
+        simulate_launch(lower(text, block_size=64, items_per_thread=1), "f", a, b, got_h)
+    np.testing.assert_array_equal(np.isnan(got_h), np.isnan(ref_h))
+    # the flagged tile [64, 128) runs in the loop's order: bit for bit up to the NaN
+    np.testing.assert_array_equal(got_h[0, 64:90], ref_h[0, 64:90])
+    np.testing.assert_allclose(got_h[0, :64], ref_h[0, :64], rtol=2e-5, atol=2e-6)
