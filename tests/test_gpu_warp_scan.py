@@ -177,3 +177,34 @@ def test_nan_inputs_propagate_like_the_loop_over_warps():
     # the flagged tile [64, 128) runs in the loop's order: bit for bit up to the NaN
     np.testing.assert_array_equal(got_h[0, 64:90], ref_h[0, 64:90])
     np.testing.assert_allclose(got_h[0, :64], ref_h[0, :64], rtol=2e-5, atol=2e-6)
+
+
+# -- generic scan.scan over several warps ------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [1, 2, 63, 64, 65, 127, 128, 129, 257])
+def test_generic_two_warps_lengths_around_tiles(length):
+    from test_scan_gpu import check as check_scan
+
+    # non-commutative pair combine, bit for bit in i32
+    check_scan("affine_pair_i32", (1, length), 1, block_size=64, items_per_thread=2)
+
+
+@pytest.mark.parametrize("name", ["argmax_f32_i32", "first_i64", "affine_pair_f32", "max_via_scf_if_f64"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_generic_four_warps_combines(name, reverse):
+    from test_scan_gpu import check as check_scan
+
+    check_scan(name, (2, 300), 1, reverse, block_size=128, items_per_thread=1)
+
+
+def test_generic_zero_length_and_barriers_per_tile():
+    from test_scan_gpu import check as check_scan
+    from test_scan_gpu import lower as lower_scan
+    from test_scan_gpu import scan_text, inputs
+
+    check_scan("cumsum_i32", (2, 0), 1, block_size=64, items_per_thread=2)
+    m = lower_scan(scan_text("cumsum_i32", (1, 3 * 128 + 1), 1), block_size=64, items_per_thread=2)
+    stats: list = []
+    simulate_launch(m, "f", *inputs("cumsum_i32", (1, 3 * 128 + 1)), stats=stats)
+    assert stats[0]["max_barriers"] == 2 * 4  # 4 tiles

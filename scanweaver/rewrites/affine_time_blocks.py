@@ -169,13 +169,15 @@ def _emit_reduce(
             item = le.if_(le.cmp("ult", t, t_end), [agg_t, agg_t], load, lambda ie: list(pairs.identity(ie)))
             agg = (item[0], item[1]) if agg is None else pairs.combine(le, agg, (item[0], item[1]))
         assert agg is not None
-        le.store(agg[0], s_a, [tid])
-        le.store(agg[1], s_b, [tid])
-        bg.blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
-        le.op(gpu.BarrierOp())
-        root = (le.load(s_a, [le.index(bs - 1)]), le.load(s_b, [le.index(bs - 1)]))
-        # every thread read the root before the next tile's stores into the slots
-        le.op(gpu.BarrierOp())
+        root = _warp_tile_total(le, pairs, tid, j, agg, s_a, s_b, bs) if bg.shuffles(agg_t) else None
+        if root is None:
+            le.store(agg[0], s_a, [tid])
+            le.store(agg[1], s_b, [tid])
+            bg.blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
+            le.op(gpu.BarrierOp())
+            root = (le.load(s_a, [le.index(bs - 1)]), le.load(s_b, [le.index(bs - 1)]))
+            # every thread read the root before the next tile's stores into the slots
+            le.op(gpu.BarrierOp())
         return list(pairs.combine(le, (carried[0], carried[1]), root))
 
     total = e.for_(e.index(0), ntiles, e.index(1), list(pairs.identity(e)), tile_body)
@@ -185,6 +187,39 @@ def _emit_reduce(
         ie.store(total[1], args["agg_b"], [*channel, k])
 
     e.if_(e.cmp("eq", tid, e.index(0)), [], write)
+
+
+def _warp_tile_total(
+    le: Emitter, pairs: PairArith, tid: SSAValue, j: SSAValue, agg: tuple[SSAValue, SSAValue],
+    s_a: SSAValue, s_b: SSAValue, bs: int,
+) -> tuple[SSAValue, SSAValue]:
+    """The tile's aggregate in every thread: warp-shuffle scans, then the warp totals
+    through shared memory, folded in order by every thread. One barrier per tile (none
+    in one warp): the totals of tile j go to slots (j mod 2) * warps + warp, so the next
+    tile's writes never meet this tile's reads."""
+    width = min(bs, bg.WARP)
+    inc = bg.warp_inclusive_scan(le, bg.pair_list_combine(pairs), list(agg), width)
+    nw = bs // bg.WARP
+    if nw <= 1:
+        a, _ = bg.shuffle(le, "idx", inc[0], width - 1, width)
+        b, _ = bg.shuffle(le, "idx", inc[1], width - 1, width)
+        return a, b
+    lane, warp = bg.lane_and_warp(le, tid)
+    base = le.mul(le.remu(j, le.index(2)), le.index(nw))
+
+    def post(ie: Emitter) -> None:
+        ie.store(inc[0], s_a, [ie.add(base, warp)])
+        ie.store(inc[1], s_b, [ie.add(base, warp)])
+
+    le.if_(le.cmp("eq", lane, le.index(bg.WARP - 1)), [], post)
+    le.op(gpu.BarrierOp())
+    total: tuple[SSAValue, SSAValue] | None = None
+    for v in range(nw):
+        slot = [le.add(base, le.index(v))]
+        t = (le.load(s_a, slot), le.load(s_b, slot))
+        total = t if total is None else pairs.combine(le, total, t)
+    assert total is not None
+    return total
 
 
 def _emit_chunks(
