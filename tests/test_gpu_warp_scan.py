@@ -207,3 +207,70 @@ def test_generic_zero_length_and_barriers_per_tile():
     xs = inputs("cumsum_i32", (1, 3 * 128 + 1))
     simulate_launch(m, "f", *xs, *[np.zeros_like(x) for x in xs], stats=stats)
     assert stats[0]["max_barriers"] == 2 * 4  # 4 tiles
+
+
+# -- 16-byte loads and stores of full tiles ------------------------------------------------------
+
+
+def _run_affine(shape, el, *, reverse=False, init=True, bs=64, ipt=4, seed=0):
+    """Simulated == loop (1e-5), and the simulator's stats of the launch."""
+    dt = {"f32": np.float32, "f64": np.float64}[el]
+    text = affine_func(shape, len(shape) - 1, el, el, init=init, final=True, reverse=reverse)
+    rng = np.random.default_rng(seed)
+    ch = shape[:-1]
+    args = [rng.uniform(0.5, 1.0, shape).astype(dt), rng.uniform(-1, 1, shape).astype(dt)]
+    if init:
+        args.append(rng.uniform(-1, 1, ch).astype(dt))
+    args += [np.full(shape, 77, dt), np.full(ch, 77, dt)]
+    ref, got = [x.copy() for x in args], [x.copy() for x in args]
+    run_function(text, "f", *ref)
+    stats: list = []
+    simulate_launch(lower(text, block_size=bs, items_per_thread=ipt), "f", *got, stats=stats)
+    for r, g in zip(ref[-2:], got[-2:]):
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6)
+    return stats[0]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("length,full_tiles", [(256, 1), (512, 2), (516, 2), (260, 1), (4, 0)])
+def test_vector_loads_in_full_tiles_scalar_last_tile(length, full_tiles, reverse):
+    # 64 threads x 4 items = 256-step tiles; each full tile: 2 loads + 1 store per thread
+    st = _run_affine((2, length), "f32", reverse=reverse)
+    assert st["vector_accesses"] == 2 * full_tiles * 3 * 64
+
+
+@pytest.mark.parametrize("length", [257, 255, 513])
+def test_rows_off_16_bytes_take_scalar_accesses(length):
+    st = _run_affine((2, length), "f32", init=False)
+    assert st["vector_accesses"] == 0
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_vector_loads_f64_pairs(reverse):
+    # ipt 2: one vector<2xf64> per thread and array; 3-d, scan axis innermost
+    st = _run_affine((2, 1, 130), "f64", reverse=reverse, bs=32, ipt=2)
+    assert st["vector_accesses"] == 2 * 2 * 3 * 32
+
+
+def test_middle_axis_keeps_scalar_accesses():
+    check((3, 256, 2), 1, block_size=64, items_per_thread=4, init=True, final=True)
+    text = affine_func((3, 256, 2), 1, "f32", "f32")
+    assert not any(op.name == "vector.load" for op in lower(text, block_size=64, items_per_thread=4).walk())
+
+
+def test_misaligned_vector_access_is_a_simulator_error():
+    text = affine_func((1, 256), 1, "f32", "f32")
+    module = lower(text, block_size=64, items_per_thread=4)
+    for op in module.walk():
+        if op.name == "vector.load":  # shift the first load by one element
+            from xdsl.dialects import arith
+            from xdsl.dialects.builtin import IndexType, IntegerAttr
+
+            one = arith.ConstantOp(IntegerAttr(1, IndexType()))
+            add = arith.AddiOp(op.operands[-1], one)
+            op.parent_block().insert_ops_before([one, add], op)
+            op.operands = [*op.operands[:-1], add.result]
+            break
+    a = np.ones((1, 256), np.float32)
+    with pytest.raises(GpuSimError, match="16-byte aligned|out-of-bounds"):
+        simulate_launch(module, "f", a, a.copy(), np.zeros_like(a))

@@ -28,6 +28,10 @@
   divergence), then they exchange values (see `scanweaver.dialects.gpu_shuffle`;
   a lane whose source lies outside its segment gets garbage and `valid` false).
   `gpu.lane_id` is the linear thread id mod 32.
+* 1-D `vector.load` / `vector.store` of global or shared memory (a vector is a tuple
+  of its elements), with `vector.extract`, `vector.insert` and `vector.broadcast` at
+  static positions: the same bounds and race checks per element, and an error where a
+  vector access with `alignment = 16` is not 16-byte aligned (flat element offset).
 * Inside a thread the executor walks `scf.for`, `scf.if`, `scf.yield`, `gpu.return`
   itself and runs every other op (arith, math, memref, ...) with the implementations
   registered in ScanWeaver's interpreter (`make_interpreter`), so f32 rounding and
@@ -42,7 +46,7 @@ import random
 from collections.abc import Generator
 from typing import Any
 
-from xdsl.dialects import gpu, memref, scf
+from xdsl.dialects import gpu, memref, scf, vector
 from xdsl.dialects.builtin import (
     ComplexType,
     IntegerAttr,
@@ -89,6 +93,7 @@ class _Block:
         self.glob = glob  # _GlobalAccesses of the launch (cross-block race check), or None
         self.barriers = 0  # barrier releases of this block
         self.global_bytes = [0, 0]  # bytes loaded from / stored to global memory
+        self.vector_accesses = 0  # vector.load / vector.store executed (all threads)
         self.block_dim = block_dim
         self.grid_dim = grid_dim
         self.shared: dict[str, ShapedArray[Any]] = {}
@@ -142,8 +147,12 @@ class _Block:
             self.reads.setdefault(key, set()).add(tid)
 
 
+_VECTOR_OPS = (vector.LoadOp, vector.StoreOp, vector.ExtractOp, vector.InsertOp, vector.BroadcastOp)
+
+
 def _element_bytes(op: Operation) -> int:
-    el = (op.operands[1] if isinstance(op, memref.StoreOp) else op.operands[0]).type.element_type  # type: ignore[attr-defined]
+    store = isinstance(op, (memref.StoreOp, vector.StoreOp))
+    el = (op.operands[1] if store else op.operands[0]).type.element_type  # type: ignore[attr-defined]
     width = getattr(el, "bitwidth", None) or getattr(getattr(el, "width", None), "data", 64)
     return max(1, width // 8)
 
@@ -243,6 +252,8 @@ class _Thread:
                 results = self.interp.run_op(op, tuple(inputs))
                 for r, v in zip(op.results, results):
                     env[r] = v
+            elif kind in _VECTOR_OPS:
+                self._vector_op(op, [env[v] for v in op.operands])
             elif kind is memref.GetGlobalOp and _is_shared(op.memref.type):
                 glob = SymbolTable.lookup_symbol(op, op.name_)
                 assert isinstance(glob, memref.GlobalOp)
@@ -265,6 +276,54 @@ class _Thread:
                 for r, v in zip(op.results, results):
                     env[r] = v
         return ()
+
+    def _vector_op(self, op: Operation, inputs: list[Any]) -> None:
+        env = self.env
+        if isinstance(op, (vector.LoadOp, vector.StoreOp)):
+            is_store = isinstance(op, vector.StoreOp)
+            buf = inputs[1] if is_store else inputs[0]
+            idx = list(inputs[2:] if is_store else inputs[1:])
+            n = (op.vector.type if is_store else op.result.type).get_shape()[-1]  # type: ignore[union-attr]
+            align = op.attributes.get("alignment")
+            el_bytes = _element_bytes(op)
+            if align is not None:
+                flat = 0
+                for i, d in zip(idx, buf.shape):
+                    flat = flat * d + i
+                if (flat * el_bytes) % align.value.data:  # type: ignore[attr-defined]
+                    raise GpuSimError(
+                        f"{op.name} at {idx} of a {list(buf.shape)} memref is not {align.value.data}-byte aligned "  # type: ignore[attr-defined]
+                        f"(block {self.blk.block_id}, thread {self.tid})"
+                    )
+            values = list(inputs[0]) if is_store else []
+            self.blk.vector_accesses += 1
+            for lane in range(n):
+                at = (*idx[:-1], idx[-1] + lane)
+                self._bounds_check(op, [buf, *at] if not is_store else [None, buf, *at], is_store)
+                if self.blk.race_check:
+                    if id(buf) in self.blk.shared_ids:
+                        self.blk.check_access(buf, at, self.linear, is_store, op)
+                    elif self.blk.glob is not None and id(buf) in self.blk.glob.tracked:
+                        self.blk.glob.check(buf, at, self.blk.block_id, is_store, op)
+                glob = self.blk.glob
+                if id(buf) not in self.blk.shared_ids and (glob is None or id(buf) in glob.tracked):
+                    self.blk.global_bytes[is_store] += el_bytes
+                if is_store:
+                    buf.store(at, values[lane])
+                else:
+                    values.append(buf.load(at))
+            if not is_store:
+                env[op.results[0]] = tuple(values)
+        elif isinstance(op, vector.ExtractOp):
+            (pos,) = op.static_position.get_values()
+            env[op.results[0]] = inputs[0][pos]
+        elif isinstance(op, vector.InsertOp):
+            (pos,) = op.static_position.get_values()
+            vals = list(inputs[1])
+            vals[pos] = inputs[0]
+            env[op.results[0]] = tuple(vals)
+        else:  # broadcast of a scalar
+            env[op.results[0]] = (inputs[0],) * op.results[0].type.get_shape()[-1]  # type: ignore[attr-defined]
 
     def _bounds_check(self, op: Operation, inputs: list[Any], is_store: bool) -> None:
         buf = inputs[1] if is_store else inputs[0]
@@ -352,7 +411,7 @@ def run_kernel(
     """Execute `kernel` over the whole grid; `args` are interpreter values (ShapedArrays).
     `block_order`: "forward", "reverse" or an int seed of a random permutation. `stats`
     (a dict) receives `blocks`, `max_barriers` (per block), `load_bytes`, `store_bytes`
-    (global memory, summed over the grid)."""
+    (global memory, summed over the grid), `vector_accesses` (vector loads and stores)."""
     if any(g < 1 for g in grid) or any(b < 1 for b in block):
         raise GpuSimError(f"invalid launch configuration grid={grid} block={block}")
     order = [(bx, by, bz) for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))]
@@ -397,6 +456,7 @@ def run_kernel(
             stats["max_barriers"] = max(stats.get("max_barriers", 0), blk.barriers)
             stats["load_bytes"] = stats.get("load_bytes", 0) + blk.global_bytes[0]
             stats["store_bytes"] = stats.get("store_bytes", 0) + blk.global_bytes[1]
+            stats["vector_accesses"] = stats.get("vector_accesses", 0) + blk.vector_accesses
 
 
 def _lookup_kernel(module: ModuleOp, ref) -> gpu.FuncOp:

@@ -89,7 +89,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, func, gpu, math, memref
+from xdsl.dialects import arith, func, gpu, math, memref, vector
 from xdsl.dialects import complex as complex_dialect
 from xdsl.dialects.builtin import (
     ComplexType,
@@ -105,9 +105,11 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    NoneAttr,
     StringAttr,
     SymbolRefAttr,
     UnitAttr,
+    VectorType,
     i32,
     i64,
 )
@@ -763,6 +765,7 @@ class _ChainedTiles:
         if callable(carry0):
             carry0 = carry0(e)
         self.state_t = carry0.type
+        self.t_begin = t_begin
         bs, ipt = self.bs, self.ipt
         self.tile = e.index(bs * ipt)
         span = self.t_end if _is_zero(t_begin) else e.sub(self.t_end, t_begin)
@@ -808,7 +811,8 @@ class _ChainedTiles:
         (carry,) = carried
         pairs, width = self.pairs, self.width
         start = le.add(le.mul(k, self.tile), self.thread_base)
-        items = self._load_items(le, start)
+        full = self._full_tile(le, k)
+        items = self._load_items(le, start) if full is None else self._load_items_vector(le, start, full)
         agg = [items[0][0], items[0][1]]
         for a_j, b_j, _, _ in items[1:]:
             agg = list(pairs.combine(le, (agg[0], agg[1]), (a_j, b_j)))
@@ -821,7 +825,7 @@ class _ChainedTiles:
             return [ie.val(arith.SelectOp(has_prev, pairs.apply(ie, ex_a, h_warp, ex_b), h_warp))]
 
         h = self._entry_state(le, items, carry, [bad] if bad is not None else [], tree)
-        h = self._replay(le, items, h)
+        h = self._replay(le, items, h) if full is None else self._replay_vector(le, items, h, start, full)
         if self.bs <= WARP:  # the last lane's state, without shared memory
             nxt, _ = shuffle(le, "idx", h, width - 1, width)
             return [nxt]
@@ -859,6 +863,101 @@ class _ChainedTiles:
                 before = le.cmp("ult", le.index(v), warp_id)
                 h = le.val(arith.SelectOp(before, pairs.apply(le, ta, h, tb), h))
         return h, verdict
+
+    # -- 16-byte loads and stores of full tiles (module doc, "Global memory") -----------------
+
+    def _vector_width(self) -> int:
+        """Elements per 16-byte access of a thread's run of steps, or 0 where the kernel
+        keeps scalar accesses: the scan axis must be the innermost (contiguous) one, the
+        inputs of the state type, and the thread's run whole 16-byte vectors."""
+        t = self.state_t
+        if not isinstance(t, (Float32Type, Float64Type)) or self.axis != self.h_ref.type.get_num_dims() - 1:
+            return 0
+        refs = (self.a_ref, self.b_ref, self.h_ref)
+        if any(r.type.element_type != t or not isinstance(r.type.layout, NoneAttr) for r in refs):  # type: ignore[attr-defined]
+            return 0  # f16/bf16 inputs, strided layouts
+        vec = 16 // byte_size(t)
+        return vec if self.ipt % vec == 0 else 0
+
+    def _full_tile(self, le: Emitter, k: SSAValue) -> SSAValue | None:
+        """i1, block-uniform: tile k lies wholly before `t_end` and every thread's run
+        starts on a 16-byte boundary (rows a multiple of the vector long, runs and tile
+        starts multiples of it); None where no vector path is emitted."""
+        vec = self._vector_width()
+        if not vec:
+            return None
+        t0 = le.mul(k, self.tile)
+        if not _is_zero(self.t_begin):
+            t0 = le.add(self.t_begin, t0)
+        inside = le.cmp("ule", le.add(t0, self.tile), self.t_end)
+        rows_aligned = le.cmp("eq", le.remu(self.length, le.index(vec)), le.index(0))
+        starts_aligned = le.cmp("eq", le.remu(t0, le.index(vec)), le.index(0))
+        return le.val(arith.AndIOp(inside, le.val(arith.AndIOp(rows_aligned, starts_aligned))))
+
+    def _run_chunks(self, le: Emitter, start: SSAValue) -> list[tuple[list[SSAValue], list[int]]]:
+        """The thread's run as 16-byte vectors: (element index of the vector, the item
+        number of each of its lanes). Reverse scans read the run from its physical end."""
+        vec = self._vector_width()
+        out = []
+        for c in range(self.ipt // vec):
+            if self.reverse:  # items c*vec .. c*vec+vec-1 sit at descending positions
+                first = le.sub(self.phys(le, start), le.index(c * vec + vec - 1))
+                lanes = [c * vec + vec - 1 - i for i in range(vec)]
+            else:
+                first = le.add(start, le.index(c * vec)) if c else start
+                lanes = [c * vec + i for i in range(vec)]
+            out.append((self.at(first), lanes))
+        return out
+
+    def _load_items_vector(
+        self, le: Emitter, start: SSAValue, full: SSAValue
+    ) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
+        """`_load_items`, with 16-byte vector loads in full tiles (no per-item guard)."""
+        state_t, ipt = self.state_t, self.ipt
+        vec = self._vector_width()
+        vt = VectorType(state_t, [vec])
+
+        def vector_loads(ie: Emitter) -> list[SSAValue]:
+            a: list[SSAValue | None] = [None] * ipt
+            b: list[SSAValue | None] = [None] * ipt
+            for idx, lanes in self._run_chunks(ie, start):
+                va, vb = (_aligned(ie, vector.LoadOp(ref, idx, vt)) for ref in (self.a_ref, self.b_ref))
+                for i, item in enumerate(lanes):
+                    a[item] = ie.val(vector.ExtractOp(va, [i], state_t))
+                    b[item] = ie.val(vector.ExtractOp(vb, [i], state_t))
+            return [v for pair in zip(a, b) for v in pair]  # type: ignore[misc]
+
+        def scalar_loads(ie: Emitter) -> list[SSAValue]:
+            return [v for a_j, b_j, _, _ in self._load_items(ie, start) for v in (a_j, b_j)]
+
+        vals = le.if_(full, [state_t] * (2 * ipt), vector_loads, scalar_loads)
+        items = []
+        for j in range(ipt):
+            t = le.add(start, le.index(j)) if j else start
+            items.append((vals[2 * j], vals[2 * j + 1], t, le.cmp("ult", t, self.t_end)))
+        return items
+
+    def _replay_vector(self, le: Emitter, items: list, h: SSAValue, start: SSAValue, full: SSAValue) -> SSAValue:
+        """`_replay`, with 16-byte vector stores in full tiles."""
+        hs = []
+        for a_j, b_j, _, _ in items:
+            h = self.pairs.apply(le, a_j, h, b_j)
+            hs.append(h)
+        vt = VectorType(self.state_t, [self._vector_width()])
+
+        def vector_stores(ie: Emitter) -> None:
+            for idx, lanes in self._run_chunks(ie, start):
+                v = ie.val(vector.BroadcastOp(hs[lanes[0]], vt))
+                for i, item in enumerate(lanes[1:], 1):
+                    v = ie.val(vector.InsertOp(hs[item], v, [i], vt))
+                _aligned(ie, vector.StoreOp(v, self.h_ref, idx))
+
+        def scalar_stores(ie: Emitter) -> None:
+            for (_, _, t, inside), h_j in zip(items, hs):
+                ie.if_(inside, [], lambda je, h_j=h_j, t=t: je.store(h_j, self.h_ref, self.at(self.phys(je, t))))
+
+        le.if_(full, [], vector_stores, scalar_stores)
+        return h
 
     def _load_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
         """This thread's pairs in registers, identity past the end: (a, b, t, inside)."""
@@ -961,6 +1060,14 @@ class _ChainedTiles:
 
         le.if_(le.cmp("eq", self.tid, le.index(self.bs - 1)), [], publish)
         le.op(gpu.BarrierOp())
+
+
+def _aligned(e: Emitter, op: Operation) -> SSAValue | None:
+    """Emit a vector.load / vector.store promising 16-byte alignment (upstream's
+    `alignment` property: without it LLVM splits the access into scalars)."""
+    op.attributes["alignment"] = IntegerAttr(16, i64)  # upstream reads it from the generic attr-dict
+    e.op(op)
+    return op.results[0] if op.results else None
 
 
 def __getattr__(name: str):
