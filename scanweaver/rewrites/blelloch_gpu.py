@@ -32,6 +32,30 @@ Kernel design
   down-sweep neither reads nor writes prefix a's (half the shared traffic). After
   it, slot `tid` holds the state just before the thread's first step, with the
   carry already applied.
+* In-tile scan with warp shuffles (state types `gpu.shuffle` moves: f32, f64, i32,
+  i64; the shared-memory sweep above stays for the others): the per-thread aggregates
+  are scanned inside each warp by Kogge-Stone (`gpu.shuffle up` by 1, 2, 4, 8, 16,
+  combining where `valid`), the exclusive prefix is one more `shuffle up` by 1; the
+  last lane of each warp posts the warp total to shared memory, one barrier, and every
+  thread folds the totals of the warps before its own onto the carry (block_size / 32
+  steps; 4 at the default 128). The next carry is the last thread's state through the
+  one-slot buffer and a second barrier: 2 barriers per tile instead of 2 log2(bs) + 2,
+  none in a block of one warp (the carry then moves by `shuffle idx`). The overflow
+  verdict: a lane whose inclusive aggregate is not finite sets the warp's flag (xor
+  butterfly of shuffles), a flagged warp posts a NaN total, and every thread checks
+  all totals, so the verdict is block-uniform; each intermediate Kogge-Stone value
+  is an ingredient of its lane's inclusive aggregate and Inf/NaN are absorbing, so a
+  finite verdict means every aggregate the tile used was finite. Flagged tiles take
+  `sequential_entry_states` as before.
+* Global memory: where the scan axis is the innermost (contiguous) one, inputs are of
+  the state type (f32, f64) and a thread's run of `items_per_thread` steps is whole
+  16-byte vectors, a full tile (wholly before the end, row length and tile start
+  multiples of the vector) reads each thread's run with `vector.load` of
+  vector<4xf32> / vector<2xf64> carrying `alignment = 16` (upstream then emits
+  `ld.global.v4` / `.v2`; without it LLVM splits the access) and writes h with
+  `vector.store`, unguarded; other tiles take the guarded scalar path. With 4 f32
+  items per thread (the default) a warp's loads cover 512 contiguous bytes, fully
+  coalesced without a staging pass through shared memory.
 * Each thread then replays its registers sequentially, `h = a * h + b`, storing each
   in-range h. Identity padding keeps h unchanged past the end, so the last thread's
   final h is the tile's last state: it writes it to a one-slot shared buffer, a
