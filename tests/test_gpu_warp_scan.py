@@ -274,3 +274,40 @@ def test_misaligned_vector_access_is_a_simulator_error():
     a = np.ones((1, 256), np.float32)
     with pytest.raises(GpuSimError, match="16-byte aligned|out-of-bounds"):
         simulate_launch(module, "f", a, a.copy(), np.zeros_like(a))
+
+
+# -- ptxas: every new kernel form on sm_80 and sm_90, no spills ----------------------------------
+
+_PTXAS_CASES = {
+    # (IR, pass options, what the PTX must show)
+    "affine_f32_128x4": (lambda: affine_func((4, 4096), 1, "f32", "f32", init=True, final=True),
+                         {}, ["ld.global.v4", "st.global.v4", "shfl.sync.up", "shfl.sync.bfly"]),
+    "affine_f64_rev": (lambda: affine_func((4, 4096), 1, "f64", "f64", final=True, reverse=True),
+                       {"items_per_thread": 2}, ["ld.global.v2.b64", "st.global.v2.b64", "shfl.sync.up"]),
+    "affine_i64_one_warp": (lambda: affine_func((4, 1000), 1, "i64", "i64", init=True), {"block_size": 32},
+                            ["shfl.sync.idx"]),
+    "affine_time_blocks_2p26": (lambda: affine_func((1, 1 << 26), 1, "f32", "f32", init=True, final=True),
+                                {"time_blocks": "always"}, ["ld.global.v4", "shfl.sync.up"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_PTXAS_CASES))
+def test_new_kernels_assemble_without_spills(case):
+    from xdsl.context import Context
+
+    from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+    from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
+
+    if not ptxas_available():
+        pytest.skip("ptxas not on PATH: register/spill figures need it")
+    build, options, needles = _PTXAS_CASES[case]
+    for chip in ("sm_80", "sm_90"):
+        module = parse_ir(build())
+        ScanToGpu(**options).apply(Context(), module)
+        out = export_gpu(module, chip=chip)
+        (ptx,) = out["ptx"].values()
+        for needle in needles:
+            assert needle in ptx, (chip, needle)
+        assert out["ptxas"], chip
+        for kernel, info in out["ptxas"].items():
+            assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (chip, kernel, info)
