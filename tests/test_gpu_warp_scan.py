@@ -311,3 +311,39 @@ def test_new_kernels_assemble_without_spills(case):
         assert out["ptxas"], chip
         for kernel, info in out["ptxas"].items():
             assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (chip, kernel, info)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("el", ["f32", "i32"])
+@pytest.mark.parametrize("length", [0, 1, 96, 257, 300])
+def test_time_blocks_with_vector_loads_and_warp_scans(reverse, el, length):
+    """Three launches (reduce, carries, chunks) of 32 x 4-step tiles, 2-tile chunks: full
+    chunks read by 16-byte loads, the rest guarded; bit for bit in i32."""
+    from xdsl.context import Context
+
+    from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+
+    dt = {"f32": np.float32, "i32": np.int32}[el]
+    text = affine_func((2, length), 1, el, el, init=True, final=True, reverse=reverse)
+    rng = np.random.default_rng(length)
+    if el == "i32":
+        a, b = (rng.integers(-2**31, 2**31 - 1, (2, length), dtype=np.int64).astype(dt) for _ in range(2))
+        h0 = rng.integers(-1000, 1000, 2).astype(dt)
+    else:
+        a, b = rng.uniform(0.5, 1.0, (2, length)).astype(dt), rng.uniform(-1, 1, (2, length)).astype(dt)
+        h0 = rng.uniform(-1, 1, 2).astype(dt)
+    args = [a, b, h0, np.full((2, length), 77, dt), np.full(2, 77, dt)]
+    ref, got = [x.copy() for x in args], [x.copy() for x in args]
+    run_function(text, "f", *ref)
+    m = parse_ir(text)
+    ScanToGpu(block_size=32, items_per_thread=4, time_blocks="always", chunk_tiles=2).apply(Context(), m)
+    stats: list = []
+    with np.errstate(over="ignore"):
+        simulate_launch(m, "f", *got, stats=stats, block_order=1)
+    for r, g in zip(ref[3:], got[3:]):
+        if el == "i32":
+            np.testing.assert_array_equal(g, r)
+        else:
+            np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6)
+    if length >= 128 and length % 4 == 0:  # a full aligned tile in reduce and chunks
+        assert stats[0]["vector_accesses"] > 0 and stats[-1]["vector_accesses"] > 0

@@ -155,9 +155,11 @@ def _emit_reduce(
     base = e.add(t_begin, e.mul(tid, e.index(ipt)))
     last_t = e.sub(length, e.index(1))
 
-    def tile_body(le: Emitter, j: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
-        start = le.add(le.mul(j, le.index(tile)), base)
-        agg: tuple[SSAValue, SSAValue] | None = None
+    in_el = a_ref.type.element_type  # type: ignore[attr-defined]
+    vec = bg.vector_width(in_el, ipt, axis, (a_ref, b_ref))
+
+    def scalar_items(le: Emitter, start: SSAValue) -> list[SSAValue]:
+        vals: list[SSAValue] = []
         for i in range(ipt):
             t = le.add(start, le.index(i)) if i else start
 
@@ -166,8 +168,27 @@ def _emit_reduce(
                 idx = [*channel[:axis], p, *channel[axis:]]
                 return [_to(ie, ie.load(a_ref, idx), agg_t), _to(ie, ie.load(b_ref, idx), agg_t)]
 
-            item = le.if_(le.cmp("ult", t, t_end), [agg_t, agg_t], load, lambda ie: list(pairs.identity(ie)))
-            agg = (item[0], item[1]) if agg is None else pairs.combine(le, agg, (item[0], item[1]))
+            vals += le.if_(le.cmp("ult", t, t_end), [agg_t, agg_t], load, lambda ie: list(pairs.identity(ie)))
+        return vals
+
+    def vector_items(le: Emitter, start: SSAValue) -> list[SSAValue]:
+        """Full tiles: 16-byte loads of each thread's run (`blelloch_gpu`, "Global memory")."""
+        chunks = bg.run_vectors(le, channel, axis, start, ipt, vec, last_t if reverse else None)
+        a, b = (bg.load_run(le, ref, chunks, in_el) for ref in (a_ref, b_ref))
+        return [_to(le, v, agg_t) for pair in zip(a, b) for v in pair]
+
+    def tile_body(le: Emitter, j: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        start = le.add(le.mul(j, le.index(tile)), base)
+        if vec:
+            full = bg.full_aligned_tile(le, le.add(t_begin, le.mul(j, le.index(tile))), tile, t_end, length, vec)
+            vals = le.if_(full, [agg_t] * (2 * ipt), lambda ie: vector_items(ie, start),
+                          lambda ie: scalar_items(ie, start))
+        else:
+            vals = scalar_items(le, start)
+        agg: tuple[SSAValue, SSAValue] | None = None
+        for i in range(ipt):
+            item = (vals[2 * i], vals[2 * i + 1])
+            agg = item if agg is None else pairs.combine(le, agg, item)
         assert agg is not None
         root = _warp_tile_total(le, pairs, tid, j, agg, s_a, s_b, bs) if bg.shuffles(agg_t) else None
         if root is None:

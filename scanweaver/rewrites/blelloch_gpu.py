@@ -891,65 +891,31 @@ class _ChainedTiles:
     # -- 16-byte loads and stores of full tiles (module doc, "Global memory") -----------------
 
     def _vector_width(self) -> int:
-        """Elements per 16-byte access of a thread's run of steps, or 0 where the kernel
-        keeps scalar accesses: the scan axis must be the innermost (contiguous) one, the
-        inputs of the state type, and the thread's run whole 16-byte vectors."""
-        t = self.state_t
-        if not isinstance(t, (Float32Type, Float64Type)) or self.axis != self.h_ref.type.get_num_dims() - 1:
-            return 0
-        refs = (self.a_ref, self.b_ref, self.h_ref)
-        if any(r.type.element_type != t or not isinstance(r.type.layout, NoneAttr) for r in refs):  # type: ignore[attr-defined]
-            return 0  # f16/bf16 inputs, strided layouts
-        vec = 16 // byte_size(t)
-        return vec if self.ipt % vec == 0 else 0
+        return vector_width(self.state_t, self.ipt, self.axis, (self.a_ref, self.b_ref, self.h_ref))
 
     def _full_tile(self, le: Emitter, k: SSAValue) -> SSAValue | None:
-        """i1, block-uniform: tile k lies wholly before `t_end` and every thread's run
-        starts on a 16-byte boundary (rows a multiple of the vector long, runs and tile
-        starts multiples of it); None where no vector path is emitted."""
         vec = self._vector_width()
         if not vec:
             return None
         t0 = le.mul(k, self.tile)
         if not _is_zero(self.t_begin):
             t0 = le.add(self.t_begin, t0)
-        inside = le.cmp("ule", le.add(t0, self.tile), self.t_end)
-        rows_aligned = le.cmp("eq", le.remu(self.length, le.index(vec)), le.index(0))
-        starts_aligned = le.cmp("eq", le.remu(t0, le.index(vec)), le.index(0))
-        return le.val(arith.AndIOp(inside, le.val(arith.AndIOp(rows_aligned, starts_aligned))))
+        return full_aligned_tile(le, t0, self.bs * self.ipt, self.t_end, self.length, vec)
 
     def _run_chunks(self, le: Emitter, start: SSAValue) -> list[tuple[list[SSAValue], list[int]]]:
-        """The thread's run as 16-byte vectors: (element index of the vector, the item
-        number of each of its lanes). Reverse scans read the run from its physical end."""
-        vec = self._vector_width()
-        out = []
-        for c in range(self.ipt // vec):
-            if self.reverse:  # items c*vec .. c*vec+vec-1 sit at descending positions
-                first = le.sub(self.phys(le, start), le.index(c * vec + vec - 1))
-                lanes = [c * vec + vec - 1 - i for i in range(vec)]
-            else:
-                first = le.add(start, le.index(c * vec)) if c else start
-                lanes = [c * vec + i for i in range(vec)]
-            out.append((self.at(first), lanes))
-        return out
+        return run_vectors(le, self.channel, self.axis, start, self.ipt, self._vector_width(),
+                           self.last_t if self.reverse else None)
 
     def _load_items_vector(
         self, le: Emitter, start: SSAValue, full: SSAValue
     ) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
         """`_load_items`, with 16-byte vector loads in full tiles (no per-item guard)."""
         state_t, ipt = self.state_t, self.ipt
-        vec = self._vector_width()
-        vt = VectorType(state_t, [vec])
 
         def vector_loads(ie: Emitter) -> list[SSAValue]:
-            a: list[SSAValue | None] = [None] * ipt
-            b: list[SSAValue | None] = [None] * ipt
-            for idx, lanes in self._run_chunks(ie, start):
-                va, vb = (_aligned(ie, vector.LoadOp(ref, idx, vt)) for ref in (self.a_ref, self.b_ref))
-                for i, item in enumerate(lanes):
-                    a[item] = ie.val(vector.ExtractOp(va, [i], state_t))
-                    b[item] = ie.val(vector.ExtractOp(vb, [i], state_t))
-            return [v for pair in zip(a, b) for v in pair]  # type: ignore[misc]
+            chunks = self._run_chunks(ie, start)
+            a, b = (load_run(ie, ref, chunks, state_t) for ref in (self.a_ref, self.b_ref))
+            return [v for pair in zip(a, b) for v in pair]
 
         def scalar_loads(ie: Emitter) -> list[SSAValue]:
             return [v for a_j, b_j, _, _ in self._load_items(ie, start) for v in (a_j, b_j)]
@@ -1084,6 +1050,65 @@ class _ChainedTiles:
 
         le.if_(le.cmp("eq", self.tid, le.index(self.bs - 1)), [], publish)
         le.op(gpu.BarrierOp())
+
+
+def vector_width(el: Attribute, ipt: int, axis: int, refs: Sequence[SSAValue]) -> int:
+    """Elements per 16-byte access of a thread's run of `ipt` steps of `refs`, or 0
+    where the kernel keeps scalar accesses: the scan axis must be the innermost
+    (contiguous) one, every ref of element type `el` (f32, f64, i32, i64) with the identity
+    layout, and the run whole 16-byte vectors."""
+    if not shuffles(el):  # f32, f64, i32, i64
+        return 0
+    for r in refs:
+        t = r.type
+        if not isinstance(t, MemRefType) or t.element_type != el or not isinstance(t.layout, NoneAttr):
+            return 0  # f16/bf16 inputs, strided layouts
+        if axis != t.get_num_dims() - 1:
+            return 0
+    vec = 16 // byte_size(el)
+    return vec if ipt % vec == 0 else 0
+
+
+def full_aligned_tile(
+    le: Emitter, t0: SSAValue, tile: int, t_end: SSAValue, length: SSAValue, vec: int
+) -> SSAValue:
+    """i1, block-uniform: the tile of logical steps [t0, t0 + tile) lies wholly before
+    `t_end` and every thread's run starts on a 16-byte boundary (rows a multiple of the
+    vector long, tile starts multiples of it)."""
+    inside = le.cmp("ule", le.add(t0, le.index(tile)), t_end)
+    rows_aligned = le.cmp("eq", le.remu(length, le.index(vec)), le.index(0))
+    starts_aligned = le.cmp("eq", le.remu(t0, le.index(vec)), le.index(0))
+    return le.val(arith.AndIOp(inside, le.val(arith.AndIOp(rows_aligned, starts_aligned))))
+
+
+def run_vectors(
+    le: Emitter, channel: Sequence[SSAValue], axis: int, start: SSAValue, ipt: int, vec: int,
+    reverse_last: SSAValue | None,
+) -> list[tuple[list[SSAValue], list[int]]]:
+    """A thread's run of `ipt` logical steps from `start` as 16-byte vectors: (element
+    index of the vector, the item number of each of its lanes). Reverse scans
+    (`reverse_last` = L - 1) read the run from its physical end."""
+    out = []
+    for c in range(ipt // vec):
+        if reverse_last is not None:  # items c*vec .. c*vec+vec-1 sit at descending positions
+            first = le.sub(le.sub(reverse_last, start), le.index(c * vec + vec - 1))
+            lanes = [c * vec + vec - 1 - i for i in range(vec)]
+        else:
+            first = le.add(start, le.index(c * vec)) if c else start
+            lanes = [c * vec + i for i in range(vec)]
+        out.append(([*channel[:axis], first, *channel[axis:]], lanes))
+    return out
+
+
+def load_run(le: Emitter, ref: SSAValue, chunks: list[tuple[list[SSAValue], list[int]]], el: Attribute) -> list[SSAValue]:
+    """The run's `ipt` elements of `ref`, in item order, by 16-byte vector loads."""
+    vec = len(chunks[0][1])
+    vals: list[SSAValue | None] = [None] * (vec * len(chunks))
+    for idx, lanes in chunks:
+        v = _aligned(le, vector.LoadOp(ref, idx, VectorType(el, [vec])))
+        for i, item in enumerate(lanes):
+            vals[item] = le.val(vector.ExtractOp(v, [i], el))
+    return vals  # type: ignore[return-value]
 
 
 def _aligned(e: Emitter, op: Operation) -> SSAValue | None:
