@@ -5,7 +5,9 @@ time axis of every channel is cut into chunks of `chunk = block_size * items_per
 * chunk_tiles` steps, and the grid runs one block per (channel, chunk):
 
 1. `<name>_reduce`, grid channels x chunks: each block folds its chunk tile by tile
-   (per-thread folds, then the block's up-sweep) into the chunk aggregate
+   (per-thread folds of 16-byte loads in full tiles, then warp-shuffle scans and the
+   warp totals through shared memory, one barrier per tile; the block's up-sweep for
+   state types shuffles cannot move) into the chunk aggregate
    `(A, B) = (prod a, scan of the chunk from 0)`, written to scratch `agg_a/agg_b`.
 2. `<name>_carries`, grid channels: the one-block-per-channel kernel of `blelloch_gpu`
    run on the aggregates (with `init`): `carries[c, k]` is the state after chunk k, and
