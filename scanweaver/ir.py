@@ -19,9 +19,11 @@ from scanweaver.errors import ScanWeaverValueError
 @cache
 def _dialect_loaders():
     loaders = dict(get_all_dialects())
+    from scanweaver.dialects.gpu_shuffle import GPU_WITH_SHUFFLE
     from scanweaver.dialects.scan import Scan
 
     loaders["scan"] = lambda: Scan
+    loaders["gpu"] = lambda: GPU_WITH_SHUFFLE  # xDSL's gpu plus gpu.shuffle
     return loaders
 
 

@@ -12,6 +12,7 @@ from xdsl.context import Context
 from xdsl.dialects import gpu, scf
 from xdsl.dialects.builtin import ModuleOp
 
+from scanweaver.dialects.gpu_shuffle import ShuffleOp
 from scanweaver.interp.gpu_sim import GpuSimError, simulate_launch
 from scanweaver.interp.run import run_function
 from scanweaver.ir import parse_ir
@@ -229,9 +230,11 @@ def test_structure_and_launch_description():
     assert len(kernels) == 1
     k = kernels[0]
     assert k.kernel is not None and "gpu.kernel" in k.attributes
-    # 3 levels up, 3 down, 1 after the down-sweep, 1 for the carry broadcast, and 1 in
-    # the loop of the overflow fallback (sequential entry states of a flagged tile).
-    assert sum(isinstance(op, gpu.BarrierOp) for op in k.walk()) == 9
+    # One warp: the in-tile scan and the carry broadcast are shuffles; the only barrier
+    # is in the loop of the overflow fallback (sequential entry states of a flagged tile).
+    assert sum(isinstance(op, gpu.BarrierOp) for op in k.walk()) == 1
+    # 3 Kogge-Stone steps x (a, b), the exclusive shift (a, b), the 3-step verdict, the carry
+    assert sum(isinstance(op, ShuffleOp) for op in k.walk()) == 12
     (desc,) = launch_descriptions(module)
     assert desc == KernelLaunch(
         kernel_name="scan_affine_0",
@@ -304,25 +307,24 @@ def _args(shape):
 
 
 def test_simulator_detects_missing_barrier_race():
-    module = lower(affine_func((1, 16), 1, "f32", "f32"), block_size=4, items_per_thread=2)
+    # two warps: the warp totals and the carry go through shared memory
+    module = lower(affine_func((1, 128), 1, "f32", "f32"), block_size=64, items_per_thread=1)
     for op in list(_kernel(module).walk()):
         if isinstance(op, gpu.BarrierOp):
             op.detach()
             op.erase()
     with pytest.raises(GpuSimError, match="race"):
-        simulate_launch(module, "f", *_args((1, 16)))
+        simulate_launch(module, "f", *_args((1, 128)))
 
 
 def test_simulator_detects_barrier_divergence():
-    module = lower(affine_func((1, 16), 1, "f32", "f32"), block_size=4, items_per_thread=2)
-    # Put a barrier inside the first `if tid < n` of the up-sweep: only some threads reach it.
-    barrier = next(op for op in _kernel(module).walk() if isinstance(op, gpu.BarrierOp))
-    guarded = barrier.next_op
-    while not isinstance(guarded, scf.IfOp):
-        guarded = guarded.next_op
+    module = lower(affine_func((1, 13), 1, "f32", "f32"), block_size=4, items_per_thread=2)
+    # A barrier inside the first `if t < end` (a thread's first load): in the second
+    # tile only threads 0..2 reach it, thread 3 runs on to a gpu.shuffle.
+    guarded = next(op for op in _kernel(module).walk() if isinstance(op, scf.IfOp))
     guarded.true_region.block.insert_op_before(gpu.BarrierOp(), guarded.true_region.block.first_op)
     with pytest.raises(GpuSimError, match="divergence"):
-        simulate_launch(module, "f", *_args((1, 16)))
+        simulate_launch(module, "f", *_args((1, 13)))
 
 
 def test_simulator_thread_and_block_ids():

@@ -218,8 +218,11 @@ def test_structure_and_launch_description():
     m = lower(scan_text("argmax_f32_i32", (4, 64), 1), block_size=8, items_per_thread=4)
     (k,) = [o for o in m.walk() if isinstance(o, gpu.FuncOp)]
     assert "gpu.kernel" in k.attributes
-    # per tile: 3 up-sweep levels, 3 down-sweep levels, 1 after the down-sweep
-    assert sum(isinstance(o, gpu.BarrierOp) for o in k.walk()) == 7
+    # per tile (warp-shuffle scan): 1 before reading the carry (and the warp totals),
+    # 1 before the next carry is posted
+    assert sum(isinstance(o, gpu.BarrierOp) for o in k.walk()) == 2
+    # 3 Kogge-Stone steps and the exclusive shift, for both operands
+    assert sum(o.name == "gpu.shuffle" for o in k.walk()) == 8
     (desc,) = launch_descriptions(m)
     assert desc.kernel_name == "scan_generic_0" and desc.grid == (4, 1, 1) and desc.block == (8, 1, 1)
     assert [a[:3] for a in desc.args] == [

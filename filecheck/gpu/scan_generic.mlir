@@ -1,8 +1,9 @@
 // RUN: xdsl-opt %s -p scan-to-gpu | filecheck %s
 // A generic scan.scan (argmax over (f32, i32), reverse, dynamic length) becomes one
-// chained-tile Blelloch kernel (128 threads x 4 items): guarded loads -> in-order fold
-// -> up-sweep -> seed with the carry -> generic down-sweep -> replay -> publish the
-// carry. No identity: every combine is guarded by index tests for "empty".
+// chained-tile kernel (128 threads x 4 items): guarded loads -> in-order fold -> warp
+// shuffle scan -> warp totals through shared memory -> prefix on the carry -> replay ->
+// publish the carry; 2 barriers per tile. No identity: every combine is guarded by
+// tests for "empty".
 
 func.func @argmax(%v: memref<8x?xf32>, %i: memref<8x?xi32>, %mv: memref<8x?xf32>, %mi: memref<8x?xi32>) {
   scan.scan ins(%v, %i : memref<8x?xf32>, memref<8x?xi32>) outs(%mv, %mi : memref<8x?xf32>, memref<8x?xi32>) axis 1 reverse {
@@ -64,61 +65,47 @@ func.func @cumsum_in_place(%x: memref<1000xi32>) {
 // CHECK-NEXT:            %[[GT:.*]] = arith.cmpf ogt, %[[V1]], %[[V0]] : f32
 // CHECK-NEXT:            %{{.*}} = arith.select %[[GT]], %[[V1]], %[[V0]] : f32
 // CHECK-NEXT:            %{{.*}} = arith.select %[[GT]], %[[I1]], %[[I0]] : i32
-// CHECK:               memref.store %{{.*}}, %[[S0]][%[[TID]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:          memref.store %{{.*}}, %[[S1]][%[[TID]]] : memref<128xi32, 3 : i64>
-//                      up-sweep (7 levels): combine with the right child only if it holds a valid step
-// CHECK-NEXT:          "gpu.barrier"() : () -> ()
-// CHECK-NEXT:          %{{.*}} = arith.cmpi ult, %[[TID]], %{{.*}} : index
-// CHECK-NEXT:          scf.if
-// CHECK:                 %[[RV:.*]] = arith.cmpi ult, %{{.*}}, %[[LEN]] : index
-// CHECK-NEXT:            %[[LV:.*]] = memref.load %[[S0]][%[[LEFT:.*]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:            %[[LI:.*]] = memref.load %[[S1]][%[[LEFT]]] : memref<128xi32, 3 : i64>
-// CHECK-NEXT:            %{{.*}}, %{{.*}} = scf.if %[[RV]] -> (f32, i32) {
-// CHECK-NEXT:              %[[RVV:.*]] = memref.load %[[S0]][%[[NODE:.*]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:              %{{.*}} = memref.load %[[S1]][%[[NODE]]] : memref<128xi32, 3 : i64>
-// CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[RVV]], %[[LV]] : f32
-// CHECK:                 } else {
-// CHECK-NEXT:              scf.yield %[[LV]], %[[LI]] : f32, i32
-// CHECK-COUNT-6:       "gpu.barrier"() : () -> ()
-//                      thread 0 seeds the root with the carry (tiles after the first)
-// CHECK:               %[[T0EQ:.*]] = arith.cmpi eq, %[[TID]], %{{.*}} : index
-// CHECK-NEXT:          %[[SEED:.*]] = arith.andi %[[T0EQ]], %[[CARRY]] : i1
-// CHECK-NEXT:          scf.if %[[SEED]] {
-// CHECK-NEXT:            %[[CV:.*]] = memref.load %[[K0]][%{{.*}}] : memref<1xf32, 3 : i64>
-// CHECK-NEXT:            %[[CI:.*]] = memref.load %[[K1]][%{{.*}}] : memref<1xi32, 3 : i64>
-// CHECK-NEXT:            memref.store %[[CV]], %[[S0]][%{{.*}}] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:            memref.store %[[CI]], %[[S1]][%{{.*}}] : memref<128xi32, 3 : i64>
+//                      warp scan: Kogge-Stone over 32 lanes, 5 shuffle-up steps per operand,
+//                      combining only where this thread holds a valid step (valid steps are a
+//                      prefix of the tile, so the lane it reads holds complete ones)
+// CHECK:               "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK-NEXT:          scf.if %[[IN0]] -> (f32, i32) {
+// CHECK-COUNT-4:       "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+//                      the exclusive shift by one lane
+// CHECK:               %[[EV:.*]], %[[HASPREV:.*]] = "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          %[[EI:.*]], %{{.*}} = "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+//                      the last lane of each warp posts the warp total; one barrier
+// CHECK-NEXT:          %[[L31:.*]] = arith.cmpi eq, %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:          scf.if %[[L31]] {
+// CHECK-NEXT:            memref.store %{{.*}}, %[[S0]][%[[WARP:.*]]] : memref<128xf32, 3 : i64>
+// CHECK-NEXT:            memref.store %{{.*}}, %[[S1]][%[[WARP]]] : memref<128xi32, 3 : i64>
 // CHECK-NEXT:          }
-//                      down-sweep: left <- parent prefix; node <- combine(parent prefix, left aggregate)
 // CHECK-NEXT:          "gpu.barrier"() : () -> ()
-// CHECK:                 %[[PV:.*]] = memref.load %[[S0]][%[[DNODE:.*]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:            %[[PI:.*]] = memref.load %[[S1]][%[[DNODE]]] : memref<128xi32, 3 : i64>
-// CHECK-NEXT:            %[[AV:.*]] = memref.load %[[S0]][%[[DLEFT:.*]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:            %[[AI:.*]] = memref.load %[[S1]][%[[DLEFT]]] : memref<128xi32, 3 : i64>
-// CHECK-NEXT:            memref.store %[[PV]], %[[S0]][%[[DLEFT]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:            memref.store %[[PI]], %[[S1]][%[[DLEFT]]] : memref<128xi32, 3 : i64>
-// CHECK:                 %[[PNE:.*]] = arith.ori %[[CARRY]], %{{.*}} : i1
-// CHECK:                 %[[BOTH:.*]] = arith.andi %[[PNE]], %{{.*}} : i1
-// CHECK-NEXT:            %[[NV:.*]], %[[NI:.*]] = scf.if %[[BOTH]] -> (f32, i32) {
-// CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[AV]], %[[PV]] : f32
-// CHECK:                 } else {
-// CHECK-NEXT:              scf.yield %[[AV]], %[[AI]] : f32, i32
-// CHECK-NEXT:            }
-// CHECK-NEXT:            memref.store %[[NV]], %[[S0]][%[[DNODE]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:            memref.store %[[NI]], %[[S1]][%[[DNODE]]] : memref<128xi32, 3 : i64>
-// CHECK-COUNT-7:       "gpu.barrier"() : () -> ()
-//                      replay: exclusive prefix (empty only for thread 0 of the first tile)
-// CHECK-NEXT:          %[[XV:.*]] = memref.load %[[S0]][%[[TID]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:          %[[XI:.*]] = memref.load %[[S1]][%[[TID]]] : memref<128xi32, 3 : i64>
-// CHECK-NEXT:          %[[TPOS:.*]] = arith.cmpi ugt, %[[TID]], %{{.*}} : index
-// CHECK-NEXT:          %[[PVALID:.*]] = arith.ori %[[CARRY]], %[[TPOS]] : i1
-// CHECK-NEXT:          %{{.*}}, %{{.*}} = scf.if %[[IN0]] -> (f32, i32) {
-// CHECK-NEXT:            %[[H0V:.*]], %[[H0I:.*]] = scf.if %[[PVALID]] -> (f32, i32) {
-// CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[V0]], %[[XV]] : f32
+//                      the carry (tiles after the first), then the totals of the warps before
+//                      this one, combine(earlier, later)
+// CHECK-NEXT:          %[[CV:.*]] = memref.load %[[K0]][%{{.*}}] : memref<1xf32, 3 : i64>
+// CHECK-NEXT:          %[[CI:.*]] = memref.load %[[K1]][%{{.*}}] : memref<1xi32, 3 : i64>
+// CHECK-NEXT:          %[[BEFORE:.*]] = arith.cmpi ult, %{{.*}}, %[[WARP]] : index
+// CHECK-NEXT:          %[[TV:.*]] = memref.load %[[S0]][%{{.*}}] : memref<128xf32, 3 : i64>
+// CHECK-NEXT:          %{{.*}} = memref.load %[[S1]][%{{.*}}] : memref<128xi32, 3 : i64>
+// CHECK-NEXT:          %{{.*}}, %{{.*}} = scf.if %[[BEFORE]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}}, %{{.*}} = scf.if %[[CARRY]] -> (f32, i32) {
+// CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[TV]], %[[CV]] : f32
+// CHECK-COUNT-2:       arith.cmpi ult, %{{.*}}, %[[WARP]] : index
+//                      the thread's prefix: the warp's, then the lanes before it in the warp
+// CHECK:               %{{.*}}, %{{.*}} = scf.if %[[HASPREV]] -> (f32, i32) {
+// CHECK:                 %{{.*}} = arith.cmpf ogt, %[[EV]], %{{.*}} : f32
+//                      replay from the prefix (if any), guarded stores
+// CHECK:               %{{.*}}, %{{.*}} = scf.if %[[IN0]] -> (f32, i32) {
+// CHECK-NEXT:            %[[H0V:.*]], %[[H0I:.*]] = scf.if %[[PVALID:.*]] -> (f32, i32) {
+// CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[V0]], %{{.*}} : f32
 // CHECK:                 } else {
 // CHECK-NEXT:              scf.yield %[[V0]], %[[I0]] : f32, i32
 // CHECK:                 memref.store %[[H0V]], %y0[%[[BID]], %{{.*}}] : memref<8x?xf32>
 // CHECK-NEXT:            memref.store %[[H0I]], %y1[%[[BID]], %{{.*}}] : memref<8x?xi32>
+//                      every thread read the totals and the carry: a barrier before the next
+// CHECK:               "gpu.barrier"() : () -> ()
 //                      the last thread publishes the carry
 // CHECK:               %[[LAST:.*]] = arith.cmpi eq, %[[TID]], %{{.*}} : index
 // CHECK-NEXT:          scf.if %[[LAST]] {

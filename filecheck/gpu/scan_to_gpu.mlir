@@ -1,6 +1,6 @@
 // RUN: xdsl-opt %s -p 'scan-to-gpu{block-size=4 items-per-thread=2}' | filecheck %s
-// One Blelloch kernel per scan.affine: registers -> up-sweep -> seed root with the
-// carry -> down-sweep on b -> replay; chained tiles carry the state in scf.for.
+// One kernel per scan.affine: registers -> warp-shuffle scan -> exclusive prefix on the
+// carry -> replay; chained tiles carry the state in scf.for.
 
 func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: memref<4xf32>, %h: memref<4x?xf32>, %hT: memref<4xf32>) {
   scan.affine %a, %b init %h0 into %h final %hT axis 1 reverse : memref<4x?xf32>, memref<4x?xf32>, memref<4xf32> -> memref<4x?xf32>, memref<4xf32>
@@ -47,40 +47,36 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 // CHECK-NEXT:          %[[M:.*]] = arith.mulf %[[A1]], %[[B0]] : f32
 // CHECK:               %[[MP:.*]] = arith.select %{{.*}}, %{{.*}}, %[[M]] : f32
 // CHECK-NEXT:          %[[AGB:.*]] = arith.addf %[[MP]], %[[B1]] : f32
-// CHECK-NEXT:          memref.store %[[AGP]], %[[SA]][%[[TID]]] : memref<4xf32, 3 : i64>
-// CHECK-NEXT:          memref.store %[[AGB]], %[[SB]][%[[TID]]] : memref<4xf32, 3 : i64>
-//                      up-sweep: 2 levels
-// CHECK-NEXT:          "gpu.barrier"() : () -> ()
-// CHECK:               scf.if
-// CHECK:               "gpu.barrier"() : () -> ()
-// CHECK:               scf.if
-//                      thread 0 flags a root that is not finite (in the root's unused a slot),
-//                      seeds the root with the carry
-// CHECK:               scf.if %{{.*}} {
-// CHECK-NEXT:            %[[RA:.*]] = memref.load %[[SA]][%[[ROOT:.*]]] : memref<4xf32, 3 : i64>
-// CHECK-NEXT:            %[[RB:.*]] = memref.load %[[SB]][%[[ROOT]]] : memref<4xf32, 3 : i64>
-// CHECK:                 %[[FLAGV:.*]] = arith.select %{{.*}}, %{{.*}}, %{{.*}} : f32
-// CHECK-NEXT:            memref.store %[[FLAGV]], %[[SA]][%[[ROOT]]] : memref<4xf32, 3 : i64>
-// CHECK-NEXT:            memref.store %[[CARRY]], %[[SB]][%[[ROOT]]] : memref<4xf32, 3 : i64>
-// CHECK-NEXT:          }
-//                      down-sweep: 2 levels on b only; every thread reads the flag after its first barrier
-// CHECK-NEXT:          "gpu.barrier"() : () -> ()
-// CHECK-NEXT:          %[[FL:.*]] = memref.load %[[SA]][%[[ROOT]]] : memref<4xf32, 3 : i64>
-// CHECK-NEXT:          %[[BAD:.*]] = arith.cmpf oeq, %[[FL]], %{{.*}} : f32
-// CHECK:               scf.if
-// CHECK-NOT:             memref.store %{{.*}}, %[[SA]]
-// CHECK:               "gpu.barrier"() : () -> ()
-// CHECK:               scf.if
-// CHECK-NOT:             memref.store %{{.*}}, %[[SA]]
-// CHECK:               "gpu.barrier"() : () -> ()
+//                      warp scan (Kogge-Stone, one warp of 4 lanes): shuffle up by 1, 2,
+//                      combine where valid (same poisoned combine), keep the own value else
+// CHECK-NEXT:          %[[SA1:.*]], %[[V1:.*]] = "gpu.shuffle"(%[[AGP]], %[[ONE:.*]], %[[W:.*]]) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          %[[SB1:.*]], %{{.*}} = "gpu.shuffle"(%[[AGB]], %[[ONE]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          %{{.*}} = arith.mulf %[[SA1]], %[[AGP]] : f32
+// CHECK:               %[[CA1:.*]] = arith.select %[[V1]], %{{.*}}, %[[AGP]] : f32
+// CHECK-NEXT:          %[[CB1:.*]] = arith.select %[[V1]], %{{.*}}, %[[AGB]] : f32
+// CHECK-NEXT:          %{{.*}}, %[[V2:.*]] = "gpu.shuffle"(%[[CA1]], %[[TWO:.*]], %[[W]]) <{mode = #gpu<shuffle_mode up>}>
+// CHECK-NEXT:          %{{.*}}, %{{.*}} = "gpu.shuffle"(%[[CB1]], %[[TWO]], %[[W]]) <{mode = #gpu<shuffle_mode up>}>
+// CHECK:               %[[IA:.*]] = arith.select %[[V2]], %{{.*}}, %[[CA1]] : f32
+// CHECK-NEXT:          %[[IB:.*]] = arith.select %[[V2]], %{{.*}}, %[[CB1]] : f32
+//                      exclusive prefix: the previous lane's inclusive pair
+// CHECK-NEXT:          %[[EA:.*]], %[[HASPREV:.*]] = "gpu.shuffle"(%[[IA]], %[[ONE]], %[[W]]) <{mode = #gpu<shuffle_mode up>}>
+// CHECK-NEXT:          %[[EB:.*]], %{{.*}} = "gpu.shuffle"(%[[IB]], %[[ONE]], %[[W]]) <{mode = #gpu<shuffle_mode up>}>
+//                      overflow verdict: some lane's inclusive pair is not finite (xor butterfly)
+// CHECK-NEXT:          %{{.*}} = arith.subf %[[IA]], %[[IA]] : f32
+// CHECK:               "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode xor>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK:               "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode xor>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK-NEXT:          %[[ANY:.*]] = arith.ori %{{.*}}, %{{.*}} : i32
+// CHECK-NEXT:          %[[BAD:.*]] = arith.cmpi ne, %[[ANY]], %{{.*}} : i32
 //                      a flagged tile: entering states in the loop's order, one thread after the other
 // CHECK-NEXT:          %[[PRE:.*]] = scf.if %[[BAD]] -> (f32) {
 // CHECK-NEXT:            scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
 // CHECK-NEXT:              "gpu.barrier"() : () -> ()
 // CHECK-NEXT:              %{{.*}} = arith.cmpi eq, %[[TID]], %[[J]] : index
 // CHECK:                 memref.store %{{.*}}, %[[SC]][%{{.*}}] : memref<1xf32, 3 : i64>
-//                      otherwise the tree's prefix
-// CHECK:                 %[[TREE:.*]] = memref.load %[[SB]][%[[TID]]] : memref<4xf32, 3 : i64>
+//                      otherwise the exclusive prefix applied to the carry (lane 0: the carry)
+// CHECK:                 %[[XM:.*]] = arith.mulf %[[EA]], %[[CARRY]] : f32
+// CHECK-NEXT:            %[[XA:.*]] = arith.addf %[[XM]], %[[EB]] : f32
+// CHECK-NEXT:            %[[TREE:.*]] = arith.select %[[HASPREV]], %[[XA]], %[[CARRY]] : f32
 // CHECK-NEXT:            scf.yield %[[TREE]] : f32
 // CHECK-NEXT:          }
 //                      replay from the exclusive prefix, guarded stores
@@ -90,10 +86,8 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 // CHECK:                 memref.store %[[H_0]], %h[%[[BID]], %{{.*}}] : memref<4x?xf32>
 // CHECK:               %[[X1:.*]] = arith.mulf %[[A1]], %[[H_0]] : f32
 // CHECK-NEXT:          %[[H_1:.*]] = arith.addf %[[X1]], %[[B1]] : f32
-//                      the last thread publishes the carry
-// CHECK:               memref.store %[[H_1]], %[[SC]][%{{.*}}] : memref<1xf32, 3 : i64>
-// CHECK:               "gpu.barrier"() : () -> ()
-// CHECK-NEXT:          %[[NEXT:.*]] = memref.load %[[SC]][%{{.*}}] : memref<1xf32, 3 : i64>
+//                      one warp: the last lane's state is the next carry, no barrier
+// CHECK:               %[[NEXT:.*]], %{{.*}} = "gpu.shuffle"(%[[H_1]], %{{.*}}, %[[W]]) <{mode = #gpu<shuffle_mode idx>}>
 // CHECK-NEXT:          scf.yield %[[NEXT]] : f32
 // CHECK:             scf.if %{{.*}} {
 // CHECK-NEXT:          memref.store %[[LAST]], %final[%[[BID]]] : memref<4xf32>

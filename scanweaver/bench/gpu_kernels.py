@@ -175,6 +175,16 @@ def occupancy(registers: int, shared: int, threads: int) -> float:
     return blocks * warps / SM90["warps"]
 
 
+def _one_channel_shape(shape: tuple[int, ...], length: int) -> tuple[int, ...]:
+    """Sizes for the dynamic dims of a small build (one channel of `length` steps): the
+    last dim of a rank-3 array (batch, channel, time: the selective scan's sequences) is
+    the length, every other dynamic dim is 1."""
+    rank = len(shape)
+    return tuple(
+        (length if (rank == 3 and i == rank - 1) else 1) if d < 0 else d for i, d in enumerate(shape)
+    )
+
+
 def simulate(name: str, small: dict[str, str], tile: int) -> dict[str, dict[str, Any]]:
     """Per kernel: barriers per tile and global bytes per element, from the simulator."""
     import numpy as np
@@ -192,7 +202,7 @@ def simulate(name: str, small: dict[str, str], tile: int) -> dict[str, dict[str,
         args = []
         for i, t in enumerate(fn.function_type.inputs.data):
             dt = numpy_dtype_for(t.element_type)
-            shape = tuple(t.get_shape())
+            shape = _one_channel_shape(tuple(t.get_shape()), int(n))
             # tame values, so that no tile takes the overflow/underflow fallback: decays
             # near 1 (affine a), negative A (selective), small filter coefficients
             if dt.kind != "f":

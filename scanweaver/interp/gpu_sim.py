@@ -22,6 +22,16 @@
   reads or writes an element of a memref kernel argument that another block wrote (or writes
   one another block read) is an error: blocks of a launch run in any order and
   concurrently, so only separate launches may pass data between blocks.
+* `gpu.shuffle` is warp-synchronous: the lanes of a warp (32 consecutive linear
+  thread ids) run to their next shuffle, barrier or return together; at a shuffle
+  every lane of the warp must wait at that same op (else `GpuSimError`: warp
+  divergence), then they exchange values (see `scanweaver.dialects.gpu_shuffle`;
+  a lane whose source lies outside its segment gets garbage and `valid` false).
+  `gpu.lane_id` is the linear thread id mod 32.
+* 1-D `vector.load` / `vector.store` of global or shared memory (a vector is a tuple
+  of its elements), with `vector.extract`, `vector.insert` and `vector.broadcast` at
+  static positions: the same bounds and race checks per element, and an error where a
+  vector access with `alignment = 16` is not 16-byte aligned (flat element offset).
 * Inside a thread the executor walks `scf.for`, `scf.if`, `scf.yield`, `gpu.return`
   itself and runs every other op (arith, math, memref, ...) with the implementations
   registered in ScanWeaver's interpreter (`make_interpreter`), so f32 rounding and
@@ -36,7 +46,7 @@ import random
 from collections.abc import Generator
 from typing import Any
 
-from xdsl.dialects import gpu, memref, scf
+from xdsl.dialects import gpu, memref, scf, vector
 from xdsl.dialects.builtin import (
     ComplexType,
     IntegerAttr,
@@ -57,6 +67,7 @@ from xdsl.interpreters.utils.ptr import TypedPtr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
+from scanweaver.dialects.gpu_shuffle import ShuffleOp
 from scanweaver.errors import ScanWeaverError
 from scanweaver.interp.run import run_function
 
@@ -71,6 +82,7 @@ def _is_shared(t: MemRefType) -> bool:
 
 
 _DIMS = {"x": 0, "y": 1, "z": 2}
+WARP = 32
 
 
 class _Block:
@@ -81,6 +93,7 @@ class _Block:
         self.glob = glob  # _GlobalAccesses of the launch (cross-block race check), or None
         self.barriers = 0  # barrier releases of this block
         self.global_bytes = [0, 0]  # bytes loaded from / stored to global memory
+        self.vector_accesses = 0  # vector.load / vector.store executed (all threads)
         self.block_dim = block_dim
         self.grid_dim = grid_dim
         self.shared: dict[str, ShapedArray[Any]] = {}
@@ -134,8 +147,12 @@ class _Block:
             self.reads.setdefault(key, set()).add(tid)
 
 
+_VECTOR_OPS = (vector.LoadOp, vector.StoreOp, vector.ExtractOp, vector.InsertOp, vector.BroadcastOp)
+
+
 def _element_bytes(op: Operation) -> int:
-    el = (op.operands[1] if isinstance(op, memref.StoreOp) else op.operands[0]).type.element_type  # type: ignore[attr-defined]
+    store = isinstance(op, (memref.StoreOp, vector.StoreOp))
+    el = (op.operands[1] if store else op.operands[0]).type.element_type  # type: ignore[attr-defined]
     width = getattr(el, "bitwidth", None) or getattr(getattr(el, "width", None), "data", 64)
     return max(1, width // 8)
 
@@ -176,6 +193,8 @@ class _Thread:
         bd = blk.block_dim
         self.linear = tid[0] + bd[0] * (tid[1] + bd[1] * tid[2])
         self.env: dict[SSAValue, Any] = {}
+        self.shuffle_in: tuple[Any, int, int] | None = None  # (value, offset, width) at a shuffle
+        self.shuffle_out: tuple[Any, bool] | None = None  # what the warp exchange gave it
 
     def run(self, kernel: gpu.FuncOp, args: PythonValues) -> Generator[Operation, None, None]:
         body = kernel.body.blocks.first
@@ -206,6 +225,14 @@ class _Thread:
                 return tuple(env[v] for v in op.operands)
             elif kind is gpu.BarrierOp:
                 yield op
+            elif kind is ShuffleOp:
+                self.shuffle_in = (env[op.value], env[op.offset], env[op.width])
+                yield op  # the warp scheduler fills shuffle_out
+                assert self.shuffle_out is not None
+                env[op.results[0]], env[op.results[1]] = self.shuffle_out
+                self.shuffle_in = self.shuffle_out = None
+            elif kind is gpu.LaneIdOp:
+                env[op.results[0]] = self.linear % WARP
             elif kind is memref.LoadOp or kind is memref.StoreOp:
                 inputs = [env[v] for v in op.operands]
                 if self.blk.race_check:
@@ -225,6 +252,8 @@ class _Thread:
                 results = self.interp.run_op(op, tuple(inputs))
                 for r, v in zip(op.results, results):
                     env[r] = v
+            elif kind in _VECTOR_OPS:
+                self._vector_op(op, [env[v] for v in op.operands])
             elif kind is memref.GetGlobalOp and _is_shared(op.memref.type):
                 glob = SymbolTable.lookup_symbol(op, op.name_)
                 assert isinstance(glob, memref.GlobalOp)
@@ -248,6 +277,54 @@ class _Thread:
                     env[r] = v
         return ()
 
+    def _vector_op(self, op: Operation, inputs: list[Any]) -> None:
+        env = self.env
+        if isinstance(op, (vector.LoadOp, vector.StoreOp)):
+            is_store = isinstance(op, vector.StoreOp)
+            buf = inputs[1] if is_store else inputs[0]
+            idx = list(inputs[2:] if is_store else inputs[1:])
+            n = (op.vector.type if is_store else op.result.type).get_shape()[-1]  # type: ignore[union-attr]
+            align = op.attributes.get("alignment")
+            el_bytes = _element_bytes(op)
+            if align is not None:
+                flat = 0
+                for i, d in zip(idx, buf.shape):
+                    flat = flat * d + i
+                if (flat * el_bytes) % align.value.data:  # type: ignore[attr-defined]
+                    raise GpuSimError(
+                        f"{op.name} at {idx} of a {list(buf.shape)} memref is not {align.value.data}-byte aligned "  # type: ignore[attr-defined]
+                        f"(block {self.blk.block_id}, thread {self.tid})"
+                    )
+            values = list(inputs[0]) if is_store else []
+            self.blk.vector_accesses += 1
+            for lane in range(n):
+                at = (*idx[:-1], idx[-1] + lane)
+                self._bounds_check(op, [buf, *at] if not is_store else [None, buf, *at], is_store)
+                if self.blk.race_check:
+                    if id(buf) in self.blk.shared_ids:
+                        self.blk.check_access(buf, at, self.linear, is_store, op)
+                    elif self.blk.glob is not None and id(buf) in self.blk.glob.tracked:
+                        self.blk.glob.check(buf, at, self.blk.block_id, is_store, op)
+                glob = self.blk.glob
+                if id(buf) not in self.blk.shared_ids and (glob is None or id(buf) in glob.tracked):
+                    self.blk.global_bytes[is_store] += el_bytes
+                if is_store:
+                    buf.store(at, values[lane])
+                else:
+                    values.append(buf.load(at))
+            if not is_store:
+                env[op.results[0]] = tuple(values)
+        elif isinstance(op, vector.ExtractOp):
+            (pos,) = op.static_position.get_values()
+            env[op.results[0]] = inputs[0][pos]
+        elif isinstance(op, vector.InsertOp):
+            (pos,) = op.static_position.get_values()
+            vals = list(inputs[1])
+            vals[pos] = inputs[0]
+            env[op.results[0]] = tuple(vals)
+        else:  # broadcast of a scalar
+            env[op.results[0]] = (inputs[0],) * op.results[0].type.get_shape()[-1]  # type: ignore[attr-defined]
+
     def _bounds_check(self, op: Operation, inputs: list[Any], is_store: bool) -> None:
         buf = inputs[1] if is_store else inputs[0]
         idx = inputs[2:] if is_store else inputs[1:]
@@ -256,6 +333,69 @@ class _Thread:
                 f"out-of-bounds {op.name} at {list(idx)} of a {list(buf.shape)} memref "
                 f"(block {self.blk.block_id}, thread {self.tid})"
             )
+
+
+def _warps(live: list) -> list[list]:
+    """The live (thread, generator) pairs grouped by warp (linear id // 32)."""
+    groups: dict[int, list] = {}
+    for th, gen in live:
+        groups.setdefault(th.linear // WARP, []).append((th, gen))
+    return list(groups.values())
+
+
+def _run_warp_to_barrier(blk: _Block, warp: list, waiting: list, finished: list) -> None:
+    """Advance the lanes of one warp together through their shuffles up to their next
+    barrier (appended to `waiting`) or their end (`finished`)."""
+    while True:
+        stops: list[tuple[Any, Any, Operation | None]] = []
+        for th, gen in warp:
+            try:
+                stops.append((th, gen, next(gen)))
+            except StopIteration:
+                stops.append((th, gen, None))
+        shuffles = [s for s in stops if isinstance(s[2], ShuffleOp)]
+        if not shuffles:
+            for th, gen, op in stops:
+                if op is None:
+                    finished.append(th)
+                else:
+                    waiting.append((th, gen, op))
+            return
+        op = shuffles[0][2]
+        if len(shuffles) != len(stops) or any(s[2] is not op for s in shuffles):
+            other = next(s for s in stops if s[2] is not op)
+            where = "returned" if other[2] is None else f"is at another op ({other[2].name})"
+            raise GpuSimError(
+                f"warp divergence at gpu.shuffle in block {blk.block_id}: thread {shuffles[0][0].tid} "
+                f"waits at a gpu.shuffle while thread {other[0].tid} {where}"
+            )
+        _exchange(blk, op, [th for th, _, _ in stops])
+
+
+def _exchange(blk: _Block, op: ShuffleOp, lanes: list[_Thread]) -> None:
+    """One `gpu.shuffle` among the lanes of a warp (all waiting at `op`)."""
+    by_lane = {th.linear % WARP: th for th in lanes}
+    el = op.value.type
+    garbage = 0x5A5A5A5A if isinstance(el, IntegerType) else math.nan
+    mode = op.mode.data.value
+    for th in lanes:
+        value, offset, width = th.shuffle_in  # type: ignore[misc]
+        if width < 1 or width > WARP or width & (width - 1) or offset < 0:
+            raise GpuSimError(f"gpu.shuffle: width {width} / offset {offset} invalid (block {blk.block_id}, thread {th.tid})")
+        lane = th.linear % WARP
+        seg, pos = lane - lane % width, lane % width
+        src = {"up": pos - offset, "down": pos + offset, "xor": pos ^ offset, "idx": offset}[mode]
+        valid = 0 <= src < width
+        if valid:
+            other = by_lane.get(seg + src)
+            if other is None:
+                raise GpuSimError(
+                    f"gpu.shuffle in block {blk.block_id}: thread {th.tid} reads lane {seg + src}, "
+                    "which is not a thread of the block"
+                )
+            th.shuffle_out = (other.shuffle_in[0], True)  # type: ignore[index]
+        else:
+            th.shuffle_out = (garbage, False)
 
 
 def run_kernel(
@@ -271,7 +411,7 @@ def run_kernel(
     """Execute `kernel` over the whole grid; `args` are interpreter values (ShapedArrays).
     `block_order`: "forward", "reverse" or an int seed of a random permutation. `stats`
     (a dict) receives `blocks`, `max_barriers` (per block), `load_bytes`, `store_bytes`
-    (global memory, summed over the grid)."""
+    (global memory, summed over the grid), `vector_accesses` (vector loads and stores)."""
     if any(g < 1 for g in grid) or any(b < 1 for b in block):
         raise GpuSimError(f"invalid launch configuration grid={grid} block={block}")
     order = [(bx, by, bz) for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))]
@@ -292,11 +432,8 @@ def run_kernel(
         while live:
             waiting: list[tuple[_Thread, Generator[Operation, None, None], Operation]] = []
             finished: list[_Thread] = []
-            for th, gen in live:
-                try:
-                    waiting.append((th, gen, next(gen)))
-                except StopIteration:
-                    finished.append(th)
+            for warp in _warps(live):
+                _run_warp_to_barrier(blk, warp, waiting, finished)
             if waiting and finished:
                 raise GpuSimError(
                     f"barrier divergence in block {blk.block_id}: thread {finished[0].tid} "
@@ -319,6 +456,7 @@ def run_kernel(
             stats["max_barriers"] = max(stats.get("max_barriers", 0), blk.barriers)
             stats["load_bytes"] = stats.get("load_bytes", 0) + blk.global_bytes[0]
             stats["store_bytes"] = stats.get("store_bytes", 0) + blk.global_bytes[1]
+            stats["vector_accesses"] = stats.get("vector_accesses", 0) + blk.vector_accesses
 
 
 def _lookup_kernel(module: ModuleOp, ref) -> gpu.FuncOp:

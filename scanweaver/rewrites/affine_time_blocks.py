@@ -5,7 +5,9 @@ time axis of every channel is cut into chunks of `chunk = block_size * items_per
 * chunk_tiles` steps, and the grid runs one block per (channel, chunk):
 
 1. `<name>_reduce`, grid channels x chunks: each block folds its chunk tile by tile
-   (per-thread folds, then the block's up-sweep) into the chunk aggregate
+   (per-thread folds of 16-byte loads in full tiles, then warp-shuffle scans and the
+   warp totals through shared memory, one barrier per tile; the block's up-sweep for
+   state types shuffles cannot move) into the chunk aggregate
    `(A, B) = (prod a, scan of the chunk from 0)`, written to scratch `agg_a/agg_b`.
 2. `<name>_carries`, grid channels: the one-block-per-channel kernel of `blelloch_gpu`
    run on the aggregates (with `init`): `carries[c, k]` is the state after chunk k, and
@@ -155,9 +157,11 @@ def _emit_reduce(
     base = e.add(t_begin, e.mul(tid, e.index(ipt)))
     last_t = e.sub(length, e.index(1))
 
-    def tile_body(le: Emitter, j: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
-        start = le.add(le.mul(j, le.index(tile)), base)
-        agg: tuple[SSAValue, SSAValue] | None = None
+    in_el = a_ref.type.element_type  # type: ignore[attr-defined]
+    vec = bg.vector_width(in_el, ipt, axis, (a_ref, b_ref))
+
+    def scalar_items(le: Emitter, start: SSAValue) -> list[SSAValue]:
+        vals: list[SSAValue] = []
         for i in range(ipt):
             t = le.add(start, le.index(i)) if i else start
 
@@ -166,16 +170,37 @@ def _emit_reduce(
                 idx = [*channel[:axis], p, *channel[axis:]]
                 return [_to(ie, ie.load(a_ref, idx), agg_t), _to(ie, ie.load(b_ref, idx), agg_t)]
 
-            item = le.if_(le.cmp("ult", t, t_end), [agg_t, agg_t], load, lambda ie: list(pairs.identity(ie)))
-            agg = (item[0], item[1]) if agg is None else pairs.combine(le, agg, (item[0], item[1]))
+            vals += le.if_(le.cmp("ult", t, t_end), [agg_t, agg_t], load, lambda ie: list(pairs.identity(ie)))
+        return vals
+
+    def vector_items(le: Emitter, start: SSAValue) -> list[SSAValue]:
+        """Full tiles: 16-byte loads of each thread's run (`blelloch_gpu`, "Global memory")."""
+        chunks = bg.run_vectors(le, channel, axis, start, ipt, vec, last_t if reverse else None)
+        a, b = (bg.load_run(le, ref, chunks, in_el) for ref in (a_ref, b_ref))
+        return [_to(le, v, agg_t) for pair in zip(a, b) for v in pair]
+
+    def tile_body(le: Emitter, j: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        start = le.add(le.mul(j, le.index(tile)), base)
+        if vec:
+            full = bg.full_aligned_tile(le, le.add(t_begin, le.mul(j, le.index(tile))), tile, t_end, length, vec)
+            vals = le.if_(full, [agg_t] * (2 * ipt), lambda ie: vector_items(ie, start),
+                          lambda ie: scalar_items(ie, start))
+        else:
+            vals = scalar_items(le, start)
+        agg: tuple[SSAValue, SSAValue] | None = None
+        for i in range(ipt):
+            item = (vals[2 * i], vals[2 * i + 1])
+            agg = item if agg is None else pairs.combine(le, agg, item)
         assert agg is not None
-        le.store(agg[0], s_a, [tid])
-        le.store(agg[1], s_b, [tid])
-        bg.blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
-        le.op(gpu.BarrierOp())
-        root = (le.load(s_a, [le.index(bs - 1)]), le.load(s_b, [le.index(bs - 1)]))
-        # every thread read the root before the next tile's stores into the slots
-        le.op(gpu.BarrierOp())
+        root = _warp_tile_total(le, pairs, tid, j, agg, s_a, s_b, bs) if bg.shuffles(agg_t) else None
+        if root is None:
+            le.store(agg[0], s_a, [tid])
+            le.store(agg[1], s_b, [tid])
+            bg.blelloch_up_sweep(le, pairs, tid, bs, [(s_a, s_b, 0)])
+            le.op(gpu.BarrierOp())
+            root = (le.load(s_a, [le.index(bs - 1)]), le.load(s_b, [le.index(bs - 1)]))
+            # every thread read the root before the next tile's stores into the slots
+            le.op(gpu.BarrierOp())
         return list(pairs.combine(le, (carried[0], carried[1]), root))
 
     total = e.for_(e.index(0), ntiles, e.index(1), list(pairs.identity(e)), tile_body)
@@ -185,6 +210,39 @@ def _emit_reduce(
         ie.store(total[1], args["agg_b"], [*channel, k])
 
     e.if_(e.cmp("eq", tid, e.index(0)), [], write)
+
+
+def _warp_tile_total(
+    le: Emitter, pairs: PairArith, tid: SSAValue, j: SSAValue, agg: tuple[SSAValue, SSAValue],
+    s_a: SSAValue, s_b: SSAValue, bs: int,
+) -> tuple[SSAValue, SSAValue]:
+    """The tile's aggregate in every thread: warp-shuffle scans, then the warp totals
+    through shared memory, folded in order by every thread. One barrier per tile (none
+    in one warp): the totals of tile j go to slots (j mod 2) * warps + warp, so the next
+    tile's writes never meet this tile's reads."""
+    width = min(bs, bg.WARP)
+    inc = bg.warp_inclusive_scan(le, bg.pair_list_combine(pairs), list(agg), width)
+    nw = bs // bg.WARP
+    if nw <= 1:
+        a, _ = bg.shuffle(le, "idx", inc[0], width - 1, width)
+        b, _ = bg.shuffle(le, "idx", inc[1], width - 1, width)
+        return a, b
+    lane, warp = bg.lane_and_warp(le, tid)
+    base = le.mul(le.remu(j, le.index(2)), le.index(nw))
+
+    def post(ie: Emitter) -> None:
+        ie.store(inc[0], s_a, [ie.add(base, warp)])
+        ie.store(inc[1], s_b, [ie.add(base, warp)])
+
+    le.if_(le.cmp("eq", lane, le.index(bg.WARP - 1)), [], post)
+    le.op(gpu.BarrierOp())
+    total: tuple[SSAValue, SSAValue] | None = None
+    for v in range(nw):
+        slot = [le.add(base, le.index(v))]
+        t = (le.load(s_a, slot), le.load(s_b, slot))
+        total = t if total is None else pairs.combine(le, total, t)
+    assert total is not None
+    return total
 
 
 def _emit_chunks(

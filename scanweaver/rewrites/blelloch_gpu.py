@@ -32,6 +32,30 @@ Kernel design
   down-sweep neither reads nor writes prefix a's (half the shared traffic). After
   it, slot `tid` holds the state just before the thread's first step, with the
   carry already applied.
+* In-tile scan with warp shuffles (state types `gpu.shuffle` moves: f32, f64, i32,
+  i64; the shared-memory sweep above stays for the others): the per-thread aggregates
+  are scanned inside each warp by Kogge-Stone (`gpu.shuffle up` by 1, 2, 4, 8, 16,
+  combining where `valid`), the exclusive prefix is one more `shuffle up` by 1; the
+  last lane of each warp posts the warp total to shared memory, one barrier, and every
+  thread folds the totals of the warps before its own onto the carry (block_size / 32
+  steps; 4 at the default 128). The next carry is the last thread's state through the
+  one-slot buffer and a second barrier: 2 barriers per tile instead of 2 log2(bs) + 2,
+  none in a block of one warp (the carry then moves by `shuffle idx`). The overflow
+  verdict: a lane whose inclusive aggregate is not finite sets the warp's flag (xor
+  butterfly of shuffles), a flagged warp posts a NaN total, and every thread checks
+  all totals, so the verdict is block-uniform; each intermediate Kogge-Stone value
+  is an ingredient of its lane's inclusive aggregate and Inf/NaN are absorbing, so a
+  finite verdict means every aggregate the tile used was finite. Flagged tiles take
+  `sequential_entry_states` as before.
+* Global memory: where the scan axis is the innermost (contiguous) one, inputs are of
+  the state type (f32, f64) and a thread's run of `items_per_thread` steps is whole
+  16-byte vectors, a full tile (wholly before the end, row length and tile start
+  multiples of the vector) reads each thread's run with `vector.load` of
+  vector<4xf32> / vector<2xf64> carrying `alignment = 16` (upstream then emits
+  `ld.global.v4` / `.v2`; without it LLVM splits the access) and writes h with
+  `vector.store`, unguarded; other tiles take the guarded scalar path. With 4 f32
+  items per thread (the default) a warp's loads cover 512 contiguous bytes, fully
+  coalesced without a staging pass through shared memory.
 * Each thread then replays its registers sequentially, `h = a * h + b`, storing each
   in-range h. Identity padding keeps h unchanged past the end, so the last thread's
   final h is the tile's last state: it writes it to a one-slot shared buffer, a
@@ -89,7 +113,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, func, gpu, math, memref
+from xdsl.dialects import arith, func, gpu, math, memref, vector
 from xdsl.dialects import complex as complex_dialect
 from xdsl.dialects.builtin import (
     ComplexType,
@@ -105,15 +129,19 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    NoneAttr,
     StringAttr,
     SymbolRefAttr,
     UnitAttr,
+    VectorType,
+    i32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from scanweaver.dialects import scan
+from scanweaver.dialects.gpu_shuffle import ShuffleOp
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.launch import KernelLaunch
@@ -288,6 +316,75 @@ def blelloch_down_sweep(
             ie.store(pairs.apply(ie, a_left, b_parent, b_left), s_b, [ii])
 
     blelloch_levels(le, tid, bs, down, down=True, after_first_barrier=after_first_barrier)
+
+
+# -- warp-shuffle scans (module doc, "In-tile scan") ----------------------------------------
+
+WARP = 32
+
+#: A combine of two lists of values (first, then second) -> the combined list.
+ListCombine = Callable[[Emitter, Sequence[SSAValue], Sequence[SSAValue]], Sequence[SSAValue]]
+
+
+def shuffles(t: Attribute) -> bool:
+    """`gpu.shuffle` moves this state type: 32- and 64-bit floats and integers (upstream
+    lowers 64-bit values as two 32-bit shuffles)."""
+    if isinstance(t, (Float32Type, Float64Type)):
+        return True
+    return isinstance(t, IntegerType) and t.width.data in (32, 64)
+
+
+def shuffle(e: Emitter, mode: str, v: SSAValue, offset: int, width: int) -> tuple[SSAValue, SSAValue]:
+    """`gpu.shuffle mode v, offset, width`: (value, valid)."""
+    op = e.op(ShuffleOp(mode, v, e.const(offset, i32), e.const(width, i32)))
+    return op.results[0], op.results[1]
+
+
+def warp_inclusive_scan(e: Emitter, combine: ListCombine, values: Sequence[SSAValue], width: int) -> list[SSAValue]:
+    """Kogge-Stone over the lanes of each segment of `width` lanes: log2(width) steps of
+    `gpu.shuffle up` by 1, 2, 4, ...; afterwards lane l holds the combine of the values
+    of lanes seg..l in order (lanes whose source is outside the segment keep theirs)."""
+    out = list(values)
+    d = 1
+    while d < width:
+        got = [shuffle(e, "up", v, d, width) for v in out]
+        merged = combine(e, [g[0] for g in got], out)
+        valid = got[0][1]
+        out = [e.val(arith.SelectOp(valid, m, v)) for m, v in zip(merged, out)]
+        d *= 2
+    return out
+
+
+def warp_exclusive(e: Emitter, inclusive: Sequence[SSAValue], width: int) -> tuple[list[SSAValue], SSAValue]:
+    """The previous lane's inclusive values (`gpu.shuffle up` by 1) and `valid`
+    (false in lane 0 of a segment, whose exclusive prefix is empty)."""
+    got = [shuffle(e, "up", v, 1, width) for v in inclusive]
+    return [g[0] for g in got], got[0][1]
+
+
+def warp_any(e: Emitter, flag: SSAValue, width: int) -> SSAValue:
+    """i1 in every lane: `flag` holds in some lane of its segment (xor butterfly)."""
+    one, zero = e.const(1, i32), e.const(0, i32)
+    f = e.val(arith.SelectOp(flag, one, zero))
+    d = 1
+    while d < width:
+        g, _ = shuffle(e, "xor", f, d, width)
+        f = e.val(arith.OrIOp(f, g))
+        d *= 2
+    return e.val(arith.CmpiOp(f, zero, "ne"))
+
+
+def pair_list_combine(pairs: PairArith) -> ListCombine:
+    """`pairs.combine` on [a, b] lists."""
+
+    def combine(e: Emitter, first: Sequence[SSAValue], second: Sequence[SSAValue]) -> list[SSAValue]:
+        return list(pairs.combine(e, (first[0], first[1]), (second[0], second[1])))
+
+    return combine
+
+
+def lane_and_warp(e: Emitter, tid: SSAValue) -> tuple[SSAValue, SSAValue]:
+    return e.remu(tid, e.index(WARP)), e.divu(tid, e.index(WARP))
 
 
 # -- the overflow guard (module doc, "Numerics") -------------------------------------------
@@ -692,6 +789,7 @@ class _ChainedTiles:
         if callable(carry0):
             carry0 = carry0(e)
         self.state_t = carry0.type
+        self.t_begin = t_begin
         bs, ipt = self.bs, self.ipt
         self.tile = e.index(bs * ipt)
         span = self.t_end if _is_zero(t_begin) else e.sub(self.t_end, t_begin)
@@ -701,7 +799,13 @@ class _ChainedTiles:
             self.thread_base = e.add(t_begin, self.thread_base)
         self.last_t = e.sub(self.length, self.one)
         self.guard = needs_overflow_guard(self.state_t, bs)
-        (carry,) = e.for_(e.index(0), ntiles, self.one, [carry0], self._tile_body)
+        self.warp = shuffles(self.state_t)
+        body = self._tile_body
+        if self.warp:
+            self.width = min(bs, WARP)
+            self.lane, self.warp_id = lane_and_warp(e, self.tid)
+            body = self._warp_tile_body
+        (carry,) = e.for_(e.index(0), ntiles, self.one, [carry0], body)
         return carry
 
     def at(self, t_phys: SSAValue) -> list[SSAValue]:
@@ -725,9 +829,128 @@ class _ChainedTiles:
         self._publish(le, h)
         return [le.load(self.s_c, [le.index(0)])]
 
-    def _fold_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
-        """1. Registers: this thread's pairs, identity past the end; the sequential fold
-        goes to shared memory. Returns (a, b, t, inside) per item."""
+    def _warp_tile_body(self, le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        """The tile with warp-shuffle scans (module doc, "In-tile scan"): 2 barriers,
+        none when the block is one warp."""
+        (carry,) = carried
+        pairs, width = self.pairs, self.width
+        start = le.add(le.mul(k, self.tile), self.thread_base)
+        full = self._full_tile(le, k)
+        items = self._load_items(le, start) if full is None else self._load_items_vector(le, start, full)
+        agg = [items[0][0], items[0][1]]
+        for a_j, b_j, _, _ in items[1:]:
+            agg = list(pairs.combine(le, (agg[0], agg[1]), (a_j, b_j)))
+        inc = warp_inclusive_scan(le, pair_list_combine(pairs), agg, width)
+        (ex_a, ex_b), has_prev = warp_exclusive(le, inc, width)
+        bad = warp_any(le, any_not_finite(le, inc), width) if self.guard else None
+        h_warp, bad = self._warp_entry(le, inc, carry, bad)
+
+        def tree(ie: Emitter) -> list[SSAValue]:
+            return [ie.val(arith.SelectOp(has_prev, pairs.apply(ie, ex_a, h_warp, ex_b), h_warp))]
+
+        h = self._entry_state(le, items, carry, [bad] if bad is not None else [], tree)
+        h = self._replay(le, items, h) if full is None else self._replay_vector(le, items, h, start, full)
+        if self.bs <= WARP:  # the last lane's state, without shared memory
+            nxt, _ = shuffle(le, "idx", h, width - 1, width)
+            return [nxt]
+        self._publish(le, h)
+        return [le.load(self.s_c, [le.index(0)])]
+
+    def _warp_entry(
+        self, le: Emitter, inc: Sequence[SSAValue], carry: SSAValue, bad: SSAValue | None
+    ) -> tuple[SSAValue, SSAValue | None]:
+        """The state entering this thread's warp, and the tile's verdict (block-uniform):
+        the last lane of each warp posts its warp total (a NaN `a` when the warp saw a
+        non-finite aggregate), a barrier, then every thread folds the totals of the
+        warps before its own onto the carry and checks all of them."""
+        nw = self.bs // WARP
+        if nw <= 1:
+            return carry, bad
+        pairs, t = self.pairs, self.state_t
+        warp_id = self.warp_id
+
+        def post(ie: Emitter) -> None:
+            a = inc[0] if bad is None else ie.val(arith.SelectOp(bad, ie.const(float("nan"), t), inc[0]))
+            ie.store(a, self.s_a, [warp_id])
+            ie.store(inc[1], self.s_b, [warp_id])
+
+        le.if_(le.cmp("eq", self.lane, le.index(WARP - 1)), [], post)
+        le.op(gpu.BarrierOp())
+        h = carry
+        verdict = None
+        for v in range(nw):
+            ta, tb = le.load(self.s_a, [le.index(v)]), le.load(self.s_b, [le.index(v)])
+            if bad is not None:
+                c = any_not_finite(le, [ta, tb])
+                verdict = c if verdict is None else le.val(arith.OrIOp(verdict, c))
+            if v < nw - 1:
+                before = le.cmp("ult", le.index(v), warp_id)
+                h = le.val(arith.SelectOp(before, pairs.apply(le, ta, h, tb), h))
+        return h, verdict
+
+    # -- 16-byte loads and stores of full tiles (module doc, "Global memory") -----------------
+
+    def _vector_width(self) -> int:
+        return vector_width(self.state_t, self.ipt, self.axis, (self.a_ref, self.b_ref, self.h_ref))
+
+    def _full_tile(self, le: Emitter, k: SSAValue) -> SSAValue | None:
+        vec = self._vector_width()
+        if not vec:
+            return None
+        t0 = le.mul(k, self.tile)
+        if not _is_zero(self.t_begin):
+            t0 = le.add(self.t_begin, t0)
+        return full_aligned_tile(le, t0, self.bs * self.ipt, self.t_end, self.length, vec)
+
+    def _run_chunks(self, le: Emitter, start: SSAValue) -> list[tuple[list[SSAValue], list[int]]]:
+        return run_vectors(le, self.channel, self.axis, start, self.ipt, self._vector_width(),
+                           self.last_t if self.reverse else None)
+
+    def _load_items_vector(
+        self, le: Emitter, start: SSAValue, full: SSAValue
+    ) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
+        """`_load_items`, with 16-byte vector loads in full tiles (no per-item guard)."""
+        state_t, ipt = self.state_t, self.ipt
+
+        def vector_loads(ie: Emitter) -> list[SSAValue]:
+            chunks = self._run_chunks(ie, start)
+            a, b = (load_run(ie, ref, chunks, state_t) for ref in (self.a_ref, self.b_ref))
+            return [v for pair in zip(a, b) for v in pair]
+
+        def scalar_loads(ie: Emitter) -> list[SSAValue]:
+            return [v for a_j, b_j, _, _ in self._load_items(ie, start) for v in (a_j, b_j)]
+
+        vals = le.if_(full, [state_t] * (2 * ipt), vector_loads, scalar_loads)
+        items = []
+        for j in range(ipt):
+            t = le.add(start, le.index(j)) if j else start
+            items.append((vals[2 * j], vals[2 * j + 1], t, le.cmp("ult", t, self.t_end)))
+        return items
+
+    def _replay_vector(self, le: Emitter, items: list, h: SSAValue, start: SSAValue, full: SSAValue) -> SSAValue:
+        """`_replay`, with 16-byte vector stores in full tiles."""
+        hs = []
+        for a_j, b_j, _, _ in items:
+            h = self.pairs.apply(le, a_j, h, b_j)
+            hs.append(h)
+        vt = VectorType(self.state_t, [self._vector_width()])
+
+        def vector_stores(ie: Emitter) -> None:
+            for idx, lanes in self._run_chunks(ie, start):
+                v = ie.val(vector.BroadcastOp(hs[lanes[0]], vt))
+                for i, item in enumerate(lanes[1:], 1):
+                    v = ie.val(vector.InsertOp(hs[item], v, [i], vt))
+                _aligned(ie, vector.StoreOp(v, self.h_ref, idx))
+
+        def scalar_stores(ie: Emitter) -> None:
+            for (_, _, t, inside), h_j in zip(items, hs):
+                ie.if_(inside, [], lambda je, h_j=h_j, t=t: je.store(h_j, self.h_ref, self.at(self.phys(je, t))))
+
+        le.if_(full, [], vector_stores, scalar_stores)
+        return h
+
+    def _load_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
+        """This thread's pairs in registers, identity past the end: (a, b, t, inside)."""
         pairs, state_t = self.pairs, self.state_t
         items: list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]] = []
         for j in range(self.ipt):
@@ -743,6 +966,13 @@ class _ChainedTiles:
 
             a_j, b_j = le.if_(inside, [state_t, state_t], load, lambda ie: list(pairs.identity(ie)))
             items.append((a_j, b_j, t, inside))
+        return items
+
+    def _fold_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, SSAValue, SSAValue]]:
+        """1. Registers: this thread's pairs, identity past the end; the sequential fold
+        goes to shared memory. Returns (a, b, t, inside) per item."""
+        items = self._load_items(le, start)
+        pairs = self.pairs
         agg = (items[0][0], items[0][1])
         for a_j, b_j, _, _ in items[1:]:
             agg = pairs.combine(le, agg, (a_j, b_j))
@@ -770,11 +1000,17 @@ class _ChainedTiles:
         )
         return flag
 
-    def _entry_state(self, le: Emitter, items: list, carry: SSAValue, flag: list[SSAValue]) -> SSAValue:
-        """5a. The thread's exclusive prefix; a flagged tile takes its entering states
-        from the loop's own order instead."""
+    def _entry_state(
+        self, le: Emitter, items: list, carry: SSAValue, flag: list[SSAValue],
+        tree: Callable[[Emitter], list[SSAValue]] | None = None,
+    ) -> SSAValue:
+        """5a. The thread's exclusive prefix (`tree`, default: the down-sweep's slot); a
+        flagged tile takes its entering states from the loop's own order instead."""
+        if tree is None:
+            def tree(ie: Emitter) -> list[SSAValue]:
+                return [ie.load(self.s_b, [self.tid])]
         if not self.guard:
-            return le.load(self.s_b, [self.tid])
+            return tree(le)[0]
         pairs, state_t, s_c = self.pairs, self.state_t, self.s_c
 
         def load_state(ie: Emitter, j: SSAValue) -> list[SSAValue]:
@@ -792,7 +1028,7 @@ class _ChainedTiles:
                 ie, self.tid, self.bs, [state_t], load_state, replay_own, lambda x, h: x.store(h[0], s_c, [x.index(0)])
             )
 
-        (h,) = le.if_(flag[0], [state_t], exact, lambda ie: [ie.load(self.s_b, [self.tid])])
+        (h,) = le.if_(flag[0], [state_t], exact, tree)
         return h
 
     def _replay(self, le: Emitter, items: list, h: SSAValue) -> SSAValue:
@@ -814,6 +1050,73 @@ class _ChainedTiles:
 
         le.if_(le.cmp("eq", self.tid, le.index(self.bs - 1)), [], publish)
         le.op(gpu.BarrierOp())
+
+
+def vector_width(el: Attribute, ipt: int, axis: int, refs: Sequence[SSAValue]) -> int:
+    """Elements per 16-byte access of a thread's run of `ipt` steps of `refs`, or 0
+    where the kernel keeps scalar accesses: the scan axis must be the innermost
+    (contiguous) one, every ref of element type `el` (f32, f64, i32, i64) with the identity
+    layout, and the run whole 16-byte vectors."""
+    if not shuffles(el):  # f32, f64, i32, i64
+        return 0
+    for r in refs:
+        t = r.type
+        if not isinstance(t, MemRefType) or t.element_type != el or not isinstance(t.layout, NoneAttr):
+            return 0  # f16/bf16 inputs, strided layouts
+        if axis != t.get_num_dims() - 1:
+            return 0
+    vec = 16 // byte_size(el)
+    return vec if ipt % vec == 0 else 0
+
+
+def full_aligned_tile(
+    le: Emitter, t0: SSAValue, tile: int, t_end: SSAValue, length: SSAValue, vec: int
+) -> SSAValue:
+    """i1, block-uniform: the tile of logical steps [t0, t0 + tile) lies wholly before
+    `t_end` and every thread's run starts on a 16-byte boundary (rows a multiple of the
+    vector long, tile starts multiples of it)."""
+    inside = le.cmp("ule", le.add(t0, le.index(tile)), t_end)
+    rows_aligned = le.cmp("eq", le.remu(length, le.index(vec)), le.index(0))
+    starts_aligned = le.cmp("eq", le.remu(t0, le.index(vec)), le.index(0))
+    return le.val(arith.AndIOp(inside, le.val(arith.AndIOp(rows_aligned, starts_aligned))))
+
+
+def run_vectors(
+    le: Emitter, channel: Sequence[SSAValue], axis: int, start: SSAValue, ipt: int, vec: int,
+    reverse_last: SSAValue | None,
+) -> list[tuple[list[SSAValue], list[int]]]:
+    """A thread's run of `ipt` logical steps from `start` as 16-byte vectors: (element
+    index of the vector, the item number of each of its lanes). Reverse scans
+    (`reverse_last` = L - 1) read the run from its physical end."""
+    out = []
+    for c in range(ipt // vec):
+        if reverse_last is not None:  # items c*vec .. c*vec+vec-1 sit at descending positions
+            first = le.sub(le.sub(reverse_last, start), le.index(c * vec + vec - 1))
+            lanes = [c * vec + vec - 1 - i for i in range(vec)]
+        else:
+            first = le.add(start, le.index(c * vec)) if c else start
+            lanes = [c * vec + i for i in range(vec)]
+        out.append(([*channel[:axis], first, *channel[axis:]], lanes))
+    return out
+
+
+def load_run(le: Emitter, ref: SSAValue, chunks: list[tuple[list[SSAValue], list[int]]], el: Attribute) -> list[SSAValue]:
+    """The run's `ipt` elements of `ref`, in item order, by 16-byte vector loads."""
+    vec = len(chunks[0][1])
+    vals: list[SSAValue | None] = [None] * (vec * len(chunks))
+    for idx, lanes in chunks:
+        v = _aligned(le, vector.LoadOp(ref, idx, VectorType(el, [vec])))
+        for i, item in enumerate(lanes):
+            vals[item] = le.val(vector.ExtractOp(v, [i], el))
+    return vals  # type: ignore[return-value]
+
+
+def _aligned(e: Emitter, op: Operation) -> SSAValue | None:
+    """Emit a vector.load / vector.store promising 16-byte alignment (upstream's
+    `alignment` property: without it LLVM splits the access into scalars)."""
+    op.attributes["alignment"] = IntegerAttr(16, i64)  # upstream reads it from the generic attr-dict
+    e.op(op)
+    return op.results[0] if op.results else None
 
 
 def __getattr__(name: str):

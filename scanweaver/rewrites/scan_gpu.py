@@ -300,9 +300,16 @@ class _TileSteps:
     ) -> Sequence[SSAValue]:
         """5. replay from the exclusive prefix; store every valid inclusive result.
         Returns this thread's last inclusive value."""
-        types = self.types
         acc: Sequence[SSAValue] = self.load_slot(le, self.tid)
         prefix_valid = _or(le, has_carry, le.cmp("ugt", self.tid, self.zero))
+        return self.replay_from(le, items, acc, prefix_valid)
+
+    def replay_from(
+        self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]],
+        acc: Sequence[SSAValue], prefix_valid: SSAValue,
+    ) -> Sequence[SSAValue]:
+        """`replay` from the exclusive prefix `acc` (empty where not `prefix_valid`)."""
+        types = self.types
         for j, (t, inside, vals) in enumerate(items):
 
             def step(ie: Emitter, j=j, t=t, vals=vals, acc=acc) -> list[SSAValue]:
@@ -321,6 +328,62 @@ class _TileSteps:
 
             acc = le.if_(inside, types, step, lambda ie, acc=acc: acc)
         return acc
+
+    # -- the warp-shuffle tile (module doc of blelloch_gpu, "In-tile scan") ----------------
+
+    def warp_prefix(
+        self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]], has_carry: SSAValue
+    ) -> tuple[list[SSAValue], SSAValue]:
+        """This thread's exclusive prefix (carry and every earlier valid step of the tile)
+        and whether it is non-empty, from warp shuffles and one barrier: each warp's last
+        lane posts its total to s_j[warp]; every thread folds the totals of the warps
+        before its own after the carry. Valid steps are a prefix of the tile, so a lane
+        holding one only ever receives (and a warp after it only reads) complete parts."""
+        types, bs = self.types, self.bs
+        width = min(bs, bg.WARP)
+        lane, warp = bg.lane_and_warp(le, self.tid)
+        agg = self.fold_registers(le, items)
+        mine = items[0][1]  # the thread holds a valid step
+
+        def combine_valid(e: Emitter, earlier: Sequence[SSAValue], later: Sequence[SSAValue]) -> list[SSAValue]:
+            return list(e.if_(mine, types, lambda ie: self.combine(ie, earlier, later), lambda ie: list(later)))
+
+        inc = bg.warp_inclusive_scan(le, combine_valid, agg, width)
+        ex, has_prev = bg.warp_exclusive(le, inc, width)
+        nw = bs // bg.WARP
+        if nw > 1:
+            le.if_(le.cmp("eq", lane, le.index(bg.WARP - 1)), [], lambda ie: self.store_slot(ie, inc, warp))
+        le.op(gpu.BarrierOp())  # the totals and the previous tile's carry are posted
+        carry = [le.load(c, [le.index(0)]) for c in self.c_arr]
+        # the warp's prefix: carry (if any), then the totals of the warps before it
+        p, pv = list(carry), has_carry
+        for v in range(nw - 1):
+            before = le.cmp("ult", le.index(v), warp)
+            tot = self.load_slot(le, le.index(v))
+
+            def add_total(ie: Emitter, p=p, pv=pv, tot=tot) -> list[SSAValue]:
+                return list(ie.if_(pv, types, lambda je: self.combine(je, p, tot), lambda je: list(tot)))
+
+            p = list(le.if_(before, types, add_total, lambda ie, p=p: list(p)))
+            pv = _or(le, pv, before)
+
+        def with_lane(ie: Emitter) -> list[SSAValue]:
+            return list(ie.if_(pv, types, lambda je: self.combine(je, p, ex), lambda je: list(ex)))
+
+        acc = list(le.if_(has_prev, types, with_lane, lambda ie: list(p)))
+        return acc, _or(le, pv, has_prev)
+
+    def fold_registers(self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]) -> list[SSAValue]:
+        """The valid items folded left to right (the first item's zeros when none is)."""
+        agg: Sequence[SSAValue] = items[0][2]
+        for _, inside, vals in items[1:]:
+            agg = le.if_(
+                inside,
+                self.types,
+                lambda ie, agg=agg, vals=vals: self.combine(ie, agg, vals),
+                lambda ie, agg=agg: agg,
+            )
+        return list(agg)
 
     def publish(self, le: Emitter, acc: Sequence[SSAValue]) -> None:
         """6. the last thread's inclusive value is the next tile's carry."""
@@ -438,11 +501,19 @@ def _emit_kernel(
         e.if_(e.cmp("eq", tid, zero), [], init)
         e.op(gpu.BarrierOp())
 
+    warp = all(bg.shuffles(t) for t in steps.types)
+
     def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
         tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
         start = le.add(tile_start, thread_base)
         has_carry = le.const(1, IntegerType(1)) if seeds is not None else le.cmp("ugt", kt, zero)
         items = steps.load_items(le, start)
+        if warp:
+            acc, prefix_valid = steps.warp_prefix(le, items, has_carry)
+            last = steps.replay_from(le, items, acc, prefix_valid)
+            le.op(gpu.BarrierOp())  # every thread read the totals and the carry
+            steps.publish(le, last)
+            return
         steps.fold(le, items)
         steps.up_sweep(le, tile_start)
         steps.seed(le, has_carry)
