@@ -64,7 +64,9 @@ class ScanToGpu(ModulePass):
                 else:
                     lower_affine(aff, kmod, bs, ipt)
         # Fused producer/consumer recurrences (loop nests around scan.recurrence).
-        refused: dict[Operation, str] = dict(lower_recurrences(op, bs, ipt))
+        refused: dict[Operation, str] = dict(
+            lower_recurrences(op, bs, ipt, time_blocks=self.time_blocks, chunk_tiles=self.chunk_tiles)
+        )
         # Coupled (matrix-valued) recurrences, then generic combines.
         refused.update(lower_linear_recurrences(op, bs, ipt))
         # generic scans with few long channels: in time across blocks (scan_time_blocks.py)
