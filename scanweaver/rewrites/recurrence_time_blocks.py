@@ -111,6 +111,22 @@ def length_term(nest: Nest) -> int | tuple[SSAValue, int] | None:
     return None
 
 
+def init_only_ops(nest: Nest) -> set[Operation]:
+    """Prologue loads whose value only fills the state alloca (`h = g[c]` before the
+    loop), and those stores: launch 3 takes the entry state from scratch instead, so it
+    leaves them out and may let the emit write that memref (the write-through
+    `g[c] = state` of the discounted return)."""
+    out: set[Operation] = set()
+    state = nest.rec.state
+    for op in nest.prologue:
+        if isinstance(op, memref.LoadOp) and op.results[0].uses:
+            users = [u.operation for u in op.results[0].uses]
+            if all(isinstance(u, memref.StoreOp) and u.memref is state and u.value is op.results[0] for u in users):
+                out.add(op)
+                out.update(users)
+    return out
+
+
 def why_not_time_blocks(nest: Nest) -> str | None:
     """Why this nest cannot take the time blocks (None: it can)."""
     el = nest.rec.state_type.element_type
@@ -120,10 +136,11 @@ def why_not_time_blocks(nest: Nest) -> str | None:
         return "time blocks need constant bounds or 0 to memref.dim(%arg, d) step 1"
     fn_args = set(nest.fn.body.block.args)  # the nest's own allocas are per block
     written = {a for a in nest.stored_args if a in fn_args} | ({nest.state_arg} if nest.state_arg else set())
+    skipped = init_only_ops(nest)
     for ops in [*nest.outer_pre, nest.prologue, nest.epilogue]:
         for top in ops:
             for o in top.walk():
-                if isinstance(o, memref.LoadOp) and o.memref in written:
+                if isinstance(o, memref.LoadOp) and o.memref in written and o not in skipped:
                     return "time blocks: the set-up or epilogue reads a memref the nest writes"
     return None
 
@@ -154,7 +171,7 @@ class _Chunked:
     with the channel taken from the block id divided by the chunk count)."""
 
     def __init__(self, nest: Nest, name: str, el: Attribute, shape: Sequence[int], length,
-                 chunk: int, extra: Sequence[tuple[str, Attribute]]):
+                 chunk: int, extra: Sequence[tuple[str, Attribute]], skip: set[Operation] = frozenset()):
         types = [a.type for a in nest.kernel_args] + [t for _, t in extra]
         kfunc = gpu.FuncOp(name, FunctionType.from_lists(types, []), kernel=True)
         kfunc.attributes["gpu.kernel"] = UnitAttr()
@@ -178,7 +195,8 @@ class _Chunked:
             for op in pre:
                 e.op(op.clone(value_mapper=vmap))
         for op in nest.prologue:
-            e.op(op.clone(value_mapper=vmap))
+            if op not in skip:
+                e.op(op.clone(value_mapper=vmap))
         priv, state_src = _state_buffer(e, nest, vmap, el, shape)
         trip, step_index = _trip_and_step_index(e, nest.rec, vmap)
         self.k = NestKernel(nest, kfunc, e, vmap, tid, priv, state_src, trip, step_index)
@@ -293,7 +311,7 @@ class _ChunkGen(_KernelGen):
     def build(self) -> gpu.FuncOp:
         names = ("tb_init", "tb_carries", "tb_final")
         ch = self.ch = _Chunked(self.nest, self.name, self.el, self.shape, self.length, self.chunk,
-                                [(n, self.scratch_types[n]) for n in names])
+                                [(n, self.scratch_types[n]) for n in names], init_only_ops(self.nest))
         self._start(ch.k)
         e, n, agg_t, el = self.e, self.n, self.agg_t, self.el
         first = e.cmp("eq", ch.kc, self.zero)
