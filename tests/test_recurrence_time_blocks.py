@@ -251,20 +251,30 @@ def test_strategy_choice():
 
 
 def test_complex_state_keeps_the_fused_kernel():
-    from scanweaver.rewrites.recurrence_time_blocks import why_not_time_blocks
-    from scanweaver.rewrites.gpu_nest import match_recurrence
-    from xdsl.dialects.builtin import ComplexType, f32 as F32
+    """The LRU's complex state with time-blocks=always: one fused kernel, as before."""
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_complex_gpu_state import lru_args
 
-    m = parse_ir(print_ir(loops.ema_loops(1, 4)))
-    RaiseRecurrences().apply(make_context(), m)
-    rec = next(o for o in m.walk() if isinstance(o, scan.RecurrenceOp))
-    nest = match_recurrence(rec) if rec.parent_op().name == "scf.for" else None
-    assert nest is not None and why_not_time_blocks(nest) is None
-    nest.rec.state.type  # noqa: B018
-    # a complex element type is refused by the rule (the fused kernel takes it)
-    import scanweaver.rewrites.recurrence_time_blocks as rtb
+    from scanweaver.rewrites.complex_affine_loops import ComplexScansToLoops
+    from scanweaver.rewrites.complex_to_real import ComplexToReal
+    from scanweaver.rewrites.raise_complex_pairs import ComplexToPairs
+    from scanweaver.workloads.lru import lru_loops
 
-    assert not isinstance(ComplexType(F32), rtb._REAL_OR_INT)
+    L, N, H = 2 * CHUNK + 1, 2, 2
+    text = print_ir(lru_loops(L, N, H))
+    m = parse_ir(text)
+    ctx = make_context()
+    for stage in (RaiseRecurrences(), ComplexToPairs(), ComplexScansToLoops(),
+                  ScanToGpu(block_size=BS, items_per_thread=IPT, time_blocks="always", chunk_tiles=TILES),
+                  ComplexToReal()):
+        stage.apply(ctx, m)
+    assert len(launch_descriptions(m)) == 1 and "scan_recurrence_0" in launch_descriptions(m)[0].kernel_name
+    args = lru_args(L, N, H, "f32")
+    ref, got = [x.copy() for x in args], [x.copy() for x in args]
+    run_function(text, "lru", *ref)
+    simulate_launch(m, "lru", *got)
+    np.testing.assert_allclose(got[6], ref[6], rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(got[7], ref[7], rtol=2e-5, atol=2e-4)
 
 
 def test_launch_descriptions_and_runtime_replay():
