@@ -146,7 +146,22 @@ def test_selective_scan_component_groups(monkeypatch):
     L, N = CHUNK + 5, 3
     module = loops.selective_scan_loops(1, 2, L, N, **SSM)
     ref, got, m = run_both(module, "selective_scan", ssm_args(np.random.default_rng(9), 1, 2, L, N))
-    assert launch_descriptions(m)[0].shared_bytes == 2 * 2 * BS * 8
+    assert launch_descriptions(m)[0].shared_bytes == (2 * 2 * BS + 2 * N) * 8
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+
+
+def test_large_state_path_folds_by_component_group(monkeypatch):
+    """Beyond 32 elements launch 1 produces one component group's pairs at a time
+    (forced here for N = 3 with groups of 2)."""
+    import scanweaver.rewrites.recurrence_time_blocks as rtb
+
+    monkeypatch.setattr(rtb, "UNROLL_BY_LLVM", 1)
+    monkeypatch.setattr(rtb, "SWEEP_SHARED_BUDGET", 2 * 4 * 8 * 2)
+    L, N = 2 * CHUNK - 3, 3
+    module = loops.selective_scan_loops(1, 1, L, N, **SSM)
+    ref, got, m = run_both(module, "selective_scan", ssm_args(np.random.default_rng(8), 1, 1, L, N), block_order=4)
+    assert kinds(m) == KINDS
     for r, g in zip(ref, got):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
 
@@ -341,4 +356,17 @@ def test_ptxas_selective_scan_n16_dynamic_length(chip):
     shapes = {"u": (1, 1, 1 << 26)}
     assert descs[0].resolve_grid(shapes) == ((1 << 26) // 8192, 1, 1)
     assert descs[1].resolve_grid({"a": (16, (1 << 26) // 8192)}) == (16, 1, 1)
+    _ptxas_no_spills(m, chip)
+
+
+@pytest.mark.parametrize("chip", ["sm_80"])  # one chip: the assembly takes ~40 s
+def test_ptxas_selective_scan_n64_static_one_channel(chip):
+    """N = 64 (one item per thread, launch 1 folding one component group at a time),
+    static sizes (1, 1, 2^20): the default choice takes the time blocks, no spills."""
+    spec, _ = _dynamic_selective(64)
+    from scanweaver.workloads.selective import selective_scan_gpu
+
+    m = parse_ir(print_ir(selective_scan_gpu(spec, (1, 1, 1 << 20))))
+    ScanToGpu().apply(Context(), m)
+    assert kinds(m) == KINDS
     _ptxas_no_spills(m, chip)

@@ -154,10 +154,20 @@ def wants_time_blocks(nest: Nest, chunk: int, mode: str) -> bool:
     choice = nest.rec.attributes.get(TIME_BLOCKS_ATTR)
     if choice is not None:
         return getattr(choice, "data", "") == "time_blocks"
-    length = length_term(nest)
-    if not isinstance(length, int) or not all(isinstance(t, int) for t in nest.trips):
-        return False
-    return prefer_time_blocks(math.prod(nest.trips), length, chunk)  # type: ignore[arg-type]
+    length = _static_size(length_term(nest))
+    trips = [_static_size(t) for t in nest.trips]
+    if length is None or None in trips:
+        return False  # sizes known only at the call
+    return prefer_time_blocks(math.prod(trips), length, chunk)  # type: ignore[arg-type]
+
+
+def _static_size(term) -> int | None:
+    """A trip count: an int, or (argument, dim) of a static size."""
+    if isinstance(term, int) or term is None:
+        return term
+    arg, d = term
+    size = arg.type.get_shape()[d]  # type: ignore[attr-defined]
+    return None if size == DYNAMIC_INDEX else size
 
 
 # ---------------------------------------------------------------------------
@@ -211,18 +221,20 @@ class _ReduceGen(_KernelGen):
     """Launch 1: the chunk aggregates of every state element (module doc)."""
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, length, chunk: int, scratch_types):
-        super().__init__(nest, name, bs, ipt, keep_pairs=False)
+        super().__init__(nest, name, bs, ipt, keep_pairs=True)  # no replay: no step values kept
         self.length, self.chunk, self.scratch_types = length, chunk, scratch_types
         self.agg_t = _agg_type(self.el)
         self.agg_pairs = PairArith(self.agg_t)
         size = bg.byte_size(self.agg_t)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
-        self.shared_bytes = 2 * self.group * bs * size
+        self.shared_bytes = (2 * self.group * bs + 2 * self.n) * size
 
     def _shared_arrays(self) -> None:
         rows = MemRefType(self.agg_t, [self.group * self.bs], memory_space=bg.SHARED_SPACE)
         self.s_a = self.e.val(memref.GetGlobalOp(f"{self.name}_sA", rows))
         self.s_b = self.e.val(memref.GetGlobalOp(f"{self.name}_sB", rows))
+        run = MemRefType(self.agg_t, [2 * self.n], memory_space=bg.SHARED_SPACE)
+        self.s_run = self.e.val(memref.GetGlobalOp(f"{self.name}_sR", run))
 
     def build(self) -> gpu.FuncOp:
         names = ("tb_agg_a", "tb_agg_b", "tb_init")
@@ -232,72 +244,107 @@ class _ReduceGen(_KernelGen):
         e, n, agg_t = self.e, self.n, self.agg_t
         first_thread = e.cmp("eq", self.tid, self.zero)
 
-        def write_init(ie: Emitter) -> None:
+        def start(ie: Emitter) -> None:
+            """Thread 0: the running aggregates (only it touches them), the initial state."""
+            one, zero = self.agg_pairs.identity(ie)
             for i in range(n):
-                v = ie.load(self.state_src, self.elem_index(ie, i))
-                ie.store(_to(ie, v, agg_t), ch.x["tb_init"], [ch.rows[i]])
+                ie.store(one, self.s_run, [ie.index(i)])
+                ie.store(zero, self.s_run, [ie.index(n + i)])
 
-        e.if_(e.val(arith.AndIOp(first_thread, e.cmp("eq", ch.kc, self.zero))), [], write_init)
+            def write_init(je: Emitter) -> None:
+                for i in range(n):
+                    v = je.load(self.state_src, self.elem_index(je, i))
+                    je.store(_to(je, v, agg_t), ch.x["tb_init"], [ch.rows[i]])
+
+            ie.if_(ie.cmp("eq", ch.kc, self.zero), [], write_init)
+
+        e.if_(first_thread, [], start)
         self._prepare()
         self.t_end = ch.chunk_end
         self.tile = e.index(self.bs * self.ipt)
         span = e.sub(ch.chunk_end, ch.chunk_begin)
         ntiles = e.divu(e.add(span, e.index(self.bs * self.ipt - 1)), self.tile)
         self.thread_base = e.add(ch.chunk_begin, e.mul(self.tid, e.index(self.ipt)))
-        ident = self.agg_pairs.identity(e)
-        total = e.for_(self.zero, ntiles, self.one, [ident[0]] * n + [ident[1]] * n, self._reduce_tile)
+        e.for_(self.zero, ntiles, self.one, [], self._reduce_tile)
 
         def write(ie: Emitter) -> None:
             for i in range(n):
-                ie.store(total[i], ch.x["tb_agg_a"], [ch.rows[i], ch.kc])
-                ie.store(total[n + i], ch.x["tb_agg_b"], [ch.rows[i], ch.kc])
+                ie.store(ie.load(self.s_run, [ie.index(i)]), ch.x["tb_agg_a"], [ch.rows[i], ch.kc])
+                ie.store(ie.load(self.s_run, [ie.index(n + i)]), ch.x["tb_agg_b"], [ch.rows[i], ch.kc])
 
         e.if_(first_thread, [], write)
         e.op(gpu.ReturnOp([]))
         return ch.k.kfunc
 
-    def _reduce_tile(self, le: Emitter, tl: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
-        """One tile: this thread's folded pairs, the block's up-sweep per component
-        group, the roots combined onto the running aggregates."""
+    def _reduce_tile(self, le: Emitter, tl: SSAValue, _: Sequence[SSAValue]) -> None:
+        """One tile: this thread's steps folded in the state type (as in the fused
+        kernel: a few steps, within its numerics contract), the block's up-sweep in the
+        aggregate type per component group, the roots folded into the running
+        aggregates by thread 0 (in shared memory: 4 N fewer registers per thread)."""
         n, agg_t, ap, bs, tid = self.n, self.agg_t, self.agg_pairs, self.bs, self.tid
+        by_group = n > UNROLL_BY_LLVM  # else all pairs at once, the step-only work done once
+        if not by_group:
+            _, agg_a, agg_b = self._produce_items(le, tl)
+        for g0 in range(0, n, self.group):
+            comps = list(range(g0, min(n, g0 + self.group)))
+            if by_group:
+                agg_a, agg_b = self._group_folds(le, tl, comps)
+            slots = []
+            for c, i in enumerate(comps):
+                slot = le.add(tid, le.index(c * bs)) if c else tid
+                le.store(_to(le, agg_a[i], agg_t), self.s_a, [slot])
+                le.store(_to(le, agg_b[i], agg_t), self.s_b, [slot])
+                slots.append((self.s_a, self.s_b, c * bs))
+            bg.blelloch_up_sweep(le, ap, tid, bs, slots)
+            le.op(gpu.BarrierOp())
+
+            def fold_roots(ie: Emitter, comps: list[int] = comps) -> None:
+                for c, i in enumerate(comps):
+                    root = (ie.load(self.s_a, [ie.index(c * bs + bs - 1)]), ie.load(self.s_b, [ie.index(c * bs + bs - 1)]))
+                    run = (ie.load(self.s_run, [ie.index(i)]), ie.load(self.s_run, [ie.index(n + i)]))
+                    new = ap.combine(ie, run, root)
+                    ie.store(new[0], self.s_run, [ie.index(i)])
+                    ie.store(new[1], self.s_run, [ie.index(n + i)])
+
+            le.if_(le.cmp("eq", tid, self.zero), [], fold_roots)
+            le.op(gpu.BarrierOp())  # the roots were read before the slots are reused
+
+
+    def _group_folds(self, le: Emitter, tl: SSAValue, comps: list[int]) -> tuple[dict, dict]:
+        """This thread's folded pairs of the elements `comps` only (large states: the
+        step-only ops run once per group, so that only one group's pairs are live)."""
+        pairs, el = self.pairs, self.el
         start = le.add(le.mul(tl, self.tile), self.thread_base)
-        agg_a: list[SSAValue] = []
-        agg_b: list[SSAValue] = []
+        agg_a: dict[int, SSAValue] = {}
+        agg_b: dict[int, SSAValue] = {}
         for j in range(self.ipt):
             k = le.add(start, le.index(j)) if j else start
 
             def produce(ie: Emitter, k: SSAValue = k) -> list[SSAValue]:
-                _, a_s, b_s = self._step_pairs(ie, k)
-                return [_to(ie, v, agg_t) for v in a_s + b_s]
+                m = {**self.base, self.t_c: self.step_index(ie, k)}
+                for op in self.cs.per_step:
+                    ie.op(op.clone(value_mapper=m))
+                a_s, b_s = [], []
+                for i in comps:
+                    mn = self._elem_map(ie, m, i)
+                    for op in self.cs.per_both:
+                        ie.op(op.clone(value_mapper=mn))
+                    a_s.append(pairs.widen(ie, mn[self.y_a]))
+                    b_s.append(pairs.widen(ie, mn[self.y_b]))
+                return a_s + b_s
 
             def pad(ie: Emitter) -> list[SSAValue]:
-                one, zero = ap.identity(ie)
-                return [one] * n + [zero] * n
+                one, zero = pairs.identity(ie)
+                return [one] * len(comps) + [zero] * len(comps)
 
-            res = list(le.if_(le.cmp("ult", k, self.t_end), [agg_t] * (2 * n), produce, pad))
-            if j == 0:
-                agg_a, agg_b = res[:n], res[n:]
-            else:
-                folded = [ap.combine(le, (agg_a[i], agg_b[i]), (res[i], res[n + i])) for i in range(n)]
-                agg_a, agg_b = [x for x, _ in folded], [y for _, y in folded]
-        roots_a: list[SSAValue] = []
-        roots_b: list[SSAValue] = []
-        for g0 in range(0, n, self.group):
-            comps = list(range(g0, min(n, g0 + self.group)))
-            slots = []
+            res = list(le.if_(le.cmp("ult", k, self.t_end), [el] * (2 * len(comps)), produce, pad))
             for c, i in enumerate(comps):
-                slot = le.add(tid, le.index(c * bs)) if c else tid
-                le.store(agg_a[i], self.s_a, [slot])
-                le.store(agg_b[i], self.s_b, [slot])
-                slots.append((self.s_a, self.s_b, c * bs))
-            bg.blelloch_up_sweep(le, ap, tid, bs, slots)
-            le.op(gpu.BarrierOp())
-            for c in range(len(comps)):
-                roots_a.append(le.load(self.s_a, [le.index(c * bs + bs - 1)]))
-                roots_b.append(le.load(self.s_b, [le.index(c * bs + bs - 1)]))
-            le.op(gpu.BarrierOp())  # every thread read the roots before the slots are reused
-        out = [ap.combine(le, (carried[i], carried[n + i]), (roots_a[i], roots_b[i])) for i in range(n)]
-        return [x for x, _ in out] + [y for _, y in out]
+                item = (res[c], res[len(comps) + c])
+                if j == 0:
+                    agg_a[i], agg_b[i] = item
+                else:
+                    agg_a[i], agg_b[i] = pairs.combine(le, (agg_a[i], agg_b[i]), item)
+        return agg_a, agg_b
 
 
 class _ChunkGen(_KernelGen):
@@ -408,7 +455,7 @@ class _RecurrenceTimeBlocks:
         }
         # the kernels first (Unsupported leaves the IR as it was)
         n1, n3 = f"{self.base}_reduce", f"{self.base}_chunks"
-        red = _ReduceGen(nest, n1, self.bs, self.ipt, self.length, self.chunk, types)
+        red = _ReduceGen(nest, n1, self.bs, reduce_items(self.n, self.ipt), self.length, self.chunk, types)
         k1 = red.build()
         chk = _ChunkGen(nest, n3, self.bs, self.ipt, self.keep, self.length, self.chunk, types)
         k3 = chk.build()
@@ -425,6 +472,7 @@ class _RecurrenceTimeBlocks:
         for name, t, size in ((n1, self.agg_t, red.group * self.bs), (n3, self.el, chk.group * self.bs)):
             bg.shared_global(kmod, f"{name}_sA", t, size)
             bg.shared_global(kmod, f"{name}_sB", t, size)
+        bg.shared_global(kmod, f"{n1}_sR", self.agg_t, 2 * self.n)
         bg.shared_global(kmod, f"{n3}_sC", self.el, self.n)
         for kf in (k1, k2, k3):
             kmod.body.block.add_op(kf)
@@ -549,6 +597,13 @@ class _RecurrenceTimeBlocks:
         }
         for kf, d in descs.items():
             kf.attributes["scanweaver.launch"] = replace(d).to_attr()
+
+
+def reduce_items(n: int, ipt: int) -> int:
+    """Items per thread of launch 1 (any tile size divides its chunk loop): beyond 16
+    state elements half the fused kernel's, so its pairs and folds stay in registers
+    (ptxas, selective scan N = 32, dynamic sizes: 4 items spill 32 bytes, 2 none)."""
+    return ipt if n <= 16 else max(1, ipt // 2)
 
 
 def _product(terms: Sequence[int | str]) -> int | str:
