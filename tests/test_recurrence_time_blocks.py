@@ -244,7 +244,6 @@ def test_dynamic_length_selective_scan(length):
 
 def test_strategy_choice():
     auto = lambda mod: kinds(lower(mod, "auto"))  # noqa: E731
-    big = 128 * 4 * TILES  # ScanToGpu's chunk below with its default block
     m = parse_ir(print_ir(loops.ema_loops(2, 2 * CHUNK)))
     RaiseRecurrences().apply(make_context(), m)
     ScanToGpu(block_size=BS, items_per_thread=IPT, chunk_tiles=TILES).apply(Context(), m)
@@ -262,7 +261,6 @@ def test_strategy_choice():
         if isinstance(o, scan.RecurrenceOp):
             o.attributes[TIME_BLOCKS_ATTR] = StringAttr("time_blocks")
     assert kinds(lower(asked, "auto", raise_loops=False)) == KINDS
-    assert big > 0
 
 
 def test_complex_state_keeps_the_fused_kernel():

@@ -11,9 +11,12 @@ static channels and a static length of at least two chunks, the op's
    variables from the block id, the cloned ops before the inner loop and the prologue),
    then the block folds the coefficients its chunk's steps produce (the cloned `coeffs`
    region, split and hoisted as in the fused kernel) into N chunk aggregates
-   `(A_n, B_n)` (per-thread folds, the block's up-sweep per tile), written to scratch
-   `tb_agg_a/tb_agg_b[r, k]`, r = channel * N + n. The block of chunk 0 also writes
-   the initial state (after the prologue) to `tb_init[r]`.
+   `(A_n, B_n)`: per-thread folds of its items, the block's up-sweep per tile and
+   component group, thread 0 folding the roots into running aggregates in shared
+   memory; written to scratch `tb_agg_a/tb_agg_b[r, k]`, r = channel * N + n. The
+   block of chunk 0 also writes the initial state (after the prologue) to
+   `tb_init[r]`. Beyond 16 elements it takes half the items per thread, beyond 32 it
+   produces one component group's pairs at a time (registers: see `reduce_items`).
 2. `<name>_carries`, grid channels x N: the one-block-per-channel affine kernel of
    `blelloch_gpu` over the aggregates from `tb_init`: `tb_carries[r, k]` is element n
    of the state after chunk k, `tb_final[r]` after the last chunk.
@@ -30,10 +33,13 @@ ops before the inner loop and the epilogue may not read a memref the nest writes
 launch 1. The simulator checks this with permuted block orders and its cross-block
 global-memory race check.
 
-Numerics (as `affine_time_blocks`). Aggregates and carries of float states are in
-f64 (an f64 underflow of a chunk product drops a share of the carry below 2.2e-308
-relative); each chunk then runs the loop's arithmetic in the state type from its
-carry (rounded once), with the fused kernel's per-tile overflow guard. Where some
+Numerics (as `affine_time_blocks`). Each thread folds its few steps in the state type,
+as the fused kernel does (a product of that many coefficients that underflows drops a
+share below the smallest normal times |state|, the fused kernels' contract); the block
+sweeps, chunk aggregates and carries of float states are in f64 (an f64 underflow of a
+chunk product drops a share of the carry below 2.2e-308 relative); each chunk then runs
+the loop's arithmetic in the state type from its carry (rounded once), with the fused
+kernel's per-tile overflow guard. Where some
 element of a channel's `tb_final` is not finite (Inf/NaN inputs, or an aggregate
 overflowed f64: a non-finite aggregate or carry always reaches the last carry), the
 channel is redone by the block of its first chunk alone, tiles chained from the
@@ -47,8 +53,7 @@ Cost: the producer runs twice (launches 1 and 3), the consumer once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 
 from xdsl.dialects import arith, gpu, memref
 from xdsl.dialects.builtin import (
@@ -541,8 +546,7 @@ class _RecurrenceTimeBlocks:
         return kf
 
     def _describe(self, k1, k2, k3, g13, g2, rows, chunks, pos, red, chk) -> None:
-        nest, fn_name = self.nest, self.nest.fn.sym_name.data
-        names = self.names
+        nest, fn_name, names = self.nest, self.nest.fn.sym_name.data, self.names
 
         def nest_desc(a, kind: str):
             n = self.by_arg[a]
@@ -557,8 +561,7 @@ class _RecurrenceTimeBlocks:
             return "inout" if w and r else "out" if w else "in"
 
         agg = bg.type_name(self.agg_t)
-        rc = (rows if isinstance(rows, int) else rows, chunks)
-        rows_e = tuple(x if isinstance(x, int) else x for x in rc)
+        rc = (rows, chunks)  # scratch shape entries over the nest's arguments
         host = tuple(a.index for a in nest.kernel_args)
         covers = _covered_sizes(nest, dict(zip(nest.kernel_args, names)))
         scr = lambda s, shape: (s, "out", agg, shape)  # noqa: E731
@@ -571,7 +574,7 @@ class _RecurrenceTimeBlocks:
                 + [scr("tb_agg_a", dyn2), scr("tb_agg_b", dyn2), scr("tb_init", dyn2[:1])],
                 host_args=host + (pos["tb_agg_a"], pos["tb_agg_b"], pos["tb_init"]),
                 covers_dims=covers,
-                scratch=(("tb_agg_a", rows_e), ("tb_agg_b", rows_e), ("tb_init", rows_e[:1])),
+                scratch=(("tb_agg_a", rc), ("tb_agg_b", rc), ("tb_init", rc[:1])),
                 notes=f"scan.recurrence time blocks 1/3: {self.n} aggregates per {self.chunk}-step chunk ({agg})",
             ),
             k2: KernelLaunch(
@@ -596,7 +599,7 @@ class _RecurrenceTimeBlocks:
             ),
         }
         for kf, d in descs.items():
-            kf.attributes["scanweaver.launch"] = replace(d).to_attr()
+            kf.attributes["scanweaver.launch"] = d.to_attr()
 
 
 def reduce_items(n: int, ipt: int) -> int:
