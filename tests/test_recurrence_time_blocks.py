@@ -368,3 +368,29 @@ def test_ptxas_selective_scan_n64_static_one_channel(chip):
     ScanToGpu().apply(Context(), m)
     assert kinds(m) == KINDS
     _ptxas_no_spills(m, chip)
+
+
+def test_runtime_replay_dynamic_sizes_scratch_from_formulas():
+    """Dynamic (batch, D, L): the runtime sizes the scratch from the formulas of the
+    launch descriptions (rows = batch * D * N, chunks = cdiv(L, chunk))."""
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_gpu_time_blocks import SimulatorDriver
+    from test_selective_gpu_dynamic import inputs
+
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule
+
+    spec, module = _dynamic_selective(3)
+    m = lower(module, raise_loops=False)
+    descs = launch_descriptions(m)
+    batch, dim, length = 1, 2, CHUNK + 3
+    x = inputs(np.random.default_rng(12), spec, batch, dim, length)
+    args = [*x.values(), np.zeros((batch, dim, length), np.float32), np.zeros((batch, dim, 3), np.float32)]
+    shapes = {"u": x["u"].shape}
+    assert descs[0].scratch_shape("tb_agg_a", shapes) == (batch * dim * 3, 2)
+    ref = [a.copy() for a in args]
+    run_function(parse_ir(print_ir(module)), "selective_scan", *ref)
+    driver = SimulatorDriver(m)
+    CudaFunction(CudaModule("ptx", driver=driver), "selective_scan", descs, len(args))(*args)
+    assert [g for _, g in driver.launches] == [(4, 1, 1), (6, 1, 1), (4, 1, 1)]
+    for r, g in zip(ref, args):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
