@@ -56,12 +56,14 @@ import math
 from collections.abc import Sequence
 
 from xdsl.dialects import arith, gpu, memref
+from xdsl.dialects import complex as cx
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     Float16Type,
     Float32Type,
     Float64Type,
     BFloat16Type,
+    ComplexType,
     FunctionType,
     IntegerAttr,
     IntegerType,
@@ -69,13 +71,15 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     SymbolRefAttr,
     UnitAttr,
+    f64,
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from scanweaver.rewrites import blelloch_gpu as bg
-from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, _agg_type, _new_kernel, _to
+from scanweaver.rewrites import affine_time_blocks as atb
+from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, _new_kernel
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.gpu_kernel import Unsupported, block_id, const_int, kernel_name, shape_entries, thread_id
 from scanweaver.rewrites.gpu_nest import (
@@ -97,6 +101,25 @@ from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, prefer_time_blocks
 SCRATCH = ("tb_agg_a", "tb_agg_b", "tb_init", "tb_carries", "tb_final")
 
 _REAL_OR_INT = (Float16Type, BFloat16Type, Float32Type, Float64Type, IntegerType)
+
+
+def _agg_type(state_t: Attribute) -> Attribute:
+    """Aggregates and carries: f64 (complex<f64>) for float (complex) states, the state
+    type for integers."""
+    if isinstance(state_t, ComplexType):
+        return ComplexType(f64)
+    return atb._agg_type(state_t)
+
+
+def _to(e: Emitter, v: SSAValue, t: Attribute) -> SSAValue:
+    """Conversion between state and aggregate types (complex: part by part)."""
+    if v.type == t:
+        return v
+    if isinstance(t, ComplexType):
+        re, im = e.val(cx.ReOp(v)), e.val(cx.ImOp(v))
+        part = t.element_type
+        return e.val(cx.CreateOp(atb._to(e, re, part), atb._to(e, im, part), t))
+    return atb._to(e, v, t)
 
 # ---------------------------------------------------------------------------
 # When
@@ -135,8 +158,10 @@ def init_only_ops(nest: Nest) -> set[Operation]:
 def why_not_time_blocks(nest: Nest) -> str | None:
     """Why this nest cannot take the time blocks (None: it can)."""
     el = nest.rec.state_type.element_type
-    if not isinstance(el, _REAL_OR_INT):
-        return "time blocks take real and integer states only"
+    if isinstance(el, ComplexType) and isinstance(el.element_type, (Float32Type, Float64Type)):
+        pass  # complex<f32> / complex<f64>: aggregates in complex<f64>
+    elif not isinstance(el, _REAL_OR_INT):
+        return "time blocks take real, integer and complex<f32/f64> states only"
     if length_term(nest) is None:
         return "time blocks need constant bounds or 0 to memref.dim(%arg, d) step 1"
     fn_args = set(nest.fn.body.block.args)  # the nest's own allocas are per block
@@ -536,7 +561,9 @@ class _RecurrenceTimeBlocks:
               bg.shared_global(kmod, f"{name}_sC", agg_t, 1))
         names = ["a", "b", "init", "h", "final"]
         kf, a, e = _new_kernel(kmod, name, names, [types[s] for s in ("tb_agg_a", "tb_agg_b", "tb_init", "tb_carries", "tb_final")])
-        pairs = bg.GuardedPairArith(agg_t) if bg.needs_overflow_guard(agg_t, bs) else PairArith(agg_t)
+        # the underflow poison is real-only; complex tiles keep the overflow flag
+        guarded = bg.needs_overflow_guard(agg_t, bs) and not isinstance(agg_t, ComplexType)
+        pairs = bg.GuardedPairArith(agg_t) if guarded else PairArith(agg_t)
         channel = bg.channel_indices(e, a["h"], 1, bg._block_id(e))
         carry0 = e.load(a["init"], channel)
         carry = bg.emit_chained_tiles(e, pairs, a, name, channel, 1, sh, False, bs, self.ipt, e.index(0),
