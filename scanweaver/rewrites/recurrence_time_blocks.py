@@ -81,6 +81,7 @@ from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites import affine_time_blocks as atb
 from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, _new_kernel
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
+from scanweaver.rewrites.complex_gpu import state_words
 from scanweaver.rewrites.gpu_kernel import Unsupported, block_id, const_int, kernel_name, shape_entries, thread_id
 from scanweaver.rewrites.gpu_nest import (
     Nest,
@@ -312,7 +313,9 @@ class _ReduceGen(_KernelGen):
         aggregate type per component group, the roots folded into the running
         aggregates by thread 0 (in shared memory: 4 N fewer registers per thread)."""
         n, agg_t, ap, bs, tid = self.n, self.agg_t, self.agg_pairs, self.bs, self.tid
-        by_group = n > UNROLL_BY_LLVM  # else all pairs at once, the step-only work done once
+        # beyond 32 registers of state: one group at a time; else all pairs at once, the
+        # step-only work done once
+        by_group = n * state_words(self.el) > UNROLL_BY_LLVM
         if not by_group:
             _, agg_a, agg_b = self._produce_items(le, tl)
         for g0 in range(0, n, self.group):
@@ -485,7 +488,8 @@ class _RecurrenceTimeBlocks:
         }
         # the kernels first (Unsupported leaves the IR as it was)
         n1, n3 = f"{self.base}_reduce", f"{self.base}_chunks"
-        red = _ReduceGen(nest, n1, self.bs, reduce_items(self.n, self.ipt), self.length, self.chunk, types)
+        words = self.n * state_words(self.el)  # 32-bit registers per state
+        red = _ReduceGen(nest, n1, self.bs, reduce_items(words, self.ipt), self.length, self.chunk, types)
         k1 = red.build()
         chk = _ChunkGen(nest, n3, self.bs, self.ipt, self.keep, self.length, self.chunk, types)
         k3 = chk.build()
@@ -629,11 +633,12 @@ class _RecurrenceTimeBlocks:
             kf.attributes["scanweaver.launch"] = d.to_attr()
 
 
-def reduce_items(n: int, ipt: int) -> int:
-    """Items per thread of launch 1 (any tile size divides its chunk loop): beyond 16
-    state elements half the fused kernel's, so its pairs and folds stay in registers
-    (ptxas, selective scan N = 32, dynamic sizes: 4 items spill 32 bytes, 2 none)."""
-    return ipt if n <= 16 else max(1, ipt // 2)
+def reduce_items(words: int, ipt: int) -> int:
+    """Items per thread of launch 1 (its tile need not be the chunk kernel's): for a
+    state of more than 16 registers (32-bit words) half the fused kernel's, so its pairs
+    and folds stay in registers (ptxas, selective scan N = 32, dynamic sizes: 4 items
+    spill 32 bytes, 2 none)."""
+    return ipt if words <= 16 else max(1, ipt // 2)
 
 
 def _product(terms: Sequence[int | str]) -> int | str:
