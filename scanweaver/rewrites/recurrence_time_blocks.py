@@ -45,7 +45,9 @@ overflowed f64: a non-finite aggregate or carry always reaches the last carry), 
 channel is redone by the block of its first chunk alone, tiles chained from the
 initial state exactly as the fused kernel does; the other blocks of that channel do
 nothing. Integer states wrap exactly in any association: bit for bit, no redo.
-Complex states keep the fused kernel.
+Complex states (complex<f32>, complex<f64>) the same way in complex<f64> (the carries
+kernel without the real-only underflow poison; its overflow flag and the redo check
+both parts), before `scan-complex-to-real` makes the arithmetic real.
 
 Cost: the producer runs twice (launches 1 and 3), the consumer once.
 """
