@@ -58,7 +58,9 @@ entry, exit and launch.)
 Kernel design
 -------------
 * Grid: one block per channel iteration; blockIdx.x is delinearised over the channel
-  loops' trip counts (row-major), like the scan.affine kernel's channels. Every thread
+  loops' trip counts (row-major), like the scan.affine kernel's channels. Few long
+  channels (`time_blocks`) go to `recurrence_time_blocks.py` instead, which runs this
+  kernel's steps over one time chunk per block (`_tiles(t_begin, t_end)`). Every thread
   runs the cloned prologue (so each has its own private state alloca); thread 0 puts
   the initial state into the shared carry `sC[N]`.
 * Hoisting: ops of coeffs that depend on neither the step nor the state index run once
@@ -515,6 +517,7 @@ def lower_recurrence(
         n_state = math.prod(rec.state_type.get_shape())
         ipt = items_for_state(n_state * state_words(rec.state_type.element_type), items_per_thread)
         if time_blocks != "never":
+            # imported here: it builds on this module's kernel generator
             from scanweaver.rewrites import recurrence_time_blocks as rtb
 
             if rtb.wants_time_blocks(nest, block_size * ipt * chunk_tiles, time_blocks):
