@@ -88,6 +88,26 @@ def test_integer_ema_bit_exact(dtype):
         np.testing.assert_array_equal(g, r)
 
 
+def test_ema_f64_state():
+    L = 2 * CHUNK + 1
+    args = [a.astype(np.float64) for a in ema_args(np.random.default_rng(3), 2, L)]
+    ref, got, m = run_both(loops.ema_loops(2, L, "f64"), "ema", args, block_order=9)
+    assert kinds(m) == KINDS
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=1e-13, atol=1e-14)
+
+
+def test_selective_scan_f16_io():
+    """f16 inputs/outputs, f32 state: f64 aggregates, each chunk in f32 from its carry."""
+    L, N = 2 * CHUNK + 1, 2
+    module = loops.selective_scan_loops(1, 1, L, N, dtype="f16", **SSM)
+    args = [a.astype(np.float16) for a in ssm_args(np.random.default_rng(2), 1, 1, L, N)]
+    ref, got, m = run_both(module, "selective_scan", args, block_order=6)
+    assert kinds(m) == KINDS
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g.astype(np.float32), r.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("L", [CHUNK - 1, 2 * CHUNK + 1])
 def test_discounted_return_reverse_and_write_through(L):
     """G[c, L-1-t] (reverse in time) and g[c] = state (only the loop's last step, in the
