@@ -124,6 +124,7 @@ def _to(e: Emitter, v: SSAValue, t: Attribute) -> SSAValue:
         return e.val(cx.CreateOp(atb._to(e, re, part), atb._to(e, im, part), t))
     return atb._to(e, v, t)
 
+
 # ---------------------------------------------------------------------------
 # When
 # ---------------------------------------------------------------------------
