@@ -132,10 +132,12 @@ def test_running_product_and_or_on_the_gpu(op, el, time_blocks):
     m = gpu_module(src, time_blocks)
     (fn,) = [f for f in m.ops if isinstance(f, func.FuncOp)]
     assert refusals(fn) == []
-    # h * x[t] is affine (a = x, b = 0): the scan.recurrence kernel, in one launch
+    # h * x[t] is affine (a = x, b = 0): the scan.recurrence kernel, in one launch, or
+    # its time blocks (recurrence_time_blocks.py: reduce, carries, chunks)
     kernels = [d.kernel_name for d in launch_descriptions(m)]
     if op == "arith.muli":
-        assert [k.rsplit("_", 1)[0] for k in kernels] == ["scan_recurrence"]
+        want = ["scan_recurrence"] if time_blocks == "auto" else ["scan_recurrence_tb_0"] * 3
+        assert [k.rsplit("_", 1)[0] for k in kernels] == want
     else:  # one chained kernel, or chunks, their aggregates' scan, the carries
         assert len(kernels) == (1 if time_blocks == "auto" else 3) and kernels[0].startswith("scan_generic"), kernels
     for n in LENGTHS:

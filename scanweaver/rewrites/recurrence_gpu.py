@@ -58,7 +58,9 @@ entry, exit and launch.)
 Kernel design
 -------------
 * Grid: one block per channel iteration; blockIdx.x is delinearised over the channel
-  loops' trip counts (row-major), like the scan.affine kernel's channels. Every thread
+  loops' trip counts (row-major), like the scan.affine kernel's channels. Few long
+  channels (`time_blocks`) go to `recurrence_time_blocks.py` instead, which runs this
+  kernel's steps over one time chunk per block (`_tiles(t_begin, t_end)`). Every thread
   runs the cloned prologue (so each has its own private state alloca); thread 0 puts
   the initial state into the shared carry `sC[N]`.
 * Hoisting: ops of coeffs that depend on neither the step nor the state index run once
@@ -126,6 +128,7 @@ from scanweaver.rewrites.gpu_kernel import Unsupported, kernel_name, refuse_i1_m
 from scanweaver.rewrites.gpu_nest import (
     MAX_STATE,
     Nest,
+    NestKernel,
     begin_nest_kernel,
     finish_nest_kernel,
     guard_last_stores,
@@ -185,25 +188,41 @@ class _KernelGen:
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> gpu.FuncOp:
         k_ = begin_nest_kernel(self.nest, self.name, self.el, self.shape)
+        self._start(k_)
+        self.e.if_(self.e.cmp("eq", self.tid, self.zero), [], self._init_carry)
+        self._prepare()
+        self._tiles(self.zero, self.trip)
+        finish_nest_kernel(k_, self.n, self.s_c, self.elem_index)
+        return k_.kfunc
+
+    def _start(self, k_: NestKernel) -> None:
+        """Take the kernel's common values from `begin_nest_kernel`; the shared arrays."""
         self.priv = k_.priv
         self.e, self.vmap, self.tid = k_.e, k_.vmap, k_.tid
         self.state_src, self.trip, self.step_index = k_.state_src, k_.trip, k_.step_index
-        e = self.e
-        self.zero, self.one = e.index(0), e.index(1)
+        self.zero, self.one = self.e.index(0), self.e.index(1)
         self._shared_arrays()
-        e.if_(e.cmp("eq", self.tid, self.zero), [], self._init_carry)
+
+    def _prepare(self) -> None:
         self._split_regions()
         self._hoist_invariants()
         self._step_frontier()
+
+    def _tiles(self, t_begin: SSAValue, t_end: SSAValue) -> None:
+        """The chained tiles over steps [t_begin, t_end) (the whole loop here; one time
+        chunk in `recurrence_time_blocks.py`)."""
+        e = self.e
+        self.t_end = t_end
         self.tile = e.index(self.bs * self.ipt)
-        ntiles = e.divu(e.add(self.trip, e.index(self.bs * self.ipt - 1)), self.tile)
+        span = t_end if t_begin is self.zero else e.sub(t_end, t_begin)
+        ntiles = e.divu(e.add(span, e.index(self.bs * self.ipt - 1)), self.tile)
         self.thread_base = e.mul(self.tid, e.index(self.ipt))
+        if t_begin is not self.zero:
+            self.thread_base = e.add(t_begin, self.thread_base)
         self.last_k = e.sub(self.trip, self.one)
         self.guard = bg.needs_overflow_guard(self.el, self.bs)
         self.one_group = self.group >= self.n
         e.for_(self.zero, ntiles, self.one, [], self._tile_body)
-        finish_nest_kernel(k_, self.n, self.s_c, self.elem_index)
-        return k_.kfunc
 
     def _shared_arrays(self) -> None:
         """The sweep arrays sA, sB (G x block_size) and the carry sC (N)."""
@@ -327,7 +346,7 @@ class _KernelGen:
         agg_b: list[SSAValue] = []
         for j in range(self.ipt):
             k = le.add(start, le.index(j)) if j else start
-            inside = le.cmp("ult", k, self.trip)
+            inside = le.cmp("ult", k, self.t_end)
 
             def produce(ie: Emitter, k: SSAValue = k) -> list[SSAValue]:
                 m, a_s, b_s = self._step_pairs(ie, k)
@@ -484,17 +503,30 @@ def lower_recurrence(
     block_size: int,
     items_per_thread: int,
     keep_pairs: bool | None = None,
+    time_blocks: str = "never",
+    chunk_tiles: int = 16,
 ) -> None:
     """Lower one `scan.recurrence` and its loop nest, or raise `Unsupported` (leaving
     the IR as it was).  Without channel loops (one long sequence) the recurrence is
-    wrapped into a one-trip loop first: one block runs it."""
+    wrapped into a one-trip loop first: one block runs it, unless `time_blocks`
+    ("auto", "always"; `recurrence_time_blocks.py`) spreads its time over blocks."""
     wrapper = wrap_depth0(rec)
     try:
         nest = match_recurrence(rec)
         refuse_i1_memrefs(nest.kernel_args)
-        name = kernel_name(top, "scan_recurrence")
         n_state = math.prod(rec.state_type.get_shape())
         ipt = items_for_state(n_state * state_words(rec.state_type.element_type), items_per_thread)
+        if time_blocks != "never":
+            # imported here: it builds on this module's kernel generator
+            from scanweaver.rewrites import recurrence_time_blocks as rtb
+
+            if rtb.wants_time_blocks(nest, block_size * ipt * chunk_tiles, time_blocks):
+                try:  # builds its kernels before it changes the IR
+                    rtb.lower_recurrence_time_blocks(nest, top, block_size, ipt, chunk_tiles, keep_pairs)
+                    return
+                except Unsupported:
+                    pass  # the fused kernel, one block per channel
+        name = kernel_name(top, "scan_recurrence")
         gen = _KernelGen(nest, name, block_size, ipt, keep_pairs)
         kfunc = gen.build()
         if gen.n > UNROLL_BY_LLVM:  # the emit's loops over the state: constant indices
@@ -529,22 +561,25 @@ def lower_recurrence(
 
 
 def lower_recurrences(
-    top: ModuleOp, block_size: int, items_per_thread: int, keep_pairs: bool | None = None
+    top: ModuleOp, block_size: int, items_per_thread: int, keep_pairs: bool | None = None,
+    time_blocks: str = "never", chunk_tiles: int = 16,
 ) -> dict[scan.RecurrenceOp, str]:
-    """Lower every matching `scan.recurrence`; returns why the others were left alone."""
+    """Lower every matching `scan.recurrence`; returns why the others were left alone.
+    `time_blocks` / `chunk_tiles`: see `lower_recurrence`."""
     skipped: dict[scan.RecurrenceOp, str] = {}
+    tb = dict(time_blocks=time_blocks, chunk_tiles=chunk_tiles)
     for rec in [o for o in top.walk() if isinstance(o, scan.RecurrenceOp)]:
         try:
             if needs_split(rec, MAX_STATE):  # dynamic or large diagonal state: one channel per element
                 split = split_state(rec)
                 try:
-                    lower_recurrence(split.rec, top, block_size, items_per_thread, keep_pairs)
+                    lower_recurrence(split.rec, top, block_size, items_per_thread, keep_pairs, **tb)
                 except Unsupported:
                     split.undo()
                     raise
                 split.drop_unused()
             else:
-                lower_recurrence(rec, top, block_size, items_per_thread, keep_pairs)
+                lower_recurrence(rec, top, block_size, items_per_thread, keep_pairs, **tb)
         except Unsupported as why:
             skipped[rec] = str(why)
     return skipped

@@ -67,7 +67,11 @@ class ScanToGpu(ModulePass):
                     lower_affine(aff, kmod, bs, ipt)
         # Fused producer/consumer recurrences (loop nests around scan.recurrence); a 2-D
         # state too large for registers whose emit sums over it: gpu_state_matrix.py.
-        refused: dict[Operation, str] = lower_state_matrices(op, dict(lower_recurrences(op, bs, ipt)), bs)
+        refused: dict[Operation, str] = lower_state_matrices(
+            op,
+            dict(lower_recurrences(op, bs, ipt, time_blocks=self.time_blocks, chunk_tiles=self.chunk_tiles)),
+            bs,
+        )
         # Coupled (matrix-valued) recurrences, then generic combines.
         refused.update(lower_linear_recurrences(op, bs, ipt))
         # generic scans with few long channels: in time across blocks (scan_time_blocks.py)
