@@ -103,6 +103,11 @@ class Emit:
     def add(self, x, y):
         return self.put(arith.AddfOp(x, y)).result
 
+    def add_reassoc(self, x, y):
+        """x + y, reorderable with other such sums (LLVM may vectorise a sum of them)."""
+        flags = arith.FastMathFlagsAttr([FastMathFlag.REASSOC, FastMathFlag.NO_SIGNED_ZEROS])
+        return self.put(arith.AddfOp(x, y, flags)).result
+
     def sub(self, x, y):
         return self.put(arith.SubfOp(x, y)).result
 
@@ -187,6 +192,28 @@ class Emit:
         self.block = outer
         self.put(scf.ForOp(lb, ub, self.iconst(1), [], Region(blk)))
 
+    def for_sums(self, lb, ub, inits: Sequence[SSAValue], body) -> list[SSAValue]:
+        """scf.for from lb to ub (step 1) carrying the sums `inits`: body(iv, sums)
+        emits into the loop body and returns the new sums; returns the loop's results.
+        Sums in registers, not in memory cells: LLVM vectorises the loop around them."""
+        blk = Block(arg_types=[IndexType(), *(v.type for v in inits)])
+        outer, self.block = self.block, blk
+        out = body(blk.args[0], list(blk.args[1:]))
+        self.put(scf.YieldOp(*out))
+        self.block = outer
+        return list(self.put(scf.ForOp(lb, ub, self.iconst(1), list(inits), Region(blk))).results)
+
+    def for_static_sums(self, shape: Sequence[int], inits: Sequence[SSAValue], body, prefix=()) -> list[SSAValue]:
+        """for_static carrying sums through the loop nest: body(indices, sums) -> sums."""
+        if not shape:
+            return body(list(prefix), list(inits))
+        return self.for_sums(
+            self.iconst(0),
+            self.iconst(shape[0]),
+            inits,
+            lambda i, sums: self.for_static_sums(shape[1:], sums, body, (*prefix, i)),
+        )
+
     def for_static(self, shape: Sequence[int], body, prefix=()) -> None:
         """Loops over every index of a static shape; body(indices)."""
         if not shape:
@@ -225,6 +252,9 @@ class Scope:
 
     adj: dict[SSAValue, SSAValue] = field(default_factory=dict)
     cells: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    #: values of an enclosing block whose cotangents are summed as SSA values here
+    #: (value -> the running sum), reassociably
+    sums: dict[SSAValue, SSAValue] = field(default_factory=dict)
 
 
 def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAValue]:
@@ -420,6 +450,9 @@ class VjpBuilder:
         if d is None or not is_float(v.type):
             return
         if isinstance(v, SSAValue) and isinstance(getattr(v, "owner", None), arith.ConstantOp):
+            return
+        if v in scope.sums:
+            scope.sums[v] = e.add_reassoc(scope.sums[v], d)
             return
         cell = scope.cells.get(v)
         if cell is not None:
@@ -961,7 +994,8 @@ class _RecurrenceAdjoint:
         used = {v for o in dep for w in o.walk() for v in w.operands} | set(yielded)
         inv_values = [r for o in inv for r in o.results if r in used and is_float(r.type)
                       and not isinstance(o, arith.ConstantOp)]
-        step_cells = b.make_cells(e, inv_values)
+        zeros = [e.fconst(0.0, v.type) for v in inv_values]
+        parts = [e.hoisted_alloca(MemRefType(v.type, self.shape)) for v in inv_values]
 
         def per_element(k):
             lam, hp = self.lam_h(jj, k)
@@ -977,11 +1011,19 @@ class _RecurrenceAdjoint:
                     inner_k[v] = e.load(buf, [g, *k])
                     preset.add(v)
             seeds = [(yielded[0], e.mul(lam, hp)), (yielded[1], lam)]
-            b.rev_ops(e, dep, inner_k, Scope(cells={**self.cells, **step_cells}), seeds,
-                      preset=frozenset(preset))
+            scope = Scope(cells=self.cells, sums=dict(zip(inv_values, zeros)))
+            b.rev_ops(e, dep, inner_k, scope, seeds, preset=frozenset(preset))
+            for v, part in zip(inv_values, parts):
+                e.store(scope.sums[v], part, k)
 
+        # the cotangents of the step's values, one per state element, summed in a loop
+        # of their own: a pure reduction stays a loop (not raised into a scan), and
+        # both loops vectorise over the state
         e.for_static(self.shape, per_element)
-        b.read_cells(e, step_scope, step_cells)
+        totals = e.for_static_sums(self.shape, zeros, lambda k, sums: [
+            e.add_reassoc(acc, e.load(part, k)) for acc, part in zip(sums, parts)])
+        for v, total in zip(inv_values, totals):
+            b.add_adj(e, step_scope, v, total)
         b.rev_ops(e, inv, inner, step_scope, forward=False)
 
 
