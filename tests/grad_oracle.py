@@ -16,13 +16,14 @@ from scanweaver.rewrites.grad import ScanweaverGrad
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
 
 
-def raise_and_grad(module_or_text, chunk: int = 3, functions: str = "", window: int = 8192) -> str:
+def raise_and_grad(module_or_text, chunk: int = 3, functions: str = "", window: int = 8192,
+                   fuse: bool = True) -> str:
     """Text of the module after scanweaver-raise and scanweaver-grad (a small `window`:
     chunks before the kept coefficients' window exist, their reverse refills them)."""
     module = parse_ir(module_or_text) if isinstance(module_or_text, str) else module_or_text
     ctx = make_context()
     RaiseRecurrences().apply(ctx, module)
-    ScanweaverGrad(chunk=chunk, functions=functions, window=window).apply(ctx, module)
+    ScanweaverGrad(chunk=chunk, functions=functions, window=window, fuse=fuse).apply(ctx, module)
     module.verify()
     return print_ir(module)
 

@@ -23,7 +23,10 @@ recurrence `h_i = a_i * h_{i-1} + b_i` becomes, in the reverse sweep:
         mu_{i-1} = a_i * (mu_i + g_i)        (mu: cotangent of h_{i-1} from the future)
     so lambda_i = mu_i + g_i = dL/dh_i, db_i = lambda_i, da_i = lambda_i * h_{i-1}, and the
     reverse of the `coeffs` region turns (da_i, db_i) into input gradients.  At the end mu
-    is the cotangent of the initial state.  `scan.linear_recurrence` is the same with
+    is the cotangent of the initial state.  With `fuse` (the default), the adjoint of a
+    `scan.recurrence` runs on lambda itself, lambda_i = a_{i+1} * lambda_{i+1} + g_i, and
+    its emit region is the reverse of `coeffs` for step i: one pass over the chunk, the
+    state vector (lambda) in registers, the sums over the state vectorised.  `scan.linear_recurrence` is the same with
     mu_{i-1} = M_i^T (mu_i + g_i); `scan.affine` runs the adjoint as a reverse
     `scan.affine` over the whole arrays (their size is the inputs' size).
 
@@ -102,6 +105,11 @@ class Emit:
 
     def add(self, x, y):
         return self.put(arith.AddfOp(x, y)).result
+
+    def add_reassoc(self, x, y):
+        """x + y, reorderable with other such sums (LLVM may vectorise a sum of them)."""
+        flags = arith.FastMathFlagsAttr([FastMathFlag.REASSOC, FastMathFlag.NO_SIGNED_ZEROS])
+        return self.put(arith.AddfOp(x, y, flags)).result
 
     def sub(self, x, y):
         return self.put(arith.SubfOp(x, y)).result
@@ -187,6 +195,28 @@ class Emit:
         self.block = outer
         self.put(scf.ForOp(lb, ub, self.iconst(1), [], Region(blk)))
 
+    def for_sums(self, lb, ub, inits: Sequence[SSAValue], body) -> list[SSAValue]:
+        """scf.for from lb to ub (step 1) carrying the sums `inits`: body(iv, sums)
+        emits into the loop body and returns the new sums; returns the loop's results.
+        Sums in registers, not in memory cells: LLVM vectorises the loop around them."""
+        blk = Block(arg_types=[IndexType(), *(v.type for v in inits)])
+        outer, self.block = self.block, blk
+        out = body(blk.args[0], list(blk.args[1:]))
+        self.put(scf.YieldOp(*out))
+        self.block = outer
+        return list(self.put(scf.ForOp(lb, ub, self.iconst(1), list(inits), Region(blk))).results)
+
+    def for_static_sums(self, shape: Sequence[int], inits: Sequence[SSAValue], body, prefix=()) -> list[SSAValue]:
+        """for_static carrying sums through the loop nest: body(indices, sums) -> sums."""
+        if not shape:
+            return body(list(prefix), list(inits))
+        return self.for_sums(
+            self.iconst(0),
+            self.iconst(shape[0]),
+            inits,
+            lambda i, sums: self.for_static_sums(shape[1:], sums, body, (*prefix, i)),
+        )
+
     def for_static(self, shape: Sequence[int], body, prefix=()) -> None:
         """Loops over every index of a static shape; body(indices)."""
         if not shape:
@@ -225,6 +255,9 @@ class Scope:
 
     adj: dict[SSAValue, SSAValue] = field(default_factory=dict)
     cells: dict[SSAValue, SSAValue] = field(default_factory=dict)
+    #: values of an enclosing block whose cotangents are summed as SSA values here
+    #: (value -> the running sum), reassociably
+    sums: dict[SSAValue, SSAValue] = field(default_factory=dict)
 
 
 def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAValue]:
@@ -254,8 +287,9 @@ def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAVa
 
 
 class VjpBuilder:
-    def __init__(self, fn: func.FuncOp, chunk: int, window: int = 8192):
+    def __init__(self, fn: func.FuncOp, chunk: int, window: int = 8192, fuse: bool = True):
         self.fn = fn
+        self.fuse = fuse  # scan.recurrence: the coefficients' reverse in the adjoint's emit
         self.name = fn.sym_name.data
         self.chunk = chunk
         self.window_chunks = max(1, window // chunk)  # chunks whose coefficients are kept
@@ -420,6 +454,9 @@ class VjpBuilder:
         if d is None or not is_float(v.type):
             return
         if isinstance(v, SSAValue) and isinstance(getattr(v, "owner", None), arith.ConstantOp):
+            return
+        if v in scope.sums:
+            scope.sums[v] = e.add_reassoc(scope.sums[v], d)
             return
         cell = scope.cells.get(v)
         if cell is not None:
@@ -830,11 +867,14 @@ class _RecurrenceAdjoint:
     def __init__(self, builder: VjpBuilder, e: Emit, op, vmap, info: dict):
         self.b, self.e, self.op, self.vmap, self.info = builder, e, op, vmap, info
         self.linear = isinstance(op, scan.LinearRecurrenceOp)
+        self.fused = builder.fuse and not self.linear
         st_t = op.state_type
         el = st_t.element_type
         self.shape = list(st_t.get_shape())
         Kc = builder.chunk
-        self.MU = e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
+        # fused: the adjoint's state is lambda itself (LAM), no per-step buffer of it
+        self.MU = None if self.fused else e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
+        self.LAM = e.hoisted_alloca(st_t) if self.fused else None
         self.H = info["H"] if info["H"] is not None else e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
         self.GS = e.hoisted_alloca(MemRefType(el, [Kc, *self.shape]))
         self.row, self.grow = (e.hoisted_alloca(st_t) for _ in range(2))
@@ -869,6 +909,9 @@ class _RecurrenceAdjoint:
         self.hb = hb if hb is not None else e.iconst(0)
         self.recompute(c, s0, s1, step, base)
         self.emit_reverse(s0, step, n)
+        if self.fused:
+            self.adjoint_fused(s0, step, n, base)
+            return
         self.adjoint(s0, step, n, base)
         e.for_(e.iconst(0), n, lambda jj: self.coeffs_reverse(s0, step, jj, base), reverse=True)
 
@@ -915,12 +958,42 @@ class _RecurrenceAdjoint:
         self.b.adjoint_scan(self.e, self.op, self.vmap, s0, step, n, self.mu, self.GS, self.MU,
                             self.info["AB"], base)
 
+    # 3+4, fused (scan.recurrence): one reverse scan over the chunk whose state is
+    #     lambda_i = a_{i+1} * lambda_{i+1} + g_i
+    # and whose emit runs the producer's reverse of step i with lambda_i in registers
+    def adjoint_fused(self, s0, step, n, base) -> None:
+        e, op, AB = self.e, self.op, self.info["AB"]
+        one = e.fconst(1.0, op.state_type.element_type)
+        e.copy_rows(self.shape, self.mu, [], self.LAM, [])  # mu = a_{i+1} lambda_{i+1} of the next chunk
+        blk = Block(arg_types=[IndexType()] * (1 + len(self.shape)))
+        outer, e.block = e.block, blk
+        jj = e.subi(e.subi(n, e.iconst(1)), blk.args[0])
+        nxt = e.addi(jj, e.iconst(1))
+        # a_{i+1} (inside the chunk; 1 at its last step: mu carries the next chunk's)
+        a = e.load(AB[0], [e.addi(base, e.mini(nxt, e.subi(n, e.iconst(1)))), *blk.args[1:]])
+        a = e.select(e.cmpi(nxt, n, "eq"), one, a)
+        e.put(scan.YieldOp(a, e.load(self.GS, [jj, *blk.args[1:]])))
+        eblk = Block(arg_types=[IndexType(), op.state_type])
+        e.block = eblk
+        jj2 = e.subi(e.subi(n, e.iconst(1)), eblk.args[0])
+        self.coeffs_reverse_diagonal(s0, step, jj2, base, lam=eblk.args[1])
+        e.put(scan.YieldOp())
+        e.block = outer
+        e.put(scan.RecurrenceOp(e.iconst(0), n, e.iconst(1), self.LAM, Region(blk), Region(eblk)))
+        # to the chunk before: mu = a_{s0} * lambda_{s0}
+        e.for_static(self.shape, lambda k: e.store(
+            e.mul(e.load(AB[0], [base, *k]), e.load(self.LAM, k)), self.mu, k))
+
     # 4. the producer's reverse: (da, db) of step jj into the input gradients
-    def lam_h(self, jj, k):
-        """(lambda, h_{i-1}) of step jj, state element k."""
+    def lam_h(self, jj, k, lam=None):
+        """(lambda, h_{i-1}) of step jj, state element k (lambda from the state `lam`
+        of the fused adjoint, or from MU and GS)."""
         e = self.e
-        lam = e.add(e.load(self.MU, [e.addi(jj, e.iconst(1)), *k]), e.load(self.GS, [jj, *k]))
-        return lam, e.load(self.H, [e.addi(self.hb, jj), *k])
+        if lam is not None:
+            lv = e.load(lam, k)
+        else:
+            lv = e.add(e.load(self.MU, [e.addi(jj, e.iconst(1)), *k]), e.load(self.GS, [jj, *k]))
+        return lv, e.load(self.H, [e.addi(self.hb, jj), *k])
 
     def coeffs_reverse(self, s0, step, jj, base) -> None:
         if self.linear:
@@ -942,7 +1015,7 @@ class _RecurrenceAdjoint:
             seeds.append((yielded[size * size + j], lh[j][0]))
         self.b.rev_block(e, cb, inner, Scope(cells=self.cells), seeds)
 
-    def coeffs_reverse_diagonal(self, s0, step, jj, base) -> None:
+    def coeffs_reverse_diagonal(self, s0, step, jj, base, lam=None) -> None:
         """The ops of coeffs that do not depend on the state index run once per step,
         outside the loop over the state; their cotangents sum over it."""
         e, b, cb = self.e, self.b, self.op.coeffs.block
@@ -961,10 +1034,11 @@ class _RecurrenceAdjoint:
         used = {v for o in dep for w in o.walk() for v in w.operands} | set(yielded)
         inv_values = [r for o in inv for r in o.results if r in used and is_float(r.type)
                       and not isinstance(o, arith.ConstantOp)]
-        step_cells = b.make_cells(e, inv_values)
+        zeros = [e.fconst(0.0, v.type) for v in inv_values]
+        parts = [e.hoisted_alloca(MemRefType(v.type, self.shape)) for v in inv_values]
 
         def per_element(k):
-            lam, hp = self.lam_h(jj, k)
+            lv, hp = self.lam_h(jj, k, lam)
             inner_k = dict(inner)
             for a, kk in zip(cb.args[1:], k):
                 inner_k[a] = kk
@@ -976,12 +1050,20 @@ class _RecurrenceAdjoint:
                 if owner in dep and not owner.regions and len(owner.results) == 1:
                     inner_k[v] = e.load(buf, [g, *k])
                     preset.add(v)
-            seeds = [(yielded[0], e.mul(lam, hp)), (yielded[1], lam)]
-            b.rev_ops(e, dep, inner_k, Scope(cells={**self.cells, **step_cells}), seeds,
-                      preset=frozenset(preset))
+            seeds = [(yielded[0], e.mul(lv, hp)), (yielded[1], lv)]
+            scope = Scope(cells=self.cells, sums=dict(zip(inv_values, zeros)))
+            b.rev_ops(e, dep, inner_k, scope, seeds, preset=frozenset(preset))
+            for v, part in zip(inv_values, parts):
+                e.store(scope.sums[v], part, k)
 
+        # the cotangents of the step's values, one per state element, summed in a loop
+        # of their own: a pure reduction stays a loop (not raised into a scan), and
+        # both loops vectorise over the state
         e.for_static(self.shape, per_element)
-        b.read_cells(e, step_scope, step_cells)
+        totals = e.for_static_sums(self.shape, zeros, lambda k, sums: [
+            e.add_reassoc(acc, e.load(part, k)) for acc, part in zip(sums, parts)])
+        for v, total in zip(inv_values, totals):
+            b.add_adj(e, step_scope, v, total)
         b.rev_ops(e, inv, inner, step_scope, forward=False)
 
 
@@ -1112,9 +1194,9 @@ def _constant(v: SSAValue) -> int | None:
     return None
 
 
-def build_vjp(fn: func.FuncOp, chunk: int = 64, window: int = 8192) -> func.FuncOp:
+def build_vjp(fn: func.FuncOp, chunk: int = 64, window: int = 8192, fuse: bool = True) -> func.FuncOp:
     """`@<name>_vjp` of one function (see the module docstring); GradRefused if not."""
-    return VjpBuilder(fn, chunk, window).build()
+    return VjpBuilder(fn, chunk, window, fuse).build()
 
 
 @dataclass(frozen=True)
@@ -1123,13 +1205,16 @@ class ScanweaverGrad(ModulePass):
     (or, with `functions=a,b`, next to those named); refuse with a reason what cannot
     be differentiated.  `chunk`: steps between state checkpoints; `window`: steps (at
     most, rounded down to whole chunks) whose recurrence coefficients are kept from the
-    checkpoint run for the reverse (buffers of window x state per call)."""
+    checkpoint run for the reverse (buffers of window x state per call); `fuse`: the
+    producer's reverse of a `scan.recurrence` runs in the emit of its adjoint scan
+    (lambda in registers), else in a loop of its own after it."""
 
     name = "scanweaver-grad"
 
     chunk: int = 64
     functions: str = ""
     window: int = 8192
+    fuse: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.chunk < 1:
@@ -1152,5 +1237,5 @@ class ScanweaverGrad(ModulePass):
             name = fn.sym_name.data + "_vjp"
             if name in funcs:
                 continue
-            vjp = build_vjp(fn, self.chunk, self.window)
+            vjp = build_vjp(fn, self.chunk, self.window, self.fuse)
             op.body.block.insert_op_after(vjp, fn)
