@@ -27,11 +27,14 @@ from scanweaver.errors import ScanWeaverError
 TARGETS = ("gpu", "cpu", "loops")
 
 
-def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
+def stages_for(target: str, openmp: bool = False, cleanup: bool = True) -> list[ModulePass]:
     """The passes `scanweaver-lower{target=...}` runs, in order.
 
     openmp: on the CPU, make loops over independent channel groups `scf.parallel`
     (the caller then lowers with OpenMP and links libomp).
+    cleanup=False: without the final canonicalize and cse, for a caller that hands the
+    module to mlir-opt with MLIR's own `--canonicalize --cse` first (`compiler.build_cpu`:
+    the same LLVM IR, without xDSL's canonicalize, ~0.7 s on the affine tile kernel).
     """
     from scanweaver.rewrites.raise_affine import RaiseRecurrences
     from scanweaver.rewrites.complex_affine_loops import ComplexAffineToLoops, ComplexScansToLoops
@@ -76,8 +79,7 @@ def stages_for(target: str, openmp: bool = False) -> list[ModulePass]:
         *lowering,
         ScanToLoops(),
         ComplexToReal(),
-        CanonicalizePass(),
-        CommonSubexpressionElimination(),
+        *([CanonicalizePass(), CommonSubexpressionElimination()] if cleanup else []),
     ]
 
 
