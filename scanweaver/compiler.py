@@ -146,23 +146,28 @@ class CpuBuild:
     cache_hit: bool
 
 
-def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_checks: bool = False) -> CpuBuild:
+def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_checks: bool = False,
+              loops: bool = False) -> CpuBuild:
     """User IR → `scanweaver-lower{target=cpu}` → LLVM IR, cached on disk by input text.
 
     A hit skips every stage, the xDSL passes included: only the JIT remains to do.
     openmp: parallel channel-group loops through OpenMP (the JIT then needs libomp).
     bounds_checks: runtime bounds checks on memref loads and stores (for accesses whose
     shape relations `runtime/shape_contract.py` cannot derive).
+    loops: `scanweaver-lower{target=loops}` instead, the sequential loops (the quick
+    first tier of `runtime/cpu_tiers.py`: a fraction of the compile time).
     """
-    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {})}
+    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {}),
+               **({"loops": True} if loops else {})}
     key = cache.cache_key("cpu-build", text, **options)
+    target = "loops" if loops else "cpu"
 
     def build() -> bytes:
         # No xDSL verification here (~0.4 s on the affine kernel): mlir-opt verifies the
         # whole module when it parses it, just below (a pass bug: ToolFailedError).
         # Nor xDSL's canonicalize and cse: MLIR's run first in mlir-opt, in C++ (the same
         # LLVM IR for the drivers' kernels, `tests/test_cpu_cleanup.py`).
-        lowered = lower(text, "cpu", source, keep_stages=False, openmp=openmp, verify=False, cleanup=False)
+        lowered = lower(text, target, source, keep_stages=False, openmp=openmp, verify=False, cleanup=False)
         llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp, bounds_checks=bounds_checks, cleanup=True)
         signatures = {
             name: (

@@ -132,11 +132,12 @@ def _load(payload: bytes) -> ctypes.CDLL:
         os.unlink(path)  # the mapping stays
 
 
-def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3,
+def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3, build_missing: bool = True,
                    **options: object) -> NativeProgram | None:
     """The program whose LLVM IR is `llvm_ir()`, cached as a shared object under
     (`key_text`, `opt_level`, `options`, this CPU); None where shared objects are not
     available here (then use `CpuProgram`).  On a hit, `llvm_ir` is not called.
+    build_missing=False: None on a miss too (nothing is built).
     OpenMP code needs libomp loaded first (`cpu.load_openmp_runtime`)."""
     if not available():
         return None
@@ -144,6 +145,14 @@ def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3
     from scanweaver.toolchain import cache
 
     key = cache.cache_key("cpu-object", key_text, shared_object=True, opt_level=opt_level, host=host_cpu(), **options)
+    if not build_missing:
+        payload = cache.load(key)
+        if payload is None or payload == UNLOADABLE:
+            return None
+        try:
+            return NativeProgram(_load(payload), True, llvm_ir, opt_level)
+        except ValueError:
+            return None
     memo: list[str] = []
 
     def ir() -> str:
