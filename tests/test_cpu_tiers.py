@@ -82,7 +82,7 @@ def test_both_tiers_compute_the_loops_bits(tiers_on, el, dtype, init, final, rev
         np.testing.assert_array_equal(h.view(f"u{a.itemsize}"), ref_h.view(f"u{a.itemsize}"))
         if final:
             np.testing.assert_array_equal(last.view(f"u{a.itemsize}"), ref_last.view(f"u{a.itemsize}"))
-    assert program.wait(600), "the full build failed"
+    assert cpu_tiers.wait_all(600) and program.upgraded, "the full build failed"
     full = program.tiers[-1]
     assert full is cpu_jit.compile_cpu(ir.text)  # the tile kernel, now in the in-process cache
     for a, b, h0 in inputs:

@@ -222,6 +222,7 @@ def _one_process(what: str, cache_dir: str) -> dict[str, Any]:
     # folder, not in the source tree), even where this process runs without them.
     env = dict(os.environ, SCANWEAVER_CACHE_DIR=cache_dir, PYTHONPYCACHEPREFIX=os.path.join(cache_dir, "pyc"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("SCANWEAVER_TIERED", None)  # the default a user gets (the harness turns tiers off for itself)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _FIRST_CALL, what], capture_output=True, text=True, env=env,
                           timeout=600)

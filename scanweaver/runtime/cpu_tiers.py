@@ -101,6 +101,16 @@ class TieredProgram:
             self._done.set()
 
 
+#: Every TieredProgram of this process (`wait_all`).
+_STARTED: list[TieredProgram] = []
+
+
+def wait_all(timeout: float | None = None) -> bool:
+    """Wait until every background full build started so far is in place (a benchmark
+    that times calls right after a first call); True when all were."""
+    return all([p.wait(timeout) for p in list(_STARTED)])
+
+
 def tiered_program(ir_text: str, name: str, spec: Sequence[int | str]) -> TieredProgram | None:
     """A TieredProgram for `ir_text` whose full build is to compile in the background;
     None when no tier is needed (compiled already, in the disk cache, tiers off) or
@@ -115,8 +125,9 @@ def tiered_program(ir_text: str, name: str, spec: Sequence[int | str]) -> Tiered
     if not isinstance(first, NativeProgram) or dispatch is None:
         return None
     program = TieredProgram(name, dispatch, first)
+    _STARTED.append(program)
     threading.Thread(target=program._upgrade, args=(ir_text,), name=f"scanweaver-compile-{name}").start()
     return program
 
 
-__all__ = ["ENV_SWITCH", "TieredProgram", "dispatch_ir", "enabled", "tiered_program"]
+__all__ = ["ENV_SWITCH", "TieredProgram", "dispatch_ir", "enabled", "tiered_program", "wait_all"]
