@@ -92,6 +92,11 @@ def _row_key(case: dict) -> str:
     return str(case["params"].get("shape", case["params"]["L"]))
 
 
+#: First-call rows: cold and warm are the goal's; the third shows what bytecode compilation costs.
+_FIRST_CALL_KINDS = {"cold": "cold", "warm": "warm",
+                     "cold_installed_bytecode": "cold, with the installed package's bytecode"}
+
+
 def _process_text(row: dict) -> str:
     wall = row.get("process_wall_s")
     return "" if wall is None else f"{wall:.3f}"
@@ -147,15 +152,18 @@ def goals_text(result: dict[str, Any]) -> list[str]:
                   "| function | cache | import numpy s | import scanweaver s | first call s | total s | met | process s |",
                   "|---|---|---|---|---|---|---|---|"]
         for what, rows in fc["rows"].items():
-            for kind in ("cold", "warm"):
+            for kind in ("cold", "warm", "cold_installed_bytecode"):
+                if kind not in rows:
+                    continue
                 r = rows[kind]
                 if "error" in r:
                     lines.append(f"| {what} | {kind} | error: {r['error']} | | | | | |")
                     continue
                 total = r["import_scanweaver_s"] + r["first_call_s"]
-                lines.append(f"| {what} | {kind} | {r['import_numpy_s']:.3f} | {r['import_scanweaver_s']:.3f} | "
-                             f"{r['first_call_s']:.3f} | {total:.3f} | {_verdict(total <= t[kind])} | "
-                             f"{_process_text(r)} |")
+                label, target = _FIRST_CALL_KINDS[kind], t["cold" if kind.startswith("cold") else kind]
+                verdict = _verdict(total <= target) if kind in t else f"(for information: {_verdict(total <= target)})"
+                lines.append(f"| {what} | {label} | {r['import_numpy_s']:.3f} | {r['import_scanweaver_s']:.3f} | "
+                             f"{r['first_call_s']:.3f} | {total:.3f} | {verdict} | {_process_text(r)} |")
                 missed_cold |= kind == "cold" and total > t[kind]
         lines.append("")
         if missed_cold:
