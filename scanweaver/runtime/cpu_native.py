@@ -132,6 +132,14 @@ def _load(payload: bytes) -> ctypes.CDLL:
         os.unlink(path)  # the mapping stays
 
 
+class _Missing(Exception):
+    """A lookup that builds nothing found no entry."""
+
+
+def _missing() -> bytes:
+    raise _Missing
+
+
 def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3, build_missing: bool = True,
                    **options: object) -> NativeProgram | None:
     """The program whose LLVM IR is `llvm_ir()`, cached as a shared object under
@@ -146,13 +154,11 @@ def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3
 
     key = cache.cache_key("cpu-object", key_text, shared_object=True, opt_level=opt_level, host=host_cpu(), **options)
     if not build_missing:
-        payload = cache.load(key)
-        if payload is None or payload == UNLOADABLE:
-            return None
         try:
-            return NativeProgram(_load(payload), True, llvm_ir, opt_level)
-        except ValueError:
+            library, _ = cache.cached(key, _missing, parse=lambda payload: None if payload == UNLOADABLE else _load(payload))
+        except _Missing:
             return None
+        return None if library is None else NativeProgram(library, True, llvm_ir, opt_level)
     memo: list[str] = []
 
     def ir() -> str:

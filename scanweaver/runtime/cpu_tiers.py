@@ -14,7 +14,8 @@ address is stored there before the first call; a background thread then runs
 `compile_cpu` on the IR (which also fills the disk cache) and stores the full build's
 address.  Calls in flight finish on the tier they started on; both tiers stay loaded.
 The thread is not a daemon: a process that ends sooner waits for it, so the next
-process finds the full build in the disk cache and loads it without any tier.
+process finds the full build in the disk cache and loads it without any tier.  It runs
+at a lower CPU priority (Linux: per thread, inherited by mlir-opt and the linker).
 
 Off with `SCANWEAVER_TIERED=0`, and where programs are not shared objects
 (`cpu_native.available()`): then the first call compiles the full build itself.
@@ -61,6 +62,17 @@ def dispatch_ir(name: str, spec: Sequence[int | str]) -> str:
     )
 
 
+def _lower_priority() -> None:
+    """Run this thread (and the tools it starts, which inherit it) at a lower CPU
+    priority on Linux, where the nice value is per thread: the calls the process makes
+    meanwhile come first on busy cores."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + 5))
+    except (AttributeError, OSError):  # no per-thread priority here: same priority
+        pass
+
+
 class TieredProgram:
     """A kernel program whose `name` dispatches to its current tier (`address(name)`);
     `tiers`: the programs loaded so far, the current one last; `wait()` blocks until
@@ -89,6 +101,7 @@ class TieredProgram:
     def _upgrade(self, ir_text: str) -> None:
         from scanweaver.runtime.cpu_jit import compile_cpu
 
+        _lower_priority()
         try:
             full = compile_cpu(ir_text)
             self.tiers.append(full)  # kept loaded before its address is published
