@@ -62,17 +62,19 @@ def lower(
     keep_stages: bool = True,
     openmp: bool = False,
     verify: bool = True,
+    cleanup: bool = True,
 ) -> Lowered:
     """Run `scanweaver-lower{target=...}` stage by stage, recording each stage's IR.
     verify=False: the result is not verified by xDSL (the caller hands it to a tool
-    that verifies it on parsing)."""
+    that verifies it on parsing).  cleanup=False: without the final canonicalize and
+    cse (`stages_for`; the caller has MLIR run them)."""
     try:
-        return _lower(text, target, source, progress, keep_stages, openmp, verify)
+        return _lower(text, target, source, progress, keep_stages, openmp, verify, cleanup)
     except RecursionError:  # passes and the printer recurse into nested regions
         raise ScanWeaverValueError(f"{source}: the IR nests too deeply to compile") from None
 
 
-def _lower(text, target, source, progress, keep_stages, openmp, verify=True) -> Lowered:
+def _lower(text, target, source, progress, keep_stages, openmp, verify=True, cleanup=True) -> Lowered:
     from scanweaver.ir import make_context, parse_ir, print_ir
     from scanweaver.rewrites.pipeline import stages_for
 
@@ -80,7 +82,7 @@ def _lower(text, target, source, progress, keep_stages, openmp, verify=True) -> 
     _refuse_nested_modules(module, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
     ctx = make_context()
-    for stage in stages_for(target, openmp=openmp):
+    for stage in stages_for(target, openmp=openmp, cleanup=cleanup):
         if progress:
             progress(stage.name)
         stage.apply(ctx, module)
@@ -94,8 +96,11 @@ def _lower(text, target, source, progress, keep_stages, openmp, verify=True) -> 
     return result
 
 
-def cpu_llvm_ir(module: ModuleOp, openmp: bool = False, bounds_checks: bool = False) -> tuple[str, bool]:
-    """LLVM IR for a CPU-lowered module (cached); returns (llvm_ir, cache_hit)."""
+def cpu_llvm_ir(module: ModuleOp, openmp: bool = False, bounds_checks: bool = False,
+                cleanup: bool = False) -> tuple[str, bool]:
+    """LLVM IR for a CPU-lowered module (cached); returns (llvm_ir, cache_hit).
+    cleanup: mlir-opt first runs MLIR's canonicalize and cse (for a module lowered
+    with `lower(..., cleanup=False)`)."""
     from scanweaver.rewrites.i1_memrefs import widen_i1_memrefs
 
     from scanweaver.ir import print_ir
@@ -104,10 +109,12 @@ def cpu_llvm_ir(module: ModuleOp, openmp: bool = False, bounds_checks: bool = Fa
     emit_c_interface(module)
     module = widen_i1_memrefs(module)  # MLIR's CPU lowering has no sub-byte loads
     text = print_ir(module)
-    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {})}
+    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {}),
+               **({"cleanup": True} if cleanup else {})}
     key = cache.cache_key("llvm-ir", text, **options)
     return cache.cached(
-        key, lambda: lower_to_llvm_ir(text, openmp=openmp, bounds_checks=bounds_checks).encode(), parse=_utf8
+        key, lambda: lower_to_llvm_ir(text, openmp=openmp, bounds_checks=bounds_checks, cleanup=cleanup).encode(),
+        parse=_utf8,
     )
 
 
@@ -139,22 +146,29 @@ class CpuBuild:
     cache_hit: bool
 
 
-def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_checks: bool = False) -> CpuBuild:
+def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_checks: bool = False,
+              loops: bool = False) -> CpuBuild:
     """User IR → `scanweaver-lower{target=cpu}` → LLVM IR, cached on disk by input text.
 
     A hit skips every stage, the xDSL passes included: only the JIT remains to do.
     openmp: parallel channel-group loops through OpenMP (the JIT then needs libomp).
     bounds_checks: runtime bounds checks on memref loads and stores (for accesses whose
     shape relations `runtime/shape_contract.py` cannot derive).
+    loops: `scanweaver-lower{target=loops}` instead, the sequential loops (the quick
+    first tier of `runtime/cpu_tiers.py`: a fraction of the compile time).
     """
-    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {})}
+    options = {"openmp": openmp, **({"bounds_checks": True} if bounds_checks else {}),
+               **({"loops": True} if loops else {})}
     key = cache.cache_key("cpu-build", text, **options)
+    target = "loops" if loops else "cpu"
 
     def build() -> bytes:
         # No xDSL verification here (~0.4 s on the affine kernel): mlir-opt verifies the
         # whole module when it parses it, just below (a pass bug: ToolFailedError).
-        lowered = lower(text, "cpu", source, keep_stages=False, openmp=openmp, verify=False)
-        llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp, bounds_checks=bounds_checks)
+        # Nor xDSL's canonicalize and cse: MLIR's run first in mlir-opt, in C++ (the same
+        # LLVM IR for the drivers' kernels, `tests/test_cpu_cleanup.py`).
+        lowered = lower(text, target, source, keep_stages=False, openmp=openmp, verify=False, cleanup=False)
+        llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp, bounds_checks=bounds_checks, cleanup=True)
         signatures = {
             name: (
                 [str(t) for t in fn.function_type.inputs.data],

@@ -8,3 +8,7 @@ import tempfile
 
 # Tests never touch the user's compile cache.
 os.environ["SCANWEAVER_CACHE_DIR"] = tempfile.mkdtemp(prefix="scanweaver-test-cache-")
+
+# Kernels compile in full on their first call (no background compile thread outliving
+# a test); tests/test_cpu_tiers.py turns the tiers on where it tests them.
+os.environ.setdefault("SCANWEAVER_TIERED", "0")

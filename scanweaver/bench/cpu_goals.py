@@ -217,11 +217,16 @@ print(json.dumps({"import_numpy_s": t1 - t0, "import_scanweaver_s": t2 - t1, "fi
 """
 
 
-def _one_process(what: str, cache_dir: str) -> dict[str, Any]:
+def _one_process(what: str, cache_dir: str, bytecode_in_cache_dir: bool = True) -> dict[str, Any]:
     # Bytecode caches as a user's install has them (written under the temporary
     # folder, not in the source tree), even where this process runs without them.
-    env = dict(os.environ, SCANWEAVER_CACHE_DIR=cache_dir, PYTHONPYCACHEPREFIX=os.path.join(cache_dir, "pyc"))
+    # bytecode_in_cache_dir=False: the bytecode already next to the sources (what pip
+    # compiles at install time) is used instead.
+    env = dict(os.environ, SCANWEAVER_CACHE_DIR=cache_dir)
+    if bytecode_in_cache_dir:
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(cache_dir, "pyc")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("SCANWEAVER_TIERED", None)  # the default a user gets (the harness turns tiers off for itself)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _FIRST_CALL, what], capture_output=True, text=True, env=env,
                           timeout=600)
@@ -235,7 +240,9 @@ def _one_process(what: str, cache_dir: str) -> dict[str, Any]:
 
 def first_call() -> dict[str, Any]:
     """Cold: a fresh disk cache; warm: the best of 3 later processes on the same cache
-    (Python's bytecode caches are written by the cold process and used by the warm ones)."""
+    (Python's bytecode caches are written by the cold process and used by the warm ones).
+    Also, for information: cold with the bytecode an installed package already has
+    (a fresh disk cache, but no module compiled to bytecode in the process)."""
     out: dict[str, Any] = {"targets_s": {"cold": 1.0, "warm": 0.05}, "rows": {}}
     with tempfile.TemporaryDirectory(prefix="scanweaver-first-call-") as cache:
         for what in ("linear_scan", "selective_scan"):
@@ -243,7 +250,9 @@ def first_call() -> dict[str, Any]:
             warms = [_one_process(what, cache) for _ in range(3)]
             ok = [w for w in warms if "error" not in w]
             warm = min(ok, key=lambda w: w["first_call_s"] + w["import_scanweaver_s"]) if ok else warms[0]
-            out["rows"][what] = {"cold": cold, "warm": warm}
+            with tempfile.TemporaryDirectory(prefix="scanweaver-first-call-") as fresh:
+                installed = _one_process(what, fresh, bytecode_in_cache_dir=False)
+            out["rows"][what] = {"cold": cold, "warm": warm, "cold_installed_bytecode": installed}
     return out
 
 

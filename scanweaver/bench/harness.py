@@ -735,6 +735,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help="maximum timed runs per measurement")
     parser.add_argument("--note", help="a sentence on the run's conditions, written into the README")
     args = parser.parse_args(argv)
+    # Timed rows time the full builds: no first tier left running while a background
+    # build compiles (cpu_tiers.py).  The first-call rows run in new processes with the
+    # user's default (cpu_goals._one_process).
+    os.environ.setdefault("SCANWEAVER_TIERED", "0")
     cases = full_grid() if args.full else short_grid()
     if args.only:
         grad_labels = {c.label.replace("selective-grad", "selective", 1) for c in cases if c.workload == "selective-grad"}

@@ -92,6 +92,16 @@ def _row_key(case: dict) -> str:
     return str(case["params"].get("shape", case["params"]["L"]))
 
 
+#: First-call rows: cold and warm are the goal's; the third shows what bytecode compilation costs.
+_FIRST_CALL_KINDS = {"cold": "cold", "warm": "warm",
+                     "cold_installed_bytecode": "cold, with the installed package's bytecode"}
+
+
+def _process_text(row: dict) -> str:
+    wall = row.get("process_wall_s")
+    return "" if wall is None else f"{wall:.3f}"
+
+
 def _verdict(ok: bool | None) -> str:
     return "-" if ok is None else ("yes" if ok else "**no**")
 
@@ -137,18 +147,23 @@ def goals_text(result: dict[str, Any]) -> list[str]:
         t = fc["targets_s"]
         lines += [f"First call in a new process (targets: cold <= {t['cold']:g} s, warm <= {t['warm'] * 1e3:.0f} ms "
                   "for import scanweaver + the first call; cold: an empty disk cache, warm: the best of 3 "
-                  "later processes):", "",
-                  "| function | cache | import numpy s | import scanweaver s | first call s | total s | met |",
-                  "|---|---|---|---|---|---|---|"]
+                  "later processes; process s: the whole process until it exits, which includes "
+                  "waiting for a full build still compiling in the background, `runtime/cpu_tiers.py`):", "",
+                  "| function | cache | import numpy s | import scanweaver s | first call s | total s | met | process s |",
+                  "|---|---|---|---|---|---|---|---|"]
         for what, rows in fc["rows"].items():
-            for kind in ("cold", "warm"):
+            for kind in ("cold", "warm", "cold_installed_bytecode"):
+                if kind not in rows:
+                    continue
                 r = rows[kind]
                 if "error" in r:
-                    lines.append(f"| {what} | {kind} | error: {r['error']} | | | | |")
+                    lines.append(f"| {what} | {kind} | error: {r['error']} | | | | | |")
                     continue
                 total = r["import_scanweaver_s"] + r["first_call_s"]
-                lines.append(f"| {what} | {kind} | {r['import_numpy_s']:.3f} | {r['import_scanweaver_s']:.3f} | "
-                             f"{r['first_call_s']:.3f} | {total:.3f} | {_verdict(total <= t[kind])} |")
+                label, target = _FIRST_CALL_KINDS[kind], t["cold" if kind.startswith("cold") else kind]
+                verdict = _verdict(total <= target) if kind in t else f"(for information: {_verdict(total <= target)})"
+                lines.append(f"| {what} | {label} | {r['import_numpy_s']:.3f} | {r['import_scanweaver_s']:.3f} | "
+                             f"{r['first_call_s']:.3f} | {total:.3f} | {verdict} | {_process_text(r)} |")
                 missed_cold |= kind == "cold" and total > t[kind]
         lines.append("")
         if missed_cold:

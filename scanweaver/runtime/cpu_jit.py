@@ -43,19 +43,20 @@ _CACHE_LOCK = threading.Lock()
 STATS = CompileStats()
 
 
-def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram | NativeProgram:
+def compile_cpu(ir_text: str, openmp: bool = False, loops: bool = False) -> CpuProgram | NativeProgram:
     """Compile IR text (scan dialect + func/arith/memref/scf/math/vector) for this CPU.
 
     The single entry point for the drivers: `scanweaver-lower{target=cpu}` through
     `compiler.build_cpu` (cached on disk), JIT-compiled once per process.  With
     `openmp`, loops over channel groups run on OpenMP threads (BackendUnavailableError
-    when libomp cannot be loaded, raised before compiling).
+    when libomp cannot be loaded, raised before compiling).  With `loops`, the
+    sequential-loop lowering (`scanweaver-lower{target=loops}`; `cpu_tiers.py`).
     """
     if openmp:
         from scanweaver.runtime.cpu import load_openmp_runtime
 
         load_openmp_runtime()
-    key = ("// openmp\n" if openmp else "") + ir_text
+    key = ("// openmp\n" if openmp else "") + ("// loops\n" if loops else "") + ir_text
     with _CACHE_LOCK:
         program = _CACHE.get(key)
         if program is not None:
@@ -63,7 +64,7 @@ def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram | NativeProgra
             STATS.last_cached, STATS.last_seconds = True, 0.0
             return program
         start = time.perf_counter()
-        program = _build(ir_text, openmp)
+        program = _build(ir_text, openmp, loops)
         elapsed = time.perf_counter() - start
         _CACHE[key] = program
         STATS.compiles += 1
@@ -72,16 +73,36 @@ def compile_cpu(ir_text: str, openmp: bool = False) -> CpuProgram | NativeProgra
         return program
 
 
-def _build(ir_text: str, openmp: bool) -> CpuProgram | NativeProgram:
+def _build(ir_text: str, openmp: bool, loops: bool = False) -> CpuProgram | NativeProgram:
     """The program of `ir_text`: a cached shared object keyed by the IR text itself (a
     warm process reads neither the LLVM IR nor llvmlite), else llvmlite's MCJIT."""
     def llvm_ir() -> str:
         from scanweaver.compiler import build_cpu  # (xDSL and the tools: only on a miss)
 
-        return build_cpu(ir_text, openmp=openmp).llvm_ir
+        return build_cpu(ir_text, openmp=openmp, loops=loops).llvm_ir
 
-    native = native_program(ir_text, llvm_ir, openmp=openmp)
+    native = native_program(ir_text, llvm_ir, openmp=openmp, **({"loops": True} if loops else {}))
     return native if native is not None else CpuProgram(llvm_ir(), openmp=openmp)
+
+
+def compiled_now(ir_text: str) -> bool:
+    """Whether `compile_cpu(ir_text)` costs no compile now: compiled in this process, or
+    its shared object in the disk cache (then loaded here, for compile_cpu to return)."""
+    with _CACHE_LOCK:
+        if ir_text in _CACHE:
+            return True
+
+    def llvm_ir() -> str:
+        from scanweaver.compiler import build_cpu
+
+        return build_cpu(ir_text).llvm_ir
+
+    found = native_program(ir_text, llvm_ir, build_missing=False, openmp=False)
+    if found is None:
+        return False
+    with _CACHE_LOCK:
+        _CACHE.setdefault(ir_text, found)
+    return True
 
 
 def clear_cache() -> None:
@@ -173,10 +194,19 @@ def _layout_ok(shape: Sequence[int], strides: Sequence[int], item: int) -> bool:
 _KERNELS: dict[tuple, Kernel] = {}
 
 
-def kernel(ir_text: str, name: str, args: Sequence[int | str]) -> Kernel:
+def kernel(ir_text: str, name: str, args: Sequence[int | str], tiered: bool = False) -> Kernel:
+    """The compiled `name` of `ir_text`, cached.  tiered: a build that is not in the
+    disk cache first runs as the sequential loops, while the full build compiles on
+    a background thread (`cpu_tiers.py`; only for IR whose two lowerings compute the
+    same bits, as the real affine scans do)."""
     key = (ir_text, name, tuple(args))
     k = _KERNELS.get(key)
     if k is None:
-        k = Kernel(compile_cpu(ir_text), name, args)
+        program = None
+        if tiered:
+            from scanweaver.runtime.cpu_tiers import tiered_program
+
+            program = tiered_program(ir_text, name, args)
+        k = Kernel(program or compile_cpu(ir_text), name, args)
         _KERNELS[key] = k
     return k

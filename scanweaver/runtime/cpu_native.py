@@ -132,11 +132,20 @@ def _load(payload: bytes) -> ctypes.CDLL:
         os.unlink(path)  # the mapping stays
 
 
-def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3,
+class _Missing(Exception):
+    """A lookup that builds nothing found no entry."""
+
+
+def _missing() -> bytes:
+    raise _Missing
+
+
+def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3, build_missing: bool = True,
                    **options: object) -> NativeProgram | None:
     """The program whose LLVM IR is `llvm_ir()`, cached as a shared object under
     (`key_text`, `opt_level`, `options`, this CPU); None where shared objects are not
     available here (then use `CpuProgram`).  On a hit, `llvm_ir` is not called.
+    build_missing=False: None on a miss too (nothing is built).
     OpenMP code needs libomp loaded first (`cpu.load_openmp_runtime`)."""
     if not available():
         return None
@@ -144,6 +153,12 @@ def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3
     from scanweaver.toolchain import cache
 
     key = cache.cache_key("cpu-object", key_text, shared_object=True, opt_level=opt_level, host=host_cpu(), **options)
+    if not build_missing:
+        try:
+            library, _ = cache.cached(key, _missing, parse=lambda payload: None if payload == UNLOADABLE else _load(payload))
+        except _Missing:
+            return None
+        return None if library is None else NativeProgram(library, True, llvm_ir, opt_level)
     memo: list[str] = []
 
     def ir() -> str:

@@ -106,7 +106,9 @@ def affine_ir(el: str, rank: int = 2, init: bool = False, final: bool = False, r
 @functools.lru_cache(maxsize=None)
 def _affine_kernel(el: str, rank: int, init: bool, final: bool, reverse: bool) -> Kernel:
     ir = kernel_ir("affine", **_affine_options(el, rank, init, final, reverse))
-    return kernel(ir.text, ir.name, ir.args)
+    # Real scans: a cold first call runs the sequential loops (same bits) while the
+    # tile kernel compiles in the background (cpu_tiers.py).
+    return kernel(ir.text, ir.name, ir.args, tiered=el in ("f32", "f64", "i32", "i64"))
 
 
 @functools.lru_cache(maxsize=None)

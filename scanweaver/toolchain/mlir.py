@@ -102,7 +102,11 @@ def mlir_translate_to_llvmir(text: str) -> str:
     return run_tool("mlir-translate", ["--mlir-to-llvmir"], stdin=text)
 
 
-def lower_to_llvm_ir(mlir_text: str, openmp: bool = False, bounds_checks: bool = False) -> str:
+#: MLIR's cleanup, run first for a module lowered without xDSL's (`stages_for(cleanup=False)`).
+CPU_CLEANUP_FLAGS: list[str] = ["--canonicalize", "--cse"]
+
+
+def lower_to_llvm_ir(mlir_text: str, openmp: bool = False, bounds_checks: bool = False, cleanup: bool = False) -> str:
     """Lower a module of func/scf/memref/arith/math/vector ops to LLVM IR text.
 
     Functions that should be callable from the CPU runtime must carry
@@ -110,10 +114,13 @@ def lower_to_llvm_ir(mlir_text: str, openmp: bool = False, bounds_checks: bool =
     scf.parallel loops become OpenMP regions that need libomp at run time.
     `bounds_checks`: upstream `--generate-runtime-verification` first (every memref
     load/store checks its indices; out of bounds aborts the process with a message).
+    `cleanup`: MLIR's canonicalize and cse before everything (`CPU_CLEANUP_FLAGS`).
     """
     flags = CPU_OPENMP_LOWERING_FLAGS if openmp else CPU_LOWERING_FLAGS
     if bounds_checks:
         flags = ["--generate-runtime-verification", *flags]
+    if cleanup:
+        flags = [*CPU_CLEANUP_FLAGS, *flags]
     return mlir_translate_to_llvmir(mlir_opt(mlir_text, flags))
 
 
