@@ -571,11 +571,11 @@ class _RecurrenceTimeBlocks:
         # the underflow poison is real-only; complex tiles keep the overflow flag
         guarded = bg.needs_overflow_guard(agg_t, bs) and not isinstance(agg_t, ComplexType)
         pairs = bg.GuardedPairArith(agg_t) if guarded else PairArith(agg_t)
-        channel = bg.channel_indices(e, a["h"], 1, bg._block_id(e))
+        channel = bg.channel_indices(e, a["h"], 1, block_id(e))
         carry0 = e.load(a["init"], channel)
         carry = bg.emit_chained_tiles(e, pairs, a, name, channel, 1, sh, False, bs, self.ipt, e.index(0),
                                       e.dim(a["h"], 1), carry0)
-        e.if_(e.cmp("eq", bg._thread_id(e), e.index(0)), [], lambda ie: ie.store(carry, a["final"], channel))
+        e.if_(e.cmp("eq", thread_id(e), e.index(0)), [], lambda ie: ie.store(carry, a["final"], channel))
         e.op(gpu.ReturnOp([]))
         return kf
 
