@@ -49,6 +49,7 @@ from scanweaver.dtypes import COMPLEX_ELEMENTS, mlir_element
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cpu import CpuProgram
 from scanweaver.runtime.cpu_chunked import _chunked
+from scanweaver.runtime.cpu_time_lanes import time_lanes_scan
 from scanweaver.runtime.cpu_jit import STATS, CompileStats, Kernel, clear_cache, compile_cpu, kernel, on_clear_cache
 from scanweaver.runtime.cpu_parallel import (
     num_threads,
@@ -235,6 +236,8 @@ def affine_scan_cpu(
     variant = variant or choose_affine_variant(C, L, a.dtype, threads)
     if variant == "chunked" and L >= 2:
         _chunked(a, b, h0, h, final, reverse, threads, el, _affine_kernel, _aggregate_kernel)
+    elif variant == "time_lanes":
+        time_lanes_scan(a, b, h0, h, final, reverse, threads)
     elif variant == "openmp":
         k = _openmp_affine_kernel(el, h0 is not None, final is not None, reverse)
         prepare_openmp(threads)
@@ -252,7 +255,7 @@ def affine_scan_cpu(
 
         parallel_for([task(lo, hi) for lo, hi in parts], threads=1 if variant == "single" else threads)
     else:
-        raise ScanWeaverValueError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp)")
+        raise ScanWeaverValueError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp, time_lanes)")
     return (h, final) if return_final else h
 
 
