@@ -1,7 +1,7 @@
-"""Tiles of two multiply-add chains (64-bit rows of at least LONG_ROW_BLOCKS blocks,
-`cpu_affine_tiles.SCAN_CHAINS`): bit for bit the sequential loop, with the chained
-groups, a full group left over, the partial group, forward and reverse, every variant
-that runs the tiles; and short rows (one chain) unchanged."""
+"""Tiles of two multiply-add chains (64-bit rows, `cpu_affine_tiles.SCAN_CHAINS`): bit
+for bit the sequential loop, with the chained groups, a full group left over, the
+partial group, long (skewed) and medium (unskewed) rows, forward and reverse, every
+variant that runs the tiles; f32 (one chain) unchanged."""
 
 import numpy as np
 import pytest
@@ -39,8 +39,9 @@ def test_chained_tiles_bit_exact(dtype, reverse):
     T = 8  # f64/i64: 4 lanes, tiles of 8 steps
     long_l = cpu_affine_tiles.LONG_ROW_BLOCKS * T + 3  # chained, with a time remainder
     # 8k + 4 + 1 rows: chained groups, one full group left over, the partial group;
-    # 16 rows: chained only; short rows: one chain for every group.
-    for C, L in ((13, long_l), (16, long_l), (13, 200)):
+    # 16 rows: chained only; medium rows (MEDIUM_ROW_BLOCKS .. LONG_ROW_BLOCKS): no skew.
+    medium_l = (cpu_affine_tiles.MEDIUM_ROW_BLOCKS + 5) * T + 1
+    for C, L in ((13, long_l), (16, long_l), (13, medium_l)):
         a, b, h0 = _inputs(rng, (C, L), dtype)
         want_h, want_f = _loop(a, b, h0, reverse)
         for variant in ("single", "channels", "openmp"):
@@ -52,7 +53,7 @@ def test_chained_tiles_bit_exact(dtype, reverse):
 
 
 def test_short_f32_rows_unchanged():
-    """f32 keeps one chain; short rows (below LONG_ROW_BLOCKS) take every group."""
+    """f32 keeps one chain and its medium-row skew."""
     rng = np.random.default_rng(32)
     a, b = rng.uniform(0.9, 1.0, (19, 300)).astype(np.float32), rng.standard_normal((19, 300)).astype(np.float32)
     h = cpu_scan.affine_scan_cpu(a, b, variant="single")
