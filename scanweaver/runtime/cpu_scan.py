@@ -15,6 +15,7 @@ Around this module (the kernels' IR, the public drivers and their kernel getters
   cpu_parallel.py     the thread pool, split_range, OpenMP thread count and waiting policy
   cpu_variants.py     which variant runs a shape, the aligned output buffer
   cpu_chunked.py      the time-chunked variant
+  cpu_time_lanes.py   the time-lanes variant (integer rows)
 
 Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
   single    one call (small inputs: threads cost more than they save)
@@ -23,6 +24,8 @@ Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
             work-sharing loop (`scan-to-cpu{parallel_channels}` + convert-scf-to-openmp,
             LLVM's libomp); libomp's workers spin a while between calls, where the
             Python pool's block
+  time_lanes  int32 rows with time in the vector lanes (cpu_time_lanes.py): three
+            streams per row, a log-step scan inside each vector; exact for integers only
   chunked   parallel in time, for few channels and long sequences: each row is cut
             into K chunks; (1) per chunk the aggregate pair (prod a, scan from 0), in
             parallel, in more precision than the elements (f64 for f32 rows,
@@ -201,7 +204,7 @@ def affine_scan_cpu(
     a, b: (channels, L) arrays of one dtype (float32, float64, int32, int64);
     h0: (channels,).  reverse: t runs from L-1 down to 0.  Returns h, and the last
     state (channels,) with return_final.  variant: force 'single', 'channels',
-    'chunked' or 'openmp' (default: by shape, `choose_affine_variant`).  out: a C-contiguous
+    'chunked', 'openmp' or 'time_lanes' (integers only) (default: by shape, `choose_affine_variant`).  out: a C-contiguous
     (channels, L) array of a's dtype to write h into (saves the allocation, whose first
     touch costs page faults on every call for large arrays).
     """
