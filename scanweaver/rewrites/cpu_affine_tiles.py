@@ -35,9 +35,9 @@ MEDIUM_ROW_BLOCKS = 32
 #: Groups of G rows scanned together in one tile, by element bits: two independent
 #: multiply-add chains for f64/i64 (4 lanes: one chain is 8 dependent steps per tile
 #: of 32 elements, 2 cycles per element at 4-cycle multiply and add latency).  Their
-#: medium rows are not skewed.  Measured here (2 cores, loaded machine, one process,
-#: medians of 11): 1024x4096 f64 1.28x numba's time ratio with two chains, 1.03x with
-#: one; 64x65536 1.18x vs 0.94x; 16384x256 (no skew) 1.1-2.2x vs 0.86-1.33x.
+#: medium rows are not skewed.  Measured here (2 cores, loaded machine, both kernels in
+#: one process, medians of 11; numba prange's time over ours): 1024x4096 f64 1.22-1.42
+#: with two chains, 0.95-1.03 with one; 64x65536 1.18-1.63 vs 0.94-1.10.
 SCAN_CHAINS = {64: 2}
 
 #: Rows of at least this many time blocks get software prefetch.
