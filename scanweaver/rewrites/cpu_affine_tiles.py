@@ -32,6 +32,14 @@ from scanweaver.rewrites.loop_utils import dim_sizes, for_loop, loop_nest
 LONG_ROW_BLOCKS = 128
 MEDIUM_ROW_BLOCKS = 32
 
+#: Groups of G rows scanned together in one tile, by element bits: two independent
+#: multiply-add chains for f64/i64 (4 lanes: one chain is 8 dependent steps per tile
+#: of 32 elements, 2 cycles per element at 4-cycle multiply and add latency).  Their
+#: medium rows are not skewed.  Measured here (2 cores, loaded machine, both kernels in
+#: one process, medians of 11; numba prange's time over ours): 1024x4096 f64 1.22-1.42
+#: with two chains, 0.95-1.03 with one; 64x65536 1.18-1.63 vs 0.94-1.10.
+SCAN_CHAINS = {64: 2}
+
 #: Rows of at least this many time blocks get software prefetch.
 PREFETCH_MIN_BLOCKS = 32
 
@@ -78,10 +86,16 @@ class _Tiles:
     nt_ok: SSAValue | None = None  # i1: h large and 32-byte aligned rows (NT stores allowed)
     nontemporal: bool = False  # this copy of the body stores h non-temporally
     prefetch_clamp: bool = True  # clamp prefetch addresses into the row (False: the loop range keeps them in)
+    chains: int = 1  # independent groups of G rows in one tile (scans of full groups only)
 
     @property
     def Q(self) -> int:
         return self.T // self.G
+
+    @property
+    def lanes(self) -> int:
+        """Rows of the tile: `chains` groups of G."""
+        return self.chains * self.G
 
     @property
     def reverse(self) -> bool:
@@ -108,7 +122,7 @@ def _prefetch(b: Builder, ref: SSAValue, index: Sequence[SSAValue], write: bool 
 def _tile_rows(bb: _B, tl: _Tiles) -> tuple[list[SSAValue], list[SSAValue | None]]:
     """Row index and (for a partial group) row validity of each lane."""
     rows, valid = [], []
-    for g in range(tl.G):
+    for g in range(tl.lanes):
         r = bb.add(tl.c0, bb.idx(g)) if g else tl.c0
         if tl.partial:
             valid.append(bb.cmp(r, tl.C, "slt"))
@@ -125,7 +139,8 @@ def _tile_body(
     """One iteration k: lane g does time block m = k - g*skew of its row.
 
     `hs` is [h] for a scan, [A, B] for an aggregate (A = product of a, B = the scan
-    from 0): an aggregate stores nothing.
+    from 0): an aggregate stores nothing.  A scan of `chains` groups carries one h per
+    group: independent multiply-add chains that the core overlaps.
     """
     bb = _B(b)
     G, T, Q, vt = tl.G, tl.T, tl.Q, tl.vt
@@ -140,7 +155,7 @@ def _tile_body(
     masks: list[list[SSAValue]] = []
     a_rows: list[list[SSAValue]] = [[] for _ in range(Q)]
     b_rows: list[list[SSAValue]] = [[] for _ in range(Q)]
-    for g in range(G):
+    for g in range(tl.lanes):
         m = bb.sub(k, shifts[g]) if g else k
         if masked:
             valid = bb.and_(bb.cmp(m, zero_i, "sge"), bb.cmp(m, tl.NBt, "slt"))
@@ -180,25 +195,29 @@ def _tile_body(
                 _prefetch(b, op.h, [*tl.outer, rows[g], ahead], write=True)
     # Time steps: sub-tile q holds steps q*G .. q*G+G-1 of the block, one per column.
     order = range(Q - 1, -1, -1) if tl.reverse else range(Q)
-    h_cols: dict[int, list[SSAValue]] = {}
+    h_cols: dict[int, list[SSAValue]] = {}  # per q: the h vector of each lane's row
     for q in order:
-        a_t = transpose_rows(b, a_rows[q], vt)
-        b_t = transpose_rows(b, b_rows[q], vt)
         if tl.aggregate:
+            a_t = transpose_rows(b, a_rows[q], vt)
+            b_t = transpose_rows(b, b_rows[q], vt)
             steps = range(G - 1, -1, -1) if tl.reverse else range(G)
             hs = _aggregate_block(b, tl.agg_mode, [a_t[j] for j in steps], [b_t[j] for j in steps], hs)
             continue
-        h = hs[0]
-        states: list[SSAValue] = [h] * G
-        for j in (range(G - 1, -1, -1) if tl.reverse else range(G)):
-            h = _step(b, a_t[j], h, b_t[j])
-            states[j] = h
-        hs = [h]
-        h_cols[q] = transpose_rows(b, states, vt)
+        h_cols[q] = []
+        for p in range(tl.chains):
+            a_t = transpose_rows(b, a_rows[q][p * G : (p + 1) * G], vt)
+            b_t = transpose_rows(b, b_rows[q][p * G : (p + 1) * G], vt)
+            h = hs[p]
+            states: list[SSAValue] = [h] * G
+            for j in (range(G - 1, -1, -1) if tl.reverse else range(G)):
+                h = _step(b, a_t[j], h, b_t[j])
+                states[j] = h
+            hs[p] = h
+            h_cols[q] += transpose_rows(b, states, vt)
     if tl.aggregate:
         return hs
     # Store row by row, both halves of a row's cache line together.
-    for g in range(G):
+    for g in range(tl.lanes):
         for q in range(Q):
             cq = bb.add(cols[g], bb.idx(q * G)) if q else cols[g]
             index = [*tl.outer, rows[g], cq]
@@ -223,17 +242,18 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
     group_mask = None
     if tl.partial:
         group_mask = bb.ins(vector.CreateMaskOp([bb.sub(tl.C, tl.c0)], VectorType(i1, [G])))
+    assert tl.chains == 1 or not (tl.partial or tl.aggregate), "several chains: full scan groups only"
     zero_v = bb.splat_const(0, vt)
+    starts = [bb.add(tl.c0, bb.idx(p * G)) if p else tl.c0 for p in range(tl.chains)]  # each chain's first row
     if op.init is not None and not tl.aggregate:
-        index = [*tl.outer, tl.c0]
         if tl.partial:
-            h0 = bb.ins(vector.MaskedLoadOp(op.init, index, group_mask, zero_v))
+            h0s = [bb.ins(vector.MaskedLoadOp(op.init, [*tl.outer, tl.c0], group_mask, zero_v))]
         else:
-            h0 = bb.ins(vector.LoadOp(op.init, index, vt))
+            h0s = [bb.ins(vector.LoadOp(op.init, [*tl.outer, c], vt)) for c in starts]
     else:
-        h0 = zero_v
-    shifts = [bb.mul(bb.idx(g), tl.skew) if g > 1 else tl.skew for g in range(G)]
-    span = shifts[G - 1]
+        h0s = [zero_v] * tl.chains
+    shifts = [bb.mul(bb.idx(g), tl.skew) if g > 1 else tl.skew for g in range(tl.lanes)]
+    span = shifts[tl.lanes - 1]
     total = bb.add(tl.NBt, span)
     one = bb.idx(1)
 
@@ -283,7 +303,8 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
         op_if = b.insert(scf.IfOp(tl.nt_ok, [v.type for v in hs], blocks[0], blocks[1]))
         return list(op_if.results)
 
-    h0s = _aggregate_init(bb, tl.agg_mode, vt) if tl.aggregate else [h0]
+    if tl.aggregate:
+        h0s = _aggregate_init(bb, tl.agg_mode, vt)
     if tl.partial:
         hs = run(bb.idx(0), total, h0s, True)
     else:
@@ -297,11 +318,14 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
         hs = run(bb.idx(0), first, h0s, True)
         hs = steady(first, steady_end, hs)
         hs = run(steady_end, total, hs, True)
-    outs = [op.final] if not tl.aggregate else op.aggregate_outputs()
-    for out, h in zip(outs, hs):
+    if tl.aggregate:
+        stores = list(zip(op.aggregate_outputs(), hs, [tl.c0] * len(hs)))
+    else:
+        stores = list(zip([op.final] * tl.chains, hs, starts))
+    for out, h, c in stores:
         if out is None:
             continue
-        index = [*tl.outer, tl.c0]
+        index = [*tl.outer, c]
         if tl.partial:
             b.insert(vector.MaskedStoreOp(out, index, group_mask, h))
         else:
@@ -351,8 +375,13 @@ def lower_affine_tiled(
     parallel: bool = False,
     nontemporal: bool = False,
     agg_mode: str = "exact",
+    chains: int | None = None,
 ) -> None:
     """Channels (dim rank-2) in groups of G lanes, time (dim rank-1) in tiles of T = 2G.
+
+    chains: groups of G rows scanned together in one tile, each its own multiply-add
+    chain (default: SCAN_CHAINS by element size; aggregates 1).  Each row keeps its
+    own sequential order of operations, so any number gives the same bits.
 
     nontemporal: the steady loop stores h with streaming stores when h is large and
     its rows 32-byte aligned (runtime tests, see NONTEMPORAL_MIN_BYTES).
@@ -370,6 +399,7 @@ def lower_affine_tiled(
     G = 256 // bits
     T = 2 * G
     vt = VectorType(el, [G])
+    chains = 1 if aggregate else (SCAN_CHAINS.get(bits, 1) if chains is None else chains)
     bb = _B(b)
     sizes = dim_sizes(b, op.h)
     r = len(sizes)
@@ -378,25 +408,33 @@ def lower_affine_tiled(
     full_c = bb.mul(bb.ins(arith.DivUIOp(C, bb.idx(G))), bb.idx(G))
     # Skew only rows long enough for the masked edges to be a small part of the work.
     long_rows = bb.cmp(nbt, bb.idx(LONG_ROW_BLOCKS), "sge")
+    full_chained = bb.mul(bb.ins(arith.DivUIOp(C, bb.idx(chains * G))), bb.idx(chains * G))
     medium_rows = bb.cmp(nbt, bb.idx(MEDIUM_ROW_BLOCKS), "sge")
-    skew_v = bb.select(long_rows, bb.idx(skew), bb.select(medium_rows, bb.idx(min(skew, 1)), bb.idx(0)))
+    # Several chains: no skew for medium rows (the masked edges grow with the lanes).
+    medium_skew = bb.idx(min(skew, 1) if chains == 1 else 0)
+    skew_v = bb.select(long_rows, bb.idx(skew), bb.select(medium_rows, medium_skew, bb.idx(0)))
     prefetch_rows = bb.cmp(nbt, bb.idx(PREFETCH_MIN_BLOCKS), "sge")
     nt_ok = _nontemporal_ok(bb, op.h, sizes, bits // 8) if nontemporal and not aggregate else None
 
     def per_outer(ob: Builder, outer: Sequence[SSAValue]) -> None:
         obb = _B(ob)
 
-        def group(gb: Builder, c0: SSAValue, _carried):
-            _tile_group(
-                gb,
-                _Tiles(
-                    op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, False, aggregate, agg_mode, prefetch,
-                    prefetch_h, prefetch_rows, nt_ok,
-                ),
-            )
-            return []
+        def full_groups(n_chains: int):
+            def group(gb: Builder, c0: SSAValue, _carried):
+                _tile_group(
+                    gb,
+                    _Tiles(
+                        op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, False, aggregate, agg_mode, prefetch,
+                        prefetch_h, prefetch_rows, nt_ok, chains=n_chains,
+                    ),
+                )
+                return []
 
-        channel_groups_loop(ob, obb.idx(0), full_c, obb.idx(G), group, parallel)
+            return group
+
+        channel_groups_loop(ob, obb.idx(0), full_chained, obb.idx(chains * G), full_groups(chains), parallel)
+        if chains > 1:  # the full groups left over (all of them for short rows): one chain each
+            channel_groups_loop(ob, full_chained, full_c, obb.idx(G), full_groups(1), parallel)
         # The partial group, if any: a loop of 0 or 1 trip.
         def partial(gb: Builder, c0: SSAValue, _carried):
             _tile_group(gb, _Tiles(op, list(outer), c0, C, L, nbt, G, T, skew_v, vt, True, aggregate, agg_mode))

@@ -15,6 +15,7 @@ Around this module (the kernels' IR, the public drivers and their kernel getters
   cpu_parallel.py     the thread pool, split_range, OpenMP thread count and waiting policy
   cpu_variants.py     which variant runs a shape, the aligned output buffer
   cpu_chunked.py      the time-chunked variant
+  cpu_time_lanes.py   the time-lanes variant (integer rows)
 
 Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
   single    one call (small inputs: threads cost more than they save)
@@ -23,6 +24,8 @@ Variants of `affine_scan_cpu`, chosen by shape (see `choose_affine_variant`):
             work-sharing loop (`scan-to-cpu{parallel_channels}` + convert-scf-to-openmp,
             LLVM's libomp); libomp's workers spin a while between calls, where the
             Python pool's block
+  time_lanes  int32 rows with time in the vector lanes (cpu_time_lanes.py): three
+            streams per row, a log-step scan inside each vector; exact for integers only
   chunked   parallel in time, for few channels and long sequences: each row is cut
             into K chunks; (1) per chunk the aggregate pair (prod a, scan from 0), in
             parallel, in more precision than the elements (f64 for f32 rows,
@@ -49,6 +52,7 @@ from scanweaver.dtypes import COMPLEX_ELEMENTS, mlir_element
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cpu import CpuProgram
 from scanweaver.runtime.cpu_chunked import _chunked
+from scanweaver.runtime.cpu_time_lanes import time_lanes_scan
 from scanweaver.runtime.cpu_jit import STATS, CompileStats, Kernel, clear_cache, compile_cpu, kernel, on_clear_cache
 from scanweaver.runtime.cpu_parallel import (
     num_threads,
@@ -202,7 +206,7 @@ def affine_scan_cpu(
     a, b: (channels, L) arrays of one dtype (float32, float64, int32, int64);
     h0: (channels,).  reverse: t runs from L-1 down to 0.  Returns h, and the last
     state (channels,) with return_final.  variant: force 'single', 'channels',
-    'chunked' or 'openmp' (default: by shape, `choose_affine_variant`).  out: a C-contiguous
+    'chunked', 'openmp' or 'time_lanes' (integers only) (default: by shape, `choose_affine_variant`).  out: a C-contiguous
     (channels, L) array of a's dtype to write h into (saves the allocation, whose first
     touch costs page faults on every call for large arrays).
     """
@@ -237,6 +241,8 @@ def affine_scan_cpu(
     variant = variant or choose_affine_variant(C, L, a.dtype, threads)
     if variant == "chunked" and L >= 2:
         _chunked(a, b, h0, h, final, reverse, threads, el, _affine_kernel, _aggregate_kernel)
+    elif variant == "time_lanes":
+        time_lanes_scan(a, b, h0, h, final, reverse, threads)
     elif variant == "openmp":
         k = _openmp_affine_kernel(el, h0 is not None, final is not None, reverse)
         prepare_openmp(threads)
@@ -254,7 +260,7 @@ def affine_scan_cpu(
 
         parallel_for([task(lo, hi) for lo, hi in parts], threads=1 if variant == "single" else threads)
     else:
-        raise ScanWeaverValueError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp)")
+        raise ScanWeaverValueError(f"affine_scan_cpu: unknown variant {variant!r} (single, channels, chunked, openmp, time_lanes)")
     return (h, final) if return_final else h
 
 
