@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import FloatAttr, IndexType, IntegerAttr, MemRefType,
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from scanweaver.dialects import scan
+from scanweaver.rewrites.cpu_blocked_dot import BLOCKED_DOT_MARK
 from scanweaver.rewrites.exp_polynomial import FUSED_MARK
 from scanweaver.workloads.loops import element_type
 from scanweaver.workloads.specs import SelectiveScanSpec
@@ -385,7 +386,8 @@ def _tiled_channel(e: _Body, spec, v, k, b, d, d0, t0, t1, state, states, staged
     state_type = memref_of((spec.n,), "f32")
     coeffs = _tiled_coeffs(e, spec, v, k, b, d, bd, read["B"])
     emit = _tiled_emit(e, spec, v, k, state_type, b, d, dd, read["C"])
-    scan.RecurrenceOp(t0, t1, k["c1"], state, coeffs, emit)
+    rec = scan.RecurrenceOp(t0, t1, k["c1"], state, coeffs, emit)
+    rec.attributes[BLOCKED_DOT_MARK] = UnitAttr()  # C . S may be reduced a time block at a time
     _for(k["c0"], k["cN"], k["c1"], "n", lambda n: memref.StoreOp.get(e.load(state, [n], "v"), states, [r, n]))
 
 
