@@ -15,6 +15,7 @@ from xdsl.traits import is_side_effect_free, IsTerminator
 
 from scanweaver.dialects import scan
 from scanweaver.errors import CannotLower
+from scanweaver.rewrites.cpu_blocked_dot import DotPlan, TreeSums, dot_plan
 from scanweaver.rewrites.cpu_vector_builders import _B, _identity_layout, _res, _step
 from scanweaver.rewrites.loop_utils import for_loop
 
@@ -109,6 +110,8 @@ class _RecurrenceVectorizer:
         self.state_values = {op.state, op.emit.block.args[1]}
         self.state_vec: SSAValue | None = None
         self.skip: set[Operation] = set()
+        self.dot: DotPlan | None = None  # the emit's dot product reduced a time block at a time
+        self.deferred: TreeSums | None = None  # its per-step products in the block, summed
 
     # -- values ------------------------------------------------------------
 
@@ -341,6 +344,9 @@ class _RecurrenceVectorizer:
             if inner_op is yield_op or inner_op in skip:
                 continue
             self.one(b, inner_op, inner, True)
+        if self.deferred is not None and self.dot is not None and op is self.dot.loop:
+            self._defer_dot(bb, op, env, inner, combine)
+            return
         for pos, (user, other) in combine.items():
             x = self.as_vector(bb, inner, other)
             init = self.uniform(env, op.iter_args[pos])
@@ -451,6 +457,41 @@ class _RecurrenceVectorizer:
                 vals[r] = nr
         return vals
 
+    # -- the emit's dot product a time block at a time (cpu_blocked_dot) ---------
+
+    def _defer_dot(self, bb: _B, op: scf.ForOp, env, inner, combine) -> None:
+        """Keep this step's product vector; the sum comes in `_blocked_output`."""
+        ((_, other),) = combine.values()
+        assert self.deferred is not None
+        self.deferred.push(self.as_vector(bb, inner, other))
+        env[op.results[0]] = _Val("u", self.uniform(env, op.iter_args[0]))  # unused: the ops after it are skipped
+
+    def _blocked_output(self, b: Builder, i0: SSAValue, vals: dict[SSAValue, SSAValue], plan: _HoistPlan) -> None:
+        """The block's dot products (`TreeSums`), then the ops after the reduction and
+        the store, vectorised over the block's steps."""
+        assert self.dot is not None and self.deferred is not None
+        bb = _B(b)
+        T = TIME_BLOCK
+        get = lambda v: vals.get(v, v)  # noqa: E731 - defined outside the regions: itself
+        start = get(self.dot.loop.iter_args[0])
+        over_time: dict[SSAValue, SSAValue] = {self.dot.loop.results[0]: self.deferred.result(bb, start)}
+        self.deferred = None
+
+        def operand(v: SSAValue) -> SSAValue:
+            if v in over_time:
+                return over_time[v]
+            if plan.kinds.get(v) == "tv":
+                return vals[v]
+            return bb.splat(get(v), VectorType(v.type, [T]))
+
+        for o in self.dot.post:
+            new = b.insert(_vectorised(o, [operand(v) for v in o.operands], T))
+            for r, nr in zip(o.results, new.results):
+                over_time[r] = nr
+        store = self.dot.store
+        index = [get(v) for v in store.indices[:-1]] + [i0]
+        b.insert(vector.StoreOp(over_time[store.value], get(store.memref), index))
+
     # -- the whole op ----------------------------------------------------------
 
     def step(self, b: Builder, i: SSAValue, h: SSAValue, pre: dict[SSAValue, _Val], store_points) -> SSAValue:
@@ -477,6 +518,8 @@ class _RecurrenceVectorizer:
         store_points: list[Operation] = []
         plan = self.hoist_plan()
         if plan is not None:
+            self.dot = dot_plan(op, self.N, TIME_BLOCK, set(plan.ops), self.is_state_loop)
+        if plan is not None:
             T = TIME_BLOCK
             span = bb.sub(op.ub, op.lb)
             nonneg = bb.max(span, zero)
@@ -487,6 +530,9 @@ class _RecurrenceVectorizer:
                 vals = self.prologue(sb, i0, plan)
                 hv = carried[0]
                 self.skip = set(plan.ops)
+                if self.dot is not None:
+                    self.skip |= {*self.dot.post, self.dot.store}
+                    self.deferred = TreeSums(TIME_BLOCK)
                 for j in range(T):
                     i = sbb.add(i0, sbb.idx(j)) if j else i0
                     pre: dict[SSAValue, _Val] = {}
@@ -496,6 +542,8 @@ class _RecurrenceVectorizer:
                             nv = sbb.ins(vector.ExtractOp(nv, [j], v.type))
                         pre[v] = _Val("u", nv)
                     hv = self.step(sb, i, hv, pre, store_points)
+                if self.dot is not None:
+                    self._blocked_output(sb, i0, vals, plan)
                 self.skip = set()
                 return [hv]
 

@@ -53,6 +53,7 @@ Files, one strategy each (this one holds the patterns and the pass):
   cpu_aggregate_arith.py        chunk-aggregate arithmetic per tile (exact, wide, double-double)
   cpu_chunk_aggregates.py       the chunk-aggregate kernel of the chunked scan
   cpu_recurrence_vectorizer.py  scan.recurrence: the state vector in registers
+  cpu_blocked_dot.py            its readout dot product reduced a time block at a time (marked ops)
 """
 
 from __future__ import annotations

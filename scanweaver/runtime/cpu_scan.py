@@ -310,18 +310,19 @@ def affine_scan_staged(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, reve
 
 @functools.lru_cache(maxsize=None)
 def selective_scan_ir(spec: SelectiveScanSpec) -> str:
-    """IR text of `func.func @selective_scan` (`workloads/selective.py`): one
-    scan.recurrence per (batch, channel); its arguments, in order: u, delta (batch, D,
-    L); A (D, N); B, C in the layout of their kind with time before the state index
-    ((batch, L, N), (batch, G, L, N)) or (D, N); [D_skip (D,)]; [z (batch, D, L)];
-    [delta_bias (D,)]; [h0 (batch, D, N)]; out (batch, D, L); [last (batch, D, N)];
-    d_begin, d_end (index): the channels to run.
+    """IR text of the driver's kernel `func.func @selective_scan_tiled`
+    (`workloads/selective.py`): per (batch, chunk of channels), time tiles with B and C
+    staged transposed on the stack; its arguments, in order: u, delta (batch, D, L); A
+    (D, N); B, C in the caller's layout ((batch, N, L), (batch, G, N, L)) or (D, N);
+    [D_skip (D,)]; [z (batch, D, L)]; [delta_bias (D,)]; [h0 (batch, D, N)]; out
+    (batch, D, L); [last (batch, D, N)]; d_begin, d_end (index): the channels to run.
     """
-    return kernel_ir("selective", spec=spec).text
+    return kernel_ir("selective_tiled", spec=spec).text
 
 
 def _bc_kind(x: np.ndarray, name: str, batch: int, D: int, N: int, L: int) -> tuple[str, np.ndarray]:
-    """Classify B or C and put it in the kernel's layout (time before the state index)."""
+    """Classify B or C; it stays in the caller's layout (the kernel stages small
+    transposed tiles itself), made float32 C-contiguous (no copy when it is already)."""
     if x.ndim == 2:
         if x.shape != (D, N):
             raise ScanWeaverValueError(f"selective_scan_cpu: {name} of shape {x.shape}: expected (D, N) = {(D, N)}")
@@ -329,14 +330,14 @@ def _bc_kind(x: np.ndarray, name: str, batch: int, D: int, N: int, L: int) -> tu
     if x.ndim == 3:
         if x.shape != (batch, N, L):
             raise ScanWeaverValueError(f"selective_scan_cpu: {name} of shape {x.shape}: expected (batch, N, L) = {(batch, N, L)}")
-        return "shared", np.ascontiguousarray(np.swapaxes(x, 1, 2), dtype=np.float32)
+        return "shared", np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim == 4:
         G = x.shape[1]
         if x.shape[0] != batch or x.shape[2:] != (N, L) or G == 0 or D % G:
             raise ScanWeaverValueError(
                 f"selective_scan_cpu: {name} of shape {x.shape}: expected (batch, G, N, L) with G dividing D = {D}"
             )
-        return "grouped", np.ascontiguousarray(np.swapaxes(x, 2, 3), dtype=np.float32)
+        return "grouped", np.ascontiguousarray(x, dtype=np.float32)
     raise ScanWeaverValueError(f"selective_scan_cpu: {name} must be 2-D, 3-D or 4-D, got shape {x.shape}")
 
 
@@ -386,7 +387,7 @@ def selective_scan_cpu(
     h0k = None if h0 is None else check_shape("h0", f32(h0), (batch, Dn, N), "(batch, D, N)", where)
     spec = SelectiveScanSpec(N, b_kind, c_kind, Dk is not None, zk is not None, bias is not None,
                              bool(delta_softplus), h0k is not None, bool(return_last_state))
-    ir = kernel_ir("selective", spec=spec)
+    ir = kernel_ir("selective_tiled", spec=spec)
     k = kernel(ir.text, ir.name, ir.args)
     out = np.empty((batch, Dn, L), np.float32)
     last = np.empty((batch, Dn, N), np.float32) if return_last_state else None

@@ -22,6 +22,7 @@ BUILDERS = {
     "affine": ("scanweaver.workloads.affine", "affine_scan"),
     "selective": ("scanweaver.workloads.selective", "selective_scan_recurrence"),
     "selective_gpu": ("scanweaver.workloads.selective", "selective_scan_gpu"),
+    "selective_tiled": ("scanweaver.workloads.selective", "selective_scan_tiled"),
     "selective_complex": ("scanweaver.workloads.selective_complex", "selective_scan_complex_recurrence"),
     "selective_complex_gpu": ("scanweaver.workloads.selective_complex", "selective_scan_complex_gpu"),
 }

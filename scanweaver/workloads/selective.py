@@ -29,10 +29,12 @@ from collections.abc import Callable
 from xdsl.builder import ImplicitBuilder
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects import math as mathd
-from xdsl.dialects.builtin import FloatAttr, IndexType, IntegerAttr, MemRefType, ModuleOp
+from xdsl.dialects.builtin import FloatAttr, IndexType, IntegerAttr, MemRefType, ModuleOp, UnitAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from scanweaver.dialects import scan
+from scanweaver.rewrites.cpu_blocked_dot import BLOCKED_DOT_MARK
+from scanweaver.rewrites.exp_polynomial import FUSED_MARK
 from scanweaver.workloads.loops import element_type
 from scanweaver.workloads.specs import SelectiveScanSpec
 from scanweaver.workloads.types import kernel_arguments, memref_of
@@ -265,3 +267,172 @@ def _dot_c(e: _Body, spec, v, k, s, b, d, i, group, gpu=False) -> SSAValue:
 
 
 __all__ = ["BC_KINDS", "SelectiveScanSpec", "bc_type", "kernel_arguments", "selective_scan_gpu", "selective_scan_recurrence"]  # re-exports
+
+
+# ---------------------------------------------------------------------------
+# The CPU driver's kernel: B and C read in the caller's layout through small tiles
+# ---------------------------------------------------------------------------
+
+#: Floats of one staged B or C tile (time steps x N): 32 KB, 512 steps at N = 16, so
+#: both tiles stay in L2 and a channel's recurrence runs long enough per tile that its
+#: start (state and constants into registers) and the row switches cost little
+#: (2 KB and 8 KB tiles measured slower).
+TILE_FLOATS = 8192
+#: Channels whose states one pass over a time tile carries: the staged tiles are
+#: re-read from L1 by every channel of the chunk (B and C are shared by the channels).
+CHUNK_CHANNELS = 64
+
+
+def tile_steps(n: int) -> int:
+    """Time steps of a tile for state size n: a multiple of 16 (the vectorised
+    recurrence's time block, so tiles split the steps as one long run does)."""
+    return max(16, TILE_FLOATS // n // 16 * 16)
+
+
+def selective_scan_tiled(spec: SelectiveScanSpec) -> ModuleOp:
+    """`func.func @selective_scan_tiled`: the CPU form's computation with B and C in the
+    caller's layout, state index before time ((batch, N, L), (batch, G, N, L), or
+    (D, N)); arguments as `selective_arguments(spec, "f32", gpu=True)` plus d_begin,
+    d_end.  Per batch and chunk of CHUNK_CHANNELS channels, time runs in tiles of
+    `tile_steps(N)` steps: B[.., :, tile] and C[.., :, tile] are copied transposed into
+    stack tiles (time before the state index, as the vectorised recurrence reads them)
+    and every channel of the chunk runs its recurrence over the tile from its state,
+    kept in a per-chunk stack buffer.  The per-step operations are those of
+    `selective_scan_recurrence`'s CPU form, so the results are the same bits; no
+    (batch, L, N) copy of B or C is made."""
+    if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
+        raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
+    args = selective_arguments(spec, "f32", gpu=True) + [("d_begin", IndexType()), ("d_end", IndexType())]
+    block = Block(arg_types=[t for _, t in args])
+    for value, (hint, _) in zip(block.args, args):
+        value.name_hint = hint
+    v = dict(zip((hint for hint, _ in args), block.args))
+    with ImplicitBuilder(block):
+        _tiled_body(spec, v)
+        func.ReturnOp()
+    fn = func.FuncOp("selective_scan_tiled", ([t for _, t in args], []), Region(block))
+    return ModuleOp([fn])
+
+
+def _tiled_body(spec: SelectiveScanSpec, v: dict[str, SSAValue]) -> None:
+    e = _Body(element_type("f32"))
+    c0, c1, c2 = e.index(0, "c0"), e.index(1, "c1"), e.index(2, "c2")
+    steps, chunk = tile_steps(spec.n), CHUNK_CHANNELS
+    k = {"c0": c0, "c1": c1, "cN": e.index(spec.n, "cN"), "cT": e.index(steps, "cT"),
+         "cK": e.index(chunk, "cK"), "zero": e.float(0.0, "zero"), "one": e.float(1.0, "one"),
+         "twenty": e.float(20.0, "twenty")}
+    dim = lambda m, i, hint: _named(memref.DimOp(m, i).result, hint)  # noqa: E731
+    batch, k["Dn"], length = dim(v["u"], c0, "batch"), dim(v["u"], c1, "Dn"), dim(v["u"], c2, "len")
+    f32t = element_type("f32")
+    alloca = lambda shape, hint: _named(memref.AllocaOp.get(f32t, shape=shape).memref, hint)  # noqa: E731
+    state = alloca([spec.n], "S")  # the recurrence's state (in registers inside it)
+    states = alloca([chunk, spec.n], "SK")  # the chunk's states between tiles
+    staged = {name: alloca([steps, spec.n], f"T{name}") for name, kind in (("B", spec.b_kind), ("C", spec.c_kind))
+              if kind != "const"}
+    per = {name: e.op(arith.DivUIOp, k["Dn"], dim(v[name], c1, f"ng{name}"), hint=f"per{name}")
+           for name, kind in (("B", spec.b_kind), ("C", spec.c_kind)) if kind == "grouped"}
+
+    def chunk_body(b: SSAValue, d0: SSAValue) -> None:
+        d1 = e.op(arith.MinUIOp, e.op(arith.AddiOp, d0, k["cK"], hint="dk"), v["d_end"], hint="d1")
+        _for(d0, d1, c1, "d", lambda d: _for(k["c0"], k["cN"], c1, "n", lambda n: memref.StoreOp.get(
+            e.load(v["h0"], [b, d, n], "v") if spec.has_h0 else k["zero"], states,
+            [e.op(arith.SubiOp, d, d0, hint="r"), n])))
+
+        def tile(t0: SSAValue) -> None:
+            t1 = e.op(arith.MinUIOp, e.op(arith.AddiOp, t0, k["cT"], hint="tk"), length, hint="t1")
+            _for(d0, d1, c1, "d", lambda d: _tiled_channel(e, spec, v, k, b, d, d0, t0, t1, state, states, staged, per))
+
+        _for(c0, length, k["cT"], "t0", tile)
+        if spec.has_last:
+            _for(d0, d1, c1, "d", lambda d: _for(k["c0"], k["cN"], c1, "n", lambda n: memref.StoreOp.get(
+                e.load(states, [e.op(arith.SubiOp, d, d0, hint="r"), n], "v"), v["last"], [b, d, n])))
+
+    _for(c0, batch, c1, "b", lambda b: _for(v["d_begin"], v["d_end"], k["cK"], "d0", lambda d0: chunk_body(b, d0)))
+
+
+def _stage_tile(e: _Body, kind: str, src: SSAValue, tile: SSAValue, k, b, g, t0, t1) -> None:
+    """tile[t - t0, n] = src[b, [g,] n, t] for t in [t0, t1): a tile of B or C, transposed."""
+
+    def row(t: SSAValue) -> None:
+        r = e.op(arith.SubiOp, t, t0, hint="r")
+        _for(k["c0"], k["cN"], k["c1"], "n", lambda n: memref.StoreOp.get(
+            e.load(src, [b, n, t] if kind == "shared" else [b, g, n, t], "bc"), tile, [r, n]))
+
+    _for(t0, t1, k["c1"], "t", row)
+
+
+def _tiled_channel(e: _Body, spec, v, k, b, d, d0, t0, t1, state, states, staged, per) -> None:
+    """Channel d over the tile [t0, t1): stage the tiles when d starts the chunk (or a
+    new group), load its state, run the recurrence, keep its state."""
+    group = {name: e.op(arith.DivUIOp, d, p, hint=f"g{name}") for name, p in per.items()}
+    first = _named(arith.CmpiOp(d, d0, "eq").result, "first")
+    for name, tile in staged.items():
+        kind = spec.b_kind if name == "B" else spec.c_kind
+        when = first
+        if kind == "grouped":  # the chunk may cross a group boundary
+            starts = _named(arith.CmpiOp(e.op(arith.RemUIOp, d, per[name], hint="dg"), k["c0"], "eq").result, "gs")
+            when = e.op(arith.OrIOp, first, starts, hint="stage")
+        then = Block()
+        with ImplicitBuilder(then):
+            _stage_tile(e, kind, v[name], tile, k, b, group.get(name), t0, t1)
+            scf.YieldOp()
+        scf.IfOp(when, [], Region(then))
+    r = e.op(arith.SubiOp, d, d0, hint="r")
+    _for(k["c0"], k["cN"], k["c1"], "n", lambda n: memref.StoreOp.get(e.load(states, [r, n], "v"), state, [n]))
+    bd = e.load(v["bias"], [d], "bd") if spec.has_bias else None
+    dd = e.load(v["Dskip"], [d], "dd") if spec.has_d else None
+    read = {name: _tile_reader(spec.b_kind if name == "B" else spec.c_kind, v[name], staged.get(name), d, t0)
+            for name in ("B", "C")}
+    state_type = memref_of((spec.n,), "f32")
+    coeffs = _tiled_coeffs(e, spec, v, k, b, d, bd, read["B"])
+    emit = _tiled_emit(e, spec, v, k, state_type, b, d, dd, read["C"])
+    rec = scan.RecurrenceOp(t0, t1, k["c1"], state, coeffs, emit)
+    rec.attributes[BLOCKED_DOT_MARK] = UnitAttr()  # C . S may be reduced a time block at a time
+    _for(k["c0"], k["cN"], k["c1"], "n", lambda n: memref.StoreOp.get(e.load(state, [n], "v"), states, [r, n]))
+
+
+def _tile_reader(kind: str, src: SSAValue, tile: SSAValue | None, d: SSAValue, t0: SSAValue):
+    """(memref, indices of step i and state index n) of B or C: the staged tile at
+    [i - t0, n], or the (D, N) array at [d, n]."""
+    if kind == "const":
+        return lambda e, i, n: (src, [d, n])
+    return lambda e, i, n: (tile, [e.op(arith.SubiOp, i, t0, hint="ti"), n])
+
+
+def _tiled_coeffs(e: _Body, spec, v, k, b, d, bd, read) -> Region:
+    """`_coeffs_region`'s (a, b) with B read through `read`."""
+    block = Block(arg_types=[IndexType(), IndexType()])
+    i, n = block.args
+    i.name_hint, n.name_hint = "i", "k"
+    with ImplicitBuilder(block):
+        dt = step_size(e, spec, v, k, b, d, i, bd)
+        ak = e.load(v["A"], [d, n], "ak")
+        da = e.op(arith.MulfOp, dt, ak, hint="da")
+        a = e.op(mathd.ExpOp, da, hint="a")
+        a.owner.attributes[FUSED_MARK] = UnitAttr()  # type: ignore[union-attr]  # the step's one exp: fused
+        bk = e.load(*read(e, i, n), "bk")
+        uu = e.load(v["u"], [b, d, i], "uu")
+        dtu = e.op(arith.MulfOp, dt, uu, hint="dtu")
+        x = e.op(arith.MulfOp, bk, dtu, hint="x")
+        scan.YieldOp(a, x)
+    return Region(block)
+
+
+def _tiled_emit(e: _Body, spec, v, k, state_type, b, d, dd, read) -> Region:
+    """`_emit_region`'s output with C read through `read`."""
+    block = Block(arg_types=[IndexType(), state_type])
+    i, s = block.args
+    i.name_hint, s.name_hint = "i", "s"
+    with ImplicitBuilder(block):
+        red = Block(arg_types=[IndexType(), e.el])
+        n, acc = red.args
+        n.name_hint, acc.name_hint = "n", "acc"
+        with ImplicitBuilder(red):
+            hv = e.load(s, [n], "hv")
+            cv = e.load(*read(e, i, n), "cv")
+            pr = e.op(arith.MulfOp, hv, cv, hint="pr")
+            scf.YieldOp(e.op(arith.AddfOp, acc, pr, hint="acc2"))
+        y = _named(scf.ForOp(k["c0"], k["cN"], k["c1"], [k["zero"]], Region(red)).results[0], "y")
+        store_output(e, spec, v, k, y, dd, b, d, i)
+        scan.YieldOp()
+    return Region(block)
