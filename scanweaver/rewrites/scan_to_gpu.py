@@ -21,6 +21,7 @@ from scanweaver.dialects import scan
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
 from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
+from scanweaver.rewrites.gpu_channel_program import lower_channel_programs
 from scanweaver.rewrites.gpu_kernel import Unsupported
 from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
 from scanweaver.rewrites.recurrence_gpu import lower_recurrences
@@ -54,6 +55,8 @@ class ScanToGpu(ModulePass):
             raise ScanWeaverError(f"scan-to-gpu: time-blocks must be auto, always or never, got {self.time_blocks!r}")
         if self.chunk_tiles < 1:
             raise ScanWeaverError(f"scan-to-gpu: chunk-tiles must be at least 1, got {self.chunk_tiles}")
+        # per-channel sequential programs (VJPs): one thread per channel, whole body
+        channel_refused = lower_channel_programs(op)
         affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
         if affines:
             kmod = get_kernel_module(op)
@@ -78,7 +81,7 @@ class ScanToGpu(ModulePass):
         refused.update(lower_scans(op, bs, ipt, scratch))
         if scratch:
             fix_scratch_launches(op, scratch)
-        record_refusals(refused, diagnose=self.diagnose)
+        record_refusals({**refused, **channel_refused}, diagnose=self.diagnose)
 
 
 __all__ = ["ScanToGpu"]
