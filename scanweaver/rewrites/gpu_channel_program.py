@@ -15,8 +15,8 @@ reverse chunk loop with several scan ops and scratch buffers; `gpu_nest` refuses
 * every `memref.alloca` / `memref.alloc` of the function becomes a slice of one global
   scratch buffer per element type, which the runtime allocates per call (launch
   description `scratch`, sized by an `expr:` formula over the argument sizes).  The
-  slices are interleaved: element `e` of channel `cid` lives at `e * channels + cid`, so a
-  warp running in step touches consecutive addresses; nothing lands in local memory;
+  slices are interleaved by warp (`_to_scratch`), so a warp running in step touches
+  consecutive addresses; nothing lands in local memory;
 * a store that is not private to its channel must be a read-add-write (`x[i] += v`,
   the gradient accumulation of a VJP into an input shared by channels, such as dA over
   the batch or dB over D): it becomes `memref.atomic_rmw addf`.  Anything else shared
@@ -244,9 +244,17 @@ class _Hoist:
         return self.done[v]
 
 
+#: channels interleaved per scratch group: one warp's threads touch consecutive words
+LANES = 32
+
+
 def _to_scratch(k: _Kernel) -> dict[Attribute, SSAValue]:
-    """Every alloca/alloc of the kernel becomes an interleaved slice of the scratch
-    buffer of its element type; returns the per-channel element count per type."""
+    """Every alloca/alloc of the kernel becomes a slice of the scratch buffer of its
+    element type, interleaved by warp: element `e` of the per-channel layout of channel
+    `cid` is at `((cid / 32) * per_channel + e) * 32 + cid % 32`, so a warp in step
+    touches 32 consecutive words, and a buffer's offset is a constant where the sizes
+    before it are.  Returns the per-channel element count per type (the runtime
+    allocates `ceil(channels / 32) * 32` times that)."""
     hoist = _Hoist(k)
     entry = k.kfunc.body.block
 
@@ -259,6 +267,9 @@ def _to_scratch(k: _Kernel) -> dict[Attribute, SSAValue]:
 
     totals: dict[Attribute, SSAValue] = {t: cidx(0) for t in k.el_types}
     allocs = [o for o in k.kfunc.walk() if isinstance(o, (memref.AllocaOp, memref.AllocOp))]
+    # static sizes first: their offsets fold to constants (fewer live registers)
+    allocs.sort(key=lambda o: len(o.dynamic_sizes) > 0)
+    placed = []
     for a in allocs:
         t: MemRefType = a.memref.type  # type: ignore[assignment]
         if t.layout != MemRefType(t.element_type, t.get_shape()).layout:
@@ -269,8 +280,16 @@ def _to_scratch(k: _Kernel) -> dict[Attribute, SSAValue]:
         for s in sizes:
             count = before_guard(arith.MuliOp(count, s))
         el = t.element_type
-        offset = totals[el]
-        totals[el] = before_guard(arith.AddiOp(offset, count))
+        placed.append((a, sizes, totals[el]))
+        totals[el] = before_guard(arith.AddiOp(totals[el], count))
+    lanes = cidx(LANES)
+    k.padded_channels = before_guard(arith.MuliOp(before_guard(arith.CeilDivUIOp(k.nchan, lanes)), lanes))
+    group = before_guard(arith.DivUIOp(k.cid, lanes))
+    lane = before_guard(arith.RemUIOp(k.cid, lanes))
+    base = {el: before_guard(arith.AddiOp(before_guard(arith.MuliOp(
+        before_guard(arith.MuliOp(group, totals[el])), lanes)), lane)) for el in k.el_types}
+    for a, sizes, offset in placed:
+        el = a.memref.type.element_type
         buf = k.scratch[el]
         for use in list(a.memref.uses):
             user = use.operation
@@ -292,7 +311,7 @@ def _to_scratch(k: _Kernel) -> dict[Attribute, SSAValue]:
                 term = idx if stride is None else _op(ops, arith.MuliOp(idx, stride))
                 lin = _op(ops, arith.AddiOp(lin, term))
                 stride = sizes[i] if stride is None else _op(ops, arith.MuliOp(stride, sizes[i]))
-            g = _op(ops, arith.AddiOp(_op(ops, arith.MuliOp(lin, k.nchan)), k.cid))
+            g = _op(ops, arith.AddiOp(_op(ops, arith.MuliOp(lin, lanes)), base[el]))
             if isinstance(user, memref.LoadOp):
                 new = memref.LoadOp.get(buf, [g])
             else:
@@ -421,7 +440,7 @@ def _host(k: _Kernel, totals: dict[Attribute, SSAValue]) -> None:
     scratch_desc = []
     for j, t in enumerate(k.el_types):
         per = totals[t]
-        total_k = _mul_in_kernel(k, per, k.nchan)
+        total_k = _mul_in_kernel(k, per, k.padded_channels)
         size = host(total_k)
         alloc = memref.AllocOp([size], [], MemRefType(t, [DYNAMIC_INDEX]))
         host_ops.append(alloc)
