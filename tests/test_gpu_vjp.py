@@ -150,3 +150,47 @@ def test_torch_cuda_backward_on_a_real_gpu():
         grads.append([x.grad.cpu() for x in xs])
     for a, b in zip(*grads):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3 * float(a.abs().max()))
+
+
+@pytest.mark.parametrize("b_kind,c_kind,options", [("shared", "const", True), ("grouped", "grouped", False)])
+def test_torch_cuda_backward_path_through_a_simulator_driver(monkeypatch, b_kind, c_kind, options):
+    """`selective_scan_bwd`'s CUDA branch (argument assembly, optional inputs, dtypes)
+    with CPU tensors standing in for device memory and the simulator as the GPU."""
+    torch = pytest.importorskip("torch")
+    import contextlib
+
+    from test_gpu_time_blocks import SimulatorDriver
+
+    from scanweaver.runtime import cuda_vjp
+    from scanweaver.torch import selective
+    from scanweaver.torch.reference import selective_scan_ref
+
+    real = cuda_vjp.selective_scan_vjp_cuda
+
+    def on_simulator(arrays, spec, driver=None):
+        real([a.numpy() for a in arrays], spec, SimulatorDriver(_lowered(spec)[1]))
+
+    monkeypatch.setattr(cuda_vjp, "selective_scan_vjp_cuda", on_simulator)
+    monkeypatch.setattr(selective, "_require_cuda", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device", lambda _: contextlib.nullcontext())
+    g = torch.Generator().manual_seed(3)
+    batch, dn, length = 1, 2, 4
+    mk = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    shape = lambda kind: _layout(kind, batch, dn, N, length)  # noqa: E731
+    u, delta, A = mk(batch, dn, length), 0.5 * mk(batch, dn, length), -mk(dn, N).abs() - 0.1
+    B, C = mk(*shape(b_kind)), mk(*shape(c_kind))
+    D, z, bias, h0 = (mk(dn), mk(batch, dn, length), mk(dn), mk(batch, dn, N)) if options else (None,) * 4
+    dout, dlast = mk(batch, dn, length), mk(batch, dn, N)
+    got = selective._backward_cuda(u, delta, A, B, C, D, z, bias, options, dout, dlast, h0)
+    xs = [x.clone().requires_grad_() if x is not None else None for x in (u, delta, A, B, C, D, z, bias, h0)]
+    out, last = selective_scan_ref(*xs[:5], D=xs[5], z=xs[6], delta_bias=xs[7], delta_softplus=options,
+                                   return_last_state=True, initial_state=xs[8])
+    present = [x for x in xs if x is not None]
+    want = iter(torch.autograd.grad((out, last), present, (dout, dlast)))
+    for x, gx in zip(xs, got):
+        if x is None:
+            assert gx.numel() == 0
+            continue
+        w = next(want)
+        assert gx.dtype == x.dtype and gx.shape == x.shape
+        torch.testing.assert_close(gx, w, rtol=1e-4, atol=1e-4 * max(1.0, float(w.abs().max())))
