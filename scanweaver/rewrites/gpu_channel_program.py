@@ -109,16 +109,33 @@ def refused_by_nest_kernels(nest: Sequence[scf.ForOp]) -> str | None:
 class _Kernel:
     """Builds the kernel of one channel program."""
 
-    def __init__(self, fn: func.FuncOp, nest: list[scf.ForOp], name: str, block: int):
-        self.fn, self.nest, self.block = fn, nest, block
+    def __init__(self, fn: func.FuncOp, nest: list[scf.ForOp], name: str, block: int, stage: bool = False):
+        """`stage`: the nest is one stage of several in `fn` (a loop nest between scan
+        ops): it takes the function's top-level buffers as arguments and clones only
+        the pure values it uses, instead of running the whole function per channel."""
+        self.fn, self.nest, self.block, self.stage = fn, nest, block, stage
         top = list(fn.body.block.ops)
         i = top.index(nest[0])
-        self.prologue, self.epilogue = top[:i], top[i + 1:]
+        self.prologue, self.epilogue = ([], []) if stage else (top[:i], top[i + 1:])
+        for o in self.prologue:  # run again by every thread: only its own buffers
+            if not (isinstance(o, memref.AllocaOp) or _pure(o) or (isinstance(o, scf.ForOp) and all(
+                    isinstance(x.memref.owner, memref.AllocaOp) for x in o.walk() if isinstance(x, memref.StoreOp))
+                    and not any(isinstance(x, _SCAN_OPS) for x in o.walk()))):
+                raise Unsupported(f"'{o.name}' before the channel loops")
         for o in self.epilogue:
             if not isinstance(o, (memref.DeallocOp, func.ReturnOp)) or (isinstance(o, func.ReturnOp) and o.operands):
                 raise Unsupported(f"'{o.name}' after the channel loops")
         used = {v for o in [*self.prologue, nest[0]] for x in o.walk() for v in x.operands}
+        todo = list(used)
+        while todo:  # and what the pure values it uses are computed from (sizes)
+            v = todo.pop()
+            if isinstance(v.owner, Operation) and _pure(v.owner):
+                new = [o for o in v.owner.operands if o not in used]
+                used.update(new)
+                todo += new
         self.args = [a for a in fn.body.block.args if a in used]
+        if stage:
+            self.args += [o.memref for o in top[:i] if isinstance(o, memref.AllocOp) and o.memref in used]
         self.el_types: list[Attribute] = []
         for o in [*self.prologue, nest[0]]:
             for x in o.walk():
@@ -132,8 +149,8 @@ class _Kernel:
         kargs = self.kfunc.body.block.args
         self.vmap: dict[SSAValue, SSAValue] = dict(zip(self.args, kargs))
         self.scratch = dict(zip(self.el_types, kargs[len(self.args):]))
-        for fa, ka in zip(self.args, kargs):
-            ka.name_hint = fa.name_hint or f"arg{fa.index}"
+        for j, (fa, ka) in enumerate(zip(self.args, kargs)):
+            ka.name_hint = _value_name(fa, j)
 
     # -- building helpers
     def _ins(self, b: Block, op: Operation) -> SSAValue:
@@ -149,6 +166,11 @@ class _Kernel:
         for o in self.prologue:
             if _pure(o):
                 entry.add_op(o.clone(value_mapper=self.vmap))
+        if self.stage:  # the pure values the stage uses (constants, sizes)
+            from scanweaver.rewrites.gpu_kernel import free_values
+
+            for v in free_values([self.nest[0]]):
+                self._bound(entry, v)
         trips = []
         for loop in self.nest:
             for v in (loop.lb, loop.ub, loop.step):
@@ -194,7 +216,7 @@ class _Kernel:
             return self.vmap[v]
         op = v.owner
         if not isinstance(op, Operation) or not _pure(op):
-            raise Unsupported("a channel loop's bounds depend on an outer channel loop")
+            raise Unsupported(f"a channel loop's bounds depend on an outer channel loop ({v})")
         for o in op.operands:
             self._bound(entry, o)
         entry.add_op(op.clone(value_mapper=self.vmap))
@@ -208,6 +230,12 @@ class _Kernel:
                 self._clone_level(body, j + 1)
             else:
                 body.add_op(o.clone(value_mapper=self.vmap))
+
+
+def _value_name(v: SSAValue, j: int) -> str:
+    if v.name_hint:
+        return v.name_hint
+    return f"arg{v.index}" if isinstance(v.owner, Block) else f"buffer{j}"
 
 
 def _lower_scans_to_loops(kfunc: gpu.FuncOp) -> None:
@@ -433,12 +461,13 @@ def _host(k: _Kernel, totals: dict[Attribute, SSAValue]) -> None:
             m[r] = cr
         return m[v]
 
-    names = {fa: (fa.name_hint or f"arg{fa.index}") for fa in k.args}
+    names = {fa: _value_name(fa, j) for j, fa in enumerate(k.args)}
     blocks = host(_ceildiv_in_kernel(k, k.nchan))
     grid0 = f"expr:{_formula(blocks, names)}"
     bufs = []
     scratch_desc = []
-    for j, t in enumerate(k.el_types):
+    j0 = _take_scratch_numbers(fn, len(k.el_types))
+    for t in k.el_types:
         per = totals[t]
         total_k = _mul_in_kernel(k, per, k.padded_channels)
         size = host(total_k)
@@ -454,7 +483,10 @@ def _host(k: _Kernel, totals: dict[Attribute, SSAValue]) -> None:
         [blocks, one.result, one.result], [bs.result, one.result, one.result],
         kernelOperands=[*k.args, *bufs],
     )
-    host_ops.append(launch)
+    # no launch for an empty grid (the runtime skips those itself; the IR says so too)
+    zero = arith.ConstantOp(IntegerAttr(0, IndexType()))
+    nonempty = arith.CmpiOp(blocks, zero.result, "ugt")
+    host_ops += [zero, nonempty, scf.IfOp(nonempty.result, [], Region(Block([launch, scf.YieldOp()])))]
     host_ops += [memref.DeallocOp.get(b) for b in bufs]
     Rewriter.insert_op(host_ops, InsertPoint.before(k.nest[0]))
     Rewriter.erase_op(k.nest[0])
@@ -489,12 +521,109 @@ def _host(k: _Kernel, totals: dict[Attribute, SSAValue]) -> None:
         block=(k.block, 1, 1),
         shared_bytes=0,
         args=args,
-        host_args=tuple([fa.index for fa in k.args] + [-2 - j for j in range(len(bufs))]),
+        # a top-level buffer of the function (stage kernels): -1 until `buffers_to_scratch`
+        host_args=tuple([fa.index if isinstance(fa.owner, Block) else -1 for fa in k.args]
+                        + [-2 - j0 - j for j in range(len(bufs))]),
         scratch=tuple(scratch_desc),
         notes=f"channel program: one thread per channel ({' x '.join('loop' for _ in k.nest)}), "
               "sequential in time; scratch in global memory, interleaved by channel",
     )
     k.kfunc.attributes["scanweaver.launch"] = desc.to_attr()
+
+
+#: the function attribute counting its runtime scratch buffers (shared with the
+#: multi-block scans of affine_time_blocks.py)
+SCRATCH_COUNT_ATTR = "scanweaver.scratch_count"
+
+
+def _take_scratch_numbers(fn: func.FuncOp, n: int) -> int:
+    attr = fn.attributes.get(SCRATCH_COUNT_ATTR)
+    j0 = attr.value.data if isinstance(attr, IntegerAttr) else 0
+    fn.attributes[SCRATCH_COUNT_ATTR] = IntegerAttr(j0 + n, i64)
+    return j0
+
+
+def buffers_to_scratch(top: ModuleOp) -> None:
+    """Top-level `memref.alloc`s of a host function that only launches use become
+    runtime scratch buffers (`host_args` -2 - j, shape in the first launch naming them):
+    the temporaries between the stages of a VJP (`lower_loop_stages`)."""
+    from dataclasses import replace
+
+    from scanweaver.rewrites.launch import LAUNCH_ATTR, launch_from_attr
+
+    kernels = {o.sym_name.data: o for o in bg.get_kernel_module(top).body.block.ops if isinstance(o, gpu.FuncOp)} \
+        if any(isinstance(o, gpu.ModuleOp) for o in top.ops) else {}
+    for fn in [o for o in top.ops if isinstance(o, func.FuncOp) and not o.is_declaration]:
+        allocs = [o for o in fn.body.block.ops if isinstance(o, memref.AllocOp)
+                  and all(isinstance(u.operation, (gpu.LaunchFuncOp, memref.DeallocOp, memref.DimOp))
+                          for u in o.memref.uses)
+                  and any(isinstance(u.operation, gpu.LaunchFuncOp) for u in o.memref.uses)]
+        if not allocs:
+            continue
+        names = {a: (a.name_hint or f"arg{a.index}") for a in fn.body.block.args}
+        number: dict[SSAValue, int] = {}
+        for launch in [o for o in fn.walk() if isinstance(o, gpu.LaunchFuncOp)]:
+            kfunc = kernels.get(launch.kernel.nested_references.data[-1].data)
+            if kfunc is None or LAUNCH_ATTR not in kfunc.attributes:
+                continue
+            desc = launch_from_attr(kfunc.attributes[LAUNCH_ATTR])
+            host_args, scratch = list(desc.host_args), list(desc.scratch)
+            for pos, v in enumerate(launch.kernelOperands):
+                alloc = v.owner
+                if alloc not in allocs or desc.host_args[pos] != -1:  # not yet numbered
+                    continue
+                first = v not in number
+                if first:
+                    number[v] = _take_scratch_numbers(fn, 1)
+                host_args[pos] = -2 - number[v]
+                if first:
+                    dyn = iter(alloc.dynamic_sizes)
+                    shape = tuple(f"expr:{_formula(next(dyn), names)}" if d == DYNAMIC_INDEX else d
+                                  for d in alloc.memref.type.get_shape())
+                    scratch.append((desc.args[pos][0], shape))
+            kfunc.attributes[LAUNCH_ATTR] = replace(desc, host_args=tuple(host_args), scratch=tuple(scratch)).to_attr()
+
+
+def _loop_stages(fn: func.FuncOp) -> list[list[scf.ForOp]]:
+    """The top-level loop nests of `fn` (elementwise stages, or per-row programs)."""
+    out = []
+    for o in list(fn.body.block.ops):
+        if isinstance(o, scf.ForOp) and not o.iter_args:
+            nest = [o]
+            while True:
+                body = [x for x in nest[-1].body.block.ops if not isinstance(x, scf.YieldOp)]
+                inner = [x for x in body if isinstance(x, scf.ForOp)]
+                if len(inner) != 1 or inner[0].iter_args or not all(x is inner[0] or _pure(x) for x in body):
+                    break
+                nest.append(inner[0])
+            out.append(nest)
+    return out
+
+
+#: function attribute asking for its top-level loop nests as GPU kernels (one thread
+#: per iteration of the whole nest): the VJPs whose stages are whole-array scans
+#: (`scan.affine`) with elementwise loops between them
+LOOP_STAGES_ATTR = "scanweaver.gpu_loop_stages"
+
+
+def lower_loop_stages(top: ModuleOp, block: int = BLOCK) -> dict[Operation, str]:
+    refused: dict[Operation, str] = {}
+    for fn in [o for o in top.ops if isinstance(o, func.FuncOp) and LOOP_STAGES_ATTR in o.attributes]:
+        for nest in _loop_stages(fn):
+            try:
+                k = _Kernel(fn, nest, kernel_name(top, f"{fn.sym_name.data}_stage"), block, stage=True)
+                kfunc = k.build()
+                _lower_scans_to_loops(kfunc)
+                totals = _to_scratch(k)
+                _shared_stores_to_atomics(k)
+                check_closed(kfunc)
+                bg.get_kernel_module(top).body.block.add_op(kfunc)
+                _host(k, totals)
+            except Unsupported as e:
+                first = next((o for o in fn.walk() if isinstance(o, _SCAN_OPS)), None)
+                if first is not None:
+                    refused[first] = f"loop stage: {e}"
+    return refused
 
 
 def _ceildiv_in_kernel(k: _Kernel, v: SSAValue) -> SSAValue:
@@ -530,7 +659,7 @@ def lower_channel_programs(top: ModuleOp, block: int = BLOCK) -> dict[Operation,
     """Lower every function whose channel nest the fused kernels refuse; returns the
     ones this lowering refused too, with the reason."""
     refused: dict[Operation, str] = {}
-    for fn in [o for o in top.ops if isinstance(o, func.FuncOp)]:
+    for fn in [o for o in top.ops if isinstance(o, func.FuncOp) and LOOP_STAGES_ATTR not in o.attributes]:
         nest = channel_nest(fn)
         if nest is None or refused_by_nest_kernels(nest) is None:
             continue
@@ -542,4 +671,4 @@ def lower_channel_programs(top: ModuleOp, block: int = BLOCK) -> dict[Operation,
     return refused
 
 
-__all__ = ["BLOCK", "channel_nest", "lower_channel_program", "lower_channel_programs", "refused_by_nest_kernels"]
+__all__ = ["LOOP_STAGES_ATTR", "buffers_to_scratch", "lower_loop_stages", "BLOCK", "channel_nest", "lower_channel_program", "lower_channel_programs", "refused_by_nest_kernels"]

@@ -21,7 +21,7 @@ from scanweaver.dialects import scan
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
 from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
-from scanweaver.rewrites.gpu_channel_program import lower_channel_programs
+from scanweaver.rewrites.gpu_channel_program import buffers_to_scratch, lower_channel_programs, lower_loop_stages
 from scanweaver.rewrites.gpu_kernel import Unsupported
 from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
 from scanweaver.rewrites.recurrence_gpu import lower_recurrences
@@ -56,7 +56,7 @@ class ScanToGpu(ModulePass):
         if self.chunk_tiles < 1:
             raise ScanWeaverError(f"scan-to-gpu: chunk-tiles must be at least 1, got {self.chunk_tiles}")
         # per-channel sequential programs (VJPs): one thread per channel, whole body
-        channel_refused = lower_channel_programs(op)
+        channel_refused = {**lower_channel_programs(op), **lower_loop_stages(op)}
         affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
         if affines:
             kmod = get_kernel_module(op)
@@ -81,6 +81,7 @@ class ScanToGpu(ModulePass):
         refused.update(lower_scans(op, bs, ipt, scratch))
         if scratch:
             fix_scratch_launches(op, scratch)
+        buffers_to_scratch(op)  # temporaries between kernel stages (gpu_channel_program.py)
         record_refusals({**refused, **channel_refused}, diagnose=self.diagnose)
 
 

@@ -96,3 +96,45 @@ def numpy_grads(u, delta, A, B, C, D, z, delta_bias, softplus: bool, h0, dout, d
 
 
 __all__ = ["CHUNK", "numpy_grads", "selective_scan_vjp_cuda", "selective_vjp_ir", "vjp_spec"]
+
+
+# ------------------------------------------------------------------ linear_scan (affine)
+
+LINEAR_VJP_NAME = "linear_scan_vjp"
+
+
+@functools.cache
+def linear_vjp_ir(el: str, reverse: bool) -> str:
+    """`@linear_scan_vjp(a, b, h0, h, d_a, d_b, d_h0, d_h)` of the (C, L) affine scan,
+    marked so that scan-to-gpu makes its elementwise loops kernels too: its stages are
+    the recomputing scan.affine, the shifted coefficients, the reverse scan.affine (both
+    parallel in time, the forward's kernels) and the gradient loop."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import UnitAttr
+
+    from scanweaver.ir import make_context, parse_ir, print_ir
+    from scanweaver.rewrites.gpu_channel_program import LOOP_STAGES_ATTR
+    from scanweaver.rewrites.grad import ScanweaverGrad
+    from scanweaver.workloads.scans import affine_scan_ir
+
+    module = parse_ir(affine_scan_ir(("?", "?"), 1, el, el, init=True, reverse=reverse, name="linear_scan"))
+    ScanweaverGrad(chunk=CHUNK).apply(make_context(), module)
+    for op in list(module.ops):
+        if isinstance(op, func.FuncOp):
+            if op.sym_name.data != LINEAR_VJP_NAME:
+                module.body.block.erase_op(op)
+            else:
+                op.attributes[LOOP_STAGES_ATTR] = UnitAttr()
+    return print_ir(module)
+
+
+def linear_scan_vjp_cuda(arrays: list[Any], el: str, reverse: bool, driver: Any = None) -> None:
+    """Run `@linear_scan_vjp` on (a, b, h0, h scratch, da, db, dh0 zeros, dh consumed)."""
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule, device_chip
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+
+    ir = linear_vjp_ir(el, bool(reverse))
+    artifacts = build_cuda_artifacts(ir, "sm_90" if driver is not None else device_chip())
+    module = CudaModule(artifacts.ptx, driver=driver) if driver is not None else _module(ir, artifacts.ptx)
+    CudaFunction(module, LINEAR_VJP_NAME, artifacts.launches[LINEAR_VJP_NAME],
+                 artifacts.arg_counts[LINEAR_VJP_NAME])(*arrays)
