@@ -430,15 +430,22 @@ def _shared_stores_to_atomics(k: _Kernel) -> None:
 
 
 def _formula(v: SSAValue, names: dict[SSAValue, str]) -> str:
-    """A host index value as an `expr:` term over argument sizes (cuda_launch.py)."""
+    """A host index value as an `expr:` term over the sizes of a launch's arguments
+    (`names`: argument value -> its name in the launch; cuda_launch.py evaluates it).
+    A size is `x.shape[i]` for `memref.dim x, i`, or for the value a buffer `x` of the
+    launch was allocated with in dimension i."""
     op = v.owner
     if isinstance(op, arith.ConstantOp):
         return str(op.value.value.data)  # type: ignore[union-attr]
     if isinstance(op, memref.DimOp) and op.source in names and isinstance(op.index.owner, arith.ConstantOp):
         return f"{names[op.source]}.shape[{op.index.owner.value.value.data}]"  # type: ignore[union-attr]
+    for x, name in names.items():
+        if isinstance(x.owner, memref.AllocOp) and v in x.owner.dynamic_sizes:
+            dims = [i for i, d in enumerate(x.type.get_shape()) if d == DYNAMIC_INDEX]  # type: ignore[attr-defined]
+            return f"{name}.shape[{dims[list(x.owner.dynamic_sizes).index(v)]}]"
     if type(op) in _FORMULA:
         return f"{_FORMULA[type(op)]}({_formula(op.operands[0], names)},{_formula(op.operands[1], names)})"
-    raise Unsupported("a launch size is not a formula of argument sizes")
+    raise Unsupported("a launch size is not a formula of the launch's argument sizes")
 
 
 def _host(k: _Kernel, totals: dict[Attribute, SSAValue]) -> None:
@@ -560,7 +567,6 @@ def buffers_to_scratch(top: ModuleOp) -> None:
                   and any(isinstance(u.operation, gpu.LaunchFuncOp) for u in o.memref.uses)]
         if not allocs:
             continue
-        names = {a: (a.name_hint or f"arg{a.index}") for a in fn.body.block.args}
         number: dict[SSAValue, int] = {}
         for launch in [o for o in fn.walk() if isinstance(o, gpu.LaunchFuncOp)]:
             kfunc = kernels.get(launch.kernel.nested_references.data[-1].data)
@@ -568,6 +574,7 @@ def buffers_to_scratch(top: ModuleOp) -> None:
                 continue
             desc = launch_from_attr(kfunc.attributes[LAUNCH_ATTR])
             host_args, scratch = list(desc.host_args), list(desc.scratch)
+            names = {v: a[0] for v, a in zip(launch.kernelOperands, desc.args)}
             for pos, v in enumerate(launch.kernelOperands):
                 alloc = v.owner
                 if alloc not in allocs or desc.host_args[pos] != -1:  # not yet numbered
@@ -578,7 +585,8 @@ def buffers_to_scratch(top: ModuleOp) -> None:
                 host_args[pos] = -2 - number[v]
                 if first:
                     dyn = iter(alloc.dynamic_sizes)
-                    shape = tuple(f"expr:{_formula(next(dyn), names)}" if d == DYNAMIC_INDEX else d
+                    others = {x: n for x, n in names.items() if x is not v}
+                    shape = tuple(f"expr:{_formula(next(dyn), others)}" if d == DYNAMIC_INDEX else d
                                   for d in alloc.memref.type.get_shape())
                     scratch.append((desc.args[pos][0], shape))
             kfunc.attributes[LAUNCH_ATTR] = replace(desc, host_args=tuple(host_args), scratch=tuple(scratch)).to_attr()
