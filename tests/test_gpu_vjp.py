@@ -123,8 +123,9 @@ def test_ptxas_no_spills(chip):
     if not ptxas_available():
         pytest.skip("ptxas is not installed")
     _, lowered = _lowered(vjp_spec(16, "grouped", "shared", True, True, True))
-    exported = export_gpu(lowered, chip=chip)
-    stats = exported["ptxas"]
+    stats = dict(export_gpu(lowered, chip=chip)["ptxas"])
+    stats.update(export_gpu(_linear_lowered("f32", True), chip=chip)["ptxas"])
+    assert len(stats) == 5
     assert stats and all(s.get("spill_stores", 0) == 0 and s.get("spill_loads", 0) == 0 for s in stats.values()), stats
     assert all(s.get("stack_bytes", 0) == 0 for s in stats.values()), stats
 
@@ -194,3 +195,69 @@ def test_torch_cuda_backward_path_through_a_simulator_driver(monkeypatch, b_kind
         w = next(want)
         assert gx.dtype == x.dtype and gx.shape == x.shape
         torch.testing.assert_close(gx, w, rtol=1e-4, atol=1e-4 * max(1.0, float(w.abs().max())))
+
+
+# -- linear_scan: the affine VJP as GPU stages -------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _linear_lowered(el, reverse):
+    from scanweaver.runtime.cuda_vjp import linear_vjp_ir
+
+    return compiler.lower(linear_vjp_ir(el, reverse), "gpu").module
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_linear_vjp_stages_simulated_and_through_the_runtime(reverse):
+    from test_gpu_time_blocks import SimulatorDriver
+
+    from scanweaver.runtime.cuda_vjp import linear_scan_vjp_cuda, linear_vjp_ir
+
+    text = linear_vjp_ir("f32", reverse)
+    lowered = _linear_lowered("f32", reverse)
+    descs = launch_descriptions(lowered)
+    # two scan.affine kernels (parallel in time) and two loop stages, nothing on the host
+    assert sorted(d.kernel_name.rsplit("_", 1)[0] for d in descs) == [
+        "linear_scan_vjp_stage", "linear_scan_vjp_stage", "scan_affine", "scan_affine"]
+    assert all(i >= 0 or i <= -2 for d in descs for i in d.host_args)
+    driver = SimulatorDriver(lowered)
+    rng = np.random.default_rng(7 + reverse)
+    for C, L in [(3, 5), (2, 0), (0, 3), (1, 1)]:
+        f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+        z = lambda *s: np.zeros(s, np.float32)  # noqa: E731
+        want = [f(C, L), f(C, L), f(C), z(C, L), z(C, L), z(C, L), z(C), f(C, L)]
+        sim, rt = [x.copy() for x in want], [x.copy() for x in want]
+        run_function(parse_ir(text), "linear_scan_vjp", *want)
+        simulate_launch(lowered, "linear_scan_vjp", *sim)
+        linear_scan_vjp_cuda(rt, "f32", reverse, driver=driver)
+        for got in (sim, rt):
+            for g, w in zip(got[4:7], want[4:7]):
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_torch_linear_scan_cuda_backward_path_through_a_simulator_driver(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import contextlib
+
+    from test_gpu_time_blocks import SimulatorDriver
+
+    from scanweaver.runtime import cuda_vjp
+    from scanweaver.torch import linear
+    from scanweaver.torch.reference import linear_scan_ref
+
+    real = cuda_vjp.linear_scan_vjp_cuda
+
+    def on_simulator(arrays, el, reverse, driver=None):
+        lowered = _linear_lowered(el, reverse)
+        real([x.numpy() for x in arrays], el, reverse, SimulatorDriver(lowered))
+
+    monkeypatch.setattr(cuda_vjp, "linear_scan_vjp_cuda", on_simulator)
+    monkeypatch.setattr(linear, "_require_cuda", lambda what: None)
+    monkeypatch.setattr(torch.cuda, "device", lambda _: contextlib.nullcontext())
+    g = torch.Generator().manual_seed(1)
+    a, b, h0, dh = (torch.randn(*s, generator=g) for s in ((3, 6), (3, 6), (3,), (3, 6)))
+    da, db, dh0 = linear._backward_cuda(a, b, h0, True, dh)
+    xs = [x.clone().requires_grad_() for x in (a, b, h0)]
+    want = torch.autograd.grad(linear_scan_ref(*xs, reverse=True), xs, dh)
+    for got, w in zip((da, db, dh0), want):
+        torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-5)
