@@ -90,8 +90,10 @@ def channel_nest(fn: func.FuncOp) -> list[scf.ForOp] | None:
 
 
 def refused_by_nest_kernels(nest: Sequence[scf.ForOp]) -> str | None:
-    """Why the fused recurrence kernels cannot take the nest's recurrences (None if
-    they can): only then is the nest a channel program."""
+    """Why the fused recurrence kernels cannot take the nest's recurrences, when it is
+    the body's structure (buffers or loops between the channel loops and the scan: a
+    sequential program per channel); None otherwise.  Other refusals (a dependence
+    between steps, a state type) stay refusals: they are not what this lowering is for."""
     from scanweaver.rewrites.gpu_nest import match_recurrence
 
     recs = [o for o in nest[0].walk() if isinstance(o, (scan.RecurrenceOp, scan.LinearRecurrenceOp))]
@@ -99,7 +101,8 @@ def refused_by_nest_kernels(nest: Sequence[scf.ForOp]) -> str | None:
         try:
             match_recurrence(r)
         except Unsupported as e:
-            return str(e)
+            if "between channel loops" in str(e):
+                return str(e)
     return None
 
 
