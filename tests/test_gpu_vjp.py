@@ -317,3 +317,18 @@ def test_a_store_shared_between_channels_is_refused_with_the_reason():
     with pytest.raises(Unsupported, match="'y' is shared between channels and is not an accumulation"):
         gcp.lower_channel_program(fn, nest, m)
     assert not any(o.name == "gpu.launch_func" for o in fn.walk())  # left unchanged
+
+
+def test_a_scratch_size_that_depends_on_the_channel_is_refused():
+    from scanweaver.ir import make_context
+    from scanweaver.rewrites import gpu_channel_program as gcp
+    from scanweaver.rewrites.gpu_kernel import Unsupported
+    from scanweaver.rewrites.raise_affine import RaiseRecurrences
+
+    text = SHARED_STORE.replace("%t = memref.alloca() : memref<4xf32>", "%t = memref.alloc(%c) : memref<?xf32>")
+    text = text.replace("%y[%i]", "%y[%c]")
+    m = parse_ir(text)
+    RaiseRecurrences().apply(make_context(), m)
+    fn = next(o for o in m.ops if o.name == "func.func")
+    with pytest.raises(Unsupported, match="size depends on the channel"):
+        gcp.lower_channel_program(fn, gcp.channel_nest(fn), m)

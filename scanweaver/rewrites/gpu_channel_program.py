@@ -260,6 +260,9 @@ class _Hoist:
         self.entry = k.kfunc.body.block
 
     def __call__(self, v: SSAValue) -> SSAValue:
+        op = v.owner
+        if v is self.k.cid or isinstance(op, (gpu.ThreadIdOp, gpu.BlockIdOp)):
+            raise Unsupported("a scratch buffer's size depends on the channel")
         if v.owner is self.entry or (isinstance(v.owner, Operation) and v.owner.parent_block() is self.entry):
             return v
         if v in self.done:
