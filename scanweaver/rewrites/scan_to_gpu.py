@@ -3,7 +3,9 @@
 `scan.affine` (`blelloch_gpu.py`: one block per channel, chained tiles; or in time
 across blocks, `affine_time_blocks.py`), `scan.recurrence` loop nests
 (`recurrence_gpu.py`), `scan.linear_recurrence` nests (`linear_gpu.py`) and generic
-`scan.scan` ops (`scan_gpu.py`, or `scan_time_blocks.py` for few long channels).
+`scan.scan` ops (`scan_gpu.py`, or `scan_time_blocks.py` for few long channels);
+first, channel nests whose body is a sequential program (VJPs) become one-thread-per-
+channel kernels (`gpu_channel_program.py`).
 Ops a lowering cannot take stay for the sequential lowering; why is noted on their
 function (`blelloch_gpu.record_refusals`).  Options: see `blelloch_gpu.py`.
 """
