@@ -139,6 +139,17 @@ def _divf(x: float, y: float) -> float:
 
 
 class UpstreamFunctions(InterpreterFunctions):
+    # -- memref.atomic_rmw addf (channel-program kernels' gradient accumulation); the
+    # interpreter and the GPU simulator run one op at a time, so it is a plain add
+    @impl(memref.AtomicRMWOp)
+    def run_atomic_rmw(self, interpreter: Interpreter, op: memref.AtomicRMWOp, args: PythonValues):
+        if op.kind.value.data != 0:
+            raise NotImplementedError(f"memref.atomic_rmw kind {op.kind.value.data} (only addf)")
+        value, buf, *idx = args
+        old = buf.load(tuple(idx))
+        buf.store(tuple(idx), round_to(op.result.type, old + value))
+        return (old,)
+
     # -- float arithmetic, rounded to the result type -------------------------------
     @impl(arith.AddfOp)
     def run_addf(self, interpreter: Interpreter, op: arith.AddfOp, args: PythonValues):

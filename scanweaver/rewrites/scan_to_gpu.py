@@ -4,7 +4,9 @@
 across blocks, `affine_time_blocks.py`), `scan.recurrence` loop nests
 (`recurrence_gpu.py`; those it refuses with a 2-D state too large for registers that
 emit sums over: `gpu_state_matrix.py`), `scan.linear_recurrence` nests (`linear_gpu.py`) and generic
-`scan.scan` ops (`scan_gpu.py`, or `scan_time_blocks.py` for few long channels).
+`scan.scan` ops (`scan_gpu.py`, or `scan_time_blocks.py` for few long channels);
+first, channel nests whose body is a sequential program (VJPs) become one-thread-per-
+channel kernels (`gpu_channel_program.py`).
 Ops a lowering cannot take stay for the sequential lowering; why is noted on their
 function (`blelloch_gpu.record_refusals`).  Options: see `blelloch_gpu.py`.
 """
@@ -22,6 +24,7 @@ from scanweaver.dialects import scan
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
 from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
+from scanweaver.rewrites.gpu_channel_program import buffers_to_scratch, lower_channel_programs, lower_loop_stages
 from scanweaver.rewrites.gpu_kernel import Unsupported
 from scanweaver.rewrites.gpu_state_matrix import lower_state_matrices
 from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
@@ -56,6 +59,8 @@ class ScanToGpu(ModulePass):
             raise ScanWeaverError(f"scan-to-gpu: time-blocks must be auto, always or never, got {self.time_blocks!r}")
         if self.chunk_tiles < 1:
             raise ScanWeaverError(f"scan-to-gpu: chunk-tiles must be at least 1, got {self.chunk_tiles}")
+        # per-channel sequential programs (VJPs): one thread per channel, whole body
+        channel_refused = {**lower_channel_programs(op), **lower_loop_stages(op)}
         affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
         if affines:
             kmod = get_kernel_module(op)
@@ -85,7 +90,8 @@ class ScanToGpu(ModulePass):
         refused.update(lower_scans(op, bs, ipt, scratch))
         if scratch:
             fix_scratch_launches(op, scratch)
-        record_refusals(refused, diagnose=self.diagnose)
+        buffers_to_scratch(op)  # temporaries between kernel stages (gpu_channel_program.py)
+        record_refusals({**refused, **channel_refused}, diagnose=self.diagnose)
 
 
 __all__ = ["ScanToGpu"]

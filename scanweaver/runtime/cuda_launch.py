@@ -13,6 +13,9 @@ Conventions
   runtime and the `gpu.launch_func` in the IR use one formula).  A factor may also be
   `cdiv(h.shape[1],8192)`: ceil(size / 8192), at least 1 (the time chunks of a
   multi-block scan; one block still runs for an empty axis, to write `final`).
+  An entry `"expr:..."` is a prefix formula (`add`, `sub`, `mul`, `divu`, `ceildivu`,
+  `mins`, `maxs`, ... over ints and sizes, `eval_size_expr`): the index arithmetic of
+  a channel-program kernel's grid and scratch sizes (`rewrites/gpu_channel_program.py`).
 * `args` are in kernel-parameter order: `(name, kind, dtype, shape)`; kind is `"in"`,
   `"out"`, `"inout"` for memrefs and `"scalar"` for a scalar parameter (shape `()`);
   dtype a MLIR element type name (`f32`, `bf16`, `i32`, `index`, ...); shape a tuple of
@@ -95,7 +98,58 @@ def grid_terms(expr: ShapeEntry) -> list[GridTerm]:
     return terms
 
 
+#: `expr:` size formulas (channel-program kernels): prefix calls over ints and sizes
+_EXPR_OPS = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "divu": lambda a, b: a // b if b else 0, "divs": lambda a, b: int(a / b) if b else 0,
+    "ceildivu": lambda a, b: -(-a // b) if b else 0,
+    "mins": min, "maxs": max, "minu": min, "maxu": max,
+}
+_EXPR_TOKEN = re.compile(r"\s*(\w+\.shape\[\d+\]|-?\d+|\w+|[(),])")
+
+
+def eval_size_expr(expr: str, shapes: dict[str, tuple[int, ...]]) -> int:
+    """Evaluate an `expr:` formula such as `expr:mul(add(u.shape[2],1),4)` (the index
+    arithmetic of a kernel's scratch sizes and grid, as the IR computes it)."""
+    toks = _EXPR_TOKEN.findall(expr[len("expr:"):])
+    pos = 0
+
+    def term() -> int:
+        nonlocal pos
+        if pos >= len(toks):
+            raise ScanWeaverValueError(f"cannot parse launch size {expr!r}")
+        t = toks[pos]
+        pos += 1
+        m = _DIM.match(t)
+        if m:
+            name, dim = m.group(1), int(m.group(2))
+            if name not in shapes or dim >= len(shapes[name]):
+                raise ScanWeaverValueError(f"cannot evaluate launch size {expr!r}: no size {name}.shape[{dim}]")
+            return shapes[name][dim]
+        if t.lstrip("-").isdigit():
+            return int(t)
+        if t not in _EXPR_OPS or toks[pos:pos + 1] != ["("]:
+            raise ScanWeaverValueError(f"cannot parse launch size {expr!r} at {t!r}")
+        pos += 1
+        a = term()
+        if toks[pos:pos + 1] != [","]:
+            raise ScanWeaverValueError(f"cannot parse launch size {expr!r}")
+        pos += 1
+        b = term()
+        if toks[pos:pos + 1] != [")"]:
+            raise ScanWeaverValueError(f"cannot parse launch size {expr!r}")
+        pos += 1
+        return _EXPR_OPS[t](a, b)
+
+    value = term()
+    if pos != len(toks):
+        raise ScanWeaverValueError(f"cannot parse launch size {expr!r}")
+    return max(0, value)
+
+
 def eval_grid_entry(expr: ShapeEntry, shapes: dict[str, tuple[int, ...]]) -> int:
+    if isinstance(expr, str) and expr.startswith("expr:"):
+        return eval_size_expr(expr, shapes)
     factors = []
     for t in grid_terms(expr):
         if isinstance(t, int):
@@ -217,4 +271,4 @@ class KernelLaunch:
         return launch_from_attr(attr)
 
 
-__all__ = ["KernelLaunch", "SHARED_PER_BLOCK_LIMIT", "TIME_BLOCKS_ATTR", "TIME_BLOCKS_MAX_CHANNELS", "cdiv_at_least_1", "prefer_time_blocks", "eval_grid_entry", "grid_terms"]
+__all__ = ["KernelLaunch", "SHARED_PER_BLOCK_LIMIT", "TIME_BLOCKS_ATTR", "TIME_BLOCKS_MAX_CHANNELS", "cdiv_at_least_1", "prefer_time_blocks", "eval_grid_entry", "eval_size_expr", "grid_terms"]

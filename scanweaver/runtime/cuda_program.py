@@ -35,6 +35,11 @@ _HOST_OPS = (
     arith.DivUIOp,
     arith.CeilDivUIOp,
     arith.MaxUIOp,
+    # sizes of channel-program scratch (`gpu_channel_program.py`)
+    arith.MinSIOp,
+    arith.MaxSIOp,
+    arith.MinUIOp,
+    arith.DivSIOp,
     memref.DimOp,
     # scratch of multi-block scans: the runtime allocates it per call (`host_args` < -1)
     memref.AllocOp,

@@ -1,7 +1,8 @@
 """`linear_scan`: h[t] = a[t] * h[t-1] + b[t] along one dimension, as a PyTorch operator.
 
-  scanweaver::linear_scan_fwd   the compiled scan.affine kernel (CPU JIT)
-  scanweaver::linear_scan_bwd   its compiled VJP (`scanweaver-grad`: a reverse scan.affine)
+  scanweaver::linear_scan_fwd   the compiled scan.affine kernel (CPU JIT; GPU kernels on CUDA)
+  scanweaver::linear_scan_bwd   its compiled VJP (`scanweaver-grad`: a reverse scan.affine;
+                                on CUDA tensors the GPU form, `runtime/cuda_vjp.py`)
 
 Both take (channels, L) tensors; `linear_scan` moves `dim` last and flattens the others.
 """
@@ -19,10 +20,36 @@ from scanweaver.torch import _kernels
 _EL = {torch.float32: "f32", torch.float64: "f64"}
 
 
-def _no_cuda(what: str):
-    raise BackendUnavailableError(
-        f"linear_scan {what} on CUDA tensors is not available yet (CPU JIT only); move the tensors to the CPU"
-    )
+def _require_cuda(what: str) -> None:
+    from scanweaver.runtime.cuda import cuda_available, why_no_cuda
+
+    if not cuda_available():
+        raise BackendUnavailableError(f"linear_scan {what} on CUDA tensors: the CUDA runtime is not usable here: "
+                                      f"{why_no_cuda()}")
+
+
+def _forward_cuda(a, b, h0, reverse):
+    """The GPU scan.affine kernels (`runtime/cuda_scan.py`), on the tensors in place."""
+    _require_cuda("forward")
+    from scanweaver.runtime.cuda_scan import linear_scan_cuda
+
+    with torch.cuda.device(a.device):
+        return linear_scan_cuda(a.contiguous(), b.contiguous(), h0.contiguous(), -1, bool(reverse), False)
+
+
+def _backward_cuda(a, b, h0, reverse, dh):
+    """The compiled VJP on the GPU (`runtime/cuda_vjp.py`): the recomputing and the
+    reverse scan.affine run the forward's parallel-in-time kernels, the loops between
+    them one thread per element / per row."""
+    _require_cuda("backward")
+    from scanweaver.runtime.cuda_vjp import linear_scan_vjp_cuda
+
+    a, b, h0 = a.contiguous(), b.contiguous(), h0.contiguous()
+    da, db, dh0 = torch.zeros_like(a), torch.zeros_like(b), torch.zeros_like(h0)
+    arrays = [a, b, h0, torch.empty_like(a), da, db, dh0, dh.detach().contiguous().clone()]  # dh: consumed
+    with torch.cuda.device(a.device):
+        linear_scan_vjp_cuda(arrays, _EL[a.dtype], bool(reverse))
+    return da, db, dh0
 
 
 def _rows(C: int, L: int) -> list[tuple[int, int]]:
@@ -34,7 +61,7 @@ def _rows(C: int, L: int) -> list[tuple[int, int]]:
 def linear_scan_fwd(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, reverse: bool) -> torch.Tensor:
     """a, b: (C, L); h0: (C,).  Returns h (C, L)."""
     if a.device.type == "cuda":
-        _no_cuda("forward")
+        return _forward_cuda(a, b, h0, reverse)
     el = _EL[a.dtype]
     k = _kernels.affine_forward(el, bool(reverse))
     dt = np.dtype(np.float64 if el == "f64" else np.float32)
@@ -55,7 +82,7 @@ def linear_scan_bwd(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(da, db, dh0) from the cotangent dh of h."""
     if a.device.type == "cuda":
-        _no_cuda("backward")
+        return _backward_cuda(a, b, h0, reverse, dh)
     el = _EL[a.dtype]
     k = _kernels.affine_vjp(el, bool(reverse))
     dt = np.dtype(np.float64 if el == "f64" else np.float32)

@@ -131,10 +131,7 @@ def selective_scan_bwd(
     inputs' dtypes; dD / dz / ddelta_bias / dinitial_state are empty tensors when D / z /
     delta_bias / initial_state are None."""
     if u.device.type == "cuda":
-        raise BackendUnavailableError(
-            "selective_scan_fn backward on CUDA tensors is not available yet (the VJP runs on the CPU "
-            "JIT only); move the tensors to the CPU to train"
-        )
+        return _backward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast, initial_state)
     batch, Dn, L = u.shape
     N = A.shape[1]
     h0 = initial_state
@@ -171,6 +168,41 @@ def selective_scan_bwd(
 
     return (back(shared[0], u), back(shared[1], delta), back(shared[2], A), back(dB, B), back(dC, C),
             back(dD, D), back(dz, z), back(dbias, delta_bias), back(dh0, h0))
+
+
+def _backward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dlast, initial_state):
+    """The compiled VJP on the GPU (`runtime/cuda_vjp.py`): one thread per (batch,
+    channel), sequential in time; float32 math (float64 inputs too), gradients cast back
+    to the inputs' dtypes.  dA, dD, ddelta_bias and shared/grouped dB, dC are summed
+    with atomic adds, so they may differ in the last bits from run to run."""
+    _require_cuda()
+    from scanweaver.runtime.cuda_vjp import selective_scan_vjp_cuda, vjp_spec
+
+    f32 = lambda x: x.detach().to(torch.float32).contiguous()  # noqa: E731
+    batch, Dn, L = u.shape
+    N = A.shape[1]
+    spec = vjp_spec(N, _kind(B), _kind(C), z is not None, delta_softplus, initial_state is not None)
+    zeros = u.new_zeros((Dn,), dtype=torch.float32)
+    fwd = [f32(u), f32(delta), f32(A), f32(B), f32(C), f32(D) if D is not None else zeros]
+    fwd += [f32(z)] if z is not None else []
+    fwd += [f32(delta_bias) if delta_bias is not None else zeros.clone()]
+    fwd += [f32(initial_state)] if initial_state is not None else []
+    fwd += [u.new_empty((batch, Dn, L), dtype=torch.float32), u.new_empty((batch, Dn, N), dtype=torch.float32)]
+    shadows = [torch.zeros_like(x) for x in fwd[:-2]]
+    shadows += [dout.detach().to(torch.float32).clone(), dlast.detach().to(torch.float32).clone()]  # consumed
+    with torch.cuda.device(u.device):
+        selective_scan_vjp_cuda([*fwd, *shadows], spec)
+    g = shadows[:-2]
+    rest = g[6:]
+    dz = rest.pop(0) if z is not None else None
+    dbias = rest.pop(0)
+    dh0 = rest.pop(0) if initial_state is not None else None
+
+    def back(x, like):
+        return u.new_empty((0,)) if like is None else x.to(like.dtype)
+
+    return (back(g[0], u), back(g[1], delta), back(g[2], A), back(g[3], B), back(g[4], C), back(g[5], D),
+            back(dz, z), back(dbias, delta_bias), back(dh0, initial_state))
 
 
 @selective_scan_bwd.register_fake
