@@ -347,3 +347,21 @@ def test_time_blocks_with_vector_loads_and_warp_scans(reverse, el, length):
             np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6)
     if length >= 128 and length % 4 == 0:  # a full aligned tile in reduce and chunks
         assert stats[0]["vector_accesses"] > 0 and stats[-1]["vector_accesses"] > 0
+
+
+@pytest.mark.parametrize("el,bs", [("f32", 32), ("i32", 32), ("i64", 64), ("f64", 128), ("f32", 8)])
+def test_shared_bytes_described_as_the_ptx_declares(el, bs):
+    from xdsl.context import Context
+
+    from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+    from scanweaver.rewrites.launch import launch_descriptions
+    from scanweaver.toolchain.gpu_export import export_gpu
+    from scanweaver.toolchain.ptx import static_shared_bytes
+
+    for tb in ("never", "always"):
+        m = parse_ir(affine_func((2, 1 << 16), 1, el, el, init=True, final=True))
+        ScanToGpu(block_size=bs, items_per_thread=4, time_blocks=tb).apply(Context(), m)
+        (ptx,) = export_gpu(m, chip="sm_90")["ptx"].values()
+        static = static_shared_bytes(ptx)
+        for desc in launch_descriptions(m):
+            assert static.get(desc.kernel_name, 0) == desc.shared_bytes, (tb, desc.kernel_name)

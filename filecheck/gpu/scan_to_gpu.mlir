@@ -14,16 +14,16 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 // CHECK:           "gpu.launch_func"(%[[C4]], %[[C1]], %[[C1]], %[[C4]], %[[C1]], %[[C1]], %a, %b, %h0, %h, %hT) <{kernel = @scanweaver_kernels::@scan_affine_0
 // CHECK-NOT:       scan.affine
 // CHECK:         "gpu.module"() <{sym_name = "scanweaver_kernels"}> ({
-// CHECK-DAG:       "memref.global"() <{sym_name = "scan_affine_0_sA", type = memref<4xf32, 3 : i64>, initial_value
-// CHECK-DAG:       "memref.global"() <{sym_name = "scan_affine_0_sB", type = memref<4xf32, 3 : i64>, initial_value
+// CHECK-DAG:       "memref.global"() <{sym_name = "scan_affine_0_sA", type = memref<1xf32, 3 : i64>, initial_value
+// CHECK-DAG:       "memref.global"() <{sym_name = "scan_affine_0_sB", type = memref<1xf32, 3 : i64>, initial_value
 // CHECK-DAG:       "memref.global"() <{sym_name = "scan_affine_0_sC", type = memref<1xf32, 3 : i64>, initial_value
 // CHECK:           "gpu.func"() <{function_type = (memref<4x?xf32>, memref<4x?xf32>, memref<4xf32>, memref<4x?xf32>, memref<4xf32>) -> (), kernel}> ({
 // CHECK-NEXT:      ^{{.*}}(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %init: memref<4xf32>, %h: memref<4x?xf32>, %final: memref<4xf32>):
 // CHECK-NEXT:        %[[TID:.*]] = "gpu.thread_id"() <{dimension = #gpu<dim x>}> : () -> index
 // CHECK-NEXT:        %[[BID:.*]] = "gpu.block_id"() <{dimension = #gpu<dim x>}> : () -> index
 // CHECK:             %[[LEN:.*]] = memref.dim %h, %{{.*}} : memref<4x?xf32>
-// CHECK:             %[[SA:.*]] = memref.get_global @scan_affine_0_sA : memref<4xf32, 3 : i64>
-// CHECK-NEXT:        %[[SB:.*]] = memref.get_global @scan_affine_0_sB : memref<4xf32, 3 : i64>
+// CHECK:             %[[SA:.*]] = memref.get_global @scan_affine_0_sA : memref<1xf32, 3 : i64>
+// CHECK-NEXT:        %[[SB:.*]] = memref.get_global @scan_affine_0_sB : memref<1xf32, 3 : i64>
 // CHECK-NEXT:        %[[SC:.*]] = memref.get_global @scan_affine_0_sC : memref<1xf32, 3 : i64>
 // CHECK-NEXT:        %[[H0:.*]] = memref.load %init[%[[BID]]] : memref<4xf32>
 // CHECK:             %[[LAST:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[CARRY:.*]] = %[[H0]]) -> (f32) {
@@ -92,4 +92,4 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 // CHECK:             scf.if %{{.*}} {
 // CHECK-NEXT:          memref.store %[[LAST]], %final[%[[BID]]] : memref<4xf32>
 // CHECK:             "gpu.return"() : () -> ()
-// CHECK:           }) {sym_name = "scan_affine_0", gpu.kernel, scanweaver.launch = {kernel_name = "scan_affine_0", module_name = "scanweaver_kernels", func_name = "reverse_init_final", grid = [4 : i64, 1 : i64, 1 : i64], block = [4 : i64, 1 : i64, 1 : i64], shared_bytes = 36 : i64
+// CHECK:           }) {sym_name = "scan_affine_0", gpu.kernel, scanweaver.launch = {kernel_name = "scan_affine_0", module_name = "scanweaver_kernels", func_name = "reverse_init_final", grid = [4 : i64, 1 : i64, 1 : i64], block = [4 : i64, 1 : i64, 1 : i64], shared_bytes = 4 : i64

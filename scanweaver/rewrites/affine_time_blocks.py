@@ -387,8 +387,10 @@ class _AffineTimeBlocks:
         """Kernel 1: chunk aggregates."""
         op, kmod, bs, agg_t, chunk, rank = self.op, self.kmod, self.bs, self.agg_t, self.chunk, self.rank
         k1 = f"{self.base}_reduce"
-        sh1 = bg.shared_global(kmod, f"{k1}_sA", agg_t, bs)
-        bg.shared_global(kmod, f"{k1}_sB", agg_t, bs)
+        # warp totals, double-buffered (none in one warp), or one slot per thread for the sweep
+        slots1 = 2 * bg.tile_slots(agg_t, bs) if bg.shuffles(agg_t) else bs
+        sh1 = bg.shared_global(kmod, f"{k1}_sA", agg_t, max(slots1, 1))
+        bg.shared_global(kmod, f"{k1}_sB", agg_t, max(slots1, 1))
         n1, v1 = ["a", "b", "agg_a", "agg_b"], [op.a, op.b, self.agg_a, self.agg_b]
         kf1, a1, e1 = _new_kernel(kmod, k1, n1, [v.type for v in v1])
         _emit_reduce(e1, a1, k1, self.axis, self.state_t, self.reverse, bs, self.ipt, chunk, sh1)
@@ -398,7 +400,7 @@ class _AffineTimeBlocks:
         equal_ab = [(n, i, "a", i) for n in ("b",) for i in range(rank)]
         self.descs.append((k1, g1, {"a": op.a}, v1, KernelLaunch(
             kernel_name=k1, module_name=bg.KERNEL_MODULE, func_name="", grid=(g1, 1, 1), block=(bs, 1, 1),
-            shared_bytes=2 * bs * bg.byte_size(agg_t), args=self.arg_desc(n1, ["in", "in", "out", "out"], v1),
+            shared_bytes=bg.tile_shared_bytes(agg_t, slots1, carry_slot=False), args=self.arg_desc(n1, ["in", "in", "out", "out"], v1),
             host_args=self.host_args(v1), equal_dims=tuple(equal_ab),
             scratch=(("agg_a", agg_entries), ("agg_b", agg_entries)),
             notes=f"scan.affine time blocks 1/3: aggregates of {chunk}-step chunks ({agg_t})",
@@ -410,7 +412,9 @@ class _AffineTimeBlocks:
         """Kernel 2: carries, one block per channel over the aggregates."""
         op, kmod, bs, agg_t, rank = self.op, self.kmod, self.bs, self.agg_t, self.rank
         k2 = f"{self.base}_carries"
-        sh2 = (bg.shared_global(kmod, f"{k2}_sA", agg_t, bs), bg.shared_global(kmod, f"{k2}_sB", agg_t, bs),
+        slots2 = bg.tile_slots(agg_t, bs)
+        sh2 = (bg.shared_global(kmod, f"{k2}_sA", agg_t, max(slots2, 1)),
+               bg.shared_global(kmod, f"{k2}_sB", agg_t, max(slots2, 1)),
                bg.shared_global(kmod, f"{k2}_sC", agg_t, 1))
         init_agg = None
         n2 = ["a", "b"] + (["init"] if op.init else []) + ["h", "final"]
@@ -437,7 +441,7 @@ class _AffineTimeBlocks:
         kinds2 = ["in", "in"] + (["in"] if op.init else []) + ["out", "out"]
         self.descs.append((k2, g2, {"h": op.h}, v2, KernelLaunch(
             kernel_name=k2, module_name=bg.KERNEL_MODULE, func_name="", grid=(g2, 1, 1), block=(bs, 1, 1),
-            shared_bytes=(2 * bs + 1) * bg.byte_size(agg_t), args=self.arg_desc(n2, kinds2, v2),
+            shared_bytes=bg.tile_shared_bytes(agg_t, slots2, bs=bs), args=self.arg_desc(n2, kinds2, v2),
             host_args=self.host_args(v2), scratch=(("h", carry_entries), ("final", carry_entries[:-1])),
             notes=f"scan.affine time blocks 2/3: carries between chunks ({agg_t}), one block per channel",
         )))
@@ -448,7 +452,9 @@ class _AffineTimeBlocks:
         """Kernel 3: the chunks from their carries."""
         op, kmod, bs, state_t, rank = self.op, self.kmod, self.bs, self.state_t, self.rank
         k3 = f"{self.base}_chunks"
-        sh3 = (bg.shared_global(kmod, f"{k3}_sA", state_t, bs), bg.shared_global(kmod, f"{k3}_sB", state_t, bs),
+        slots3 = bg.tile_slots(state_t, bs)
+        sh3 = (bg.shared_global(kmod, f"{k3}_sA", state_t, max(slots3, 1)),
+               bg.shared_global(kmod, f"{k3}_sB", state_t, max(slots3, 1)),
                bg.shared_global(kmod, f"{k3}_sC", state_t, 1))
         init, final = ([op.init] if op.init else []), ([op.final] if op.final else [])
         n3 = ["a", "b"] + (["init"] if init else []) + ["carries", "chan_final", "h"] + (["final"] if final else [])
@@ -460,7 +466,7 @@ class _AffineTimeBlocks:
         g3 = self.grid("h", True)
         self.descs.append((k3, g3, {"h": op.h}, v3, KernelLaunch(
             kernel_name=k3, module_name=bg.KERNEL_MODULE, func_name="", grid=(g3, 1, 1), block=(bs, 1, 1),
-            shared_bytes=(2 * bs + 1) * bg.byte_size(state_t), args=self.arg_desc(n3, kinds3, v3),
+            shared_bytes=bg.tile_shared_bytes(state_t, slots3, bs=bs), args=self.arg_desc(n3, kinds3, v3),
             host_args=self.host_args(v3),
             equal_dims=tuple([(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
                              + [(n, j, "h", i) for n in n3 if n in ("init", "final")

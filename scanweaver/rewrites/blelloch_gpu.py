@@ -90,7 +90,8 @@ Kernel design
   fallback instead of losing the state's share (or adding subnormal roundings).
   Integer scans are not guarded (wrap-around is exact in any association).
 * Launch: grid (channels, 1, 1), block (block_size, 1, 1), static shared memory
-  (2 * block_size + 1) * sizeof(state). A `scanweaver.launch` attribute on the kernel
+  (2 * slots + 1) * sizeof(state), slots = `tile_slots`: block_size / 32 warp totals
+  (0 in one warp) with shuffles, block_size for the sweep. A `scanweaver.launch` attribute on the kernel
   (see `launch.py`) describes it for runtimes.
 
 `scan.recurrence` (the fused producer/consumer form raised from loops, e.g. the Mamba
@@ -383,6 +384,28 @@ def pair_list_combine(pairs: PairArith) -> ListCombine:
     return combine
 
 
+def tile_slots(state_t: Attribute, bs: int) -> int:
+    """Slots of each of the sA / sB shared arrays the chained tiles use: the warp totals
+    (none in a block of one warp) with shuffles, one per thread for the sweep."""
+    if shuffles(state_t):
+        return bs // WARP if bs > WARP else 0
+    return bs
+
+
+def tile_shared_bytes(el: Attribute, slots: int, carry_slot: bool | None = None, bs: int = 0) -> int:
+    """Static shared bytes of the sA, sB (`slots` each; LLVM drops them at 0) and sC
+    globals, laid out as the PTX has them (each 16-byte aligned). By default (`bs`
+    given) sC counts where the chained tiles use it: the sweep, the carry of several
+    warps, the overflow fallback."""
+    from scanweaver.rewrites.gpu_kernel import shared_layout_bytes
+
+    if carry_slot is None:
+        carry_slot = not shuffles(el) or bs > WARP or needs_overflow_guard(el, bs)
+    size = byte_size(el)
+    sizes = [slots * size, slots * size] if slots else []
+    return shared_layout_bytes(sizes + ([size] if carry_slot else []))
+
+
 def lane_and_warp(e: Emitter, tid: SSAValue) -> tuple[SSAValue, SSAValue]:
     return e.remu(tid, e.index(WARP)), e.divu(tid, e.index(WARP))
 
@@ -639,8 +662,9 @@ def lower_affine(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt: int) -> No
     operands = [op.a, op.b] + ([op.init] if op.init else []) + [op.h] + ([op.final] if op.final else [])
     types = [v.type for v in operands]
 
-    sa_t = shared_global(kmod, f"{name}_sA", state_t, bs)
-    sb_t = shared_global(kmod, f"{name}_sB", state_t, bs)
+    slots = tile_slots(state_t, bs)  # unused arrays (slots 0) are dropped by LLVM
+    sa_t = shared_global(kmod, f"{name}_sA", state_t, max(slots, 1))
+    sb_t = shared_global(kmod, f"{name}_sB", state_t, max(slots, 1))
     sc_t = shared_global(kmod, f"{name}_sC", state_t, 1)
 
     kfunc = gpu.FuncOp(name, FunctionType.from_lists(types, []), kernel=True)
@@ -662,7 +686,7 @@ def lower_affine(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt: int) -> No
         func_name=func_name,
         grid=(grid0, 1, 1),
         block=(bs, 1, 1),
-        shared_bytes=(2 * bs + 1) * byte_size(state_t),
+        shared_bytes=tile_shared_bytes(state_t, slots, bs=bs),
         args=[
             (n, k, type_name(t.element_type), _shape_entries(t))  # type: ignore[attr-defined]
             for n, k, t in zip(names, kinds, types)
