@@ -625,14 +625,7 @@ def lower_loop_stages(top: ModuleOp, block: int = BLOCK) -> dict[Operation, str]
     for fn in [o for o in top.ops if isinstance(o, func.FuncOp) and LOOP_STAGES_ATTR in o.attributes]:
         for nest in _loop_stages(fn):
             try:
-                k = _Kernel(fn, nest, kernel_name(top, f"{fn.sym_name.data}_stage"), block, stage=True)
-                kfunc = k.build()
-                _lower_scans_to_loops(kfunc)
-                totals = _to_scratch(k)
-                _shared_stores_to_atomics(k)
-                check_closed(kfunc)
-                bg.get_kernel_module(top).body.block.add_op(kfunc)
-                _host(k, totals)
+                _emit_kernel(_Kernel(fn, nest, kernel_name(top, f"{fn.sym_name.data}_stage"), block, stage=True), top)
             except Unsupported as e:
                 first = next((o for o in fn.walk() if isinstance(o, _SCAN_OPS)), None)
                 if first is not None:
@@ -659,7 +652,12 @@ def _mul_in_kernel(k: _Kernel, a: SSAValue, b: SSAValue) -> SSAValue:
 def lower_channel_program(fn: func.FuncOp, nest: list[scf.ForOp], top: ModuleOp, block: int = BLOCK) -> None:
     """Lower one channel program (see the module docstring); Unsupported leaves `fn`
     unchanged."""
-    k = _Kernel(fn, nest, kernel_name(top, f"{fn.sym_name.data}_channels"), block)
+    _emit_kernel(_Kernel(fn, nest, kernel_name(top, f"{fn.sym_name.data}_channels"), block), top)
+
+
+def _emit_kernel(k: _Kernel, top: ModuleOp) -> None:
+    """Build `k`'s kernel (scans as loops, buffers as scratch slices, shared stores as
+    atomics), add it to the kernel module and replace the nest by its launch."""
     kfunc = k.build()
     _lower_scans_to_loops(kfunc)
     totals = _to_scratch(k)

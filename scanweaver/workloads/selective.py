@@ -194,6 +194,13 @@ def _initial_state(e: _Body, spec, v, k, state: SSAValue, b: SSAValue, d: SSAVal
 
 def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd, gpu=False) -> Region:
     """(a, b) at step i, state index n: exp(dt * A[d, n]) and B[.., i, n] * dt * u."""
+    return _coeffs(e, spec, v, k, b, d, bd,
+                   lambda e, i, n: (v["B"], _bc_indices(spec.b_kind, group.get("B"), b, d, i, n, gpu)))
+
+
+def _coeffs(e: _Body, spec, v, k, b, d, bd, read, fused: bool = False) -> Region:
+    """The coefficients' region with B[.., i, n] read through `read(e, i, n)`; `fused`
+    marks the step's one exp for the fused polynomial (the tiled CPU kernel)."""
     block = Block(arg_types=[IndexType(), IndexType()])
     i, n = block.args
     i.name_hint, n.name_hint = "i", "k"
@@ -202,7 +209,9 @@ def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd, gpu=False)
         ak = e.load(v["A"], [d, n], "ak")
         da = e.op(arith.MulfOp, dt, ak, hint="da")
         a = e.op(mathd.ExpOp, da, hint="a")
-        bk = e.load(v["B"], _bc_indices(spec.b_kind, group.get("B"), b, d, i, n, gpu), "bk")
+        if fused:
+            a.owner.attributes[FUSED_MARK] = UnitAttr()  # type: ignore[union-attr]
+        bk = e.load(*read(e, i, n), "bk")
         uu = e.load(v["u"], [b, d, i], "uu")
         dtu = e.op(arith.MulfOp, dt, uu, hint="dtu")
         x = e.op(arith.MulfOp, bk, dtu, hint="x")
@@ -384,7 +393,7 @@ def _tiled_channel(e: _Body, spec, v, k, b, d, d0, t0, t1, state, states, staged
     read = {name: _tile_reader(spec.b_kind if name == "B" else spec.c_kind, v[name], staged.get(name), d, t0)
             for name in ("B", "C")}
     state_type = memref_of((spec.n,), "f32")
-    coeffs = _tiled_coeffs(e, spec, v, k, b, d, bd, read["B"])
+    coeffs = _coeffs(e, spec, v, k, b, d, bd, read["B"], fused=True)
     emit = _tiled_emit(e, spec, v, k, state_type, b, d, dd, read["C"])
     rec = scan.RecurrenceOp(t0, t1, k["c1"], state, coeffs, emit)
     rec.attributes[BLOCKED_DOT_MARK] = UnitAttr()  # C . S may be reduced a time block at a time
@@ -397,25 +406,6 @@ def _tile_reader(kind: str, src: SSAValue, tile: SSAValue | None, d: SSAValue, t
     if kind == "const":
         return lambda e, i, n: (src, [d, n])
     return lambda e, i, n: (tile, [e.op(arith.SubiOp, i, t0, hint="ti"), n])
-
-
-def _tiled_coeffs(e: _Body, spec, v, k, b, d, bd, read) -> Region:
-    """`_coeffs_region`'s (a, b) with B read through `read`."""
-    block = Block(arg_types=[IndexType(), IndexType()])
-    i, n = block.args
-    i.name_hint, n.name_hint = "i", "k"
-    with ImplicitBuilder(block):
-        dt = step_size(e, spec, v, k, b, d, i, bd)
-        ak = e.load(v["A"], [d, n], "ak")
-        da = e.op(arith.MulfOp, dt, ak, hint="da")
-        a = e.op(mathd.ExpOp, da, hint="a")
-        a.owner.attributes[FUSED_MARK] = UnitAttr()  # type: ignore[union-attr]  # the step's one exp: fused
-        bk = e.load(*read(e, i, n), "bk")
-        uu = e.load(v["u"], [b, d, i], "uu")
-        dtu = e.op(arith.MulfOp, dt, uu, hint="dtu")
-        x = e.op(arith.MulfOp, bk, dtu, hint="x")
-        scan.YieldOp(a, x)
-    return Region(block)
 
 
 def _tiled_emit(e: _Body, spec, v, k, state_type, b, d, dd, read) -> Region:
