@@ -101,7 +101,7 @@ def _kernel(module) -> gpu.FuncOp:
     return k
 
 
-@pytest.mark.parametrize("length", [0, 1, 2, 63, 64, 65, 127, 128, 129, 257])
+@pytest.mark.parametrize("length", [0, 1, 65, 127, 128, 129])
 def test_two_warps_lengths_around_tiles(length):
     # 64 threads x 2 items = 128-step tiles
     check((1, length), 1, init=True, final=True, block_size=64, items_per_thread=2)
@@ -110,7 +110,7 @@ def test_two_warps_lengths_around_tiles(length):
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("state", ["f32", "f64"])
 def test_four_warps_float_reverse_init_final(reverse, state):
-    check((2, 300), 1, state, state, init=True, final=True, reverse=reverse, block_size=128, items_per_thread=1)
+    check((1, 200), 1, state, state, init=True, final=True, reverse=reverse, block_size=128, items_per_thread=1)
 
 
 @pytest.mark.parametrize("state", ["i32", "i64"])
@@ -180,7 +180,7 @@ def test_nan_inputs_propagate_like_the_loop_over_warps():
 # -- generic scan.scan over several warps ------------------------------------------------------
 
 
-@pytest.mark.parametrize("length", [1, 2, 63, 64, 65, 127, 128, 129, 257])
+@pytest.mark.parametrize("length", [1, 63, 128, 129])
 def test_generic_two_warps_lengths_around_tiles(length):
     from test_scan_gpu import check as check_scan
 
@@ -193,7 +193,7 @@ def test_generic_two_warps_lengths_around_tiles(length):
 def test_generic_four_warps_combines(name, reverse):
     from test_scan_gpu import check as check_scan
 
-    check_scan(name, (2, 300), 1, reverse, block_size=128, items_per_thread=1)
+    check_scan(name, (1, 200), 1, reverse, block_size=128, items_per_thread=1)
 
 
 def test_generic_zero_length_and_barriers_per_tile():
@@ -232,14 +232,14 @@ def _run_affine(shape, el, *, reverse=False, init=True, bs=64, ipt=4, seed=0):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("length,full_tiles", [(256, 1), (512, 2), (516, 2), (260, 1), (4, 0)])
+@pytest.mark.parametrize("length,full_tiles", [(256, 1), (516, 2), (4, 0)])
 def test_vector_loads_in_full_tiles_scalar_last_tile(length, full_tiles, reverse):
     # 64 threads x 4 items = 256-step tiles; each full tile: 2 loads + 1 store per thread
     st = _run_affine((2, length), "f32", reverse=reverse)
     assert st["vector_accesses"] == 2 * full_tiles * 3 * 64
 
 
-@pytest.mark.parametrize("length", [257, 255, 513])
+@pytest.mark.parametrize("length", [257, 255])
 def test_rows_off_16_bytes_take_scalar_accesses(length):
     st = _run_affine((2, length), "f32", init=False)
     assert st["vector_accesses"] == 0
@@ -315,7 +315,7 @@ def test_new_kernels_assemble_without_spills(case):
 
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("el", ["f32", "i32"])
-@pytest.mark.parametrize("length", [0, 1, 96, 257, 300])
+@pytest.mark.parametrize("length", [0, 257, 300])
 def test_time_blocks_with_vector_loads_and_warp_scans(reverse, el, length):
     """Three launches (reduce, carries, chunks) of 32 x 4-step tiles, 2-tile chunks: full
     chunks read by 16-byte loads, the rest guarded; bit for bit in i32."""
