@@ -248,15 +248,7 @@ class _TileSteps:
 
     def fold(self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]) -> None:
         """1b. fold the valid items left to right and store the aggregate to s_j[tid]."""
-        agg: Sequence[SSAValue] = items[0][2]
-        for _, inside, vals in items[1:]:
-            agg = le.if_(
-                inside,
-                self.types,
-                lambda ie, agg=agg, vals=vals: self.combine(ie, agg, vals),
-                lambda ie, agg=agg: agg,
-            )
-        self.store_slot(le, agg, self.tid)
+        self.store_slot(le, self.fold_registers(le, items), self.tid)
 
     def up_sweep(self, le: Emitter, tile_start: SSAValue) -> None:
         """2. combine with the right child only where it holds a valid step."""
