@@ -27,9 +27,12 @@ sequential meaning is a left fold from X[0], which is exactly the loop's order, 
 raised IR matches the loop bit for bit; a parallel lowering may reassociate (exact for
 shape 1, within rounding for shape 2).
 
-State kept in memory (`m[0]`, or `m[c]` with the channel loop outside) is first
-carried as iter_args by the promote reshape (`raise_reshape.py`, same safety rules as
-for affine forms), then analysed as above (`analyze_associative_in_memory`).
+State kept in memory (`m[0]`, or `m[c]` per channel: the channel loop outside, or
+inside and then interchanged) is first carried as iter_args by the promote reshape
+(`raise_reshape.py`, the same safety rules as for affine forms: fixed, distinct,
+loaded locations; guarded hoisted loads and final stores), then analysed as above
+(`analyze_associative_in_memory`).  Sums and products in memory are affine and take
+the affine raise.
 """
 
 from __future__ import annotations
