@@ -384,9 +384,12 @@ ASSOC = ["maxsi", "minsi", "maxui", "minui", "andi", "ori", "xori"]
     tree=free_trees,
     swap=st.booleans(),
     el=st.sampled_from(["i32", "i64"]),
+    in_memory=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_random_running_reductions_raise_iff_associative_and_agree(op, tree, swap, el, seed):
+def test_random_running_reductions_raise_iff_associative_and_agree(op, tree, swap, el, in_memory, seed):
+    """`in_memory`: the state kept at `%hm[0]` (loaded and stored each step) instead of
+    an iter_arg: raised after the promote reshape, the final value stored back."""
     e = Emitter(el)
     elem = e.emit(tree)
     a, b = (elem, "%h") if swap else ("%h", elem)
@@ -398,24 +401,35 @@ def test_random_running_reductions_raise_iff_associative_and_agree(op, tree, swa
         e.lines.append(f"%hn = arith.{op} {a}, {b} : {el}")
     body = "\n    ".join(e.lines)
     m = f"memref<{L}x{el}>"
+    if in_memory:
+        head = f"func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %hm: memref<1x{el}>) {{"
+        loop = "scf.for %i = %c0 to %cl step %c1 {"
+        load = f"%h = memref.load %hm[%c0] : memref<1x{el}>"
+        store = f"memref.store %hn, %hm[%c0] : memref<1x{el}>"
+        end = "scf.yield\n  }\n  func.return"
+    else:
+        head = f"func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %h0: {el}) -> {el} {{"
+        loop = f"%r = scf.for %i = %c0 to %cl step %c1 iter_args(%h = %h0) -> ({el}) {{"
+        load = store = ""
+        end = f"scf.yield %hn : {el}\n  }}\n  func.return %r : {el}"
     src = f"""
-func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %h0: {el}) -> {el} {{
+{head}
   %c0 = arith.constant 0 : index
   %cl = arith.constant {L} : index
   %c1 = arith.constant 1 : index
   %k = arith.constant -3 : {el}
   %zero = arith.constant 0 : {el}
   %seven = arith.constant 7 : {el}
-  %r = scf.for %i = %c0 to %cl step %c1 iter_args(%h = %h0) -> ({el}) {{
+  {loop}
+    {load}
     %x = memref.load %xs[%i] : {m}
     %c = memref.load %cs[%i] : {m}
     %ii = arith.index_cast %i : index to {el}
     %iv = arith.addi %ii, %k : {el}
     {body}
     memref.store %hn, %y[%i] : {m}
-    scf.yield %hn : {el}
-  }}
-  func.return %r : {el}
+    {store}
+    {end}
 }}
 """
     module = parse_ir(src)
@@ -430,7 +444,10 @@ func.func @f(%xs: {m}, %cs: {m}, %y: {m}, %h0: {el}) -> {el} {{
     rng = np.random.default_rng(seed)
     info = np.iinfo(dtype)
     args = [rng.integers(info.min, info.max, size=L, dtype=dtype) for _ in range(2)]
-    args += [np.zeros(L, dtype), int(rng.integers(info.min, info.max))]
+    h0 = rng.integers(info.min, info.max, size=1, dtype=dtype)
+    args += [np.zeros(L, dtype), h0 if in_memory else int(h0[0])]
     (a1, r1), (a2, r2) = run_both(original, module, "f", args)
     np.testing.assert_array_equal(a1[2], a2[2])
+    if in_memory:
+        np.testing.assert_array_equal(a1[3], a2[3])  # the final state, stored back
     assert r1 == r2

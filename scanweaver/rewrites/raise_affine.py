@@ -461,6 +461,7 @@ def raise_recurrences(
     from scanweaver.rewrites.raise_assoc import (
         NotAssociative,
         analyze_associative,
+        analyze_associative_in_memory,
         raise_associative,
     )
 
@@ -495,6 +496,24 @@ def raise_recurrences(
                         raised.append(raise_associative(assoc))
                         if report is not None:
                             report.append(f"{label}: scanweaver-raise: loop raised to {what}")
+                        break
+                if "not affine" in decision.reason and not op.iter_args:
+                    try:  # state in memory: promoted to iter_args, then as above
+                        assoc, done, how = analyze_associative_in_memory(op, reassociate)
+                    except NotAssociative as e:
+                        if str(e):
+                            decision = RaiseDecision(False, str(e), kind=decision.kind)
+                    else:
+                        for new in done.inserted:  # the new loops are reported as the original
+                            for inner in new.walk():
+                                if isinstance(inner, scf.ForOp):
+                                    labels[inner] = label
+                        op.detach()
+                        op.erase()
+                        what = assoc.description
+                        raised.append(raise_associative(assoc))
+                        if report is not None:
+                            report.append(f"{label}: scanweaver-raise: loop raised to {what}, {how}")
                         break
                 if decision.kind != "none":
                     line = f"{label}: scanweaver-raise: loop not raised: {decision.reason}"

@@ -26,6 +26,13 @@ X and P are `memref.alloc`ed (n+1 elements each) and freed after.  scan.scan's
 sequential meaning is a left fold from X[0], which is exactly the loop's order, so the
 raised IR matches the loop bit for bit; a parallel lowering may reassociate (exact for
 shape 1, within rounding for shape 2).
+
+State kept in memory (`m[0]`, or `m[c]` per channel: the channel loop outside, or
+inside and then interchanged) is first carried as iter_args by the promote reshape
+(`raise_reshape.py`, the same safety rules as for affine forms: fixed, distinct,
+loaded locations; guarded hoisted loads and final stores), then analysed as above
+(`analyze_associative_in_memory`).  Sums and products in memory are affine and take
+the affine raise.
 """
 
 from __future__ import annotations
@@ -44,6 +51,11 @@ from scanweaver.dialects import scan
 from scanweaver.dialects.scan import is_supported_state_type
 from scanweaver.rewrites.loop_utils import clone_in_loop, inside as _inside
 from scanweaver.rewrites.loop_utils import dce_block as _dce
+from scanweaver.rewrites.raise_reshape import (
+    Reshaped,
+    interchange_then_promote,
+    promote_memory_state,
+)
 
 #: Associative ops that are exact under any association (floats only the IEEE
 #: maximum/minimum, which order -0 < +0 and propagate NaN).
@@ -118,6 +130,38 @@ def analyze_associative(loop: scf.ForOp, reassociate: bool) -> AssocPlan:
         return _single(loop, args[0], yield_op.operands[0], written)
     if len(args) == 2:
         return _logsumexp(loop, args, list(yield_op.operands), written, reassociate)
+    raise NotAssociative("")
+
+
+#: Reshapes that carry memory state as iter_args, tried in order, and how the report
+#: says it (the same words as the affine reshapes in raise_affine.py).
+_PROMOTIONS = (
+    (promote_memory_state, "after carrying the state in memory as iter_args"),
+    (interchange_then_promote,
+     "after moving the channel loop outside the time loop and carrying the state in "
+     "memory as iter_args"),
+)
+
+
+def analyze_associative_in_memory(
+    loop: scf.ForOp, reassociate: bool
+) -> tuple[AssocPlan, Reshaped, str]:
+    """For a loop without iter_args whose state in memory is updated by a non-affine
+    op: the promoted copy (inserted before `loop`), its associative plan and how it was
+    reshaped.  NotAssociative otherwise, with the promoted form's reason when it has
+    one; the IR is then unchanged (the copy is undone)."""
+    if loop.iter_args:
+        raise NotAssociative("")
+    for reshape, how in _PROMOTIONS:
+        done = reshape(loop)
+        if done is None:
+            continue
+        try:
+            plan = analyze_associative(done.loop, reassociate)
+        except NotAssociative as e:
+            done.undo()
+            raise NotAssociative(f"{e} ({how})" if str(e) else "") from None
+        return plan, done, how
     raise NotAssociative("")
 
 
