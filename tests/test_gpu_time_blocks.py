@@ -435,3 +435,28 @@ def test_ptxas_bf16_inputs_and_i64_dynamic(chip):
         assert len(out["ptxas"]) == 3
         for kernel, figures in out["ptxas"].items():
             assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (kernel, figures)
+
+
+def test_selective_scan_cuda_builds_the_time_blocks_for_few_long_channels(monkeypatch):
+    """`selective_scan(..., backend="cuda")` asks for the recurrence time blocks when
+    there are few (batch, channel) pairs and long rows; the build replays three launches."""
+    from scanweaver.runtime import cuda_scan
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+
+    built = []
+    monkeypatch.setattr(cuda_scan, "_run", lambda ir, name, arrays: built.append(ir))
+
+    def call(batch, dim, length, n=4):
+        rng = np.random.default_rng(0)
+        u = rng.standard_normal((batch, dim, length)).astype(np.float32)
+        A = -np.ones((dim, n), np.float32)
+        B = np.ones((dim, n), np.float32)
+        cuda_scan.selective_scan_cuda(u, np.abs(u), A, B, B.copy(), None, None, None, False, False, None)
+
+    call(1, 2, 2 * cuda_scan.DEFAULT_TIME_CHUNK)
+    call(2, 150, 64)
+    long_ir, many_ir = built
+    assert TIME_BLOCKS_ATTR in long_ir and TIME_BLOCKS_ATTR not in many_ir
+    kernels = [d.kernel_name for d in build_cuda_artifacts(long_ir, "sm_90").launches["selective_scan"]]
+    assert len(kernels) == 3 and kernels[0].endswith("reduce"), kernels
+    assert len(build_cuda_artifacts(many_ir, "sm_90").launches["selective_scan"]) == 1

@@ -203,6 +203,14 @@ def cases() -> list[dict]:
             args += [("out", "out", (batch, D, L), "f32"), ("last_state", "out", (batch, D, n), "f32")]
             out.append({"name": f"selective_N{n}_{bc}", "family": "selective", "ir": ir, "function": "selective_scan",
                         "args": args, "time": True, "bc": bc, "groups": groups, "exact": False})
+    # few long channels: the selective scan's recurrence in time across blocks (recurrence_time_blocks.py)
+    shapes = {"u": (1, 4, 1 << 18), "delta": (1, 4, 1 << 18), "A": (4, 16), "B": (4, 16), "C": (4, 16),
+              "D": (4,), "z": (1, 4, 1 << 18), "delta_bias": (4,)}
+    args = [(k, "in", s, "f32") for k, s in shapes.items()]
+    args += [("out", "out", (1, 4, 1 << 18), "f32"), ("last_state", "out", (1, 4, 16), "f32")]
+    out.append({"name": "selective_N16_time_blocks_1x4x2p18", "family": "selective", "function": "selective_scan",
+                "ir": _time_blocks(selective_scan_ir(shapes, {"delta_softplus": True, "return_last_state": True}), True),
+                "args": args, "time": True, "bc": "constant", "groups": 1, "exact": False})
     C, L = 512, 4096
     out.append({"name": "linear_recurrence_iir2_f32", "family": "linear_recurrence",
                 "ir": print_ir(loops.iir2_loops(C, L)), "function": "iir2",

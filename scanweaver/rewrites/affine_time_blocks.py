@@ -89,15 +89,16 @@ def static_prefers_time_blocks(shape: Sequence[int], axis: int, chunk: int) -> b
 
 
 def ask_time_blocks(ir_text: str) -> str:
-    """`ir_text` with every `scan.affine` and `scan.scan` marked for the time blocks
-    (the `scanweaver.gpu_strategy` attribute; drivers that know the sizes use it)."""
+    """`ir_text` with every `scan.affine`, `scan.scan` and `scan.recurrence` marked for
+    the time blocks (the `scanweaver.gpu_strategy` attribute; drivers that know the sizes
+    use it; `recurrence_time_blocks.py` takes the recurrences)."""
     from xdsl.dialects.builtin import StringAttr
 
     from scanweaver.ir import parse_ir, print_ir
 
     module = parse_ir(ir_text)
     for o in module.walk():
-        if isinstance(o, (scan.AffineOp, scan.ScanOp)):
+        if isinstance(o, (scan.AffineOp, scan.ScanOp, scan.RecurrenceOp)):
             o.attributes[TIME_BLOCKS_ATTR] = StringAttr("time_blocks")
     return print_ir(module)
 

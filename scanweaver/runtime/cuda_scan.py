@@ -229,6 +229,12 @@ def selective_scan_cuda(
     )
     batch, dim, length = shapes["u"]
     n = shapes["A"][1]
+    if prefer_time_blocks(batch * dim, length, DEFAULT_TIME_CHUNK):
+        # few (batch, channel) pairs, long rows: the recurrence in time across blocks
+        # (recurrence_time_blocks.py; one more build)
+        from scanweaver.rewrites.affine_time_blocks import ask_time_blocks
+
+        ir = ask_time_blocks(ir)
     if on_device:
         out = _device_like(u, (batch, dim, length), np.dtype(np.float32))
         last = _device_like(u, (batch, dim, n), np.dtype(np.float32))
