@@ -176,7 +176,7 @@ def _complex_bc_type(kind: str, n: int, c: str) -> str:
     return {"const": f"memref<?x{n}x{c}>", "shared": f"memref<?x?x{n}x{c}>", "grouped": f"memref<?x?x?x{n}x{c}>"}[kind]
 
 
-def complex_selective_ir(spec: ComplexSelectiveSpec) -> str:
+def complex_selective_ir(spec: "ComplexSelectiveSpec") -> str:  # noqa: F821 (the old spec type)
     """(runtime/cpu_selective_complex.py before issue 9) IR text of `func.func @selective_scan_complex` (argument order as in
     `selective_scan_ir`: u, delta, A, B, C, [D], [z], [bias], [h0], out, [last],
     d_begin, d_end); A, B, C, h0 and last are complex memrefs."""

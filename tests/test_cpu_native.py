@@ -74,7 +74,7 @@ def test_unknown_symbol_is_an_error(cache_dir):
         program.address("nope")
 
 
-NEW_PROCESS = f"""
+NEW_PROCESS = """
 import sys, ctypes
 import numpy as np
 from scanweaver.runtime import cpu_native

@@ -111,7 +111,6 @@ def _fake_kernel_writing(value: float):
 
 
 def test_runtime_returns_the_scalar_from_compile_and_from_an_artifact(monkeypatch, tmp_path):
-    from scanweaver.runtime import cuda_driver
     from scanweaver.runtime.cuda import CudaFunction, CudaModule
     from scanweaver.runtime.cuda_artifact import describe, load, write_artifact
     from scanweaver.runtime.cuda_driver import CudaPythonDriver

@@ -9,7 +9,6 @@ from test_blelloch import check, lower
 from scan_ir import affine_func
 from xdsl.dialects import gpu
 
-from scanweaver.dialects.gpu_shuffle import ShuffleOp
 from scanweaver.interp.gpu_sim import GpuSimError, simulate_launch
 from scanweaver.interp.run import run_function
 from scanweaver.ir import parse_ir

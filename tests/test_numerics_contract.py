@@ -14,7 +14,7 @@ from scanweaver.interp.run import run_function
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.blelloch_gpu import ScanToGpu
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
-from scanweaver.runtime import cpu_chunked, cpu_scan
+from scanweaver.runtime import cpu_chunked
 from scanweaver.runtime.cpu_scan import affine_scan_cpu
 from scanweaver.workloads import loops
 

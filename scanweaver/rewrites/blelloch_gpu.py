@@ -112,7 +112,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, gpu, math, memref, vector
 from xdsl.dialects import complex as complex_dialect

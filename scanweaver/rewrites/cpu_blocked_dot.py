@@ -15,7 +15,6 @@ steps give the bits of the remainder steps, which keep the per-step reduction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith, memref, scf
