@@ -60,6 +60,12 @@ class SeededScan:
     #: kernel types, memrefs read by `memref.dim` / a load before the group): kernel arguments
     captures: list[SSAValue] = field(default_factory=list)
     outside_loads: list[memref.LoadOp] = field(default_factory=list)  # read again in the kernel
+    #: per operand, None (a rank-0 result) or the element of `finals[j]` the last value
+    #: is stored to: state kept in memory (`m[i] = P_j[n]`), left as it was for n == 0
+    final_at: list[tuple[int, ...] | None] = field(default_factory=list)
+    #: per operand, None or the element of a memref argument the seed is loaded from
+    #: (`seeds[j]` is then that host load; the kernel loads it itself)
+    seed_at: list[tuple[int, ...] | None] = field(default_factory=list)
 
     @property
     def ref(self) -> SSAValue:
@@ -243,6 +249,37 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
     return srcs, [stores[x].value for x in xs], list(stores.values()), captures, loads
 
 
+def _state_element(o: Operation | None, fn: func.FuncOp, block: Block) -> tuple[int, ...] | None:
+    """State kept in memory: `o` a load or store of `m[i..]` in `block`, `m` a memref
+    argument of static shape, the indices constants in its bounds (so the kernel's access
+    cannot leave the array): the indices, or None."""
+    if not isinstance(o, memref.LoadOp | memref.StoreOp) or o.parent_block() is not block:
+        return None
+    t = o.memref.type
+    if not _func_arg(o.memref, fn, None) or not isinstance(t, MemRefType) or not o.indices:
+        return None
+    if isinstance(o, memref.LoadOp) and not _is_kernel_scalar(o.res.type):
+        return None
+    idx = [const_int(i) for i in o.indices]
+    shape = t.get_shape()
+    if any(i is None or d < 0 or not 0 <= i < d for i, d in zip(idx, shape)):
+        return None
+    return tuple(idx)  # type: ignore[arg-type]
+
+
+def _state_stays_private(
+    seed_loads: list[Operation], final_stores: list[Operation], op: scan.ScanOp, group: set[Operation]
+) -> bool:
+    """The memrefs of state kept in memory are used only by the seeds' loads and the final
+    stores (the kernel reads them at its start and writes them at its end: nothing else
+    may see them in between), and nothing between a seed's load and `op` writes memory."""
+    state = {o.memref for o in (*seed_loads, *final_stores)}  # type: ignore[attr-defined]
+    allowed = {*seed_loads, *final_stores}
+    if any(u.operation not in allowed for m in state for u in m.uses):
+        return False
+    return _loads_stay_valid(seed_loads, op, group, set())  # type: ignore[arg-type]
+
+
 def _loads_stay_valid(loads: list[memref.LoadOp], op: scan.ScanOp, group: set[Operation], written: set[SSAValue]) -> bool:
     """The producer's loads from above it read the same in the kernel (which runs where
     `op` is): the kernel writes none of their memrefs, and nothing between a load and
@@ -320,7 +357,8 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
         return None
     seeds = [inits[x].value for x in xs]
     for seed in seeds:
-        if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)):
+        if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)
+                or _state_element(seed.owner, fn, block) is not None):
             return None
     cons = _consumers(op, n, ps, fn)
     if cons is None:
@@ -337,6 +375,7 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
         return None
     # the last values P_j[n]: unused, or stored once to a rank-0 argument used by nothing else
     finals: list[SSAValue | None] = [None] * k
+    final_at: list[tuple[int, ...] | None] = [None] * k
     host_ops: list[Operation] = [*inits.values(), producer, *consumers]  # type: ignore[list-item]
     expected: set[Operation] = {*inits.values(), *p_stores, op, *c_loads}
     for j, p in enumerate(ps):
@@ -354,9 +393,13 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
             st = r_uses[0].operation
             if len(r_uses) != 1 or not isinstance(st, memref.StoreOp) or st.value is not fl.res:
                 return None
-            if st.indices or not _func_arg(st.memref, fn, 0) or len(list(st.memref.uses)) != 1:
+            if st.indices:  # the state in memory, m[i] = P_j[n]
+                if _state_element(st, fn, block) is None:
+                    return None
+            elif not _func_arg(st.memref, fn, 0) or len(list(st.memref.uses)) != 1:
                 return None
             finals[j] = st.memref
+            final_at[j] = _state_element(st, fn, block)
             host_ops.append(st)
         host_ops.append(fl)
     # every use of the temporaries is one of the group's
@@ -369,8 +412,14 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     written = {v for v in (*dsts, *finals) if v is not None}
     if not _loads_stay_valid(outside_loads, op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
         return None
+    seed_loads = [s.owner for s in seeds if isinstance(s.owner, memref.LoadOp)]
+    seed_at = [_state_element(s.owner, fn, block) if isinstance(s.owner, memref.LoadOp) else None for s in seeds]
+    final_stores = [st for st in host_ops if isinstance(st, memref.StoreOp) and st.indices and st.memref in finals]
+    if not _state_stays_private(seed_loads, final_stores, op, {*inits.values(), producer, *allocs}):  # type: ignore[arg-type]
+        return None
+    host_ops += [ld for ld in dict.fromkeys(seed_loads) if all(u.operation in host_ops for u in ld.res.uses)]
     return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs],  # type: ignore[arg-type]
-                      captures, outside_loads)
+                      captures, outside_loads, final_at, seed_at)
 
 
 def erase_host_copies(seeded: SeededScan) -> None:
