@@ -5,8 +5,10 @@ thread of the last step); m is left alone for an empty series.  Checked bit for 
 against the interpreted loop: the thread-block simulator (4 threads x 2 items, so tiles
 chain), the CUDA runtime with a driver whose launches run in the simulator, and ptxas
 (sm_80, sm_90, no spills).  Time blocks would have every chunk's block read m[0] while
-the last one writes it, so they keep the one-block kernel; per-channel state (`m[c]`,
-a host loop over channels) keeps the refusal."""
+the last one writes it, so they keep the one-block kernel.  A state memref of dynamic
+size (`m[0]` loaded and stored under the guard `0 < n`) is read and written only when
+n > 0 and m[0] is in bounds.  Per-channel state (`m[c]`, a host loop over channels)
+keeps the refusal."""
 
 from __future__ import annotations
 
@@ -130,7 +132,44 @@ def test_the_state_element_of_a_longer_memref():
 @pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
 def test_state_kernels_assemble_without_spills(chip):
     text = "\n".join(series(op, el).replace("@mm(", f"@mm_{el}(") for op, el in OPS)
+    text += "\n" + guarded("arith.maximumf", "f32").replace("@mm(", "@mm_guarded(")
     out = export_gpu(compiler.lower(text, "gpu", keep_stages=False).module, chip)
-    assert len(out["ptxas"]) == len(OPS)
+    assert len(out["ptxas"]) == len(OPS) + 1
     for kernel, f in out["ptxas"].items():
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
+
+
+def guarded(op: str, el: str) -> str:
+    """m: memref<? x el>: m[0] not provably in bounds, so the promote reshape loads it
+    under `0 < n` (0 otherwise) and stores it back under the same guard."""
+    return series(op, el).replace(f"memref<1x{el}>", f"memref<?x{el}>")
+
+
+@pytest.mark.parametrize("op,el", OPS)
+def test_a_guarded_state_runs_in_one_seeded_kernel(op, el):
+    src = guarded(op, el)
+    m = gpu_module(src)
+    fn = fn_of(m, "mm")
+    assert refusals(fn) == [] and [o.name for o in fn.walk()].count("gpu.launch_func") == 1
+    assert not any(o.name in ("scf.if", "memref.load", "memref.store") for o in fn.walk())
+    for n in (0, 1, 9, 17):
+        for size in (1, 3):
+            x = values(n, el)
+            ref = [x.copy(), values(size, el), np.zeros_like(x)]
+            got = [a.copy() for a in ref]
+            run_function(parse_ir(src), "mm", *ref)
+            simulate_launch(m, "mm", *got)
+            for g, r in zip(got, ref):
+                assert g.tobytes() == r.tobytes(), (n, size, got, ref)
+
+
+def test_a_guarded_state_out_of_bounds_is_not_touched():
+    """n > 0 but m empty (the loop itself would read outside m): the kernel checks the
+    bounds, reads and writes no element of m, and scans from the guard's other value."""
+    src = guarded("arith.maxsi", "i32")
+    m = gpu_module(src)
+    x = values(9, "i32")
+    got = [x.copy(), np.zeros(0, np.int32), np.zeros_like(x)]
+    simulate_launch(m, "mm", *got)
+    assert got[1].size == 0
+    assert got[2].tobytes() == np.maximum.accumulate(np.maximum(x, 0)).astype(np.int32).tobytes()

@@ -485,7 +485,9 @@ def _emit_kernel(
         ends.append((steps.last_t, rank0, []))
     for j, (f, a) in enumerate(zip(finals, at)):
         if f is not None and a is not None:  # one element of a state memref
-            ends.append((steps.last_t, [f if i == j else None for i in range(len(finals))], list(a)))
+            inb = in_bounds(e, f, a)  # out of its bounds: at no step (t < L)
+            when = steps.last_t if inb is None else e.val(arith.SelectOp(inb, steps.last_t, length))
+            ends.append((when, [f if i == j else None for i in range(len(finals))], list(a)))
     if chunk and aggs and load_fn is not None:
         ends.append((e.sub(t_end, one), list(aggs), [*channel, k_chunk]))
     steps.ends = ends
@@ -531,17 +533,40 @@ def seeded_kernel_values(
 ) -> tuple[list[SSAValue], list[SSAValue | None], Callable[[Emitter, SSAValue], list[SSAValue]]]:
     """A seeded scan's seeds (constants cloned at `e`), finals and element map in a kernel
     whose arguments are `argmap`."""
-    seeds = [
-        e.val(v.owner.clone()) if isinstance(v.owner, arith.ConstantOp)
-        # state kept in memory: every thread reads m[i] before the barrier after the seeding
-        # (the last value is stored to it only after that barrier)
-        else e.load(argmap[v.owner.memref], [e.index(i) for i in at])  # type: ignore[union-attr]
-        if at is not None
-        else argmap[v]
-        for v, at in zip(seeded.seeds, seeded.seed_at or [None] * len(seeded.seeds))
-    ]
+    k = len(seeded.seeds)
+    seeds = []
+    for v, at, other, m in zip(seeded.seeds, seeded.seed_at or [None] * k, seeded.seed_else or [None] * k,
+                               seeded.seed_memref or [None] * k):
+        if at is None:
+            seeds.append(e.val(v.owner.clone()) if isinstance(v.owner, arith.ConstantOp) else argmap[v])
+            continue
+        # state kept in memory: every thread reads m[i] before the barrier after the
+        # seeding (the last value is stored to it only after that barrier)
+        mem, idx = argmap[m], [e.index(i) for i in at]
+        if other is None:
+            seeds.append(e.load(mem, idx))
+            continue
+        # under the guard 0 < n (and, in the kernel, m[i] in bounds): else the constant
+        runs = e.cmp("ugt", e.dim(argmap[seeded.ref], 0), e.index(0))
+        inb = in_bounds(e, mem, idx)
+        cond = runs if inb is None else _and(e, runs, inb)
+        seeds.extend(e.if_(cond, [v.type], lambda je, mem=mem, idx=idx: [je.load(mem, idx)],
+                           lambda je, other=other: [je.val(other.owner.clone())]))  # type: ignore[union-attr]
     finals = [argmap[v] if v is not None else None for v in seeded.finals]
     return seeds, finals, lambda ie, t: seeded.clone_elements(ie, t, argmap)
+
+
+def in_bounds(e: Emitter, mem: SSAValue, idx: Sequence[SSAValue]) -> SSAValue | None:
+    """`idx` inside `mem`'s dynamic sizes (constant indices, in the static ones by the
+    match), or None when every size is static."""
+    t = mem.type
+    assert isinstance(t, MemRefType)
+    cond = None
+    for d, (size, i) in enumerate(zip(t.get_shape(), idx)):
+        if size < 0:
+            c = e.cmp("ult", i, e.dim(mem, d))
+            cond = c if cond is None else _and(e, cond, c)
+    return cond
 
 
 def final_indices(seeded: SeededScan | None, e: Emitter) -> list[list[SSAValue] | None]:
@@ -588,7 +613,7 @@ def add_seeds_and_finals(seeded: SeededScan, operands: list[SSAValue], names: li
     seed_at = seeded.seed_at or [None] * len(seeded.seeds)
     for j, (v, at) in enumerate(zip(seeded.seeds, seed_at)):
         if at is not None:
-            m = v.owner.memref  # type: ignore[union-attr]
+            m = seeded.seed_memref[j]
             if m not in operands:
                 operands.append(m)
                 names.append(f"init{j}")

@@ -66,6 +66,10 @@ class SeededScan:
     #: per operand, None or the element of a memref argument the seed is loaded from
     #: (`seeds[j]` is then that host load; the kernel loads it itself)
     seed_at: list[tuple[int, ...] | None] = field(default_factory=list)
+    #: per operand, for a seed loaded under the guard `0 < n`: the constant it takes
+    #: otherwise (the kernel loads only when n > 0 and the element is in bounds)
+    seed_else: list[SSAValue | None] = field(default_factory=list)
+    seed_memref: list[SSAValue | None] = field(default_factory=list)  # the memref of seed_at
 
     @property
     def ref(self) -> SSAValue:
@@ -249,10 +253,11 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
     return srcs, [stores[x].value for x in xs], list(stores.values()), captures, loads
 
 
-def _state_element(o: Operation | None, fn: func.FuncOp, block: Block) -> tuple[int, ...] | None:
+def _state_element(o: Operation | None, fn: func.FuncOp, block: Block, guarded: bool = False) -> tuple[int, ...] | None:
     """State kept in memory: `o` a load or store of `m[i..]` in `block`, `m` a memref
-    argument of static shape, the indices constants in its bounds (so the kernel's access
-    cannot leave the array): the indices, or None."""
+    argument, the indices constants in its static bounds (so the kernel's access cannot
+    leave the array; a dynamic size, allowed only `guarded`, the kernel checks): the
+    indices, or None."""
     if not isinstance(o, memref.LoadOp | memref.StoreOp) or o.parent_block() is not block:
         return None
     t = o.memref.type
@@ -262,22 +267,76 @@ def _state_element(o: Operation | None, fn: func.FuncOp, block: Block) -> tuple[
         return None
     idx = [const_int(i) for i in o.indices]
     shape = t.get_shape()
-    if any(i is None or d < 0 or not 0 <= i < d for i, d in zip(idx, shape)):
+    if any(i is None or i < 0 or (d < 0 and not guarded) or (d >= 0 and i >= d) for i, d in zip(idx, shape)):
         return None
     return tuple(idx)  # type: ignore[arg-type]
 
 
+def _runs_guard(cond: SSAValue, n: SSAValue) -> bool:
+    """`cond` is `0 < n` (the promote reshape's guard: the loop runs at least once)."""
+    o = cond.owner
+    return (
+        isinstance(o, arith.CmpiOp) and o.predicate.value.data in (2, 6)  # slt, ult
+        and const_int(o.lhs) == 0 and _strip(o.rhs) is _strip(n)
+    )
+
+
+def _seed_state(seed: SSAValue, fn: func.FuncOp, block: Block, n: SSAValue):
+    """A seed read from state kept in memory: `m[i]` loaded in `block`, or under the
+    guard `scf.if 0 < n { m[i] } else { constant }`: (the host op to erase, the load,
+    its indices, the else constant or None), or None."""
+    o = seed.owner
+    if isinstance(o, memref.LoadOp):
+        at = _state_element(o, fn, block)
+        return None if at is None else (o, o, at, None)
+    if not (isinstance(o, scf.IfOp) and o.parent_block() is block and len(o.results) == 1 and _runs_guard(o.cond, n)):
+        return None
+    then_ops, else_ops = list(o.true_region.block.ops), list(o.false_region.block.ops) if o.false_region.blocks else []
+    if len(then_ops) != 2 or not isinstance(then_ops[1], scf.YieldOp) or then_ops[1].operands[0] is not then_ops[0].results[0]:
+        return None
+    at = _state_element(then_ops[0], fn, o.true_region.block, guarded=True)
+    if at is None or not else_ops or not isinstance(else_ops[-1], scf.YieldOp):
+        return None
+    other = else_ops[-1].operands[0]
+    if not isinstance(other.owner, arith.ConstantOp) or any(x is not other.owner for x in else_ops[:-1]):
+        return None
+    return o, then_ops[0], at, other
+
+
+def _final_state(st: memref.StoreOp, fn: func.FuncOp, block: Block, n: SSAValue):
+    """The last value stored to state kept in memory: `m[i] = r` in `block`, or under
+    the guard `scf.if 0 < n { m[i] = r }`: (the host op to erase, its indices), or None."""
+    if st.parent_block() is block:
+        at = _state_element(st, fn, block)
+        return None if at is None else (st, at)
+    g = st.parent_op()
+    if not (isinstance(g, scf.IfOp) and g.parent_block() is block and not g.results and _runs_guard(g.cond, n)):
+        return None
+    ops = list(g.true_region.block.ops)
+    if len(ops) != 2 or ops[0] is not st or (g.false_region.blocks and len(list(g.false_region.block.ops)) > 1):
+        return None
+    at = _state_element(st, fn, g.true_region.block, guarded=True)
+    return None if at is None else (g, at)
+
+
 def _state_stays_private(
-    seed_loads: list[Operation], final_stores: list[Operation], op: scan.ScanOp, group: set[Operation]
+    seed_ops: list[Operation], accesses: list[Operation], op: scan.ScanOp, group: set[Operation]
 ) -> bool:
     """The memrefs of state kept in memory are used only by the seeds' loads and the final
-    stores (the kernel reads them at its start and writes them at its end: nothing else
-    may see them in between), and nothing between a seed's load and `op` writes memory."""
-    state = {o.memref for o in (*seed_loads, *final_stores)}  # type: ignore[attr-defined]
-    allowed = {*seed_loads, *final_stores}
-    if any(u.operation not in allowed for m in state for u in m.uses):
+    stores (`accesses`: the kernel reads them at its start and writes them at its end:
+    nothing else may see them in between), and nothing between a seed's host op and `op`
+    writes memory."""
+    state = {o.memref for o in accesses}  # type: ignore[attr-defined]
+    if any(u.operation not in accesses for m in state for u in m.uses):
         return False
-    return _loads_stay_valid(seed_loads, op, group, set())  # type: ignore[arg-type]
+    block = op.parent_block()
+    assert block is not None
+    ops = list(block.ops)
+    for s in seed_ops:
+        for o in ops[ops.index(s) + 1 : ops.index(op)]:
+            if o not in group and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+                return False
+    return True
 
 
 def _loads_stay_valid(loads: list[memref.LoadOp], op: scan.ScanOp, group: set[Operation], written: set[SSAValue]) -> bool:
@@ -356,9 +415,10 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     if len(inits) != k or any(len(s.indices) != 1 or const_int(s.indices[0]) != 0 for s in inits.values()):
         return None
     seeds = [inits[x].value for x in xs]
-    for seed in seeds:
+    states = [_seed_state(seed, fn, block, n) for seed in seeds]
+    for seed, state in zip(seeds, states):
         if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)
-                or _state_element(seed.owner, fn, block) is not None):
+                or state is not None):
             return None
     cons = _consumers(op, n, ps, fn)
     if cons is None:
@@ -376,6 +436,7 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     # the last values P_j[n]: unused, or stored once to a rank-0 argument used by nothing else
     finals: list[SSAValue | None] = [None] * k
     final_at: list[tuple[int, ...] | None] = [None] * k
+    final_stores: list[Operation] = []
     host_ops: list[Operation] = [*inits.values(), producer, *consumers]  # type: ignore[list-item]
     expected: set[Operation] = {*inits.values(), *p_stores, op, *c_loads}
     for j, p in enumerate(ps):
@@ -393,14 +454,17 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
             st = r_uses[0].operation
             if len(r_uses) != 1 or not isinstance(st, memref.StoreOp) or st.value is not fl.res:
                 return None
-            if st.indices:  # the state in memory, m[i] = P_j[n]
-                if _state_element(st, fn, block) is None:
+            host_st: Operation = st
+            if st.indices:  # the state in memory, m[i] = P_j[n] (perhaps guarded)
+                fs = _final_state(st, fn, block, n)
+                if fs is None:
                     return None
+                host_st, final_at[j] = fs
+                final_stores.append(st)
             elif not _func_arg(st.memref, fn, 0) or len(list(st.memref.uses)) != 1:
                 return None
             finals[j] = st.memref
-            final_at[j] = _state_element(st, fn, block)
-            host_ops.append(st)
+            host_ops.append(host_st)
         host_ops.append(fl)
     # every use of the temporaries is one of the group's
     deallocs = [u.operation for v in (*xs, *ps) for u in v.uses if isinstance(u.operation, memref.DeallocOp)]
@@ -412,14 +476,15 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     written = {v for v in (*dsts, *finals) if v is not None}
     if not _loads_stay_valid(outside_loads, op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
         return None
-    seed_loads = [s.owner for s in seeds if isinstance(s.owner, memref.LoadOp)]
-    seed_at = [_state_element(s.owner, fn, block) if isinstance(s.owner, memref.LoadOp) else None for s in seeds]
-    final_stores = [st for st in host_ops if isinstance(st, memref.StoreOp) and st.indices and st.memref in finals]
-    if not _state_stays_private(seed_loads, final_stores, op, {*inits.values(), producer, *allocs}):  # type: ignore[arg-type]
+    seed_ops = list(dict.fromkeys(st[0] for st in states if st is not None))
+    accesses = [*(st[1] for st in states if st is not None), *final_stores]
+    if not _state_stays_private(seed_ops, accesses, op, {*inits.values(), producer, *allocs}):  # type: ignore[arg-type]
         return None
-    host_ops += [ld for ld in dict.fromkeys(seed_loads) if all(u.operation in host_ops for u in ld.res.uses)]
+    host_ops += [o for o in seed_ops if all(u.operation in host_ops for r in o.results for u in r.uses)]
     return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs],  # type: ignore[arg-type]
-                      captures, outside_loads, final_at, seed_at)
+                      captures, outside_loads, final_at, [None if st is None else st[2] for st in states],
+                      [None if st is None else st[3] for st in states],
+                      [None if st is None else st[1].memref for st in states])  # type: ignore[union-attr]
 
 
 def erase_host_copies(seeded: SeededScan) -> None:
