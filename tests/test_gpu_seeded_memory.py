@@ -173,3 +173,23 @@ def test_a_guarded_state_out_of_bounds_is_not_touched():
     simulate_launch(m, "mm", *got)
     assert got[1].size == 0
     assert got[2].tobytes() == np.maximum.accumulate(np.maximum(x, 0)).astype(np.int32).tobytes()
+
+
+def test_log_sum_exp_state_in_memory():
+    """(m, s) in ms[0], ms[1] (reassociate=true): two seeds loaded from one memref and
+    both last values stored back; the max bit for bit, the sum to rounding."""
+    from test_raise_memory_assoc import LSE_MEM
+
+    m = gpu_module(LSE_MEM, reassociate=True)
+    assert refusals(fn_of(m, "lse")) == []
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 9, 17):
+        x = rng.uniform(-5, 5, n).astype(np.float32)
+        state = np.array([-np.inf, 0.0], np.float32)
+        ref, got = [x.copy(), state.copy()], [x.copy(), state.copy()]
+        run_function(parse_ir(LSE_MEM), "lse", *ref)
+        simulate_launch(m, "lse", *got)
+        assert got[1][0].tobytes() == ref[1][0].tobytes(), (n, got, ref)
+        assert np.isclose(got[1][1], ref[1][1], rtol=2e-6, atol=0), (n, got, ref)
+        if n == 0:
+            assert got[1].tobytes() == state.tobytes()
