@@ -49,6 +49,12 @@ def check(src: str, m, el: str, n: int) -> None:
         assert g.tobytes() == r.tobytes(), (n, got, ref)
 
 
+def guarded(op: str, el: str) -> str:
+    """m: memref<? x el>: m[0] not provably in bounds, so the promote reshape loads it
+    under `0 < n` (0 otherwise) and stores it back under the same guard."""
+    return series(op, el).replace(f"memref<1x{el}>", f"memref<?x{el}>")
+
+
 @pytest.mark.parametrize("op,el", OPS)
 @pytest.mark.parametrize("swap", [False, True])
 @pytest.mark.parametrize("time_blocks", ["auto", "always"])
@@ -96,10 +102,11 @@ def test_per_channel_state_keeps_the_refusal():
 
 
 @pytest.mark.parametrize("op,el", OPS)
-def test_cuda_runtime_updates_the_state(op, el):
+@pytest.mark.parametrize("form", ["static", "guarded"])
+def test_cuda_runtime_updates_the_state(op, el, form):
     from scanweaver.runtime.cuda import CudaFunction, CudaModule
 
-    src = series(op, el)
+    src = series(op, el) if form == "static" else guarded(op, el)
     m = gpu_module(src)
     fn = CudaFunction(CudaModule("ptx", driver=ScalarSimulatorDriver(m)), "mm", _host_launches(m)[0]["mm"], 3)
     for n in (0, 1, 9, 17):
@@ -137,12 +144,6 @@ def test_state_kernels_assemble_without_spills(chip):
     assert len(out["ptxas"]) == len(OPS) + 1
     for kernel, f in out["ptxas"].items():
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
-
-
-def guarded(op: str, el: str) -> str:
-    """m: memref<? x el>: m[0] not provably in bounds, so the promote reshape loads it
-    under `0 < n` (0 otherwise) and stores it back under the same guard."""
-    return series(op, el).replace(f"memref<1x{el}>", f"memref<?x{el}>")
 
 
 @pytest.mark.parametrize("op,el", OPS)
