@@ -23,7 +23,12 @@ kernel, the function arguments they start from passed as kernel arguments
 (`captures`); `scan_gpu.py` (one block)
 or `scan_time_blocks.py` (the seed in every chunk's carry) emits the seeded kernels,
 cloning `map` into the kernel's load, and `erase_host_copies` removes the group's host
-ops.  The seeded form exists only inside the GPU lowering (no new op or operand), so
+ops.  State kept in memory (the promote reshape's `h0 = m[i]` before and `m[i] = r`
+after, both perhaps under its guard `if 0 < n`) is matched too (`seed_at`, `final_at`):
+the kernel loads m[i] itself before its first barrier and the thread of the last step
+stores r to it (nothing for n == 0, nor where a dynamic size leaves m[i] out of
+bounds); m may have no other use, and time blocks keep the one-block kernel (their
+chunks' blocks would race on m).  The seeded form exists only inside the GPU lowering (no new op or operand), so
 the interpreter, scan-to-loops and the CPU lowering are untouched.
 """
 
