@@ -433,6 +433,7 @@ def _emit_kernel(
     seeds: Sequence[SSAValue] | None = None,
     finals: Sequence[SSAValue | None] = (),
     load_fn: Callable[[Emitter, SSAValue], list[SSAValue]] | None = None,
+    final_at: Sequence[Sequence[SSAValue] | None] = (),
 ) -> None:
     """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
     the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
@@ -442,7 +443,9 @@ def _emit_kernel(
     `ins`); `outs` of None are not written; the thread of step L - 1 writes its values
     to the rank-0 `finals` (thread 0 the seeds, for an empty axis).  With `chunk` and
     `load_fn`, the thread of a chunk's last step stores the chunk's aggregate (exact
-    also for a partial last tile, which the seeded carry kernel needs)."""
+    also for a partial last tile, which the seeded carry kernel needs).  `final_at[j]`
+    (state kept in memory) stores final j to that element instead of a rank-0 result, and
+    not for an empty axis (the state stays as it was)."""
     axis = op.axis_value
     tid = thread_id(e)
     bid = block_id(e)
@@ -476,8 +479,15 @@ def _emit_kernel(
         load_fn,
     )
     ends = []
-    if any(f is not None for f in finals):
-        ends.append((steps.last_t, list(finals), []))
+    at = list(final_at) or [None] * len(finals)
+    rank0 = [f if a is None else None for f, a in zip(finals, at)]
+    if any(f is not None for f in rank0):
+        ends.append((steps.last_t, rank0, []))
+    for j, (f, a) in enumerate(zip(finals, at)):
+        if f is not None and a is not None:  # one element of a state memref
+            inb = in_bounds(e, f, a)  # out of its bounds: at no step (t < L)
+            when = steps.last_t if inb is None else e.val(arith.SelectOp(inb, steps.last_t, length))
+            ends.append((when, [f if i == j else None for i in range(len(finals))], list(a)))
     if chunk and aggs and load_fn is not None:
         ends.append((e.sub(t_end, one), list(aggs), [*channel, k_chunk]))
     steps.ends = ends
@@ -488,7 +498,8 @@ def _emit_kernel(
         def init(ie: Emitter) -> None:
             for v, c in zip(seeds, steps.c_arr):
                 ie.store(v, c, [ie.index(0)])
-            ie.if_(ie.cmp("eq", length, zero), [], lambda je: store_all(je, seeds, finals, []))
+            if any(f is not None for f in rank0):
+                ie.if_(ie.cmp("eq", length, zero), [], lambda je: store_all(je, seeds, rank0, []))
 
         e.if_(e.cmp("eq", tid, zero), [], init)
         e.op(gpu.BarrierOp())
@@ -522,9 +533,48 @@ def seeded_kernel_values(
 ) -> tuple[list[SSAValue], list[SSAValue | None], Callable[[Emitter, SSAValue], list[SSAValue]]]:
     """A seeded scan's seeds (constants cloned at `e`), finals and element map in a kernel
     whose arguments are `argmap`."""
-    seeds = [e.val(v.owner.clone()) if isinstance(v.owner, arith.ConstantOp) else argmap[v] for v in seeded.seeds]
+    k = len(seeded.seeds)
+    seeds = []
+    for v, at, other, m in zip(seeded.seeds, seeded.seed_at or [None] * k, seeded.seed_else or [None] * k,
+                               seeded.seed_memref or [None] * k):
+        if at is None:
+            seeds.append(e.val(v.owner.clone()) if isinstance(v.owner, arith.ConstantOp) else argmap[v])
+            continue
+        # state kept in memory: every thread reads m[i] before the barrier after the
+        # seeding (the last value is stored to it only after that barrier)
+        mem, idx = argmap[m], [e.index(i) for i in at]
+        if other is None:
+            seeds.append(e.load(mem, idx))
+            continue
+        # under the guard 0 < n (and, in the kernel, m[i] in bounds): else the constant
+        runs = e.cmp("ugt", e.dim(argmap[seeded.ref], 0), e.index(0))
+        inb = in_bounds(e, mem, idx)
+        cond = runs if inb is None else _and(e, runs, inb)
+        seeds.extend(e.if_(cond, [v.type], lambda je, mem=mem, idx=idx: [je.load(mem, idx)],
+                           lambda je, other=other: [je.val(other.owner.clone())]))  # type: ignore[union-attr]
     finals = [argmap[v] if v is not None else None for v in seeded.finals]
     return seeds, finals, lambda ie, t: seeded.clone_elements(ie, t, argmap)
+
+
+def in_bounds(e: Emitter, mem: SSAValue, idx: Sequence[SSAValue]) -> SSAValue | None:
+    """`idx` inside `mem`'s dynamic sizes (constant indices, in the static ones by the
+    match), or None when every size is static."""
+    t = mem.type
+    assert isinstance(t, MemRefType)
+    cond = None
+    for d, (size, i) in enumerate(zip(t.get_shape(), idx)):
+        if size < 0:
+            c = e.cmp("ult", i, e.dim(mem, d))
+            cond = c if cond is None else _and(e, cond, c)
+    return cond
+
+
+def final_indices(seeded: SeededScan | None, e: Emitter) -> list[list[SSAValue] | None]:
+    """Per operand, None (a rank-0 result) or the kernel's indices of the memory element
+    its last value is stored to."""
+    if seeded is None or not seeded.final_at:
+        return []
+    return [None if at is None else [e.index(i) for i in at] for at in seeded.final_at]
 
 
 def _kernel_operands(
@@ -551,18 +601,36 @@ def _kernel_operands(
             names.append(f"y{j}")
             kinds.append("out")
     if seeded:
-        for j, v in enumerate(seeded.seeds):
-            if not isinstance(v.owner, arith.ConstantOp):  # a constant is cloned into the kernel
-                operands.append(v)
-                names.append(f"init{j}")
-                kinds.append("scalar")
-        for j, v in enumerate(seeded.finals):
-            if v is not None:
-                operands.append(v)
-                names.append(f"final{j}")
-                kinds.append("out")
+        add_seeds_and_finals(seeded, operands, names, kinds)
         add_captures(seeded, operands, names, kinds)
     return operands, names, kinds
+
+
+def add_seeds_and_finals(seeded: SeededScan, operands: list[SSAValue], names: list[str], kinds: list[str]) -> None:
+    """The seeds as scalars (a constant is cloned into the kernel instead; state kept in
+    memory passes its memref, read), then the results (a state memref read and written:
+    "inout")."""
+    seed_at = seeded.seed_at or [None] * len(seeded.seeds)
+    for j, (v, at) in enumerate(zip(seeded.seeds, seed_at)):
+        if at is not None:
+            m = seeded.seed_memref[j]
+            if m not in operands:
+                operands.append(m)
+                names.append(f"init{j}")
+                kinds.append("in")
+        elif not isinstance(v.owner, arith.ConstantOp):
+            operands.append(v)
+            names.append(f"init{j}")
+            kinds.append("scalar")
+    for j, v in enumerate(seeded.finals):
+        if v is None:
+            continue
+        if v in operands:
+            kinds[operands.index(v)] = "inout"
+        else:
+            operands.append(v)
+            names.append(f"final{j}")
+            kinds.append("out")
 
 
 def add_captures(seeded: SeededScan, operands: list[SSAValue], names: list[str], kinds: list[str]) -> None:
@@ -614,7 +682,7 @@ def lower_scan(
         seeds_k, finals_k, load_fn = seeded_kernel_values(seeded, e, argmap)
     _emit_kernel(
         e, op, combine, [argmap[v] for v in ins_h], [argmap.get(v) for v in outs_h], shared, bs, ipt,
-        seeds=seeds_k, finals=finals_k, load_fn=load_fn,
+        seeds=seeds_k, finals=finals_k, load_fn=load_fn, final_at=final_indices(seeded, e),
     )
     e.op(gpu.ReturnOp([]))
     check_closed(kfunc)

@@ -23,7 +23,12 @@ kernel, the function arguments they start from passed as kernel arguments
 (`captures`); `scan_gpu.py` (one block)
 or `scan_time_blocks.py` (the seed in every chunk's carry) emits the seeded kernels,
 cloning `map` into the kernel's load, and `erase_host_copies` removes the group's host
-ops.  The seeded form exists only inside the GPU lowering (no new op or operand), so
+ops.  State kept in memory (the promote reshape's `h0 = m[i]` before and `m[i] = r`
+after, both perhaps under its guard `if 0 < n`) is matched too (`seed_at`, `final_at`):
+the kernel loads m[i] itself before its first barrier and the thread of the last step
+stores r to it (nothing for n == 0, nor where a dynamic size leaves m[i] out of
+bounds); m may have no other use, and time blocks keep the one-block kernel (their
+chunks' blocks would race on m).  The seeded form exists only inside the GPU lowering (no new op or operand), so
 the interpreter, scan-to-loops and the CPU lowering are untouched.
 """
 
@@ -60,6 +65,16 @@ class SeededScan:
     #: kernel types, memrefs read by `memref.dim` / a load before the group): kernel arguments
     captures: list[SSAValue] = field(default_factory=list)
     outside_loads: list[memref.LoadOp] = field(default_factory=list)  # read again in the kernel
+    #: per operand, None (a rank-0 result) or the element of `finals[j]` the last value
+    #: is stored to: state kept in memory (`m[i] = P_j[n]`), left as it was for n == 0
+    final_at: list[tuple[int, ...] | None] = field(default_factory=list)
+    #: per operand, None or the element of a memref argument the seed is loaded from
+    #: (`seeds[j]` is then that host load; the kernel loads it itself)
+    seed_at: list[tuple[int, ...] | None] = field(default_factory=list)
+    #: per operand, for a seed loaded under the guard `0 < n`: the constant it takes
+    #: otherwise (the kernel loads only when n > 0 and the element is in bounds)
+    seed_else: list[SSAValue | None] = field(default_factory=list)
+    seed_memref: list[SSAValue | None] = field(default_factory=list)  # the memref of seed_at
 
     @property
     def ref(self) -> SSAValue:
@@ -243,6 +258,92 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
     return srcs, [stores[x].value for x in xs], list(stores.values()), captures, loads
 
 
+def _state_element(o: Operation | None, fn: func.FuncOp, block: Block, guarded: bool = False) -> tuple[int, ...] | None:
+    """State kept in memory: `o` a load or store of `m[i..]` in `block`, `m` a memref
+    argument, the indices constants in its static bounds (so the kernel's access cannot
+    leave the array; a dynamic size, allowed only `guarded`, the kernel checks): the
+    indices, or None."""
+    if not isinstance(o, memref.LoadOp | memref.StoreOp) or o.parent_block() is not block:
+        return None
+    t = o.memref.type
+    if not _func_arg(o.memref, fn, None) or not isinstance(t, MemRefType) or not o.indices:
+        return None
+    if isinstance(o, memref.LoadOp) and not _is_kernel_scalar(o.res.type):
+        return None
+    idx = [const_int(i) for i in o.indices]
+    shape = t.get_shape()
+    if any(i is None or i < 0 or (d < 0 and not guarded) or (d >= 0 and i >= d) for i, d in zip(idx, shape)):
+        return None
+    return tuple(idx)  # type: ignore[arg-type]
+
+
+def _runs_guard(cond: SSAValue, n: SSAValue) -> bool:
+    """`cond` is `0 < n` (the promote reshape's guard: the loop runs at least once)."""
+    o = cond.owner
+    return (
+        isinstance(o, arith.CmpiOp) and o.predicate.value.data in (2, 6)  # slt, ult
+        and const_int(o.lhs) == 0 and _strip(o.rhs) is _strip(n)
+    )
+
+
+def _seed_state(seed: SSAValue, fn: func.FuncOp, block: Block, n: SSAValue):
+    """A seed read from state kept in memory: `m[i]` loaded in `block`, or under the
+    guard `scf.if 0 < n { m[i] } else { constant }`: (the host op to erase, the load,
+    its indices, the else constant or None), or None."""
+    o = seed.owner
+    if isinstance(o, memref.LoadOp):
+        at = _state_element(o, fn, block)
+        return None if at is None else (o, o, at, None)
+    if not (isinstance(o, scf.IfOp) and o.parent_block() is block and len(o.results) == 1 and _runs_guard(o.cond, n)):
+        return None
+    then_ops, else_ops = list(o.true_region.block.ops), list(o.false_region.block.ops) if o.false_region.blocks else []
+    if len(then_ops) != 2 or not isinstance(then_ops[1], scf.YieldOp) or then_ops[1].operands[0] is not then_ops[0].results[0]:
+        return None
+    at = _state_element(then_ops[0], fn, o.true_region.block, guarded=True)
+    if at is None or not else_ops or not isinstance(else_ops[-1], scf.YieldOp):
+        return None
+    other = else_ops[-1].operands[0]
+    if not isinstance(other.owner, arith.ConstantOp) or any(x is not other.owner for x in else_ops[:-1]):
+        return None
+    return o, then_ops[0], at, other
+
+
+def _final_state(st: memref.StoreOp, fn: func.FuncOp, block: Block, n: SSAValue):
+    """The last value stored to state kept in memory: `m[i] = r` in `block`, or under
+    the guard `scf.if 0 < n { m[i] = r }`: (the host op to erase, its indices), or None."""
+    if st.parent_block() is block:
+        at = _state_element(st, fn, block)
+        return None if at is None else (st, at)
+    g = st.parent_op()
+    if not (isinstance(g, scf.IfOp) and g.parent_block() is block and not g.results and _runs_guard(g.cond, n)):
+        return None
+    ops = list(g.true_region.block.ops)
+    if len(ops) != 2 or ops[0] is not st or (g.false_region.blocks and len(list(g.false_region.block.ops)) > 1):
+        return None
+    at = _state_element(st, fn, g.true_region.block, guarded=True)
+    return None if at is None else (g, at)
+
+
+def _state_stays_private(
+    seed_ops: list[Operation], accesses: list[Operation], op: scan.ScanOp, group: set[Operation]
+) -> bool:
+    """The memrefs of state kept in memory are used only by the seeds' loads and the final
+    stores (`accesses`: the kernel reads them at its start and writes them at its end:
+    nothing else may see them in between), and nothing between a seed's host op and `op`
+    writes memory."""
+    state = {o.memref for o in accesses}  # type: ignore[attr-defined]
+    if any(u.operation not in accesses for m in state for u in m.uses):
+        return False
+    block = op.parent_block()
+    assert block is not None
+    ops = list(block.ops)
+    for s in seed_ops:
+        for o in ops[ops.index(s) + 1 : ops.index(op)]:
+            if o not in group and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+                return False
+    return True
+
+
 def _loads_stay_valid(loads: list[memref.LoadOp], op: scan.ScanOp, group: set[Operation], written: set[SSAValue]) -> bool:
     """The producer's loads from above it read the same in the kernel (which runs where
     `op` is): the kernel writes none of their memrefs, and nothing between a load and
@@ -319,8 +420,10 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     if len(inits) != k or any(len(s.indices) != 1 or const_int(s.indices[0]) != 0 for s in inits.values()):
         return None
     seeds = [inits[x].value for x in xs]
-    for seed in seeds:
-        if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)):
+    states = [_seed_state(seed, fn, block, n) for seed in seeds]
+    for seed, state in zip(seeds, states):
+        if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)
+                or state is not None):
             return None
     cons = _consumers(op, n, ps, fn)
     if cons is None:
@@ -337,6 +440,8 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
         return None
     # the last values P_j[n]: unused, or stored once to a rank-0 argument used by nothing else
     finals: list[SSAValue | None] = [None] * k
+    final_at: list[tuple[int, ...] | None] = [None] * k
+    final_stores: list[Operation] = []
     host_ops: list[Operation] = [*inits.values(), producer, *consumers]  # type: ignore[list-item]
     expected: set[Operation] = {*inits.values(), *p_stores, op, *c_loads}
     for j, p in enumerate(ps):
@@ -354,10 +459,17 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
             st = r_uses[0].operation
             if len(r_uses) != 1 or not isinstance(st, memref.StoreOp) or st.value is not fl.res:
                 return None
-            if st.indices or not _func_arg(st.memref, fn, 0) or len(list(st.memref.uses)) != 1:
+            host_st: Operation = st
+            if st.indices:  # the state in memory, m[i] = P_j[n] (perhaps guarded)
+                fs = _final_state(st, fn, block, n)
+                if fs is None:
+                    return None
+                host_st, final_at[j] = fs
+                final_stores.append(st)
+            elif not _func_arg(st.memref, fn, 0) or len(list(st.memref.uses)) != 1:
                 return None
             finals[j] = st.memref
-            host_ops.append(st)
+            host_ops.append(host_st)
         host_ops.append(fl)
     # every use of the temporaries is one of the group's
     deallocs = [u.operation for v in (*xs, *ps) for u in v.uses if isinstance(u.operation, memref.DeallocOp)]
@@ -369,8 +481,15 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     written = {v for v in (*dsts, *finals) if v is not None}
     if not _loads_stay_valid(outside_loads, op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
         return None
+    seed_ops = list(dict.fromkeys(st[0] for st in states if st is not None))
+    accesses = [*(st[1] for st in states if st is not None), *final_stores]
+    if not _state_stays_private(seed_ops, accesses, op, {*inits.values(), producer, *allocs}):  # type: ignore[arg-type]
+        return None
+    host_ops += [o for o in seed_ops if all(u.operation in host_ops for r in o.results for u in r.uses)]
     return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs],  # type: ignore[arg-type]
-                      captures, outside_loads)
+                      captures, outside_loads, final_at, [None if st is None else st[2] for st in states],
+                      [None if st is None else st[3] for st in states],
+                      [None if st is None else st[1].memref for st in states])  # type: ignore[union-attr]
 
 
 def erase_host_copies(seeded: SeededScan) -> None:

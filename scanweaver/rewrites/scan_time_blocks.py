@@ -98,6 +98,10 @@ class _ScanTimeBlocks:
         if sd and any(d is None for d in sd.dsts) and any(d is not None for d in sd.dsts):
             # step 3 recombines whole tuples from the outputs: the one-block kernel does this
             raise Unsupported("time blocks: a seeded scan writing the arrays of only some of its operands")
+        if sd and any(a is not None for a in (*sd.seed_at, *sd.final_at)):
+            # every chunk's block reads the state m[i] and the last one writes it, with no
+            # order between blocks: the one-block kernel reads it before it writes it
+            raise Unsupported("time blocks: a seeded scan whose state is kept in memory")
         self.ins = list(sd.srcs) if sd else list(op.inputs)
         self.outs_h = [d for d in sd.dsts if d is not None] if sd else list(op.outputs)
         self.ref = sd.ref if sd else self.outs_h[0]  # its length is the scan's
