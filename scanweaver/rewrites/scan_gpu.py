@@ -478,19 +478,9 @@ def _emit_kernel(
         e.sub(length, one),
         load_fn,
     )
-    ends = []
-    at = list(final_at) or [None] * len(finals)
-    rank0 = [f if a is None else None for f, a in zip(finals, at)]
-    if any(f is not None for f in rank0):
-        ends.append((steps.last_t, rank0, []))
-    for j, (f, a) in enumerate(zip(finals, at)):
-        if f is not None and a is not None:  # one element of a state memref
-            inb = in_bounds(e, f, a)  # out of its bounds: at no step (t < L)
-            when = steps.last_t if inb is None else e.val(arith.SelectOp(inb, steps.last_t, length))
-            ends.append((when, [f if i == j else None for i in range(len(finals))], list(a)))
+    steps.ends, rank0 = _end_stores(e, steps, finals, final_at, length)
     if chunk and aggs and load_fn is not None:
-        ends.append((e.sub(t_end, one), list(aggs), [*channel, k_chunk]))
-    steps.ends = ends
+        steps.ends.append((e.sub(t_end, one), list(aggs), [*channel, k_chunk]))
 
     if seeds is not None:
         # the seeds are the carry before the first tile: thread 0 reads them back at the
@@ -526,6 +516,23 @@ def _emit_kernel(
     e.for_(zero, ntiles, one, [], tile_body)
     if chunk and aggs and load_fn is None:
         _store_chunk_aggregate(e, steps, aggs, k_chunk)
+
+
+def _end_stores(e: Emitter, steps: "_TileSteps", finals, final_at, length: SSAValue) -> tuple[list, list]:
+    """(step, targets, indices) of the values a step's thread stores at the end: the
+    rank-0 `finals` at step L - 1, and each final kept in a state memref element
+    (`final_at`) at that step when the element is in bounds; and the rank-0 targets."""
+    ends: list = []
+    at = list(final_at) or [None] * len(finals)
+    rank0 = [f if a is None else None for f, a in zip(finals, at)]
+    if any(f is not None for f in rank0):
+        ends.append((steps.last_t, rank0, []))
+    for j, (f, a) in enumerate(zip(finals, at)):
+        if f is not None and a is not None:  # one element of a state memref
+            inb = in_bounds(e, f, a)  # out of its bounds: at no step (t < L)
+            when = steps.last_t if inb is None else e.val(arith.SelectOp(inb, steps.last_t, length))
+            ends.append((when, [f if i == j else None for i in range(len(finals))], list(a)))
+    return ends, rank0
 
 
 def seeded_kernel_values(

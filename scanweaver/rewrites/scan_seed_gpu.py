@@ -438,12 +438,41 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
             return None
     elif _dim0_of(n) not in arrays:
         return None
-    # the last values P_j[n]: unused, or stored once to a rank-0 argument used by nothing else
+    host_ops: list[Operation] = [*inits.values(), producer, *consumers]  # type: ignore[list-item]
+    expected: set[Operation] = {*inits.values(), *p_stores, op, *c_loads}
+    last = _last_values(ps, c_loads, fn, block, n, host_ops, expected)
+    if last is None:
+        return None
+    finals, final_at, final_stores = last
+    # every use of the temporaries is one of the group's
+    deallocs = [u.operation for v in (*xs, *ps) for u in v.uses if isinstance(u.operation, memref.DeallocOp)]
+    expected.update(deallocs)
+    if {u.operation for v in (*xs, *ps) for u in v.uses} != expected:
+        return None
+    if all(d is None for d in dsts) and all(f is None for f in finals):
+        return None  # nothing observable: leave it to the sequential lowering
+    written = {v for v in (*dsts, *finals) if v is not None}
+    if not _loads_stay_valid(outside_loads, op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
+        return None
+    seed_ops = list(dict.fromkeys(st[0] for st in states if st is not None))
+    accesses = [*(st[1] for st in states if st is not None), *final_stores]
+    if not _state_stays_private(seed_ops, accesses, op, {*inits.values(), producer, *allocs}):  # type: ignore[arg-type]
+        return None
+    host_ops += [o for o in seed_ops if all(u.operation in host_ops for r in o.results for u in r.uses)]
+    return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs],  # type: ignore[arg-type]
+                      captures, outside_loads, final_at, [None if st is None else st[2] for st in states],
+                      [None if st is None else st[3] for st in states],
+                      [None if st is None else st[1].memref for st in states])  # type: ignore[union-attr]
+
+
+def _last_values(ps, c_loads, fn, block, n, host_ops, expected):
+    """The last values P_j[n]: unused, or stored once to a rank-0 argument used by
+    nothing else, or to the state in memory (`m[i]`, perhaps guarded); adds the ops it
+    matched to `host_ops` / `expected`. Returns (finals, final_at, final_stores) or None."""
+    k = len(ps)
     finals: list[SSAValue | None] = [None] * k
     final_at: list[tuple[int, ...] | None] = [None] * k
     final_stores: list[Operation] = []
-    host_ops: list[Operation] = [*inits.values(), producer, *consumers]  # type: ignore[list-item]
-    expected: set[Operation] = {*inits.values(), *p_stores, op, *c_loads}
     for j, p in enumerate(ps):
         last = [u.operation for u in p.uses if isinstance(u.operation, memref.LoadOp) and u.operation not in c_loads]
         if len(last) > 1:
@@ -471,25 +500,7 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
             finals[j] = st.memref
             host_ops.append(host_st)
         host_ops.append(fl)
-    # every use of the temporaries is one of the group's
-    deallocs = [u.operation for v in (*xs, *ps) for u in v.uses if isinstance(u.operation, memref.DeallocOp)]
-    expected.update(deallocs)
-    if {u.operation for v in (*xs, *ps) for u in v.uses} != expected:
-        return None
-    if all(d is None for d in dsts) and all(f is None for f in finals):
-        return None  # nothing observable: leave it to the sequential lowering
-    written = {v for v in (*dsts, *finals) if v is not None}
-    if not _loads_stay_valid(outside_loads, op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
-        return None
-    seed_ops = list(dict.fromkeys(st[0] for st in states if st is not None))
-    accesses = [*(st[1] for st in states if st is not None), *final_stores]
-    if not _state_stays_private(seed_ops, accesses, op, {*inits.values(), producer, *allocs}):  # type: ignore[arg-type]
-        return None
-    host_ops += [o for o in seed_ops if all(u.operation in host_ops for r in o.results for u in r.uses)]
-    return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs],  # type: ignore[arg-type]
-                      captures, outside_loads, final_at, [None if st is None else st[2] for st in states],
-                      [None if st is None else st[3] for st in states],
-                      [None if st is None else st[1].memref for st in states])  # type: ignore[union-attr]
+    return finals, final_at, final_stores
 
 
 def erase_host_copies(seeded: SeededScan) -> None:
