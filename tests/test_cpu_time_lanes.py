@@ -47,8 +47,10 @@ def test_time_lanes_agree_with_tiles_without_init():
 
 def test_time_lanes_chosen_for_i32_and_public_api():
     choose = cpu_scan.choose_affine_variant
-    for C, L in ((4, 1 << 20), (1, 1 << 24), (16384, 256), (1024, 4096), (64, 1 << 16)):
+    for C, L in ((4, 1 << 20), (1, 1 << 24)):
         assert choose(C, L, np.int32, threads=2) == "time_lanes", (C, L)
+    for C, L in ((16384, 256), (1024, 4096), (64, 1 << 16)):  # full lane groups: the tiles
+        assert choose(C, L, np.int32, threads=2) != "time_lanes", (C, L)
     assert choose(4, 1 << 14, np.int32, threads=1) == "time_lanes"  # fewer rows than lanes
     assert choose(256, 256, np.int32, threads=2) == "single"  # in cache, full groups: tiles
     assert choose(4, 1 << 20, np.float32, threads=2) == "chunked"  # floats never: reassociation

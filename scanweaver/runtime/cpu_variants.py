@@ -47,10 +47,12 @@ def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: 
         chunkable = True
     small = total < THREAD_MIN_ELEMENTS or 3 * total * np.dtype(dtype).itemsize < THREAD_MIN_BYTES
     # i32 rows with time in the lanes (exact): three streams per row instead of 3 * 8, one
-    # pass over memory.  Faster than the tiles out of cache and for fewer rows than lanes;
-    # in cache with full lane groups the tiles do less work per step (measured here, one
-    # core, 1024x256: 0.20 ms tiles, 0.28 ms time lanes; 4x16384: 0.12 vs 0.09 ms).
-    if np.dtype(dtype) == np.int32 and (not small or channels < _lanes(dtype)):
+    # pass over memory.  Taken for fewer rows than lanes, where the tiles leave lanes
+    # empty; with full lane groups the tiles do less work per step (measured here, one
+    # core, 1024x256: 0.20 ms tiles, 0.28 ms time lanes; 4x16384: 0.12 vs 0.09 ms), and
+    # in the harness (stop 21) time lanes for every out-of-cache shape lost to numba at
+    # 1024x4096, 64x65536 and 16384x256 where the tiles had beaten it.
+    if np.dtype(dtype) == np.int32 and channels < _lanes(dtype):
         return "time_lanes"
     if threads > 1 and channels >= 2 * _lanes(dtype) * threads and total >= OPENMP_MIN_ELEMENTS and openmp_available():
         return "openmp"
