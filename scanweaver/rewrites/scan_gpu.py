@@ -70,10 +70,11 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    SymbolRefAttr,
     UnitAttr,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import is_side_effect_free
 
 from scanweaver.dialects import scan
@@ -434,6 +435,7 @@ def _emit_kernel(
     finals: Sequence[SSAValue | None] = (),
     load_fn: Callable[[Emitter, SSAValue], list[SSAValue]] | None = None,
     final_at: Sequence[Sequence[SSAValue] | None] = (),
+    axis: int | None = None,
 ) -> None:
     """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
     the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
@@ -445,8 +447,9 @@ def _emit_kernel(
     `load_fn`, the thread of a chunk's last step stores the chunk's aggregate (exact
     also for a partial last tile, which the seeded carry kernel needs).  `final_at[j]`
     (state kept in memory) stores final j to that element instead of a rank-0 result, and
-    not for an empty axis (the state stays as it was)."""
-    axis = op.axis_value
+    not for an empty axis (the state stays as it was).  `axis`: the arrays' time axis
+    when it is not the op's (a seeded scan per channel scans x[c, t] or x[t, c])."""
+    axis = op.axis_value if axis is None else axis
     tid = thread_id(e)
     bid = block_id(e)
     combine.capture(e)
@@ -549,12 +552,12 @@ def seeded_kernel_values(
             continue
         # state kept in memory: every thread reads m[i] before the barrier after the
         # seeding (the last value is stored to it only after that barrier)
-        mem, idx = argmap[m], [e.index(i) for i in at]
+        mem, idx = argmap[m], kernel_indices(e, at, argmap)
         if other is None:
             seeds.append(e.load(mem, idx))
             continue
         # under the guard 0 < n (and, in the kernel, m[i] in bounds): else the constant
-        runs = e.cmp("ugt", e.dim(argmap[seeded.ref], 0), e.index(0))
+        runs = e.cmp("ugt", e.dim(argmap[seeded.ref], seeded.time_axis), e.index(0))
         inb = in_bounds(e, mem, idx)
         cond = runs if inb is None else _and(e, runs, inb)
         seeds.extend(e.if_(cond, [v.type], lambda je, mem=mem, idx=idx: [je.load(mem, idx)],
@@ -576,12 +579,20 @@ def in_bounds(e: Emitter, mem: SSAValue, idx: Sequence[SSAValue]) -> SSAValue | 
     return cond
 
 
-def final_indices(seeded: SeededScan | None, e: Emitter) -> list[list[SSAValue] | None]:
+def kernel_indices(e: Emitter, at: Sequence[int | SSAValue], argmap: dict[SSAValue, SSAValue]) -> list[SSAValue]:
+    """A state element's indices in the kernel: constants, and the host channel variable
+    mapped to the block's channel (`argmap`)."""
+    return [argmap[i] if isinstance(i, SSAValue) else e.index(i) for i in at]
+
+
+def final_indices(
+    seeded: SeededScan | None, e: Emitter, argmap: dict[SSAValue, SSAValue] | None = None
+) -> list[list[SSAValue] | None]:
     """Per operand, None (a rank-0 result) or the kernel's indices of the memory element
     its last value is stored to."""
     if seeded is None or not seeded.final_at:
         return []
-    return [None if at is None else [e.index(i) for i in at] for at in seeded.final_at]
+    return [None if at is None else kernel_indices(e, at, argmap or {}) for at in seeded.final_at]
 
 
 def _kernel_operands(
@@ -686,10 +697,13 @@ def lower_scan(
         )
     seeds_k, finals_k, load_fn = None, (), None
     if seeded:
+        if seeded.channel is not None:  # the host channel loop's variable is the block id
+            argmap[seeded.channel] = block_id(e)
         seeds_k, finals_k, load_fn = seeded_kernel_values(seeded, e, argmap)
     _emit_kernel(
         e, op, combine, [argmap[v] for v in ins_h], [argmap.get(v) for v in outs_h], shared, bs, ipt,
-        seeds=seeds_k, finals=finals_k, load_fn=load_fn, final_at=final_indices(seeded, e),
+        seeds=seeds_k, finals=finals_k, load_fn=load_fn, final_at=final_indices(seeded, e, argmap),
+        axis=seeded.time_axis if seeded else None,
     )
     e.op(gpu.ReturnOp([]))
     check_closed(kfunc)
@@ -703,9 +717,12 @@ def lower_scan(
     kmod.body.block.add_op(kfunc)
     ref = seeded.ref if seeded else outs_h[0]
     ref_name = names[operands.index(ref)]
-    grid0, host_args, func_name = bg.launch_over_channels(
-        op, ref, ref_name, op.axis_value, name, operands, bs
-    )
+    if seeded is not None and seeded.channel_loop is not None:
+        grid0, host_args, func_name = launch_over_channel_loop(seeded, name, operands, names, bs)
+    else:
+        grid0, host_args, func_name = bg.launch_over_channels(op, ref, ref_name, op.axis_value, name, operands, bs)
+    covers = tuple((names[operands.index(a)], d, names[operands.index(seeded.channel_trip[0])],  # type: ignore[index]
+                    seeded.channel_trip[1]) for a, d in seeded.channel_covers) if seeded else ()  # type: ignore[index]
     scanned = {names[operands.index(v)] for v in (*ins_h, *outs_h) if v is not None}
     sizes = [bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]
     desc = KernelLaunch(
@@ -726,6 +743,7 @@ def lower_scan(
             (n, i, ref_name, i) for n in names if n != ref_name and n in scanned
             for i in range(ref.type.get_num_dims())  # type: ignore[attr-defined]
         ),
+        covers_dims=covers,
         notes=(
             f"scan.scan of {k} operand(s) ({', '.join(bg.type_name(t) for t in types)}) axis "
             f"{op.axis_value}{' reverse' if op.is_reverse else ''}; generic combine, no identity; "
@@ -733,6 +751,7 @@ def lower_scan(
             + (
                 "; seeded with the associative raise's initial value, its host copies folded in"
                 + (", last values to the results" if any(f is not None for f in seeded.finals) else "")
+                + ("; the host channel loop is the grid" if seeded.channel_loop is not None else "")
                 if seeded
                 else ""
             )
@@ -740,6 +759,33 @@ def lower_scan(
     )
     kfunc.attributes["scanweaver.launch"] = desc.to_attr()
     Rewriter.erase_op(op)
+
+
+def launch_over_channel_loop(
+    seeded: SeededScan, name: str, operands: list[SSAValue], names: list[str], bs: int
+) -> tuple[int | str, tuple[int, ...], str]:
+    """Per channel: the launch of kernel `name` before the host channel loop, one block
+    per iteration (the grid's formula that of the loop nests' kernels, `gpu_nest.py`),
+    guarded by `C > 0` for a dynamic count.  Returns (grid entry, host_args, function)."""
+    loop, trip = seeded.channel_loop, seeded.channel_trip
+    assert loop is not None
+    grid0 = trip if isinstance(trip, int) else f"{names[operands.index(trip[0])]}.shape[{trip[1]}]"
+    host = Emitter(InsertPoint.before(loop))
+    nch = bg.emit_grid_size(host, grid0, dict(zip(names, operands)))
+    one = host.index(1)
+
+    def launch(le: Emitter) -> None:
+        le.op(gpu.LaunchFuncOp(SymbolRefAttr(bg.KERNEL_MODULE, [name]), [nch, one, one],
+                               [le.index(bs), one, one], kernelOperands=list(operands)))
+
+    if isinstance(trip, int):
+        launch(host)
+    else:
+        host.if_(host.cmp("sgt", nch, host.index(0)), [], launch)
+    fn = loop.parent_op()
+    assert isinstance(fn, func.FuncOp)
+    host_args = tuple(v.index if v.owner is fn.body.block else -1 for v in operands)  # type: ignore[attr-defined]
+    return grid0, host_args, fn.sym_name.data
 
 
 def lower_scans(

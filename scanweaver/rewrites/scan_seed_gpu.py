@@ -75,6 +75,20 @@ class SeededScan:
     #: otherwise (the kernel loads only when n > 0 and the element is in bounds)
     seed_else: list[SSAValue | None] = field(default_factory=list)
     seed_memref: list[SSAValue | None] = field(default_factory=list)  # the memref of seed_at
+    #: per channel (`m[c]`): the host loop `for c = 0 to C step 1` around the group, its
+    #: trip count (an int, or (memref argument, dim)) and the dimension of the arrays
+    #: that is time (the other one is c); in `seed_at` / `final_at` c stands for itself
+    channel_loop: scf.ForOp | None = None
+    channel_trip: int | tuple[SSAValue, int] = 1
+    time_axis: int = 0
+    #: (array, dim) pairs the channel variable indexes, other than the trip's own: each
+    #: must be at least C long (the launch checks the dynamic ones)
+    channel_covers: list[tuple[SSAValue, int]] = field(default_factory=list)
+
+    @property
+    def channel(self) -> SSAValue | None:
+        """The host channel loop's induction variable (the block id in the kernel)."""
+        return self.channel_loop.body.block.args[0] if self.channel_loop is not None else None
 
     @property
     def ref(self) -> SSAValue:
@@ -147,9 +161,9 @@ def _is_plus_one(v: SSAValue, x: SSAValue) -> bool:
     )
 
 
-def _dim0_of(v: SSAValue) -> SSAValue | None:
+def _dim_of(v: SSAValue, axis: int) -> SSAValue | None:
     o = _strip(v).owner
-    if isinstance(o, memref.DimOp) and const_int(o.index) == 0:
+    if isinstance(o, memref.DimOp) and const_int(o.index) == axis:
         return o.source
     return None
 
@@ -187,16 +201,21 @@ def _copy_loop(loop: Operation | None, n: SSAValue) -> tuple[memref.LoadOp, memr
         return None
     if any(not isinstance(o, pure) for o in loop.body.block.ops if o not in (loads[0], stores[0])):  # type: ignore[union-attr]
         return None
-    if len(loads[0].indices) != 1 or len(stores[0].indices) != 1:
+    if len(loads[0].indices) != 1 or len(stores[0].indices) not in (1, 2):  # y[t], or y[c, t] / y[t, c]
         return None
     return loads[0], stores[0]
 
 
-def _outside_value(v: SSAValue, fn: func.FuncOp, captures: list[SSAValue], loads: list[memref.LoadOp]) -> bool:
+def _outside_value(
+    v: SSAValue, fn: func.FuncOp, captures: list[SSAValue], loads: list[memref.LoadOp], channel: SSAValue | None = None
+) -> bool:
     """Whether the kernel can rebuild `v`, a value from above the producer: a constant,
     a scalar function argument of a kernel type (`captures`), `memref.dim` of a memref
     argument, pure arith of such values, or a load of a memref argument in the
-    function's body (`loads`; `match_seeded` checks that nothing writes it)."""
+    function's body (`loads`; `match_seeded` checks that nothing writes it), or the
+    channel loop's variable `channel` (the kernel's block id)."""
+    if channel is not None and v is channel:
+        return True
     if _func_arg(v, fn, None):
         if not (isinstance(v.type, MemRefType) or _is_kernel_scalar(v.type)):
             return False
@@ -215,13 +234,23 @@ def _outside_value(v: SSAValue, fn: func.FuncOp, captures: list[SSAValue], loads
             loads.append(o)
     elif not (o.dialect_name() == "arith" and is_side_effect_free(o)):
         return False
-    return all(_outside_value(x, fn, captures, loads) for x in o.operands)
+    return all(_outside_value(x, fn, captures, loads, channel) for x in o.operands)
 
 
-def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.FuncOp):
-    """`for t < n { pure ops on loads srcs[t]; X_j[t + 1] = v_j }`, one store per X_j:
-    (srcs, [v_j], stores, captures, outside loads) or None.  Values from above the loop
-    must be ones `_outside_value` allows."""
+def _indexes(indices, iv: SSAValue, channel: SSAValue | None) -> int | None:
+    """The position of `iv` among `indices`: [t] or, per channel, [c, t] / [t, c]; or None."""
+    idx = [_strip(i) for i in indices]
+    want = [iv] if channel is None else [channel, iv]
+    if len(idx) != len(want) or not all(any(x is w for x in idx) for w in want):
+        return None
+    return next(p for p, x in enumerate(idx) if x is iv)
+
+
+def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.FuncOp, channel: SSAValue | None):
+    """`for t < n { pure ops on loads srcs[t]; X_j[t + 1] = v_j }` (per channel: loads
+    srcs[c, t], or all srcs[t, c]), one store per X_j: (srcs, [v_j], stores, captures,
+    outside loads, the time position) or None.  Values from above the loop must be ones
+    `_outside_value` allows."""
     if not _counted(loop, n):
         return None
     assert isinstance(loop, scf.ForOp)
@@ -231,6 +260,7 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
     captures: list[SSAValue] = []
     loads: list[memref.LoadOp] = []
     stores: dict[SSAValue, memref.StoreOp] = {}
+    axes: set[int | None] = set()
     for o in body.ops:
         if isinstance(o, scf.YieldOp):
             continue
@@ -240,7 +270,8 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
             stores[o.memref] = o
             operands = [o.value]
         elif isinstance(o, memref.LoadOp):
-            if not _func_arg(o.memref, fn, 1) or len(o.indices) != 1 or _strip(o.indices[0]) is not iv:
+            axes.add(_indexes(o.indices, iv, channel))
+            if not _func_arg(o.memref, fn, 1 if channel is None else 2) or len(axes) != 1 or None in axes:
                 return None
             if o.memref not in srcs:
                 srcs.append(o.memref)
@@ -251,18 +282,20 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
             operands = list(o.operands)
         for v in operands:  # defined in the body, or rebuilt in the kernel from above it
             inside = v is iv or isinstance(v.owner, Operation) and v.owner.parent_block() is body
-            if not (inside or _outside_value(v, fn, captures, loads)):
+            if not (inside or _outside_value(v, fn, captures, loads, channel)):
                 return None
     if len(stores) != len(xs) or not srcs:
         return None
-    return srcs, [stores[x].value for x in xs], list(stores.values()), captures, loads
+    return srcs, [stores[x].value for x in xs], list(stores.values()), captures, loads, axes.pop()
 
 
-def _state_element(o: Operation | None, fn: func.FuncOp, block: Block, guarded: bool = False) -> tuple[int, ...] | None:
+def _state_element(
+    o: Operation | None, fn: func.FuncOp, block: Block, guarded: bool = False, channel: SSAValue | None = None
+) -> tuple[int | SSAValue, ...] | None:
     """State kept in memory: `o` a load or store of `m[i..]` in `block`, `m` a memref
     argument, the indices constants in its static bounds (so the kernel's access cannot
-    leave the array; a dynamic size, allowed only `guarded`, the kernel checks): the
-    indices, or None."""
+    leave the array; a dynamic size, allowed only `guarded`, the kernel checks), and per
+    channel the channel variable once (its bound `match_seeded` checks): the indices, or None."""
     if not isinstance(o, memref.LoadOp | memref.StoreOp) or o.parent_block() is not block:
         return None
     t = o.memref.type
@@ -270,11 +303,16 @@ def _state_element(o: Operation | None, fn: func.FuncOp, block: Block, guarded: 
         return None
     if isinstance(o, memref.LoadOp) and not _is_kernel_scalar(o.res.type):
         return None
-    idx = [const_int(i) for i in o.indices]
-    shape = t.get_shape()
-    if any(i is None or i < 0 or (d < 0 and not guarded) or (d >= 0 and i >= d) for i, d in zip(idx, shape)):
+    at = [_strip(i) if channel is not None and _strip(i) is channel else const_int(i) for i in o.indices]
+    if channel is not None and sum(i is channel for i in at) != 1:
         return None
-    return tuple(idx)  # type: ignore[arg-type]
+    shape = t.get_shape()
+    for i, d in zip(at, shape):
+        if isinstance(i, SSAValue):
+            continue
+        if i is None or i < 0 or (d < 0 and not guarded) or (d >= 0 and i >= d):
+            return None
+    return tuple(at)  # type: ignore[arg-type]
 
 
 def _runs_guard(cond: SSAValue, n: SSAValue) -> bool:
@@ -286,20 +324,20 @@ def _runs_guard(cond: SSAValue, n: SSAValue) -> bool:
     )
 
 
-def _seed_state(seed: SSAValue, fn: func.FuncOp, block: Block, n: SSAValue):
+def _seed_state(seed: SSAValue, fn: func.FuncOp, block: Block, n: SSAValue, channel: SSAValue | None):
     """A seed read from state kept in memory: `m[i]` loaded in `block`, or under the
     guard `scf.if 0 < n { m[i] } else { constant }`: (the host op to erase, the load,
     its indices, the else constant or None), or None."""
     o = seed.owner
     if isinstance(o, memref.LoadOp):
-        at = _state_element(o, fn, block)
+        at = _state_element(o, fn, block, channel=channel)
         return None if at is None else (o, o, at, None)
     if not (isinstance(o, scf.IfOp) and o.parent_block() is block and len(o.results) == 1 and _runs_guard(o.cond, n)):
         return None
     then_ops, else_ops = list(o.true_region.block.ops), list(o.false_region.block.ops) if o.false_region.blocks else []
     if len(then_ops) != 2 or not isinstance(then_ops[1], scf.YieldOp) or then_ops[1].operands[0] is not then_ops[0].results[0]:
         return None
-    at = _state_element(then_ops[0], fn, o.true_region.block, guarded=True)
+    at = _state_element(then_ops[0], fn, o.true_region.block, guarded=True, channel=channel)
     if at is None or not else_ops or not isinstance(else_ops[-1], scf.YieldOp):
         return None
     other = else_ops[-1].operands[0]
@@ -308,11 +346,11 @@ def _seed_state(seed: SSAValue, fn: func.FuncOp, block: Block, n: SSAValue):
     return o, then_ops[0], at, other
 
 
-def _final_state(st: memref.StoreOp, fn: func.FuncOp, block: Block, n: SSAValue):
+def _final_state(st: memref.StoreOp, fn: func.FuncOp, block: Block, n: SSAValue, channel: SSAValue | None):
     """The last value stored to state kept in memory: `m[i] = r` in `block`, or under
     the guard `scf.if 0 < n { m[i] = r }`: (the host op to erase, its indices), or None."""
     if st.parent_block() is block:
-        at = _state_element(st, fn, block)
+        at = _state_element(st, fn, block, channel=channel)
         return None if at is None else (st, at)
     g = st.parent_op()
     if not (isinstance(g, scf.IfOp) and g.parent_block() is block and not g.results and _runs_guard(g.cond, n)):
@@ -320,7 +358,7 @@ def _final_state(st: memref.StoreOp, fn: func.FuncOp, block: Block, n: SSAValue)
     ops = list(g.true_region.block.ops)
     if len(ops) != 2 or ops[0] is not st or (g.false_region.blocks and len(list(g.false_region.block.ops)) > 1):
         return None
-    at = _state_element(st, fn, g.true_region.block, guarded=True)
+    at = _state_element(st, fn, g.true_region.block, guarded=True, channel=channel)
     return None if at is None else (g, at)
 
 
@@ -332,14 +370,14 @@ def _state_stays_private(
     nothing else may see them in between), and nothing between a seed's host op and `op`
     writes memory."""
     state = {o.memref for o in accesses}  # type: ignore[attr-defined]
-    if any(u.operation not in accesses for m in state for u in m.uses):
+    if any(u.operation not in accesses and not isinstance(u.operation, memref.DimOp) for m in state for u in m.uses):
         return False
     block = op.parent_block()
     assert block is not None
     ops = list(block.ops)
     for s in seed_ops:
-        for o in ops[ops.index(s) + 1 : ops.index(op)]:
-            if o not in group and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
+        for o in ops[ops.index(s) + 1 : ops.index(op)]:  # the other seeds only read
+            if o not in group and o not in seed_ops and not (is_side_effect_free(o) or isinstance(o, memref.LoadOp)):
                 return False
     return True
 
@@ -360,9 +398,10 @@ def _loads_stay_valid(loads: list[memref.LoadOp], op: scan.ScanOp, group: set[Op
     return True
 
 
-def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp):
-    """After the scan, copy loops y[t] = P_j[t + 1] (at most one per operand):
-    (dsts, the loops, their loads) or None."""
+def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp, channel: SSAValue | None, axis: int):
+    """After the scan, copy loops y[t] = P_j[t + 1] (at most one per operand; per
+    channel y[c, t] or y[t, c], time at the sources' `axis`): (dsts, the loops, their
+    loads) or None."""
     dsts: list[SSAValue | None] = [None] * len(ps)
     consumers: list[Operation] = []
     c_loads: list[memref.LoadOp] = []
@@ -372,15 +411,62 @@ def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp
         iv_c = nxt.body.block.args[0]  # type: ignore[union-attr]
         if c_load.memref not in ps or dsts[ps.index(c_load.memref)] is not None:
             return None
-        if not _is_plus_one(c_load.indices[0], iv_c) or _strip(c_store.indices[0]) is not iv_c:
+        if not _is_plus_one(c_load.indices[0], iv_c) or _indexes(c_store.indices, iv_c, channel) != axis:
             return None
-        if not _func_arg(c_store.memref, fn, 1) or c_store.memref in dsts:  # a dst that is a src: in place, fine
+        if not _func_arg(c_store.memref, fn, 1 if channel is None else 2) or c_store.memref in dsts:  # a dst that is a src: in place, fine
             return None
         dsts[ps.index(c_load.memref)] = c_store.memref
         consumers.append(nxt)  # type: ignore[arg-type]
         c_loads.append(c_load)
         nxt = nxt.next_op  # type: ignore[union-attr]
     return dsts, consumers, c_loads
+
+
+def _channel_loop(op: scan.ScanOp) -> tuple[scf.ForOp | None, func.FuncOp | None, int | tuple[SSAValue, int]]:
+    """The group's host loop over channels: `op` in `for c = 0 to C step 1` (C a
+    constant > 0 or `memref.dim` of a memref argument) in the function's body, or
+    directly in the body (no loop, one channel): (loop or None, function, trip count)."""
+    parent = op.parent_op()
+    if isinstance(parent, func.FuncOp):
+        return None, parent, 1
+    fn = parent.parent_op() if isinstance(parent, scf.ForOp) else None
+    if not isinstance(fn, func.FuncOp) or parent.iter_args or parent.results:  # type: ignore[union-attr]
+        return None, None, 1
+    assert isinstance(parent, scf.ForOp)
+    if const_int(parent.lb) != 0 or const_int(parent.step) != 1 or not isinstance(parent.lb.type, IndexType):
+        return None, None, 1
+    trip = const_int(parent.ub)
+    if trip is not None:
+        return (parent, fn, trip) if 0 < trip <= 2**31 - 1 else (None, None, 1)  # blockIdx.x's limit
+    d = parent.ub.owner
+    if isinstance(d, memref.DimOp) and _func_arg(d.source, fn, None) and const_int(d.index) is not None:
+        return parent, fn, (d.source, const_int(d.index))  # type: ignore[return-value]
+    return None, None, 1
+
+
+def _channel_covers(
+    trip: int | tuple[SSAValue, int], indexed: list[tuple[SSAValue, int]]
+) -> list[tuple[SSAValue, int]] | None:
+    """The (array, dim) pairs indexed by the channel variable that the launch must check
+    to be at least the trip count; None where that cannot be (a constant count over a
+    dynamic or shorter size: nothing would check it)."""
+    out: list[tuple[SSAValue, int]] = []
+    for a, d in dict.fromkeys(indexed):
+        size = a.type.get_shape()[d]  # type: ignore[attr-defined]
+        if isinstance(trip, int):
+            if size < trip:  # dynamic (-1) or too short
+                return None
+        elif (a, d) != trip:
+            out.append((a, d))
+    return out
+
+
+def _body_is_the_group(loop: scf.ForOp, op: scan.ScanOp, host_ops: list[Operation]) -> bool:
+    """Per channel, the loop's body holds only the group and pure ops (index arithmetic,
+    the guard): with the group erased, the loop does nothing and goes too."""
+    group = set(host_ops) | {op}
+    return all(o in group or isinstance(o, scf.YieldOp) or (is_side_effect_free(o) and not o.regions)
+               for o in loop.body.block.ops)
 
 
 def match_seeded(op: scan.ScanOp) -> SeededScan | None:
@@ -392,9 +478,10 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     if len(set(xs) | set(ps)) != 2 * k:
         return None
     block = op.parent_block()
-    fn = op.parent_op()
-    if not isinstance(fn, func.FuncOp) or not isinstance(block, Block):
+    loop, fn, trip = _channel_loop(op)
+    if fn is None or not isinstance(block, Block):
         return None
+    channel = loop.body.block.args[0] if loop is not None else None
     allocs = [v.owner for v in (*xs, *ps)]
     if not all(isinstance(a, memref.AllocOp) and a.parent_block() is block and len(a.dynamic_sizes) == 1 for a in allocs):
         return None
@@ -404,14 +491,14 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     if any(a.dynamic_sizes[0] is not m for a in allocs) or not isinstance(m.owner, arith.AddiOp):  # type: ignore[union-attr]
         return None
     n = m.owner.lhs if const_int(m.owner.rhs) == 1 else m.owner.rhs if const_int(m.owner.lhs) == 1 else None
-    if n is None:
+    if n is None or (channel is not None and _depends_on(n, channel)):
         return None
     # X_j[0] = seed_j (k stores, then the producer); X_j[t + 1] = map(srcs[t])_j
     producer = op.prev_op
-    prod = _producer(producer, n, xs, fn)
+    prod = _producer(producer, n, xs, fn, channel)
     if prod is None:
         return None
-    srcs, elements, p_stores, captures, outside_loads = prod
+    srcs, elements, p_stores, captures, outside_loads, axis = prod
     inits: dict[SSAValue, memref.StoreOp] = {}
     o = producer.prev_op  # type: ignore[union-attr]
     while isinstance(o, memref.StoreOp) and o.memref in xs and o.memref not in inits and len(inits) < k:
@@ -420,12 +507,12 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     if len(inits) != k or any(len(s.indices) != 1 or const_int(s.indices[0]) != 0 for s in inits.values()):
         return None
     seeds = [inits[x].value for x in xs]
-    states = [_seed_state(seed, fn, block, n) for seed in seeds]
+    states = [_seed_state(seed, fn, block, n, channel) for seed in seeds]
     for seed, state in zip(seeds, states):
         if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)
                 or state is not None):
             return None
-    cons = _consumers(op, n, ps, fn)
+    cons = _consumers(op, n, ps, fn, channel, axis)
     if cons is None:
         return None
     dsts, consumers, c_loads = cons
@@ -434,13 +521,13 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     arrays = [*srcs, *(d for d in dsts if d is not None)]
     length = const_int(_strip(n))
     if length is not None:
-        if any(v.type.get_shape()[0] != length for v in arrays):  # type: ignore[attr-defined]
+        if any(v.type.get_shape()[axis] != length for v in arrays):  # type: ignore[attr-defined]
             return None
-    elif _dim0_of(n) not in arrays:
+    elif _dim_of(n, axis) not in arrays:
         return None
     host_ops: list[Operation] = [*inits.values(), producer, *consumers]  # type: ignore[list-item]
     expected: set[Operation] = {*inits.values(), *p_stores, op, *c_loads}
-    last = _last_values(ps, c_loads, fn, block, n, host_ops, expected)
+    last = _last_values(ps, c_loads, fn, block, n, host_ops, expected, channel)
     if last is None:
         return None
     finals, final_at, final_stores = last
@@ -459,13 +546,36 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     if not _state_stays_private(seed_ops, accesses, op, {*inits.values(), producer, *allocs}):  # type: ignore[arg-type]
         return None
     host_ops += [o for o in seed_ops if all(u.operation in host_ops for r in o.results for u in r.uses)]
-    return SeededScan(srcs, producer, elements, dsts, seeds, finals, [*host_ops, *deallocs, *allocs],  # type: ignore[arg-type]
+    host_ops += [*deallocs, *allocs]  # type: ignore[list-item]
+    covers: list[tuple[SSAValue, int]] = []
+    if loop is not None:
+        # channels run at once, one block each: every array is indexed by c (the match
+        # of each access), so no channel reads what another writes; the trip count bounds c
+        indexed = [(a, 1 - axis) for a in arrays]
+        indexed += [(acc.memref, list(acc.indices).index(next(i for i in acc.indices if _strip(i) is channel)))
+                    for acc in accesses]  # type: ignore[attr-defined]
+        cov = _channel_covers(trip, indexed)
+        if cov is None or not _body_is_the_group(loop, op, host_ops):
+            return None
+        covers = cov
+        if not isinstance(trip, int) and trip[0] not in captures:
+            captures.append(trip[0])  # the grid's size: passed for the launch description
+    return SeededScan(srcs, producer, elements, dsts, seeds, finals, host_ops,  # type: ignore[arg-type]
                       captures, outside_loads, final_at, [None if st is None else st[2] for st in states],
                       [None if st is None else st[3] for st in states],
-                      [None if st is None else st[1].memref for st in states])  # type: ignore[union-attr]
+                      [None if st is None else st[1].memref for st in states],  # type: ignore[union-attr]
+                      loop, trip, axis, covers)
 
 
-def _last_values(ps, c_loads, fn, block, n, host_ops, expected):
+def _depends_on(v: SSAValue, x: SSAValue) -> bool:
+    """Whether `v` is `x` or computed from it."""
+    if v is x:
+        return True
+    o = v.owner
+    return isinstance(o, Operation) and any(_depends_on(a, x) for a in o.operands)
+
+
+def _last_values(ps, c_loads, fn, block, n, host_ops, expected, channel=None):
     """The last values P_j[n]: unused, or stored once to a rank-0 argument used by
     nothing else, or to the state in memory (`m[i]`, perhaps guarded); adds the ops it
     matched to `host_ops` / `expected`. Returns (finals, final_at, final_stores) or None."""
@@ -490,7 +600,7 @@ def _last_values(ps, c_loads, fn, block, n, host_ops, expected):
                 return None
             host_st: Operation = st
             if st.indices:  # the state in memory, m[i] = P_j[n] (perhaps guarded)
-                fs = _final_state(st, fn, block, n)
+                fs = _final_state(st, fn, block, n, channel)
                 if fs is None:
                     return None
                 host_st, final_at[j] = fs
@@ -504,9 +614,12 @@ def _last_values(ps, c_loads, fn, block, n, host_ops, expected):
 
 
 def erase_host_copies(seeded: SeededScan) -> None:
-    """Remove the group's host ops once the seeded kernel's launch replaces the scan."""
+    """Remove the group's host ops once the seeded kernel's launch replaces the scan (per
+    channel, the channel loop with them: the launch's grid runs it)."""
     for o in seeded.host_ops:
         Rewriter.erase_op(o)
+    if seeded.channel_loop is not None:
+        Rewriter.erase_op(seeded.channel_loop)
     for ld in seeded.outside_loads:  # the kernel reads them itself; the host keeps only launches
         if not ld.res.uses:
             Rewriter.erase_op(ld)

@@ -102,6 +102,8 @@ class _ScanTimeBlocks:
             # every chunk's block reads the state m[i] and the last one writes it, with no
             # order between blocks: the one-block kernel reads it before it writes it
             raise Unsupported("time blocks: a seeded scan whose state is kept in memory")
+        if sd and sd.channel_loop is not None:  # its chunk kernels lay out no host channel loop
+            raise Unsupported("time blocks: a seeded scan inside a host channel loop")
         self.ins = list(sd.srcs) if sd else list(op.inputs)
         self.outs_h = [d for d in sd.dsts if d is not None] if sd else list(op.outputs)
         self.ref = sd.ref if sd else self.outs_h[0]  # its length is the scan's
