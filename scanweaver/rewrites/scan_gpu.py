@@ -795,7 +795,8 @@ def lower_scans(
     `scratch`: buffers the runtime allocates (time blocks' aggregates), not host temporaries."""
     skipped: dict[scan.ScanOp, str] = {}
     for op in [o for o in top.walk() if isinstance(o, scan.ScanOp)]:
-        seeded = match_seeded(op)
+        why_not: list[str] = []
+        seeded = match_seeded(op, why_not)
         temporaries = seeded is None and any(
             isinstance(v.owner, (memref.AllocOp, memref.AllocaOp)) and v not in scratch for v in (*op.inputs, *op.outputs)
         )
@@ -817,7 +818,8 @@ def lower_scans(
                 fn,
                 "scan.scan: lowered to a kernel, but its operands are temporaries "
                 "(memref.alloc) that host loops fill and read, and the CUDA runtime runs no "
-                "host loops and allocates no temporaries",
+                "host loops and allocates no temporaries"
+                + "".join(f"; not folded into one seeded kernel: {w}" for w in why_not),
             )
     return skipped
 

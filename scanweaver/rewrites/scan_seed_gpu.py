@@ -422,25 +422,29 @@ def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp
     return dsts, consumers, c_loads
 
 
-def _channel_loop(op: scan.ScanOp) -> tuple[scf.ForOp | None, func.FuncOp | None, int | tuple[SSAValue, int]]:
+def _channel_loop(
+    op: scan.ScanOp, why: list[str]
+) -> tuple[scf.ForOp | None, func.FuncOp | None, int | tuple[SSAValue, int]]:
     """The group's host loop over channels: `op` in `for c = 0 to C step 1` (C a
     constant > 0 or `memref.dim` of a memref argument) in the function's body, or
-    directly in the body (no loop, one channel): (loop or None, function, trip count)."""
+    directly in the body (no loop, one channel): (loop or None, function, trip count);
+    the function None (and the reason in `why`) for anything else."""
     parent = op.parent_op()
     if isinstance(parent, func.FuncOp):
         return None, parent, 1
     fn = parent.parent_op() if isinstance(parent, scf.ForOp) else None
     if not isinstance(fn, func.FuncOp) or parent.iter_args or parent.results:  # type: ignore[union-attr]
+        why.append("only one host loop over channels, directly in the function and carrying no values, is folded")
         return None, None, 1
     assert isinstance(parent, scf.ForOp)
-    if const_int(parent.lb) != 0 or const_int(parent.step) != 1 or not isinstance(parent.lb.type, IndexType):
-        return None, None, 1
     trip = const_int(parent.ub)
-    if trip is not None:
-        return (parent, fn, trip) if 0 < trip <= 2**31 - 1 else (None, None, 1)  # blockIdx.x's limit
     d = parent.ub.owner
-    if isinstance(d, memref.DimOp) and _func_arg(d.source, fn, None) and const_int(d.index) is not None:
-        return parent, fn, (d.source, const_int(d.index))  # type: ignore[return-value]
+    if const_int(parent.lb) == 0 and const_int(parent.step) == 1 and isinstance(parent.lb.type, IndexType):
+        if trip is not None and 0 < trip <= 2**31 - 1:  # blockIdx.x's limit
+            return parent, fn, trip
+        if isinstance(d, memref.DimOp) and _func_arg(d.source, fn, None) and const_int(d.index) is not None:
+            return parent, fn, (d.source, const_int(d.index))  # type: ignore[return-value]
+    why.append("the channel loop must run from 0 step 1 to a constant in [1, 2^31 - 1] or the memref.dim of an argument")
     return None, None, 1
 
 
@@ -469,8 +473,10 @@ def _body_is_the_group(loop: scf.ForOp, op: scan.ScanOp, host_ops: list[Operatio
                for o in loop.body.block.ops)
 
 
-def match_seeded(op: scan.ScanOp) -> SeededScan | None:
-    """The seeded scan the group around `op` computes (module doc), or None."""
+def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | None:
+    """The seeded scan the group around `op` computes (module doc), or None; where a
+    host channel loop is what keeps it from matching, the reason is added to `why`."""
+    why = [] if why is None else why
     k = len(op.inputs)
     if len(op.outputs) != k or op.axis_value != 0 or op.is_reverse:
         return None
@@ -478,7 +484,7 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
     if len(set(xs) | set(ps)) != 2 * k:
         return None
     block = op.parent_block()
-    loop, fn, trip = _channel_loop(op)
+    loop, fn, trip = _channel_loop(op, why)
     if fn is None or not isinstance(block, Block):
         return None
     channel = loop.body.block.args[0] if loop is not None else None
@@ -555,7 +561,11 @@ def match_seeded(op: scan.ScanOp) -> SeededScan | None:
         indexed += [(acc.memref, list(acc.indices).index(next(i for i in acc.indices if _strip(i) is channel)))
                     for acc in accesses]  # type: ignore[attr-defined]
         cov = _channel_covers(trip, indexed)
-        if cov is None or not _body_is_the_group(loop, op, host_ops):
+        if cov is None:
+            why.append("a constant channel count indexes an array whose size there is dynamic or smaller")
+            return None
+        if not _body_is_the_group(loop, op, host_ops):
+            why.append("the channel loop does more than the scan's group (the kernel replaces the whole loop)")
             return None
         covers = cov
         if not isinstance(trip, int) and trip[0] not in captures:
