@@ -18,18 +18,21 @@ from test_gpu_seeded_scan import ScalarSimulatorDriver, gpu_module
 from test_raise_forms import ASSOC_OPS
 from test_raise_memory_assoc import channels, values
 
-from scanweaver import compiler
 from scanweaver.errors import ScanWeaverValueError
 from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
-from scanweaver.ir import parse_ir
+from scanweaver.ir import make_context, parse_ir
 from scanweaver.rewrites.blelloch_gpu import refusals
 from scanweaver.rewrites.launch import launch_descriptions
+from scanweaver.rewrites.pipeline import stages_for
+from scanweaver.rewrites.raise_affine import RaiseRecurrences
 from scanweaver.runtime.cuda_program import _host_launches
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
 
 LENGTHS = [0, 1, 7, 8, 9, 16, 17]  # around the tile of 8
 CHANNELS = [0, 1, 3]
+#: (channels, length): every length with 3 channels, no and one channel at a few
+CASES = [(3, n) for n in LENGTHS] + [(0, 0), (0, 9), (1, 0), (1, 9)]
 HOST_OPS = {"func.func", "func.return", "arith.constant", "memref.dim", "arith.cmpi", "scf.if", "scf.yield",
             "gpu.launch_func"}
 
@@ -116,9 +119,8 @@ def test_per_channel_state_runs_in_one_seeded_kernel(op, el, time_outer):
     assert "the host channel loop is the grid" in desc.notes
     assert desc.grid == ("init0.shape[0]", 1, 1), desc.grid
     assert desc.covers_dims == (("x0", 1 if time_outer else 0, "init0", 0),), desc.covers_dims
-    for nc in CHANNELS:
-        for n in LENGTHS:
-            agree(src, lambda *a: simulate_launch(m, "mc", *a), "mc", args_for(el, nc, n, time_outer))
+    for nc, n in CASES:
+        agree(src, lambda *a: simulate_launch(m, "mc", *a), "mc", args_for(el, nc, n, time_outer))
 
 
 def test_an_empty_series_leaves_every_channel_alone():
@@ -236,11 +238,17 @@ def test_a_channel_loop_with_a_step_keeps_the_refusal():
 @pytest.mark.skipif(not ptxas_available(), reason="ptxas not found on PATH: spills not checked")
 @pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
 def test_channel_kernels_assemble_without_spills(chip):
-    forms = [channels(op, el, to).replace("@mc(", f"@mc_{i}_{int(to)}(") for i, (op, el) in enumerate(ASSOC_OPS)
-             for to in (False, True)]
-    forms.append(static_channels().replace("@mc(", "@mc_static("))
+    """One kernel per element type and loop order, the constant count and the pair."""
+    forms = [channels(op, el, to).replace("@mc(", f"@mc_{el}_{int(to)}(")
+             for op, el in [("arith.maximumf", "f32"), ("arith.minimumf", "f64"), ("arith.xori", "i32"),
+                            ("arith.minsi", "i64")] for to in (False, True)]
+    forms += [static_channels().replace("@mc(", "@mc_static("), LSE_CHANNELS.replace("@mc(", "@mc_lse(")]
     text = "\n".join(forms)
-    out = export_gpu(compiler.lower(text, "gpu", keep_stages=False).module, chip)
+    m = parse_ir(text)  # the GPU pipeline's default blocks, the raise with reassociate=true (the pair)
+    ctx = make_context()
+    for p in stages_for("gpu"):
+        (RaiseRecurrences(reassociate=True) if isinstance(p, RaiseRecurrences) else p).apply(ctx, m)
+    out = export_gpu(m, chip)
     assert len(out["ptxas"]) == len(forms)
     for kernel, f in out["ptxas"].items():
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)

@@ -7,15 +7,15 @@ chain), the CUDA runtime with a driver whose launches run in the simulator, and 
 (sm_80, sm_90, no spills).  Time blocks would have every chunk's block read m[0] while
 the last one writes it, so they keep the one-block kernel.  A state memref of dynamic
 size (`m[0]` loaded and stored under the guard `0 < n`) is read and written only when
-n > 0 and m[0] is in bounds.  Per-channel state (`m[c]`, a host loop over channels)
-keeps the refusal."""
+n > 0 and m[0] is in bounds.  Per-channel state (`m[c]`, a host loop over channels):
+tests/test_gpu_seeded_channels.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from test_gpu_seeded_scan import ScalarSimulatorDriver, gpu_module
-from test_raise_memory_assoc import channels, series, series_args, values
+from test_raise_memory_assoc import series, series_args, values
 from xdsl.dialects import func
 
 from scanweaver import compiler
@@ -94,11 +94,6 @@ def test_the_state_memref_read_elsewhere_keeps_the_host_copies():
         "  memref.store %again, %y[%c0] : memref<?xi32>\n  func.return\n")
     m = gpu_module(src)
     assert any("operands are temporaries" in r for r in refusals(fn_of(m, "mm"))), refusals(fn_of(m, "mm"))
-
-
-def test_per_channel_state_keeps_the_refusal():
-    m = gpu_module(channels("arith.maxsi", "i32"))
-    assert any("operands are temporaries" in r for r in refusals(fn_of(m, "mc")))
 
 
 @pytest.mark.parametrize("op,el", OPS)
