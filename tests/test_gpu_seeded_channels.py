@@ -97,6 +97,28 @@ func.func @mc(%x: memref<?x?xf32>, %ms: memref<?x2xf32>) {
 """
 
 
+CAPTURES = """
+func.func @mc(%x: memref<?x?xf32>, %m: memref<?xf32>, %p: memref<1xf32>, %k: f32) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %sc = memref.load %p[%c0] : memref<1xf32>
+  %nc = memref.dim %m, %c0 : memref<?xf32>
+  %n = memref.dim %x, %c0 : memref<?x?xf32>
+  scf.for %t = %c0 to %n step %c1 {
+    scf.for %c = %c0 to %nc step %c1 {
+      %xv = memref.load %x[%t, %c] : memref<?x?xf32>
+      %xs = arith.mulf %xv, %sc : f32
+      %xk = arith.addf %xs, %k : f32
+      %old = memref.load %m[%c] : memref<?xf32>
+      %new = arith.maximumf %old, %xk : f32
+      memref.store %new, %m[%c] : memref<?xf32>
+    }
+  }
+  func.return
+}
+"""
+
+
 def with_output(el: str = "i32") -> str:
     """Every running value also stored to y[c, t]: the consumer folded in too."""
     return channels("arith.maxsi", el).replace(
@@ -151,6 +173,21 @@ def test_the_running_values_go_to_an_output_per_channel():
         for n in (0, 1, 9, 17):
             args = [*args_for("i32", nc, n, False), np.zeros((nc, n), np.int32)]
             agree(src, lambda *a: simulate_launch(m, "mc", *a), "mc", args)
+
+
+def test_values_from_above_the_channel_loop_are_captured():
+    """x[t, c] * p[0] + k (a load before the loops, a scalar argument): kernel arguments."""
+    m = gpu_module(CAPTURES)
+    assert refusals(fn_of(m, "mc")) == []
+    rng = np.random.default_rng(0)
+    for nc, n in [(0, 9), (1, 1), (3, 0), (3, 17)]:
+        args = [rng.uniform(-1, 1, (n, nc)).astype(np.float32), rng.uniform(-1, 1, nc).astype(np.float32),
+                np.array([0.5], np.float32), np.float32(0.25)]
+        ref, got = [np.copy(a) for a in args], [np.copy(a) for a in args]
+        run_function(parse_ir(CAPTURES), "mc", *ref)
+        simulate_launch(m, "mc", *got)
+        for g, r in zip(got, ref):
+            assert np.asarray(g).tobytes() == np.asarray(r).tobytes(), (nc, n, got, ref)
 
 
 def test_log_sum_exp_state_per_channel():

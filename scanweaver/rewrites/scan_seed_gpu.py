@@ -27,8 +27,25 @@ ops.  State kept in memory (the promote reshape's `h0 = m[i]` before and `m[i] =
 after, both perhaps under its guard `if 0 < n`) is matched too (`seed_at`, `final_at`):
 the kernel loads m[i] itself before its first barrier and the thread of the last step
 stores r to it (nothing for n == 0, nor where a dynamic size leaves m[i] out of
-bounds); m may have no other use, and time blocks keep the one-block kernel (their
-chunks' blocks would race on m).  The seeded form exists only inside the GPU lowering (no new op or operand), so
+bounds); m may have no other use but `memref.dim`, and time blocks keep the one-block
+kernel (their chunks' blocks would race on m).
+
+Per channel (`m[c] = op(m[c], x[c, t])`, either loop order: the promote reshape puts
+the channel loop outside) the group is the whole body of a host loop
+`for c = 0 to C step 1`, C a constant or `memref.dim` of an argument
+(`channel_loop`, `channel_trip`).  Like the scan kernels' channels (one block per
+channel, `blelloch_gpu.channel_indices`) and the loop nests' (`gpu_nest.py`: the grid
+is the channel loops' trip count, `covers_dims` checks the arrays they index), the
+loop becomes the grid: the kernel maps c to its block id (`argmap`), so the seed load
+m[c], the producer's loads x[c, t] / x[t, c] (`time_axis`: where t is), the consumers'
+stores y[c, t] and the final store m[c] all index by it; the launch (guarded by
+C > 0) replaces the loop, and checks that every array indexed by c covers C
+(`channel_covers`; a constant C needs static sizes of at least C).  Channels are
+independent: every array the group writes is indexed by c, nothing else in the loop
+has effects (`_body_is_the_group`).  Nested channel loops, other bounds and steps, and
+a constant C over a dynamic size keep the refusal, the reason named (`why`).
+
+The seeded form exists only inside the GPU lowering (no new op or operand), so
 the interpreter, scan-to-loops and the CPU lowering are untouched.
 """
 
@@ -382,7 +399,7 @@ def _state_stays_private(
     return True
 
 
-def _loads_stay_valid(loads: list[memref.LoadOp], op: scan.ScanOp, group: set[Operation], written: set[SSAValue]) -> bool:
+def _loads_stay_valid(loads: list[memref.LoadOp], op: Operation, group: set[Operation], written: set[SSAValue]) -> bool:
     """The producer's loads from above it read the same in the kernel (which runs where
     `op` is): the kernel writes none of their memrefs, and nothing between a load and
     `op` but the group's own ops (which write only its temporaries) writes memory."""
@@ -545,7 +562,8 @@ def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | 
     if all(d is None for d in dsts) and all(f is None for f in finals):
         return None  # nothing observable: leave it to the sequential lowering
     written = {v for v in (*dsts, *finals) if v is not None}
-    if not _loads_stay_valid(outside_loads, op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
+    # (per channel, checked up to the loop: its body holds only the group, `_fold_channel_loop`)
+    if not _loads_stay_valid(outside_loads, loop or op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
         return None
     seed_ops = list(dict.fromkeys(st[0] for st in states if st is not None))
     accesses = [*(st[1] for st in states if st is not None), *final_stores]
@@ -553,28 +571,37 @@ def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | 
         return None
     host_ops += [o for o in seed_ops if all(u.operation in host_ops for r in o.results for u in r.uses)]
     host_ops += [*deallocs, *allocs]  # type: ignore[list-item]
-    covers: list[tuple[SSAValue, int]] = []
+    covers: list[tuple[SSAValue, int]] | None = []
     if loop is not None:
-        # channels run at once, one block each: every array is indexed by c (the match
-        # of each access), so no channel reads what another writes; the trip count bounds c
-        indexed = [(a, 1 - axis) for a in arrays]
-        indexed += [(acc.memref, list(acc.indices).index(next(i for i in acc.indices if _strip(i) is channel)))
-                    for acc in accesses]  # type: ignore[attr-defined]
-        cov = _channel_covers(trip, indexed)
-        if cov is None:
-            why.append("a constant channel count indexes an array whose size there is dynamic or smaller")
+        covers = _fold_channel_loop(loop, trip, op, arrays, accesses, axis, host_ops, captures, why)
+        if covers is None:
             return None
-        if not _body_is_the_group(loop, op, host_ops):
-            why.append("the channel loop does more than the scan's group (the kernel replaces the whole loop)")
-            return None
-        covers = cov
-        if not isinstance(trip, int) and trip[0] not in captures:
-            captures.append(trip[0])  # the grid's size: passed for the launch description
     return SeededScan(srcs, producer, elements, dsts, seeds, finals, host_ops,  # type: ignore[arg-type]
                       captures, outside_loads, final_at, [None if st is None else st[2] for st in states],
                       [None if st is None else st[3] for st in states],
                       [None if st is None else st[1].memref for st in states],  # type: ignore[union-attr]
-                      loop, trip, axis, covers)
+                      loop, trip, axis, covers or [])
+
+
+def _fold_channel_loop(loop, trip, op, arrays, accesses, axis, host_ops, captures, why) -> list[tuple[SSAValue, int]] | None:
+    """Per channel: whether the host loop can be the grid (else None, the reason in
+    `why`), and the (array, dim) sizes the launch must check.  Channels run at once, one
+    block each: every array is indexed by c (the match of each access), so no channel
+    reads what another writes; the trip count bounds c."""
+    channel = loop.body.block.args[0]
+    indexed = [(a, 1 - axis) for a in arrays]
+    indexed += [(acc.memref, list(acc.indices).index(next(i for i in acc.indices if _strip(i) is channel)))
+                for acc in accesses]
+    covers = _channel_covers(trip, indexed)
+    if covers is None:
+        why.append("a constant channel count indexes an array whose size there is dynamic or smaller")
+        return None
+    if not _body_is_the_group(loop, op, host_ops):
+        why.append("the channel loop does more than the scan's group (the kernel replaces the whole loop)")
+        return None
+    if not isinstance(trip, int) and trip[0] not in captures:
+        captures.append(trip[0])  # the grid's size: passed for the launch description
+    return covers
 
 
 def _depends_on(v: SSAValue, x: SSAValue) -> bool:
