@@ -4,8 +4,9 @@ m[0] becomes one kernel that loads m[0] itself and stores the last value to it (
 thread of the last step); m is left alone for an empty series.  Checked bit for bit
 against the interpreted loop: the thread-block simulator (4 threads x 2 items, so tiles
 chain), the CUDA runtime with a driver whose launches run in the simulator, and ptxas
-(sm_80, sm_90, no spills).  Time blocks would have every chunk's block read m[0] while
-the last one writes it, so they keep the one-block kernel.  A state memref of dynamic
+(sm_80, sm_90, no spills).  In time blocks the chunk kernel (launch 1) reads m[0] and
+scans chunk 0 from it, and only the carry kernel (launch 3) writes m[0]: no two blocks
+of one launch race on it.  A state memref of dynamic
 size (`m[0]` loaded and stored under the guard `0 < n`) is read and written only when
 n > 0 and m[0] is in bounds.  Per-channel state (`m[c]`, a host loop over channels):
 tests/test_gpu_seeded_channels.py."""
@@ -57,13 +58,12 @@ def guarded(op: str, el: str) -> str:
 
 @pytest.mark.parametrize("op,el", OPS)
 @pytest.mark.parametrize("swap", [False, True])
-@pytest.mark.parametrize("time_blocks", ["auto", "always"])
-def test_state_in_memory_runs_in_one_seeded_kernel(op, el, swap, time_blocks):
+def test_state_in_memory_runs_in_one_seeded_kernel(op, el, swap):
     src = series(op, el, swap)
-    m = gpu_module(src, time_blocks)
+    m = gpu_module(src)
     fn = fn_of(m, "mm")
     assert refusals(fn) == []
-    # no host copies left: only the launch (time blocks asked for keep the one block)
+    # no host copies left: only the launch
     assert {o.name for o in fn.walk()} <= {"func.func", "func.return", "arith.constant", "memref.dim",
                                           "gpu.launch_func", "arith.addi", "arith.subi", "arith.divui",
                                           "arith.maxui", "arith.ceildivui", "arith.maxsi", "arith.muli"}, \
@@ -73,6 +73,51 @@ def test_state_in_memory_runs_in_one_seeded_kernel(op, el, swap, time_blocks):
     assert [a[1] for a in desc.args if a[0] == "init0"] == ["inout"], desc.args
     for n in LENGTHS:
         check(src, m, el, n)
+
+
+TB_NAMES = {"func.func", "func.return", "arith.constant", "memref.dim", "gpu.launch_func", "arith.addi",
+            "arith.subi", "arith.divui", "arith.maxui", "arith.ceildivui", "arith.maxsi", "arith.muli",
+            "memref.alloc", "memref.dealloc", "arith.cmpi", "scf.if", "scf.yield"}
+
+
+@pytest.mark.parametrize("op,el", OPS)
+@pytest.mark.parametrize("form", ["static", "guarded"])
+def test_state_in_memory_in_time_blocks(op, el, form):
+    """time_blocks=always, chunks of 8 steps: launch 1 reads m[0] (chunk 0 scans from it),
+    the carry kernel (launch 3) writes it; bit for bit up to 5 chunks, m sizes 1 and 3."""
+    src = series(op, el) if form == "static" else guarded(op, el)
+    m = gpu_module(src, "always")
+    fn = fn_of(m, "mm")
+    assert refusals(fn) == [] and {o.name for o in fn.walk()} <= TB_NAMES, sorted({o.name for o in fn.walk()})
+    descs = {d.kernel_name: d for d in launch_descriptions(m)}
+    assert sorted(descs) == ["scan_generic_0", "scan_generic_tb_0", "scan_generic_tb_0_carry"]
+    assert ("init0", "in") in [a[:2] for a in descs["scan_generic_tb_0"].args]
+    assert ("final0", "inout") in [a[:2] for a in descs["scan_generic_tb_0_carry"].args]
+    for n in (*LENGTHS, 24, 33):
+        for size in (1,) if form == "static" else (1, 3):
+            x = values(n, el)
+            ref = [x.copy(), values(size, el), np.zeros_like(x)]
+            got = [a.copy() for a in ref]
+            run_function(parse_ir(src), "mm", *ref)
+            simulate_launch(m, "mm", *got)
+            for g, r in zip(got, ref):
+                assert g.tobytes() == r.tobytes(), (n, size, got, ref)
+
+
+def test_time_blocks_leave_the_state_alone_when_empty_or_out_of_bounds():
+    """n == 0: m[0] keeps its bits; m empty (guarded form): nothing of m is read or
+    written, the scan starts from the guard's other value."""
+    m = gpu_module(series("arith.maximumf", "f32"), "always")
+    state = np.array([0x7FC01234], np.uint32).view(np.float32)
+    got = [np.zeros(0, np.float32), state.copy(), np.zeros(0, np.float32)]
+    simulate_launch(m, "mm", *got)
+    assert got[1].view(np.uint32)[0] == 0x7FC01234
+    m = gpu_module(guarded("arith.maxsi", "i32"), "always")
+    x = values(20, "i32")
+    got = [x.copy(), np.zeros(0, np.int32), np.zeros_like(x)]
+    simulate_launch(m, "mm", *got)
+    assert got[1].size == 0
+    assert got[2].tobytes() == np.maximum.accumulate(np.maximum(x, 0)).astype(np.int32).tobytes()
 
 
 def test_an_empty_series_leaves_the_state_alone():
@@ -97,12 +142,12 @@ def test_the_state_memref_read_elsewhere_keeps_the_host_copies():
 
 
 @pytest.mark.parametrize("op,el", OPS)
-@pytest.mark.parametrize("form", ["static", "guarded"])
+@pytest.mark.parametrize("form", ["static", "guarded", "time blocks"])
 def test_cuda_runtime_updates_the_state(op, el, form):
     from scanweaver.runtime.cuda import CudaFunction, CudaModule
 
-    src = series(op, el) if form == "static" else guarded(op, el)
-    m = gpu_module(src)
+    src = guarded(op, el) if form == "guarded" else series(op, el)
+    m = gpu_module(src, "always" if form == "time blocks" else "auto")
     fn = CudaFunction(CudaModule("ptx", driver=ScalarSimulatorDriver(m)), "mm", _host_launches(m)[0]["mm"], 3)
     for n in (0, 1, 9, 17):
         args = series_args(el, n)
@@ -141,6 +186,25 @@ def test_state_kernels_assemble_without_spills(chip):
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
 
 
+@pytest.mark.skipif(not ptxas_available(), reason="ptxas not found on PATH: spills not checked")
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_state_time_block_kernels_assemble_without_spills(chip):
+    """The default block (128 x 4, chunks of 16 tiles), time blocks asked for."""
+    from scanweaver.ir import make_context
+    from scanweaver.rewrites.pipeline import stages_for
+    from scanweaver.rewrites.scan_to_gpu import ScanToGpu
+
+    text = "\n".join(series(op, el).replace("@mm(", f"@mm_{el}(") for op, el in OPS)
+    text += "\n" + guarded("arith.maximumf", "f32").replace("@mm(", "@mm_guarded(")
+    m, ctx = parse_ir(text), make_context()
+    for p in stages_for("gpu"):
+        (ScanToGpu(time_blocks="always") if isinstance(p, ScanToGpu) else p).apply(ctx, m)
+    out = export_gpu(m, chip)
+    assert len(out["ptxas"]) == 3 * (len(OPS) + 1), sorted(out["ptxas"])
+    for kernel, f in out["ptxas"].items():
+        assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
+
+
 @pytest.mark.parametrize("op,el", OPS)
 def test_a_guarded_state_runs_in_one_seeded_kernel(op, el):
     src = guarded(op, el)
@@ -171,15 +235,17 @@ def test_a_guarded_state_out_of_bounds_is_not_touched():
     assert got[2].tobytes() == np.maximum.accumulate(np.maximum(x, 0)).astype(np.int32).tobytes()
 
 
-def test_log_sum_exp_state_in_memory():
+@pytest.mark.parametrize("time_blocks", ["auto", "always"])
+def test_log_sum_exp_state_in_memory(time_blocks):
     """(m, s) in ms[0], ms[1] (reassociate=true): two seeds loaded from one memref and
     both last values stored back; the max bit for bit, the sum to rounding."""
     from test_raise_memory_assoc import LSE_MEM
 
-    m = gpu_module(LSE_MEM, reassociate=True)
+    m = gpu_module(LSE_MEM, time_blocks, reassociate=True)
     assert refusals(fn_of(m, "lse")) == []
+    assert ("scan_generic_tb_0" in kernels(m)) == (time_blocks == "always"), kernels(m)
     rng = np.random.default_rng(3)
-    for n in (0, 1, 9, 17):
+    for n in (0, 1, 9, 17, 33):
         x = rng.uniform(-5, 5, n).astype(np.float32)
         state = np.array([-np.inf, 0.0], np.float32)
         ref, got = [x.copy(), state.copy()], [x.copy(), state.copy()]

@@ -503,6 +503,8 @@ def _emit_kernel(
         tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
         start = le.add(tile_start, thread_base)
         has_carry = le.const(1, IntegerType(1)) if seeds is not None else le.cmp("ugt", kt, zero)
+        if seeds is not None and chunk:  # time blocks (state in memory): only chunk 0 starts from the seeds
+            has_carry = _or(le, le.cmp("ugt", kt, zero), le.cmp("eq", k_chunk, zero))
         items = steps.load_items(le, start)
         if warp:
             acc, prefix_valid = steps.warp_prefix(le, items, has_carry)

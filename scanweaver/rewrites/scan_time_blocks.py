@@ -98,10 +98,14 @@ class _ScanTimeBlocks:
         if sd and any(d is None for d in sd.dsts) and any(d is not None for d in sd.dsts):
             # step 3 recombines whole tuples from the outputs: the one-block kernel does this
             raise Unsupported("time blocks: a seeded scan writing the arrays of only some of its operands")
-        if sd and any(a is not None for a in (*sd.seed_at, *sd.final_at)):
-            # every chunk's block reads the state m[i] and the last one writes it, with no
-            # order between blocks: the one-block kernel reads it before it writes it
-            raise Unsupported("time blocks: a seeded scan whose state is kept in memory")
+        # state kept in memory (m[i]): step 1 reads it (chunk 0 scans from it), only step 3
+        # writes it, so no two blocks of one launch race on m (launches run in order)
+        self.in_memory = bool(sd and any(a is not None for a in (*sd.seed_at, *sd.final_at)))
+        if sd and self.in_memory and not (
+            all(a is not None or isinstance(v.owner, arith.ConstantOp) for v, a in zip(sd.seeds, sd.seed_at))
+            and all(f is None or a is not None for f, a in zip(sd.finals, sd.final_at))
+        ):
+            raise Unsupported("time blocks: a seeded scan mixing state in memory with scalar seeds or rank-0 results")
         if sd and sd.channel_loop is not None:  # its chunk kernels lay out no host channel loop
             raise Unsupported("time blocks: a seeded scan inside a host channel loop")
         self.ins = list(sd.srcs) if sd else list(op.inputs)
@@ -171,6 +175,10 @@ class _ScanTimeBlocks:
         operands += self.aggs
         names += [f"g{j}" for j in range(k)]
         kinds += ["out"] * k
+        if self.in_memory:  # the state memrefs the seeds are read from (written only by step 3)
+            for j, m in enumerate(self.seeded.seed_memref):  # type: ignore[union-attr]
+                if m is not None and m not in operands:
+                    operands, names, kinds = operands + [m], names + [f"init{j}"], kinds + ["in"]
         if self.seeded:  # what the producer's values from above it start from
             sg.add_captures(self.seeded, operands, names, kinds)
         self.operands, self.names, self.kinds = operands, names, kinds
@@ -215,8 +223,10 @@ class _ScanTimeBlocks:
             shared.append((e1.val(memref.GetGlobalOp(f"{name}_s{j}", s_t)), e1.val(memref.GetGlobalOp(f"{name}_c{j}", c_t))))
         outs1 = [argmap[v] for v in self.outs_h] if not self.seeded else [argmap.get(v) for v in self.seeded.dsts]
         load_fn = (lambda ie, t: self.seeded.clone_elements(ie, t, argmap)) if self.seeded else None
+        seeds = sg.seeded_kernel_values(self.seeded, e1, argmap)[0] if self.in_memory else None  # type: ignore[arg-type]
         sg._emit_kernel(e1, op, self.combine, [argmap[v] for v in self.ins], outs1, shared,
-                        bs, self.ipt, chunk=self.chunk, aggs=[argmap[g] for g in self.aggs], load_fn=load_fn)
+                        bs, self.ipt, chunk=self.chunk, aggs=[argmap[g] for g in self.aggs], load_fn=load_fn,
+                        seeds=seeds)
         e1.op(gpu.ReturnOp([]))
         check_closed(kf1)
         for j, el in enumerate(types):
@@ -258,7 +268,11 @@ class _ScanTimeBlocks:
         sd = self.seeded
         if sd and not outs:  # no output array: the results' length is that of a source
             names3, vals3, kinds3 = ["x0"] + names3, [self.ref] + vals3, ["in"] + kinds3
-        if sd:
+        if sd and self.in_memory:  # the state memrefs the results go to (the seeds are in chunk 0)
+            for j, v in enumerate(sd.finals):
+                if v is not None and v not in vals3:
+                    names3, vals3, kinds3 = names3 + [f"final{j}"], vals3 + [v], kinds3 + ["inout"]
+        elif sd:
             for j, v in enumerate(sd.seeds):
                 if not isinstance(v.owner, arith.ConstantOp):  # a constant is cloned into the kernel
                     names3, vals3, kinds3 = names3 + [f"init{j}"], vals3 + [v], kinds3 + ["scalar"]
@@ -269,11 +283,13 @@ class _ScanTimeBlocks:
         kf3, e3 = _kernel(f"{name}_carry", names3, [v.type for v in vals3])
         a3 = kf3.body.block.args
         args3 = dict(zip(vals3, a3))
-        seeds, finals = None, ()
-        if sd:
+        seeds, finals, final_at = None, (), ()
+        if sd and self.in_memory:
+            finals, final_at = [args3.get(v) for v in sd.finals], sg.final_indices(sd, e3, args3)  # type: ignore[arg-type]
+        elif sd:
             seeds, finals, _ = sg.seeded_kernel_values(sd, e3, args3)
         _emit_carry(e3, self.combine, [a3[vals3.index(v)] for v in self.outs_h], [args3[c] for c in self.prefixes],
-                    self.axis, self.reverse, bs, self.chunk, seeds, finals, args3[self.ref])
+                    self.axis, self.reverse, bs, self.chunk, seeds, finals, args3[self.ref], final_at)
         e3.op(gpu.ReturnOp([]))
         check_closed(kf3)
         self.kmod.body.block.add_op(kf3)
@@ -321,13 +337,16 @@ def lower_scan_time_blocks(op: scan.ScanOp, top: ModuleOp, bs: int, ipt: int, ch
 
 def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequence[SSAValue], axis: int,
                 reverse: bool, bs: int, chunk: int, seeds: Sequence[SSAValue] | None = None,
-                finals: Sequence[SSAValue | None] = (), ref: SSAValue | None = None) -> None:
+                finals: Sequence[SSAValue | None] = (), ref: SSAValue | None = None,
+                final_at: Sequence[Sequence[SSAValue] | None] = ()) -> None:
     """Step 3: y[t] = combine(c[.., k-1], y[t]) over the steps of chunk k > 0.  With
     `seeds` (one channel: `scan_seed_gpu.py`) every chunk takes them, on the left:
     y[t] = combine(seeds, y[t]) in chunk 0, combine(combine(seeds, c[k-1]), y[t]) after;
     thread 0 of the last chunk's block writes combine(seeds, c[K-1]) (the seeds when
     L == 0) to `finals` (step 1 stored exact aggregates for seeded scans).  `ref`: an
-    array of the scan's length when there are no `outs`."""
+    array of the scan's length when there are no `outs`.  `final_at` (state kept in
+    memory; no `seeds`: step 1 scanned chunk 0 from them): thread 0 of the last chunk's
+    block stores c[K-1] to those elements of `finals`, when L > 0 and they are in bounds."""
     combine.capture(e)
     tid = bg._thread_id(e)
     ref = outs[0] if outs else ref
@@ -366,7 +385,10 @@ def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequenc
         ie.for_(ie.add(t_begin, tid), t_end, ie.index(bs), [], step)
 
     if seeds is None:
-        e.if_(e.cmp("ugt", k, e.index(0)), [], body)
+        if outs:  # (state in memory with no output array: only the results)
+            e.if_(e.cmp("ugt", k, e.index(0)), [], body)
+        if final_at:
+            _store_state(e, tid, k, n_chunks, length, prefixes, channel, finals, final_at)
         return
     if outs:
         body(e)
@@ -381,6 +403,27 @@ def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequenc
             sg.store_all(ie, total, finals, [])
 
         e.if_(sg._and(e, is_last, e.cmp("eq", tid, zero)), [], write_final)
+
+
+def _store_state(e: Emitter, tid, k, n_chunks, length, prefixes, channel, finals, final_at) -> None:
+    """State kept in memory: the combine of all chunks (chunk 0's aggregate holds the
+    seeds) to its element, by thread 0 of the last chunk's block; m untouched for L == 0."""
+    zero, one = e.index(0), e.index(1)
+    cond = sg._and(e, sg._and(e, e.cmp("eq", k, e.sub(n_chunks, one)), e.cmp("eq", tid, zero)),
+                   e.cmp("ugt", length, zero))
+
+    def write(ie: Emitter) -> None:
+        for c, f, a in zip(prefixes, finals, final_at):
+            if f is None or a is None:
+                continue
+            v = ie.load(c, [*channel, ie.sub(n_chunks, one)])
+            inb = sg.in_bounds(ie, f, a)
+            if inb is None:
+                ie.store(v, f, list(a))
+            else:
+                ie.if_(inb, [], lambda je, v=v, f=f, a=a: je.store(v, f, list(a)))
+
+    e.if_(cond, [], write)
 
 
 def fix_scratch_launches(top: ModuleOp, scratch: Scratch) -> None:
