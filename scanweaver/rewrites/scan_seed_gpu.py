@@ -27,8 +27,9 @@ ops.  State kept in memory (the promote reshape's `h0 = m[i]` before and `m[i] =
 after, both perhaps under its guard `if 0 < n`) is matched too (`seed_at`, `final_at`):
 the kernel loads m[i] itself before its first barrier and the thread of the last step
 stores r to it (nothing for n == 0, nor where a dynamic size leaves m[i] out of
-bounds); m may have no other use but `memref.dim`, and time blocks keep the one-block
-kernel (their chunks' blocks would race on m).
+bounds); m may have no other use but `memref.dim`.  In time blocks
+(`scan_time_blocks.py`) the chunk kernel reads m[i] (chunk 0 scans from it) and only
+the carry kernel, a later launch, writes it.
 
 Per channel (`m[c] = op(m[c], x[c, t])`, either loop order: the promote reshape puts
 the channel loop outside) the group is the whole body of a host loop
@@ -43,7 +44,8 @@ C > 0) replaces the loop, and checks that every array indexed by c covers C
 (`channel_covers`; a constant C needs static sizes of at least C).  Channels are
 independent: every array the group writes is indexed by c, nothing else in the loop
 has effects (`_body_is_the_group`).  Nested channel loops, other bounds and steps, and
-a constant C over a dynamic size keep the refusal, the reason named (`why`).
+a constant C over a dynamic size keep the refusal, the reason named (`why`); time
+blocks keep one block per channel for this form.
 
 The seeded form exists only inside the GPU lowering (no new op or operand), so
 the interpreter, scan-to-loops and the CPU lowering are untouched.

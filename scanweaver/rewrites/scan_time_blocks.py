@@ -19,7 +19,12 @@ each channel's time axis is cut into chunks of `chunk = block_size * items_per_t
    step 3 every chunk, the first included, takes the seeds on the left of its carry,
    and the last chunk's block writes combine(seeds, all chunks) to the results.  With
    no destination (the log-sum-exp) step 3 only writes the results; a seeded scan
-   writing the arrays of only some operands keeps the one-block kernel.
+   writing the arrays of only some operands keeps the one-block kernel.  State kept in
+   memory (`m[i]`): step 1 reads the seeds from m and chunk 0 scans from them (its
+   aggregate includes them), step 3 carries like an unseeded scan and the last chunk's
+   block stores c[K-1] to m when L > 0: m is read in launch 1 and written in launch 3
+   only, so no two blocks of one launch race on it.  Per channel (a host channel loop)
+   keeps one block per channel.
 
 Blocks of a launch never touch what another block of it writes. Integer combines stay
 bit-exact; float combines are reassociated (as in `scan_gpu`). Cost: the outputs are
