@@ -272,6 +272,34 @@ def test_a_channel_loop_with_a_step_keeps_the_refusal():
     assert "the channel loop must run from 0 step 1" in refusal_of(src)
 
 
+NESTED = """
+func.func @mc(%x: memref<?x?x?xi32>, %m: memref<?x?xi32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %nb = memref.dim %m, %c0 : memref<?x?xi32>
+  %nc = memref.dim %m, %c1 : memref<?x?xi32>
+  %n = memref.dim %x, %c2 : memref<?x?x?xi32>
+  scf.for %b = %c0 to %nb step %c1 {
+    scf.for %c = %c0 to %nc step %c1 {
+      scf.for %t = %c0 to %n step %c1 {
+        %xv = memref.load %x[%b, %c, %t] : memref<?x?x?xi32>
+        %old = memref.load %m[%b, %c] : memref<?x?xi32>
+        %new = arith.maxsi %old, %xv : i32
+        memref.store %new, %m[%b, %c] : memref<?x?xi32>
+      }
+    }
+  }
+  func.return
+}
+"""
+
+
+def test_nested_channel_loops_keep_the_refusal():
+    """m[b, c] over two channel loops: raised for the CPU, not folded on the GPU (one loop only)."""
+    assert "only one host loop over channels" in refusal_of(NESTED)
+
+
 @pytest.mark.skipif(not ptxas_available(), reason="ptxas not found on PATH: spills not checked")
 @pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
 def test_channel_kernels_assemble_without_spills(chip):
