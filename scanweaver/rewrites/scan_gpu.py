@@ -502,9 +502,7 @@ def _emit_kernel(
     def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
         tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
         start = le.add(tile_start, thread_base)
-        has_carry = le.const(1, IntegerType(1)) if seeds is not None else le.cmp("ugt", kt, zero)
-        if seeds is not None and chunk:  # time blocks (state in memory): only chunk 0 starts from the seeds
-            has_carry = _or(le, le.cmp("ugt", kt, zero), le.cmp("eq", k_chunk, zero))
+        has_carry = _has_carry(le, kt, zero, seeds is not None, k_chunk if chunk else None)
         items = steps.load_items(le, start)
         if warp:
             acc, prefix_valid = steps.warp_prefix(le, items, has_carry)
@@ -521,6 +519,16 @@ def _emit_kernel(
     e.for_(zero, ntiles, one, [], tile_body)
     if chunk and aggs and load_fn is None:
         _store_chunk_aggregate(e, steps, aggs, k_chunk)
+
+
+def _has_carry(le: Emitter, kt: SSAValue, zero: SSAValue, seeded: bool, k_chunk: SSAValue | None) -> SSAValue:
+    """Whether tile `kt` starts from a carry: after the first tile; seeded, every tile
+    (in time blocks, `k_chunk`: only chunk 0 starts from the seeds, state in memory)."""
+    if not seeded:
+        return le.cmp("ugt", kt, zero)
+    if k_chunk is None:
+        return le.const(1, IntegerType(1))
+    return _or(le, le.cmp("ugt", kt, zero), le.cmp("eq", k_chunk, zero))
 
 
 def _end_stores(e: Emitter, steps: "_TileSteps", finals, final_at, length: SSAValue) -> tuple[list, list]:
