@@ -93,7 +93,7 @@ def mark_readonly_args(module: ModuleOp) -> ModuleOp:
     xDSL 0.74's op does not define: the property is set for printing only (the marked
     module is a copy that goes straight to mlir-opt, unverified)."""
     for op in list(module.walk()):
-        if not isinstance(op, gpu.FuncOp) or op.kernel is None:
+        if not isinstance(op, gpu.FuncOp) or (op.kernel is None and "gpu.kernel" not in op.attributes):
             continue
         positions = _not_aliased_at_launches(module, op.sym_name.data, readonly_memref_args(op))
         if not positions:
