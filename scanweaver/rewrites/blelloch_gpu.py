@@ -1134,6 +1134,11 @@ def load_run(le: Emitter, ref: SSAValue, chunks: list[tuple[list[SSAValue], list
     return vals  # type: ignore[return-value]
 
 
+def store_aligned(e: Emitter, v: SSAValue, ref: SSAValue, idx: Sequence[SSAValue]) -> None:
+    """A 16-byte `vector.store` of `v` at `ref[idx]` (the caller checked the alignment)."""
+    _aligned(e, vector.StoreOp(v, ref, list(idx)))
+
+
 def _aligned(e: Emitter, op: Operation) -> SSAValue | None:
     """Emit a vector.load / vector.store promising 16-byte alignment (upstream's
     `alignment` property: without it LLVM splits the access into scalars)."""
