@@ -55,7 +55,9 @@ Kernel design
   `ld.global.v4` / `.v2`; without it LLVM splits the access) and writes h with
   `vector.store`, unguarded; other tiles take the guarded scalar path. With 4 f32
   items per thread (the default) a warp's loads cover 512 contiguous bytes, fully
-  coalesced without a staging pass through shared memory.
+  coalesced without a staging pass through shared memory. Inputs no kernel writes
+  are read through the read-only path (`ld.global.nc`: `toolchain/readonly_params.py`
+  marks them at export).
 * Prefetch (warp-shuffle tiles of the time-block kernels, `prefetch=True`): the loop
   carries the next tile's pairs; each tile issues the loads of tile k + 1 before its
   own scan and barriers, so their latency overlaps the scan (2 * items_per_thread more

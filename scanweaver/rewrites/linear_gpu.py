@@ -37,6 +37,18 @@ Kernel design
   state buffer, then the cloned `emit`. The items' pairs are kept in registers when
   (K*K + K) * items_per_thread <= 32 (K = 2 with 4 items: 24), else recomputed from
   the cloned `coeffs` (loads hit L1).
+* Warp-shuffle tile (states `gpu.shuffle` moves: f32, f64, i32, i64; the sweep above
+  stays for the others): the per-thread aggregates are scanned inside each warp by
+  Kogge-Stone on every (M, v) component (blelloch_gpu's helpers), the last lane of
+  each warp posts its total to sM/sV (one entry per warp), one barrier, and every
+  thread applies the totals of the warps before its own to the carried state, then
+  its lane's exclusive prefix; the next carry goes through sC behind a second barrier
+  (by `shuffle idx` in a block of one warp). Overflow verdict as in the affine kernel:
+  a lane with a non-finite inclusive aggregate flags its warp (xor butterfly), a
+  flagged warp posts a NaN M[0][0], every thread checks all totals; a non-finite
+  entry of a product or of M v + w makes an entry of the result non-finite, so a
+  finite verdict means every aggregate the tile used was finite. Shared memory:
+  (K*K + K) * (block_size / 32) + K elements.
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root (M, v)
   is not finite in the root's M slot (never read by the down-sweep); such a tile takes
   its entering states in the loop's own order, thread after thread.

@@ -33,6 +33,12 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
   > 0). Every combine is guarded by those index tests (`scf.if`), so the combine only
   ever sees real values (combine(empty, x) = x is implemented by not combining).
   Padding (steps >= L) loads nothing and holds zeros.
+* Global memory: where every operand's array fits 16-byte vectors (f32/f64/i32/i64,
+  identity layout, scan axis innermost, items_per_thread whole vectors: see
+  `blelloch_gpu.vector_width`), a full tile (row length and tile start multiples of
+  the vector) loads each thread's run with `vector.load` and stores the results with
+  `vector.store` after the replay; other tiles (and seeded scans, which map their own
+  loads) take the guarded scalar path.
 * Phase 1: each thread loads its k-tuples (guarded), folds its valid ones
   left to right into one aggregate, stores it to shared `s_j[tid]` (one array per
   operand, `memref.global` in address space 3).

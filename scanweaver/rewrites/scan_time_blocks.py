@@ -13,6 +13,9 @@ each channel's time axis is cut into chunks of `chunk = block_size * items_per_t
 3. `<name>_carry`, grid channels x chunks: every block of a chunk k > 0 replaces each
    output of its chunk by combine(c[.., k-1], output); combine operands keep scan order
    (the carry is the earlier part), so only associativity is assumed, as in `scan_gpu`.
+   Each thread takes runs of one 16-byte vector's worth of steps (4 for 32-bit
+   elements), read and written by vectors where the run is inside the chunk and the
+   rows are whole vectors (`_carry_vector`), else step by step.
    A seeded scan (the associative raise's host copies, `scan_seed_gpu.py`) scans the
    producer's map of its sources into its destinations in step 1 (each chunk's
    aggregate stored by the thread of its last step, exact for a partial last tile); in
