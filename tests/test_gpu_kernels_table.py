@@ -27,7 +27,7 @@ PTX = """
 
 def test_ptx_figures_by_kernel():
     k1 = ptx_figures(ptx_kernel_text(PTX, "k1"))
-    assert k1 == {"global_loads": {"128b": 1, "32b": 1}, "global_stores": {"128b": 1}, "barriers": 2, "shuffles": 1}
+    assert k1 == {"global_loads": {"128b.nc": 1, "32b": 1}, "global_stores": {"128b": 1}, "barriers": 2, "shuffles": 1}
     assert ptx_figures(ptx_kernel_text(PTX, "k2"))["global_stores"] == {"32b": 1}
 
 

@@ -280,13 +280,13 @@ def test_misaligned_vector_access_is_a_simulator_error():
 _PTXAS_CASES = {
     # (IR, pass options, what the PTX must show)
     "affine_f32_128x4": (lambda: affine_func((4, 4096), 1, "f32", "f32", init=True, final=True),
-                         {}, ["ld.global.v4", "st.global.v4", "shfl.sync.up", "shfl.sync.bfly"]),
+                         {}, ["ld.global.nc.v4", "st.global.v4", "shfl.sync.up", "shfl.sync.bfly"]),
     "affine_f64_rev": (lambda: affine_func((4, 4096), 1, "f64", "f64", final=True, reverse=True),
-                       {"items_per_thread": 2}, ["ld.global.v2.b64", "st.global.v2.b64", "shfl.sync.up"]),
+                       {"items_per_thread": 2}, ["ld.global.nc.v2.b64", "st.global.v2.b64", "shfl.sync.up"]),
     "affine_i64_one_warp": (lambda: affine_func((4, 1000), 1, "i64", "i64", init=True), {"block_size": 32},
                             ["shfl.sync.idx"]),
     "affine_time_blocks_2p26": (lambda: affine_func((1, 1 << 26), 1, "f32", "f32", init=True, final=True),
-                                {"time_blocks": "always"}, ["ld.global.v4", "shfl.sync.up"]),
+                                {"time_blocks": "always"}, ["ld.global.nc.v4", "shfl.sync.up"]),
 }
 
 

@@ -104,13 +104,20 @@ def test_launch_description_and_structure():
     (desc,) = launch_descriptions(m)
     assert desc.kernel_name == "scan_linear_0"
     assert desc.grid == (6, 1, 1) and desc.block == (8, 1, 1)
-    # sM 4 x 8, sV 2 x 8, sC 2 floats (16-byte aligned arrays)
-    assert desc.shared_bytes == 4 * 8 * 4 + 2 * 8 * 4 + 2 * 4
+    # warp-shuffle tile in one warp: no warp totals, sC (2 floats) only
+    assert desc.shared_bytes == 2 * 4
     assert {n: k for n, k, _, _ in desc.args} == {"x": "in", "c1": "in", "c2": "in", "y": "out"}
     (kernel,) = [o for o in m.walk() if isinstance(o, gpu.FuncOp)]
     barriers = [o for o in kernel.walk() if isinstance(o, gpu.BarrierOp)]
-    # up, down, after the down-sweep, epilogue, the overflow fallback's loop
-    assert len(barriers) == 3 + 3 + 1 + 1 + 1
+    # the entering state, the overflow fallback's loop, before the final sC, epilogue
+    assert len(barriers) == 4
+    # two warps: sM 4 x 2 totals, sV 2 x 2, sC 2 (16-byte aligned arrays)
+    _, m = lowered(loops.iir2_loops(6, 50), block_size=64, items_per_thread=4)
+    (desc,) = launch_descriptions(m)
+    assert desc.shared_bytes == 4 * 2 * 4 + 2 * 2 * 4 + 2 * 4
+    (kernel,) = [o for o in m.walk() if isinstance(o, gpu.FuncOp)]
+    # the entering state, the warp totals, the fallback, the carry, epilogue
+    assert len([o for o in kernel.walk() if isinstance(o, gpu.BarrierOp)]) == 4 + 1
 
 
 # ------------------------------------------------------------------------------ other forms

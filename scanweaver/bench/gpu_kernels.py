@@ -8,7 +8,8 @@ workload at the issue's sizes, static shapes) and each kernel it launches:
   228 KB of shared memory per SM, 1 KB reserved per block, 64 warps, 32 blocks;
   registers allocated per warp in units of 256);
 * from the PTX: the global load and store instructions by width (`ld.global.v4.f32` is
-  128 bits), barrier and `shfl.sync` instructions (static counts);
+  128 bits; read-only loads, `ld.global.nc`, are counted apart as "128b.nc"), barrier
+  and `shfl.sync` instructions (static counts);
 * from the thread-block simulator, on one channel of the case's kernels at its block
   configuration (lengths T and 2T, T = one tile; time-block kernels with one-tile chunks):
   barriers per tile and the bytes moved in global memory per scanned element.
@@ -149,13 +150,15 @@ def ptx_kernel_text(ptx: str, kernel: str) -> str:
     return ptx[start : nxt if nxt > 0 else len(ptx)]
 
 
-_MEM = re.compile(r"\b(ld|st)\.global(?:\.nc)?(?:\.L\w+::\w+)*(?:\.v(\d))?\.[bfsu](\d+)\b")
+_MEM = re.compile(r"\b(ld|st)\.global(\.nc)?(?:\.L\w+::\w+)*(?:\.v(\d))?\.[bfsu](\d+)\b")
 
 
 def ptx_figures(text: str) -> dict[str, Any]:
+    """Global accesses by width ("128b"; read-only `ld.global.nc` loads as "128b.nc"),
+    barriers and shuffles, counted in the PTX text."""
     widths: dict[str, dict[str, int]] = {"ld": {}, "st": {}}
-    for kind, vec, bits in _MEM.findall(text):
-        w = f"{int(vec or 1) * int(bits)}b"
+    for kind, nc, vec, bits in _MEM.findall(text):
+        w = f"{int(vec or 1) * int(bits)}b{nc}"
         widths[kind][w] = widths[kind].get(w, 0) + 1
     return {
         "global_loads": widths["ld"],
@@ -256,7 +259,11 @@ def table(emitted: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _widths(d: dict[str, int]) -> str:
-    return ", ".join(f"{w} x{n}" for w, n in sorted(d.items(), key=lambda x: int(x[0][:-1]))) or "-"
+    def order(item: tuple[str, int]) -> tuple[int, str]:
+        bits, _, nc = item[0].partition("b")
+        return int(bits), nc
+
+    return ", ".join(f"{w} x{n}" for w, n in sorted(d.items(), key=order)) or "-"
 
 
 def markdown(before: dict[str, Any], after: dict[str, Any], before_ref: str) -> str:
@@ -270,7 +277,8 @@ def markdown(before: dict[str, Any], after: dict[str, Any], before_ref: str) -> 
         "of two tiles (time-block kernels with one-tile chunks, so their per-block loads weigh more",
         "than at 8192-step chunks, and the carry kernel of `scan.scan`, which skips chunk 0, touches",
         "half the elements instead of nearly all). The least an affine scan moves is 12 B/element",
-        "(f32 a, b read, h written), 8 for the i32 cumsum.",
+        "(f32 a, b read, h written), 8 for the i32 cumsum. Loads marked `.nc` are `ld.global.nc`",
+        "(the read-only data path, for the inputs a kernel never writes).",
         "",
     ]
     head = ("| case | | kernel | grid | regs | spill B | shared B | occupancy | global loads | global stores "

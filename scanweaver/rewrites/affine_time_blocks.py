@@ -278,7 +278,7 @@ def _emit_chunks(
     t_end = e.val(arith.SelectOp(redo, e.val(arith.SelectOp(idle, zero, length)), chunk_end))
     carry0 = e.val(arith.SelectOp(redo, init, carry0))
     carry = bg.emit_chained_tiles(
-        e, pairs, args, name, channel, axis, shared, reverse, bs, ipt, t_begin, t_end, carry0
+        e, pairs, args, name, channel, axis, shared, reverse, bs, ipt, t_begin, t_end, carry0, prefetch=True
     )
     if final_ref is not None:
         last = e.cmp("eq", k, e.sub(n, e.index(1)))
@@ -431,7 +431,7 @@ class _AffineTimeBlocks:
             carry0 = _to(e2, carry0, agg_t)
         carry = bg.emit_chained_tiles(
             e2, pairs2, a2, k2, channel2, rank - 1, sh2, False, bs, self.ipt, e2.index(0), e2.dim(a2["h"], rank - 1),
-            carry0,
+            carry0, prefetch=True,  # one block: latency-bound, the next tile's loads overlap the scan
         )
         e2.if_(e2.cmp("eq", bg._thread_id(e2), e2.index(0)), [], lambda ie: ie.store(carry, a2["final"], channel2))
         e2.op(gpu.ReturnOp([]))

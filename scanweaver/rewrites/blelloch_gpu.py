@@ -55,7 +55,17 @@ Kernel design
   `ld.global.v4` / `.v2`; without it LLVM splits the access) and writes h with
   `vector.store`, unguarded; other tiles take the guarded scalar path. With 4 f32
   items per thread (the default) a warp's loads cover 512 contiguous bytes, fully
-  coalesced without a staging pass through shared memory.
+  coalesced without a staging pass through shared memory. Inputs no kernel writes
+  are read through the read-only path (`ld.global.nc`: `toolchain/readonly_params.py`
+  marks them at export).
+* Prefetch (warp-shuffle tiles of the time-block kernels, `prefetch=True`): the loop
+  carries the next tile's pairs; each tile issues the loads of tile k + 1 before its
+  own scan and barriers, so their latency overlaps the scan (2 * items_per_thread more
+  registers; tile 0 is loaded before the loop, and the load of the tile past the last
+  is all guarded identity: no access). Not in the one-block-per-channel kernel: there
+  the 10 more registers (30 -> 40 for f32) would cut the resident warps from 64 to 48
+  per SM, and with thousands of channels the other warps hide the latency (unmeasured:
+  no GPU run yet).
 * Each thread then replays its registers sequentially, `h = a * h + b`, storing each
   in-range h. Identity padding keeps h unchanged past the end, so the last thread's
   final h is the tile's last state: it writes it to a one-slot shared buffer, a
@@ -767,13 +777,16 @@ def emit_chained_tiles(
     carry0: SSAValue | Callable[[Emitter], SSAValue],
     tid: SSAValue | None = None,
     length: SSAValue | None = None,
+    prefetch: bool = False,
 ) -> SSAValue:
     """The tiles of logical time steps [t_begin, t_end) of one channel, one after the
     other, entering with the state `carry0` (or what `carry0(e)` emits, after the shared
     buffers); returns (in every thread) the state after the last step. Stores h[t] for
     every step; block-uniform control flow only. `tid` and `length` (the scan axis size)
-    are reused when given."""
+    are reused when given. `prefetch`: warp-shuffle tiles load the next tile's pairs
+    first (module doc, "Prefetch")."""
     tiles = _ChainedTiles(e, pairs, args, name, channel, axis, shared, reverse, bs, ipt, t_end, tid, length)
+    tiles.prefetch = prefetch
     return tiles.emit(e, t_begin, carry0)
 
 
@@ -806,6 +819,7 @@ class _ChainedTiles:
         self.s_a = e.val(memref.GetGlobalOp(f"{name}_sA", shared[0]))
         self.s_b = e.val(memref.GetGlobalOp(f"{name}_sB", shared[1]))
         self.s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
+        self.prefetch = False
 
     def emit(self, e: Emitter, t_begin: SSAValue, carry0: SSAValue | Callable[[Emitter], SSAValue]) -> SSAValue:
         """The tile loop from `carry0`; returns the state after the last step."""
@@ -827,7 +841,10 @@ class _ChainedTiles:
         if self.warp:
             self.width = min(bs, WARP)
             self.lane, self.warp_id = lane_and_warp(e, self.tid)
-            body = self._warp_tile_body
+            # prefetch: tile 0's pairs before the loop, tile k+1's at the top of tile k
+            first = self._tile_values(e, e.index(0)) if self.prefetch else []
+            carry, *_ = e.for_(e.index(0), ntiles, self.one, [carry0, *first], self._warp_tile_body)
+            return carry
         (carry,) = e.for_(e.index(0), ntiles, self.one, [carry0], body)
         return carry
 
@@ -852,14 +869,31 @@ class _ChainedTiles:
         self._publish(le, h)
         return [le.load(self.s_c, [le.index(0)])]
 
-    def _warp_tile_body(self, le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
-        """The tile with warp-shuffle scans (module doc, "In-tile scan"): 2 barriers,
-        none when the block is one warp."""
-        (carry,) = carried
-        pairs, width = self.pairs, self.width
+    def _tile_values(self, le: Emitter, k: SSAValue) -> list[SSAValue]:
+        """Tile k's (a, b) pairs of this thread, flat [a_0, b_0, a_1, ...]: 16-byte
+        vectors in a full tile, else guarded scalars (identity past the end, so a tile
+        at or past the last one reads nothing)."""
         start = le.add(le.mul(k, self.tile), self.thread_base)
         full = self._full_tile(le, k)
         items = self._load_items(le, start) if full is None else self._load_items_vector(le, start, full)
+        return [v for a_j, b_j, _, _ in items for v in (a_j, b_j)]
+
+    def _warp_tile_body(self, le: Emitter, k: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        """The tile with warp-shuffle scans (module doc, "In-tile scan"): 2 barriers,
+        none when the block is one warp. With `prefetch` its pairs were loaded by the
+        previous tile (or before the loop) and the next tile's loads are issued first, so
+        that their latency overlaps this tile's scan (module doc, "Prefetch")."""
+        carry, *vals = carried
+        pairs, width = self.pairs, self.width
+        start = le.add(le.mul(k, self.tile), self.thread_base)
+        if not self.prefetch:
+            vals = self._tile_values(le, k)
+        nxt = self._tile_values(le, le.add(k, self.one)) if self.prefetch else []
+        full = self._full_tile(le, k)
+        items = []
+        for j in range(self.ipt):
+            t = le.add(start, le.index(j)) if j else start
+            items.append((vals[2 * j], vals[2 * j + 1], t, le.cmp("ult", t, self.t_end)))
         agg = [items[0][0], items[0][1]]
         for a_j, b_j, _, _ in items[1:]:
             agg = list(pairs.combine(le, (agg[0], agg[1]), (a_j, b_j)))
@@ -874,10 +908,10 @@ class _ChainedTiles:
         h = self._entry_state(le, items, carry, [bad] if bad is not None else [], tree)
         h = self._replay(le, items, h) if full is None else self._replay_vector(le, items, h, start, full)
         if self.bs <= WARP:  # the last lane's state, without shared memory
-            nxt, _ = shuffle(le, "idx", h, width - 1, width)
-            return [nxt]
+            last, _ = shuffle(le, "idx", h, width - 1, width)
+            return [last, *nxt]
         self._publish(le, h)
-        return [le.load(self.s_c, [le.index(0)])]
+        return [le.load(self.s_c, [le.index(0)]), *nxt]
 
     def _warp_entry(
         self, le: Emitter, inc: Sequence[SSAValue], carry: SSAValue, bad: SSAValue | None
@@ -1132,6 +1166,11 @@ def load_run(le: Emitter, ref: SSAValue, chunks: list[tuple[list[SSAValue], list
         for i, item in enumerate(lanes):
             vals[item] = le.val(vector.ExtractOp(v, [i], el))
     return vals  # type: ignore[return-value]
+
+
+def store_aligned(e: Emitter, v: SSAValue, ref: SSAValue, idx: Sequence[SSAValue]) -> None:
+    """A 16-byte `vector.store` of `v` at `ref[idx]` (the caller checked the alignment)."""
+    _aligned(e, vector.StoreOp(v, ref, list(idx)))
 
 
 def _aligned(e: Emitter, op: Operation) -> SSAValue | None:

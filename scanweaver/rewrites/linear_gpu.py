@@ -37,6 +37,18 @@ Kernel design
   state buffer, then the cloned `emit`. The items' pairs are kept in registers when
   (K*K + K) * items_per_thread <= 32 (K = 2 with 4 items: 24), else recomputed from
   the cloned `coeffs` (loads hit L1).
+* Warp-shuffle tile (states `gpu.shuffle` moves: f32, f64, i32, i64; the sweep above
+  stays for the others): the per-thread aggregates are scanned inside each warp by
+  Kogge-Stone on every (M, v) component (blelloch_gpu's helpers), the last lane of
+  each warp posts its total to sM/sV (one entry per warp), one barrier, and every
+  thread applies the totals of the warps before its own to the carried state, then
+  its lane's exclusive prefix; the next carry goes through sC behind a second barrier
+  (by `shuffle idx` in a block of one warp). Overflow verdict as in the affine kernel:
+  a lane with a non-finite inclusive aggregate flags its warp (xor butterfly), a
+  flagged warp posts a NaN M[0][0], every thread checks all totals; a non-finite
+  entry of a product or of M v + w makes an entry of the result non-finite, so a
+  finite verdict means every aggregate the tile used was finite. Shared memory:
+  (K*K + K) * (block_size / 32) + K elements.
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root (M, v)
   is not finite in the root's M slot (never read by the down-sweep); such a tile takes
   its entering states in the loop's own order, thread after thread.
@@ -55,7 +67,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects import memref
+from xdsl.dialects import arith, gpu, memref
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Attribute, SSAValue
 
@@ -145,12 +157,17 @@ class _LinearKernel:
         e = self.kk.e
         self.zero, self.one = e.index(0), e.index(1)
         K = self.K
+        self.warp = bg.shuffles(self.el)
+        #: entries per component in sM / sV: one per thread for the sweep, one per warp
+        #: (none in a block of one warp) for the warp-shuffle tile
+        self.stride = shared_stride(self.el, bs)
         self.s_m, self.s_v, self.s_c = (
-            self._shared(name, "sM", K * K * bs), self._shared(name, "sV", K * bs), self._shared(name, "sC", K)
+            self._shared(name, "sM", K * K * self.stride), self._shared(name, "sV", K * self.stride),
+            self._shared(name, "sC", K),
         )
 
     def _shared(self, name: str, suffix: str, rows: int) -> SSAValue:
-        t = MemRefType(self.el, [rows], memory_space=bg.SHARED_SPACE)
+        t = MemRefType(self.el, [max(rows, 1)], memory_space=bg.SHARED_SPACE)  # unused: LLVM drops it
         return self.kk.e.val(memref.GetGlobalOp(f"{name}_{suffix}", t))
 
     def build(self) -> tuple:
@@ -162,7 +179,22 @@ class _LinearKernel:
         self.thread_base = e.mul(kk.tid, e.index(ipt))
         self.last_k = e.sub(kk.trip, self.one)
         self.guard = bg.needs_overflow_guard(self.el, bs)
-        e.for_(self.zero, ntiles, self.one, [], self._tile_body)
+        if self.warp:
+            self.width = min(bs, bg.WARP)
+            self.lane, self.warp_id = bg.lane_and_warp(e, kk.tid)
+            e.op(gpu.BarrierOp())  # thread 0 wrote the entering state to sC
+            carry0 = [e.load(self.s_c, [e.index(c)]) for c in range(self.K)]
+            final = e.for_(self.zero, ntiles, self.one, carry0, self._warp_tile_body)
+            if bs <= bg.WARP:  # the carry moved by shuffles: sC gets the final state, once
+                e.op(gpu.BarrierOp())  # every thread is done with sC
+
+                def store_final(ie: Emitter) -> None:
+                    for c, x in enumerate(final):
+                        ie.store(x, self.s_c, [ie.index(c)])
+
+                e.if_(e.cmp("eq", kk.tid, self.zero), [], store_final)
+        else:
+            e.for_(self.zero, ntiles, self.one, [], self._tile_body)
         gpu_nest.finish_nest_kernel(kk, self.K, self.s_c, lambda ie, j: [ie.index(j)])
         return kk.kfunc, self.el, self.K
 
@@ -222,8 +254,8 @@ class _LinearKernel:
         return [m[v] for v in self.yields]
 
     def slot(self, ie: Emitter, c: int, x: SSAValue) -> SSAValue:
-        """Index of component c of thread x's entry (component-major layout)."""
-        return ie.add(x, ie.index(c * self.bs)) if c else x
+        """Index of component c of entry x (thread, or warp; component-major layout)."""
+        return ie.add(x, ie.index(c * self.stride)) if c else x
 
     def load_pair(self, ie: Emitter, x: SSAValue) -> list[SSAValue]:
         K = self.K
@@ -255,6 +287,15 @@ class _LinearKernel:
     def _fold_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, list[SSAValue]]]:
         """1. This thread's pairs (identity past the end), folded in step order into
         its aggregate in shared memory; returns (k, inside, pair) per item."""
+        items, agg = self._load_items(le, start)
+        self.store_pair(le, agg, self.kk.tid)
+        return items
+
+    def _load_items(
+        self, le: Emitter, start: SSAValue
+    ) -> tuple[list[tuple[SSAValue, SSAValue, list[SSAValue]]], list[SSAValue]]:
+        """This thread's (k, inside, pair) items, identity past the end, and their
+        aggregate in step order (registers)."""
         items = []
         agg: list[SSAValue] = []
         for j in range(self.ipt):
@@ -265,8 +306,67 @@ class _LinearKernel:
             )
             items.append((k, inside, pair))
             agg = pair if j == 0 else self.mat.compose(le, agg, pair)
-        self.store_pair(le, agg, self.kk.tid)
-        return items
+        return items, agg
+
+    # -- the warp-shuffle tile (blelloch_gpu's module doc, "In-tile scan") -----------------
+
+    def _warp_tile_body(self, le: Emitter, tl: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        """The tile with warp shuffles: Kogge-Stone over each warp's (M, v) aggregates
+        (every component shuffled), one barrier for the warp totals, and the next carry
+        through `sC` behind a second one (1 barrier in a block of one warp)."""
+        carry = list(carried)
+        width, K, el, mat = self.width, self.K, self.el, self.mat
+        start = le.add(le.mul(tl, self.tile), self.thread_base)
+        items, agg = self._load_items(le, start)
+        inc = bg.warp_inclusive_scan(le, mat.compose, agg, width)
+        ex, has_prev = bg.warp_exclusive(le, inc, width)
+        bad = bg.warp_any(le, bg.any_not_finite(le, inc), width) if self.guard else None
+        h_warp, bad = self._warp_entry(le, inc, carry, bad)
+        m_ex, v_ex = mat.split(ex)
+        mine = mat.apply(le, m_ex, h_warp, v_ex)
+        h = [le.val(arith.SelectOp(has_prev, x, y)) for x, y in zip(mine, h_warp)]
+        if bad is not None:
+            h = self._exact_if_flagged(le, items, bad, h, carry)
+        h = self._replay(le, items, h)
+        if self.bs <= bg.WARP:  # the last lane's state, without shared memory
+            return [bg.shuffle(le, "idx", x, width - 1, width)[0] for x in h]
+        self._publish(le, h)
+        le.op(gpu.BarrierOp())  # the carry is posted; every thread read the totals
+        return [le.load(self.s_c, [le.index(c)]) for c in range(K)]
+
+    def _warp_entry(
+        self, le: Emitter, inc: Sequence[SSAValue], carry: list[SSAValue], bad: SSAValue | None
+    ) -> tuple[list[SSAValue], SSAValue | None]:
+        """The state entering this thread's warp and the tile's verdict (block-uniform):
+        the last lane of each warp posts its warp's (M, v) total (M[0][0] NaN when the
+        warp saw a non-finite aggregate), a barrier, then every thread applies the
+        totals of the warps before its own to the carry and checks all of them."""
+        nw = self.bs // bg.WARP
+        if nw <= 1:
+            return carry, bad
+        el, mat = self.el, self.mat
+
+        def post(ie: Emitter) -> None:
+            total = list(inc)
+            if bad is not None:
+                total[0] = ie.val(arith.SelectOp(bad, ie.const(float("nan"), el), total[0]))
+            self.store_pair(ie, total, self.warp_id)
+
+        le.if_(le.cmp("eq", self.lane, le.index(bg.WARP - 1)), [], post)
+        le.op(gpu.BarrierOp())
+        h = carry
+        verdict = None
+        for w in range(nw):
+            total = self.load_pair(le, le.index(w))
+            if bad is not None:
+                c = bg.any_not_finite(le, total)
+                verdict = c if verdict is None else le.val(arith.OrIOp(verdict, c))
+            if w < nw - 1:
+                before = le.cmp("ult", le.index(w), self.warp_id)
+                m, v = mat.split(total)
+                moved = mat.apply(le, m, h, v)
+                h = [le.val(arith.SelectOp(before, x, y)) for x, y in zip(moved, h)]
+        return h, verdict
 
     def _up(self, ie: Emitter, i: SSAValue, left: SSAValue, d: int) -> None:
         """2. Up-sweep step: the pair composition."""
@@ -306,11 +406,20 @@ class _LinearKernel:
         return flag
 
     def _exact_if_flagged(
-        self, le: Emitter, items: list, flag: SSAValue, h: list[SSAValue]
+        self, le: Emitter, items: list, flag: SSAValue, h: list[SSAValue], carry: list[SSAValue] | None = None
     ) -> list[SSAValue]:
         """5a. A flagged tile takes its entering states in the loop's own order
-        (blelloch_gpu, "Numerics") instead of the scanned prefix `h`."""
+        (blelloch_gpu, "Numerics") instead of the scanned prefix `h`. Thread 0 starts
+        from `carry` when given (the warp tile's register), else from `sC`."""
         K, el, mat, s_c = self.K, self.el, self.mat, self.s_c
+
+        def load_state(te: Emitter, j: SSAValue) -> list[SSAValue]:
+            def shared(xe: Emitter) -> list[SSAValue]:
+                return [xe.load(s_c, [xe.index(c)]) for c in range(K)]
+
+            if carry is None:
+                return shared(te)
+            return list(te.if_(te.cmp("eq", j, te.index(0)), [el] * K, lambda xe: list(carry), shared))
 
         def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
             h = list(h)
@@ -329,8 +438,7 @@ class _LinearKernel:
 
         def exact(ie: Emitter) -> list[SSAValue]:
             return bg.sequential_entry_states(
-                ie, self.kk.tid, self.bs, [el] * K, lambda te, j: [te.load(s_c, [te.index(c)]) for c in range(K)],
-                own_steps, store_carry,
+                ie, self.kk.tid, self.bs, [el] * K, load_state, own_steps, store_carry,
             )
 
         return list(le.if_(flag, [el] * K, exact, lambda ie, h=h: h))
@@ -369,6 +477,12 @@ class _LinearKernel:
         le.if_(le.cmp("eq", self.kk.tid, le.index(self.bs - 1)), [], publish)
 
 
+def shared_stride(el: Attribute, bs: int) -> int:
+    """Entries per (M, v) component in shared memory: the warp totals with shuffles
+    (`blelloch_gpu.tile_slots`), one per thread for the sweep."""
+    return bg.tile_slots(el, bs)
+
+
 def lower_linear_recurrence(
     rec: scan.LinearRecurrenceOp,
     top: ModuleOp,
@@ -394,16 +508,17 @@ def lower_linear_recurrence(
     kfunc, el, K = _LinearKernel(nest, name, block_size, items_per_thread, keep).build()
 
     kmod = bg.get_kernel_module(top)
-    rows = {"sM": K * K * block_size, "sV": K * block_size, "sC": K}
+    stride = shared_stride(el, block_size)
+    rows = {"sM": K * K * stride, "sV": K * stride, "sC": K}
     for suffix, n in rows.items():
-        bg.shared_global(kmod, f"{name}_{suffix}", el, n)
+        bg.shared_global(kmod, f"{name}_{suffix}", el, max(n, 1))
     kmod.body.block.add_op(kfunc)
     size = bg.byte_size(el)
     gpu_nest.launch_nest_kernel(
         nest,
         kfunc,
         block_size,
-        shared_layout_bytes([n * size for n in rows.values()]),
+        shared_layout_bytes([n * size for n in rows.values() if n]),
         notes=(
             f"scan.linear_recurrence over "
             f"{'no channel loop (one block)' if wrapper is not None else f'{len(nest.loops)} channel loop(s)'}"

@@ -33,6 +33,12 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
   > 0). Every combine is guarded by those index tests (`scf.if`), so the combine only
   ever sees real values (combine(empty, x) = x is implemented by not combining).
   Padding (steps >= L) loads nothing and holds zeros.
+* Global memory: where every operand's array fits 16-byte vectors (f32/f64/i32/i64,
+  identity layout, scan axis innermost, items_per_thread whole vectors: see
+  `blelloch_gpu.vector_width`), a full tile (row length and tile start multiples of
+  the vector) loads each thread's run with `vector.load` and stores the results with
+  `vector.store` after the replay; other tiles (and seeded scans, which map their own
+  loads) take the guarded scalar path.
 * Phase 1: each thread loads its k-tuples (guarded), folds its valid ones
   left to right into one aggregate, stores it to shared `s_j[tid]` (one array per
   operand, `memref.global` in address space 3).
@@ -59,7 +65,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects import arith, func, gpu, memref, scf, vector
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -72,6 +78,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     SymbolRefAttr,
     UnitAttr,
+    VectorType,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -229,8 +236,30 @@ class _TileSteps:
         """Whether the run of threads starting at `first_thread` holds a step < L."""
         return ie.cmp("ult", ie.add(ie.mul(first_thread, ie.index(self.ipt)), tile_start), self.t_end)
 
-    def load_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]:
-        """1a. this thread's (step, inside, tuple) items; zeros past the end."""
+    def load_items(
+        self, le: Emitter, start: SSAValue, full: SSAValue | None = None
+    ) -> list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]:
+        """1a. this thread's (step, inside, tuple) items; zeros past the end. With `full`
+        (`full_tile`), the run comes by 16-byte vector loads in full tiles."""
+        if full is None:
+            return self._guarded_items(le, start)
+        k, ipt = len(self.types), self.ipt
+
+        def vector_loads(ie: Emitter) -> list[SSAValue]:
+            runs = [bg.load_run(ie, x, self._run_chunks(ie, start, x), el) for x, el in zip(self.ins, self.types)]
+            return [runs[i][j] for j in range(ipt) for i in range(k)]
+
+        def scalar_loads(ie: Emitter) -> list[SSAValue]:
+            return [v for _, _, vals in self._guarded_items(ie, start) for v in vals]
+
+        flat = le.if_(full, list(self.types) * ipt, vector_loads, scalar_loads)
+        items = []
+        for j in range(ipt):
+            t = le.add(start, le.index(j)) if j else start
+            items.append((t, le.cmp("ult", t, self.t_end), flat[j * k : (j + 1) * k]))
+        return items
+
+    def _guarded_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]:
         types = self.types
         items: list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]] = []
         for j in range(self.ipt):
@@ -246,6 +275,58 @@ class _TileSteps:
             vals = le.if_(inside, types, load, lambda ie: [ie.const(0, ty) for ty in types])
             items.append((t, inside, vals))
         return items
+
+    # -- 16-byte accesses of full tiles (blelloch_gpu's module doc, "Global memory") -------
+
+    def _vector_width(self, ref: SSAValue, el: Attribute) -> int:
+        return bg.vector_width(el, self.ipt, self.axis, [ref])
+
+    def full_tile(self, le: Emitter, tile_start: SSAValue) -> SSAValue | None:
+        """i1: this tile is full and its runs are 16-byte aligned (then every element is
+        loaded and stored by vectors); None where the kernel keeps scalar accesses: a
+        seeded scan's own loads, or any array whose layout or type the vectors do not fit."""
+        if self.load_fn is not None:
+            return None
+        refs = [*zip(self.ins, self.types), *((y, el) for y, el in zip(self.outs, self.types) if y is not None)]
+        widths = [self._vector_width(r, el) for r, el in refs]
+        if not widths or not all(widths):
+            return None
+        return bg.full_aligned_tile(le, tile_start, self.bs * self.ipt, self.t_end, le.dim(refs[0][0], self.axis),
+                                    max(widths))
+
+    def _run_chunks(self, le: Emitter, start: SSAValue, ref: SSAValue) -> list[tuple[list[SSAValue], list[int]]]:
+        el = ref.type.element_type  # type: ignore[attr-defined]
+        return bg.run_vectors(le, self.channel, self.axis, start, self.ipt, self._vector_width(ref, el),
+                              self.last_t if self.reverse else None)
+
+    def _store_results(
+        self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]],
+        news: Sequence[Sequence[SSAValue]], start: SSAValue, full: SSAValue,
+    ) -> None:
+        """The replay's inclusive values `news` (one tuple per item) to the outputs: by
+        16-byte vectors in a full tile, else each valid item on its own."""
+
+        def vector_stores(ie: Emitter) -> None:
+            for i, y in enumerate(self.outs):
+                if y is None:
+                    continue
+                el = self.types[i]
+                vt = VectorType(el, [self._vector_width(y, el)])
+                for idx, lanes in self._run_chunks(ie, start, y):
+                    v = ie.val(vector.BroadcastOp(news[lanes[0]][i], vt))
+                    for pos, item in enumerate(lanes[1:], 1):
+                        v = ie.val(vector.InsertOp(news[item][i], v, [pos], vt))
+                    bg.store_aligned(ie, v, y, idx)
+
+        def scalar_stores(ie: Emitter) -> None:
+            for (t, inside, _), new in zip(items, news):
+
+                def store(je: Emitter, t: SSAValue = t, new: Sequence[SSAValue] = new) -> None:
+                    store_all(je, new, self.outs, self.at(self.phys(je, t)))
+
+                ie.if_(inside, [], store)
+
+        le.if_(full, [], vector_stores, scalar_stores)
 
     def fold(self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]) -> None:
         """1b. fold the valid items left to right and store the aggregate to s_j[tid]."""
@@ -289,20 +370,25 @@ class _TileSteps:
         bg.blelloch_levels(le, self.tid, self.bs, down, down=True)
 
     def replay(
-        self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]], has_carry: SSAValue
+        self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]], has_carry: SSAValue,
+        start: SSAValue | None = None, full: SSAValue | None = None,
     ) -> Sequence[SSAValue]:
         """5. replay from the exclusive prefix; store every valid inclusive result.
         Returns this thread's last inclusive value."""
         acc: Sequence[SSAValue] = self.load_slot(le, self.tid)
         prefix_valid = _or(le, has_carry, le.cmp("ugt", self.tid, self.zero))
-        return self.replay_from(le, items, acc, prefix_valid)
+        return self.replay_from(le, items, acc, prefix_valid, start, full)
 
     def replay_from(
         self, le: Emitter, items: Sequence[tuple[SSAValue, SSAValue, Sequence[SSAValue]]],
         acc: Sequence[SSAValue], prefix_valid: SSAValue,
+        start: SSAValue | None = None, full: SSAValue | None = None,
     ) -> Sequence[SSAValue]:
-        """`replay` from the exclusive prefix `acc` (empty where not `prefix_valid`)."""
+        """`replay` from the exclusive prefix `acc` (empty where not `prefix_valid`).
+        With `full` (and the run's first step `start`) the outputs are stored after the
+        replay, by vectors in full tiles (`_store_results`)."""
         types = self.types
+        news: list[Sequence[SSAValue]] = []
         for j, (t, inside, vals) in enumerate(items):
 
             def step(ie: Emitter, j=j, t=t, vals=vals, acc=acc) -> list[SSAValue]:
@@ -310,16 +396,18 @@ class _TileSteps:
                     new = ie.if_(prefix_valid, types, lambda je: self.combine(je, acc, vals), lambda je: vals)
                 else:
                     new = self.combine(ie, acc, vals)
-                idx = self.at(self.phys(ie, t))
-                for v, y in zip(new, self.outs):
-                    if y is not None:
-                        ie.store(v, y, idx)
+                if full is None:
+                    store_all(ie, new, self.outs, self.at(self.phys(ie, t)))
                 for at, targets, where in self.ends:  # the results, a chunk's aggregate
                     ie.if_(ie.cmp("eq", t, at), [],
                            lambda je, new=new, targets=targets, where=where: store_all(je, new, targets, where))
                 return list(new)
 
             acc = le.if_(inside, types, step, lambda ie, acc=acc: acc)
+            news.append(acc)
+        if full is not None:
+            assert start is not None
+            self._store_results(le, items, news, start, full)
         return acc
 
     # -- the warp-shuffle tile (module doc of blelloch_gpu, "In-tile scan") ----------------
@@ -503,10 +591,11 @@ def _emit_kernel(
         tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
         start = le.add(tile_start, thread_base)
         has_carry = _has_carry(le, kt, zero, seeds is not None, k_chunk if chunk else None)
-        items = steps.load_items(le, start)
+        full = steps.full_tile(le, tile_start)
+        items = steps.load_items(le, start, full)
         if warp:
             acc, prefix_valid = steps.warp_prefix(le, items, has_carry)
-            last = steps.replay_from(le, items, acc, prefix_valid)
+            last = steps.replay_from(le, items, acc, prefix_valid, start, full)
             le.op(gpu.BarrierOp())  # every thread read the totals and the carry
             steps.publish(le, last)
             return
@@ -514,7 +603,7 @@ def _emit_kernel(
         steps.up_sweep(le, tile_start)
         steps.seed(le, has_carry)
         steps.down_sweep(le, tile_start, has_carry)
-        steps.publish(le, steps.replay(le, items, has_carry))
+        steps.publish(le, steps.replay(le, items, has_carry, start, full))
 
     e.for_(zero, ntiles, one, [], tile_body)
     if chunk and aggs and load_fn is None:

@@ -13,6 +13,9 @@ each channel's time axis is cut into chunks of `chunk = block_size * items_per_t
 3. `<name>_carry`, grid channels x chunks: every block of a chunk k > 0 replaces each
    output of its chunk by combine(c[.., k-1], output); combine operands keep scan order
    (the carry is the earlier part), so only associativity is assumed, as in `scan_gpu`.
+   Each thread takes runs of one 16-byte vector's worth of steps (4 for 32-bit
+   elements), read and written by vectors where the run is inside the chunk and the
+   rows are whole vectors (`_carry_vector`), else step by step.
    A seeded scan (the associative raise's host copies, `scan_seed_gpu.py`) scans the
    producer's map of its sources into its destinations in step 1 (each chunk's
    aggregate stored by the thread of its last step, exact for a partial last tile); in
@@ -37,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from xdsl.dialects import arith, func, gpu, memref
+from xdsl.dialects import arith, func, gpu, memref, vector
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     DictionaryAttr,
@@ -47,6 +50,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     SymbolRefAttr,
     UnitAttr,
+    VectorType,
     i64,
 )
 from xdsl.ir import Attribute, Block, Region, SSAValue
@@ -379,15 +383,43 @@ def _emit_carry(e: Emitter, combine, outs: Sequence[SSAValue], prefixes: Sequenc
         t_begin = ie.mul(k, ie.index(chunk))
         t_end = ie.val(arith.MinUIOp(length, ie.add(t_begin, ie.index(chunk))))
 
-        def step(le: Emitter, t: SSAValue, _: Sequence[SSAValue]) -> list[SSAValue]:
+        def one(le: Emitter, t: SSAValue) -> None:
             p = le.sub(last_t, t) if reverse else t
             idx = [*channel[:axis], p, *channel[axis:]]
             new = combine(le, carry, [le.load(y, idx) for y in outs])
             for v, y in zip(new, outs):
                 le.store(v, y, idx)
+
+        def step(le: Emitter, t: SSAValue, _: Sequence[SSAValue]) -> list[SSAValue]:
+            one(le, t)
             return []
 
-        ie.for_(ie.add(t_begin, tid), t_end, ie.index(bs), [], step)
+        vec = _carry_vector(outs, axis, chunk)
+        if not vec:
+            ie.for_(ie.add(t_begin, tid), t_end, ie.index(bs), [], step)
+            return
+
+        def run(le: Emitter, t: SSAValue, _: Sequence[SSAValue]) -> list[SSAValue]:
+            # steps [t, t + vec) of this thread: one 16-byte vector per output where the
+            # whole run is inside the chunk and the rows are whole vectors, else one by one
+            whole = le.val(arith.AndIOp(le.cmp("ule", le.add(t, le.index(vec)), t_end), rows_aligned))
+
+            def vectors(je: Emitter) -> None:
+                runs = [_load_vectors(je, y, channel, axis, t, vec, last_t if reverse else None) for y in outs]
+                news = [combine(je, carry, [r[j] for r in runs]) for j in range(vec)]
+                for i, y in enumerate(outs):
+                    _store_vectors(je, y, [n[i] for n in news], channel, axis, t, vec, last_t if reverse else None)
+
+            def scalars(je: Emitter) -> None:
+                for j in range(vec):
+                    tj = je.add(t, je.index(j)) if j else t
+                    je.if_(je.cmp("ult", tj, t_end), [], lambda ke, tj=tj: one(ke, tj))
+
+            le.if_(whole, [], vectors, scalars)
+            return []
+
+        rows_aligned = ie.cmp("eq", ie.remu(length, ie.index(vec)), ie.index(0))
+        ie.for_(ie.add(t_begin, ie.mul(tid, ie.index(vec))), t_end, ie.index(bs * vec), [], run)
 
     if seeds is None:
         if outs:  # (state in memory with no output array: only the results)
@@ -429,6 +461,39 @@ def _store_state(e: Emitter, tid, k, n_chunks, length, prefixes, channel, finals
                 ie.if_(inb, [], lambda je, v=v, f=f, a=a: je.store(v, f, list(a)))
 
     e.if_(cond, [], write)
+
+
+def _carry_vector(outs: Sequence[SSAValue], axis: int, chunk: int) -> int:
+    """Steps per thread and run of the carry kernel's 16-byte accesses (the most elements
+    of one vector over the outputs), or 0 where it keeps one step per thread: an output
+    the vectors do not fit (`blelloch_gpu.vector_width`), or chunks that do not start on
+    a vector boundary."""
+    if not outs:
+        return 0
+    vec = max(16 // bg.byte_size(y.type.element_type) for y in outs)  # type: ignore[attr-defined]
+    if chunk % vec or not all(bg.vector_width(y.type.element_type, vec, axis, [y]) for y in outs):  # type: ignore[attr-defined]
+        return 0
+    return vec
+
+
+def _load_vectors(e: Emitter, y: SSAValue, channel, axis: int, t: SSAValue, n: int, reverse_last) -> list[SSAValue]:
+    """Steps [t, t + n) of `y` (logical order) by 16-byte vector loads."""
+    el = y.type.element_type  # type: ignore[attr-defined]
+    chunks = bg.run_vectors(e, channel, axis, t, n, bg.vector_width(el, n, axis, [y]), reverse_last)
+    return bg.load_run(e, y, chunks, el)
+
+
+def _store_vectors(e: Emitter, y: SSAValue, vals: Sequence[SSAValue], channel, axis: int, t: SSAValue, n: int,
+                   reverse_last) -> None:
+    """`vals` (steps [t, t + n), logical order) to `y` by 16-byte vector stores."""
+    el = y.type.element_type  # type: ignore[attr-defined]
+    width = bg.vector_width(el, n, axis, [y])
+    vt = VectorType(el, [width])
+    for idx, lanes in bg.run_vectors(e, channel, axis, t, n, width, reverse_last):
+        v = e.val(vector.BroadcastOp(vals[lanes[0]], vt))
+        for pos, item in enumerate(lanes[1:], 1):
+            v = e.val(vector.InsertOp(vals[item], v, [pos], vt))
+        bg.store_aligned(e, v, y, idx)
 
 
 def fix_scratch_launches(top: ModuleOp, scratch: Scratch) -> None:

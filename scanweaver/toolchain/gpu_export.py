@@ -13,7 +13,8 @@
     }
 
 xDSL prints `gpu.module`/`gpu.func` only in the generic form, which MLIR parses, so the
-whole module is printed generically. The subprocess work (mlir-opt, ptxas, PTX
+whole module is printed generically. Kernel inputs that no kernel writes are marked
+read-only first, so they are read with `ld.global.nc` (`readonly_params`). The subprocess work (mlir-opt, ptxas, PTX
 extraction from `gpu.binary`) is `scanweaver.toolchain.mlir`'s; this module only glues.
 """
 
@@ -29,6 +30,7 @@ from scanweaver.errors import ScanWeaverValueError, ToolNotFoundError
 from scanweaver.rewrites.launch import launch_descriptions
 from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, KernelLaunch
 from scanweaver.toolchain.ptx import static_shared_bytes
+from scanweaver.toolchain.readonly_params import mark_readonly_args
 from scanweaver.toolchain.mlir import default_ptx_features, gpu_to_ptx, ptxas_info
 from scanweaver.toolchain.tools import find_tool
 
@@ -63,7 +65,8 @@ def export_gpu(
     `ptxas_arch` defaults to `chip` (PTX for sm_80 also assembles for sm_90).
     """
     features = features or default_ptx_features(chip)
-    text = print_generic(module)
+    # the read-only kernel inputs are marked on a copy (the caller's module is left as it is)
+    text = print_generic(mark_readonly_args(module.clone()))
     ptx = gpu_to_ptx(text, chip, features)
     warnings: list[str] = []
     info: dict[str, dict[str, int]] = {}

@@ -193,6 +193,57 @@ def GPU_PIPELINE(chip: str = "sm_90", features: str | None = None, fmt: str = "i
     )
 
 
+def GPU_PIPELINE_STAGES(
+    chip: str = "sm_90", features: str | None = None, fmt: str = "isa", opt_level: int = 3
+) -> tuple[str, str]:
+    """`GPU_PIPELINE` as two `--pass-pipeline` arguments, split after the kernels reach
+    the LLVM dialect (`convert-gpu-to-nvvm` and its cleanups) and before `gpu-to-llvm`
+    and `gpu-module-to-binary`, so that the kernels' LLVM-dialect text can be edited in
+    between (`readonly_params.add_noalias_to_readonly_params`). The passes and their order
+    are those of MLIR 22's `gpu-lower-to-nvvm-pipeline` (`--dump-pass-pipeline`; a test
+    checks they still agree)."""
+    features = features or default_ptx_features(chip)
+    _check_pipeline_options(chip, features, fmt, opt_level)
+    head = ",".join([
+        "convert-nvgpu-to-nvvm",
+        "gpu-kernel-outlining",
+        "convert-vector-to-scf",
+        "convert-scf-to-cf",
+        "convert-nvvm-to-llvm",
+        "convert-func-to-llvm",
+        "expand-strided-metadata",
+        f"nvvm-attach-target{{O={opt_level} chip={chip} features={features}}}",
+        "lower-affine",
+        "convert-arith-to-llvm",
+        "convert-index-to-llvm",
+        "canonicalize",
+        "cse",
+        "gpu.module(convert-gpu-to-nvvm)",
+        "gpu.module(canonicalize)",
+        "gpu.module(cse)",
+        "gpu.module(reconcile-unrealized-casts)",
+    ])
+    tail = ",".join([
+        "gpu-to-llvm",
+        f"gpu-module-to-binary{{format={fmt}}}",
+        "convert-math-to-llvm",
+        "canonicalize",
+        "cse",
+        "reconcile-unrealized-casts",
+    ])
+    return f"--pass-pipeline=builtin.module({head})", f"--pass-pipeline=builtin.module({tail})"
+
+
+def _lower_gpu(mlir_text: str, chip: str, features: str | None, fmt: str, env: dict[str, str] | None = None) -> str:
+    """The GPU pipeline in its two stages, with the read-only kernel parameters made
+    `noalias` in between (`ld.global.nc` for them; see `readonly_params`)."""
+    from scanweaver.toolchain.readonly_params import add_noalias_to_readonly_params
+
+    head, tail = GPU_PIPELINE_STAGES(chip, features, fmt)
+    kernels = run_tool("mlir-opt", [head], stdin=mlir_text, env=env)
+    return run_tool("mlir-opt", [tail], stdin=add_noalias_to_readonly_params(kernels), env=env)
+
+
 _BINARY = re.compile(r"gpu\.binary\s+@([\w$.-]+)")
 _OBJECT_PAYLOAD = re.compile(r'\b(assembly|bin|fatbin|offload)\s*=\s*"((?:[^"\\]|\\.)*)"', re.S)
 _CHIP = re.compile(r'chip\s*=\s*"([\w]+)"')
@@ -237,7 +288,7 @@ def extract_gpu_binaries(mlir_text: str) -> dict[str, bytes | str]:
 
 def gpu_to_ptx(mlir_text: str, chip: str = "sm_90", features: str | None = None) -> dict[str, str]:
     """gpu.module name -> PTX text. Needs no CUDA installation."""
-    lowered = mlir_opt(mlir_text, [GPU_PIPELINE(chip, features, "isa")])
+    lowered = _lower_gpu(mlir_text, chip, features, "isa")
     return {name: ptx for name, ptx in extract_gpu_binaries(lowered).items() if isinstance(ptx, str)}
 
 
@@ -253,7 +304,7 @@ def _env_with_ptxas() -> dict[str, str]:
 def gpu_to_cubin(mlir_text: str, chip: str = "sm_90", features: str | None = None) -> dict[str, bytes]:
     """gpu.module name -> cubin (ELF) bytes. Needs ptxas (ToolNotFoundError otherwise)."""
     env = _env_with_ptxas()  # raises ToolNotFoundError first if ptxas is missing
-    lowered = run_tool("mlir-opt", [GPU_PIPELINE(chip, features, "bin")], stdin=mlir_text, env=env)
+    lowered = _lower_gpu(mlir_text, chip, features, "bin", env)
     return {name: blob for name, blob in extract_gpu_binaries(lowered).items() if isinstance(blob, bytes)}
 
 
