@@ -26,8 +26,9 @@ from scanweaver.rewrites.cpu_vector_builders import _B, _mul, _res, _step
 #: add, per step); the error terms run beside them.
 #: The product of `a` over a chunk never overflows to inf or underflows into
 #: denormals where the sequential loop never forms it (nor runs at denormal speed):
-#: every `a` is split into an exact power of two, whose exponent is added to E (i64),
-#: and a mantissa near 1; the product of mantissas is renormalised by a power of two
+#: every `a` (wide mode: every product of WIDE_GROUP_STEPS steps of `a`) is split into
+#: an exact power of two, whose exponent is added to E (i64), and a mantissa near 1;
+#: the product of mantissas is renormalised by a power of two
 #: once per tile of time steps, chosen from its value at the start of the tile (off
 #: the critical path).  The carry code (runtime/cpu_scan.py) applies 2^E when it
 #: multiplies A by a carry.  B is the scan from 0 at its true scale; where it
