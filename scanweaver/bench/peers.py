@@ -619,7 +619,8 @@ def default_peers() -> list[Peer]:
     return [
         # affine
         Peer("scanweaver-cpu", "affine", _scanweaver_affine_cpu, is_scanweaver=True,
-             note="the public linear_scan(a, b): all cores, the output allocated per call"),
+             note="the public linear_scan(a, b): all cores, the output allocated per call "
+                  "(outputs of 32 MiB and more reuse a buffer the caller has dropped: runtime/cpu_variants.py)"),
         Peer("numpy-loop", "affine", _numpy_loop, max_seconds=3.0, max_length=1 << 16,
              note="a Python loop over time of numpy row operations, vectorised across channels"),
         Peer("numba-seq", "affine", _numba("plain"), ("numba",), max_seconds=3.0,

@@ -26,8 +26,9 @@ from scanweaver.rewrites.cpu_vector_builders import _B, _mul, _res, _step
 #: add, per step); the error terms run beside them.
 #: The product of `a` over a chunk never overflows to inf or underflows into
 #: denormals where the sequential loop never forms it (nor runs at denormal speed):
-#: every `a` is split into an exact power of two, whose exponent is added to E (i64),
-#: and a mantissa near 1; the product of mantissas is renormalised by a power of two
+#: every `a` (wide mode: every product of WIDE_GROUP_STEPS steps of `a`) is split into
+#: an exact power of two, whose exponent is added to E (i64), and a mantissa near 1;
+#: the product of mantissas is renormalised by a power of two
 #: once per tile of time steps, chosen from its value at the start of the tile (off
 #: the critical path).  The carry code (runtime/cpu_scan.py) applies 2^E when it
 #: multiplies A by a carry.  B is the scan from 0 at its true scale; where it
@@ -92,6 +93,24 @@ def _aggregate_init(bb: _B, mode: str, vt: VectorType) -> list[SSAValue]:
     return [one, e0, zero] if mode == "wide" else [one, zero, e0, zero, zero]
 
 
+#: Steps of f32 `a` multiplied together in f64 before their exponent is split off (wide
+#: mode): |a| < 2^128 and any nonzero f32 >= 2^-149, so the product of four is a normal
+#: f64 (in [2^-596, 2^512]) or zero, inf or NaN where an input is; the first product
+#: of two is exact (24-bit mantissas), the others round once each, as the per-step
+#: products of mantissas did.  One exponent split per four steps instead of one per step.
+WIDE_GROUP_STEPS = 4
+
+
+def _times_group(b: Builder, ph: SSAValue, e: SSAValue, group: Sequence[SSAValue]) -> tuple[SSAValue, SSAValue]:
+    """(ph, e) times the product of the f64-widened f32 steps in `group` (at most
+    WIDE_GROUP_STEPS): its mantissa into ph, its exponent into e."""
+    prod = group[0]
+    for a in group[1:]:
+        prod = _fop(b, arith.MulfOp, prod, a)
+    inv, kp = _exponent_split(b, prod)  # normal (or 0, inf, NaN): mantissa in [1, 2)
+    return _fop(b, arith.MulfOp, ph, _fop(b, arith.MulfOp, prod, inv)), _B(b).ins(arith.AddiOp(e, kp))
+
+
 def _aggregate_block(
     b: Builder, mode: str, a_steps: Sequence[SSAValue], x_steps: Sequence[SSAValue], hs: list[SSAValue]
 ) -> list[SSAValue]:
@@ -106,13 +125,15 @@ def _aggregate_block(
         ph, e, bh = hs
         wt = ph.type
         factor, k = _exponent_split(b, ph)  # from the tile's start: off the chain
-        for a, x in zip(a_steps, x_steps):
+        group: list[SSAValue] = []
+        for i, (a, x) in enumerate(zip(a_steps, x_steps)):
             a = _fop(b, lambda v: arith.ExtFOp(v, wt), a)
             x = _fop(b, lambda v: arith.ExtFOp(v, wt), x)
             bh = _step(b, a, bh, x)
-            inv, ka = _exponent_split(b, a)  # f32 values are normal f64: mantissa in [1, 2)
-            ph = _fop(b, arith.MulfOp, ph, _fop(b, arith.MulfOp, a, inv))
-            e = bb.ins(arith.AddiOp(e, ka))
+            group.append(a)
+            if len(group) == WIDE_GROUP_STEPS or i == len(a_steps) - 1:
+                ph, e = _times_group(b, ph, e, group)
+                group = []
         return [_fop(b, arith.MulfOp, ph, factor), bb.ins(arith.AddiOp(e, k)), bh]
     ph, pl, e, bh, bl = hs
     factor, k = _exponent_split(b, ph)

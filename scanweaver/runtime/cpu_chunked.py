@@ -3,6 +3,7 @@ time for few channels and long rows (see cpu_scan's docstring for the three phas
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -62,8 +63,8 @@ def _dd_add(ah, al, bh, bl):
 
 
 def _scale2(x: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """x * 2^e, exact unless it leaves the range (0 or inf then)."""
-    return np.ldexp(x, np.clip(e, -1 << 20, 1 << 20).astype(np.int32))
+    """x * 2^e (e: int32 from `_exponents`), exact unless it leaves the range (0 or inf then)."""
+    return np.ldexp(x, e)
 
 
 class _Carry:
@@ -90,6 +91,59 @@ class _Carry:
         return _dd_add(_scale2(ph, E), _scale2(pl, E), Bh, Bl)
 
 
+def _exponents(E: np.ndarray) -> np.ndarray:
+    """The chunks' exponents as ldexp takes them (clipped: beyond, 2^E is 0 or inf anyway)."""
+    return np.clip(E, -1 << 20, 1 << 20).astype(np.int32)
+
+
+def _carries_if_finite(start: np.ndarray, agg: list[np.ndarray], order: range, starts: np.ndarray,
+                       dd: bool) -> np.ndarray | None:
+    """Every chunk's start into `starts` and the carry after the last chunk, when every
+    combine is finite (checked once at the end: a non-finite carry stays non-finite);
+    None otherwise.  The same operations as `_carries_checked` on that path: same bits."""
+    cr = _Carry(start, dd)
+    seen = np.empty((2 if dd else 1, start.shape[0], len(order)))
+    with np.errstate(all="ignore"):
+        for i, k in enumerate(order):
+            starts[:, k] = cr.start(starts.dtype)
+            cr.hi, cr.lo = cr.combine(agg, k)
+            seen[0, :, i] = cr.hi
+            if dd:
+                seen[1, :, i] = cr.lo
+        if not np.isfinite(seen).all():
+            return None
+        return cr.start(starts.dtype)
+
+
+def _scan_chunk(seq: Kernel, av, bv, hv, k: int, start: np.ndarray) -> np.ndarray:
+    """Chunk k scanned by the sequential loop's own steps from `start`: its last state."""
+    last = np.empty(start.shape[0], av.dtype)
+    seq(av[:, k], bv[:, k], start.copy(), hv[:, k], last)
+    return last
+
+
+def _carries_checked(start: np.ndarray, agg: list[np.ndarray], order: range, starts: np.ndarray, dd: bool,
+                     scan_chunk: Callable[[int, np.ndarray], np.ndarray], done: np.ndarray) -> np.ndarray:
+    """The carries chunk to chunk, each combine checked: where one is not finite, that
+    chunk is scanned sequentially now (marked in `done`) and its last state carried."""
+    cr = _Carry(start, dd)
+    with np.errstate(all="ignore"):
+        for k in order:
+            starts[:, k] = cr.start(starts.dtype)
+            hi, lo = cr.combine(agg, k)
+            unsafe = ~np.isfinite(hi)
+            if lo is not None:
+                unsafe |= ~np.isfinite(lo)
+            if unsafe.any():
+                last = scan_chunk(k, starts[:, k])
+                done[k] = True
+                hi = np.where(unsafe, last.astype(np.float64), hi)
+                if lo is not None:
+                    lo = np.where(unsafe, 0.0, lo)
+            cr.hi, cr.lo = hi, lo
+        return cr.start(starts.dtype)
+
+
 def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
              scan_kernel: Callable[..., Kernel], aggregate_kernel: Callable[..., Kernel]) -> None:
     """The chunked scan of rows a, b into h (and final); `el` the MLIR element type,
@@ -113,6 +167,7 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
         t_final = np.empty(C, a.dtype)
         ka(a[:, main:], b[:, main:], carry, h[:, main:], t_final)
         carry = t_final
+    carry0 = carry
     # Phase 1: aggregates per chunk, in parallel over the chunk dim.  No flush to zero:
     # denormal inputs count (the rescaled product never goes denormal itself).
     from scanweaver.rewrites.cpu_aggregate_arith import AGGREGATE_MODES, aggregate_mode
@@ -139,26 +194,11 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
                 c = A[:, k] * c + B[:, k]
         carry = c
     else:
-        cr = _Carry(carry, dd=mode == "dd")
-        seq = None
-        with np.errstate(all="ignore"):
-            for k in order:
-                starts[:, k] = cr.start(a.dtype)
-                hi, lo = cr.combine(agg, k)
-                unsafe = ~np.isfinite(hi)
-                if lo is not None:
-                    unsafe |= ~np.isfinite(lo)
-                if unsafe.any():
-                    # The sequential loop's own steps for this chunk, from its start.
-                    seq = seq or scan_kernel(el, 2, True, True, reverse)
-                    last = np.empty(C, a.dtype)
-                    seq(av[:, k], bv[:, k], starts[:, k].copy(), hv[:, k], last)
-                    done[k] = True
-                    hi = np.where(unsafe, last.astype(np.float64), hi)
-                    if lo is not None:
-                        lo = np.where(unsafe, 0.0, lo)
-                cr.hi, cr.lo = hi, lo
-        carry = cr.start(a.dtype)
+        agg = [_exponents(x) if x.dtype == np.int64 else x for x in agg]
+        carry = _carries_if_finite(carry, agg, order, starts, mode == "dd")
+        if carry is None:  # a combine was not finite: chunk by chunk, with the fallback
+            seq = functools.partial(_scan_chunk, scan_kernel(el, 2, True, True, reverse), av, bv, hv)
+            carry = _carries_checked(carry0, agg, order, starts, mode == "dd", seq, done)
     # Phase 3: each chunk scanned from its carry, in parallel.
     ks = scan_kernel(el, 3, True, False, reverse)
     runs = [(lo, hi) for lo, hi in _runs_without(done, parts)]

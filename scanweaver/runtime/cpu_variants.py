@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -69,16 +72,98 @@ def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: 
     return "channels" if channels >= 2 * threads else "single"
 
 
+#: Outputs of at least this many bytes are kept for reuse once the caller drops them.
+#: glibc serves smaller allocations from its heap, reused without page faults, but maps
+#: every one above its mmap threshold (at most 32 MiB) afresh, and the kernel then
+#: faults in and zeroes each page of a new output on first touch: measured here, a
+#: fresh 32 MiB buffer cost about 530 faults and 3.5-4.2 ms of system time per call, a
+#: 16 MiB one none (0.04 ms), and that time varies from run to run with the host's
+#: memory (transparent huge pages are compacted on fault).
+OUTPUT_CACHE_MIN_BYTES = 32 << 20
+#: The cache's cap (buffers in use and free together); SCANWEAVER_OUTPUT_CACHE_MB
+#: overrides it, 0 turns the cache off.  Memory it keeps after the caller frees its
+#: results: at most this.
+OUTPUT_CACHE_BYTES = 256 << 20
+
+
+def _output_cache_cap() -> int:
+    env = os.environ.get("SCANWEAVER_OUTPUT_CACHE_MB")
+    return OUTPUT_CACHE_BYTES if not env else max(0, int(env)) << 20
+
+
+def _refs(bufs: list, i: int) -> int:
+    return sys.getrefcount(bufs[i])
+
+
+_UNHELD = _refs([object()], 0)  # the count of a list entry nothing else refers to
+
+
+class _OutputCache:
+    """Large raw output buffers, reused once nothing outside the cache refers to them.
+
+    Every view of a buffer (the result, its reshapes and slices, a tensor made from it)
+    holds a reference to it, so a buffer whose only reference is the cache's own is free:
+    its old contents are garbage, as in np.empty.
+    """
+
+    def __init__(self) -> None:
+        self._bufs: list[np.ndarray] = []  # oldest first
+        self._lock = threading.Lock()
+
+    def view(self, nbytes: int, align: int) -> np.ndarray | None:
+        """`nbytes` bytes starting on an `align`-byte boundary (a uint8 view), or None
+        where the cache does not take buffers of this size."""
+        cap = _output_cache_cap()
+        if nbytes < OUTPUT_CACHE_MIN_BYTES or nbytes + align > cap:
+            return None
+        with self._lock:  # the view is made before another thread can see the buffer free
+            for i in range(len(self._bufs)):
+                if self._bufs[i].nbytes == nbytes + align and _refs(self._bufs, i) == _UNHELD:
+                    return _aligned_part(self._bufs[i], nbytes, align)
+            raw = np.empty(nbytes + align, np.uint8)
+            out = _aligned_part(raw, nbytes, align)
+            self._bufs.append(raw)
+            self._evict(cap)
+            return out
+
+    def _evict(self, cap: int) -> None:
+        """Forget buffers, free ones first, oldest first, until the cap holds (a buffer
+        still in use lives on with its user, out of the cache)."""
+        while sum(x.nbytes for x in self._bufs) > cap:
+            free = [i for i in range(len(self._bufs)) if _refs(self._bufs, i) == _UNHELD]
+            del self._bufs[free[0] if free else 0]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._bufs.clear()
+
+
+_OUTPUTS = _OutputCache()
+
+
+def release_outputs() -> None:
+    """Drop the cached output buffers (their memory goes back once unused)."""
+    _OUTPUTS.clear()
+
+
+def _aligned_part(raw: np.ndarray, nbytes: int, align: int) -> np.ndarray:
+    skip = (-raw.ctypes.data) % align
+    return raw[skip : skip + nbytes]
+
+
 def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64) -> np.ndarray:
     """np.empty(shape, dtype) whose data starts on an `align`-byte boundary.
 
     numpy's large allocations typically start 16 bytes past a 64-byte boundary; the
     tiled affine kernel stores h with non-temporal (streaming) stores only when its
     rows are 32-byte aligned, so outputs allocated here (and rows whose length is a
-    multiple of 32 bytes) take the faster path.
+    multiple of 32 bytes) take the faster path.  Buffers of OUTPUT_CACHE_MIN_BYTES
+    and more come from `_OutputCache` (no page faults when the caller has dropped an
+    earlier result of the same size).
     """
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(n + align, np.uint8)
-    skip = (-raw.ctypes.data) % align
-    return raw[skip : skip + n].view(dtype).reshape(shape)
+    part = _OUTPUTS.view(n, align)
+    if part is None:
+        part = _aligned_part(np.empty(n + align, np.uint8), n, align)
+    return part.view(dtype).reshape(shape)
