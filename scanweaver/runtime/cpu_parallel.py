@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -114,6 +115,10 @@ def parallel_for(tasks: Sequence[Callable[[], None]], ftz: bool = False, threads
     if threads == 1:
         work()
         return
+    neighbour = gnu_neighbour_parallel()
+    if neighbour is not None:
+        _run_on_gnu_threads(neighbour, work, threads)
+        return
     futures = [_pool().submit(work) for _ in range(threads - 1)]
     try:
         work()
@@ -207,6 +212,89 @@ def prepare_openmp(threads: int) -> None:
         _OMP_THREADS.blocktime = blocktime
 
 
+# ---- Sharing the threads of a neighbour on GNU libgomp (numba's omp layer)
+#
+# libgomp's workers spin about 3 ms after each parallel region here (GOMP_SPINCOUNT's
+# 300000 pauses; measured as the CPU a numba prange call's worker burns while the
+# caller sleeps), and nothing outside libgomp can shorten that once it started.  A
+# ScanWeaver call right after numba's (a loop alternating the two) shares one of its
+# two cores with that spinning thread, whichever pool it runs on.  The spinning
+# thread waits for libgomp's next region, so ScanWeaver gives it one: parallel_for
+# runs its tasks inside the neighbour's GOMP_parallel, on the neighbour's threads,
+# and the two libraries take turns on one thread pool.
+#
+# Which runtime numba's omp layer calls is fixed when it first runs: the dynamic
+# linker resolves its GOMP_* symbols to the first library of the global scope that
+# defines them, and libomp, loaded RTLD_GLOBAL, defines them too.  So this module
+# loads libomp globally on import (`share_libomp`): numba code that starts later runs
+# on libomp, as ScanWeaver's own regions do, and there is nothing to adopt.  numba code
+# that started before (its omppool imported already) runs on GNU libgomp: then
+# parallel_for adopts its threads and the 'openmp' variant is not chosen.
+# SCANWEAVER_ADOPT_GOMP=0 turns the adoption off.
+
+_GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_NUMBA_OMP = "numba.np.ufunc.omppool"  # numba's omp threading layer (a C extension)
+_SHARED = {"libomp_global": False, "numba_before": False}
+
+
+def share_libomp() -> None:
+    """Load libomp into the global symbol scope (before a neighbour's OpenMP code first
+    runs, where possible), and note whether numba's omp layer had started before."""
+    from scanweaver.runtime.cpu import _libomp_candidates, load_openmp_runtime
+
+    _SHARED["numba_before"] = _NUMBA_OMP in sys.modules
+    if load_openmp_runtime.cache_info().currsize:  # loaded already, by LLVM (RTLD_GLOBAL)
+        _SHARED["libomp_global"] = True
+        return
+    for candidate in _libomp_candidates():
+        try:
+            ctypes.CDLL(candidate, mode=os.RTLD_GLOBAL)
+        except OSError:
+            continue
+        _SHARED["libomp_global"] = True
+        return
+
+
+@functools.lru_cache(maxsize=None)
+def _gomp_parallel(library: str) -> Callable | None:
+    """GOMP_parallel as `library` links it (dlsym on its handle searches its
+    dependencies: omppool's own libgomp), or None."""
+    try:
+        fn = ctypes.CDLL(library).GOMP_parallel
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [_GOMP_BODY, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint], None
+    return fn
+
+
+def gnu_neighbour_parallel() -> Callable | None:
+    """GOMP_parallel of the GNU libgomp that numba's parallel code runs on, or None
+    (no numba omp layer, it runs on libomp, or SCANWEAVER_ADOPT_GOMP=0)."""
+    omppool = sys.modules.get(_NUMBA_OMP)
+    if omppool is None or os.environ.get("SCANWEAVER_ADOPT_GOMP") == "0":
+        return None
+    if _SHARED["libomp_global"] and not _SHARED["numba_before"]:
+        return None  # numba's GOMP_* calls resolved to libomp
+    path = getattr(omppool, "__file__", None)
+    return _gomp_parallel(path) if path else None
+
+
+def _run_on_gnu_threads(gomp_parallel: Callable, work: Callable[[], None], threads: int) -> None:
+    """work() on each of up to `threads` threads of a libgomp team, this thread among
+    them (work takes tasks until none is left, so a smaller team still runs all)."""
+    errors: list[BaseException] = []
+
+    def body(_data) -> None:
+        try:
+            work()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            errors.append(e)
+
+    gomp_parallel(_GOMP_BODY(body), None, threads, 0)
+    if errors:
+        raise errors[0]
+
+
 def openmp_available() -> bool:
     """Whether libomp loads (the 'openmp' variant can run)."""
     from scanweaver.errors import BackendUnavailableError
@@ -217,3 +305,6 @@ def openmp_available() -> bool:
     except BackendUnavailableError:
         return False
     return True
+
+
+share_libomp()

@@ -1,0 +1,103 @@
+"""ScanWeaver beside numba's GNU libgomp (runtime/cpu_parallel.py): libomp is loaded into
+the global symbol scope on import, and when numba's omp layer started on libgomp before
+that, parallel_for runs its tasks on libgomp's threads (and 'openmp' is not chosen)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import time
+import types
+
+import numpy as np
+import pytest
+
+from scanweaver.runtime import cpu_parallel, cpu_scan, cpu_variants
+
+
+def _libgomp() -> str:
+    try:
+        ctypes.CDLL("libgomp.so.1")
+    except OSError:
+        pytest.skip("GNU libgomp (libgomp.so.1) is not installed")
+    return "libgomp.so.1"
+
+
+@pytest.fixture
+def numba_on_gomp(monkeypatch):
+    """As if numba's omppool (which links libgomp) had started before libomp loaded."""
+    monkeypatch.setitem(sys.modules, cpu_parallel._NUMBA_OMP, types.SimpleNamespace(__file__=_libgomp()))
+    monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
+    monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
+
+
+def test_tasks_run_once_each_on_the_neighbours_threads(numba_on_gomp):
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+    done: list[int] = []
+    native: set[int] = set()
+    lock = threading.Lock()
+
+    def task(i: int):
+        def run() -> None:
+            time.sleep(0.002)  # releases the GIL: the other libgomp thread takes tasks too
+            with lock:
+                done.append(i)
+                native.add(threading.get_native_id())
+        return run
+
+    cpu_parallel.parallel_for([task(i) for i in range(40)], threads=2)
+    assert sorted(done) == list(range(40))
+    assert len(native) == 2  # this thread and libgomp's worker
+    assert threading.get_native_id() in native
+
+
+def test_a_failing_task_raises_in_the_caller(numba_on_gomp):
+    ran: list[int] = []
+
+    def bad() -> None:
+        raise RuntimeError("task 3 failed")
+
+    tasks = [(lambda i=i: ran.append(i)) for i in range(3)] + [bad] + [(lambda i=i: ran.append(i)) for i in range(4, 8)]
+    with pytest.raises(RuntimeError, match="task 3 failed"):
+        cpu_parallel.parallel_for(tasks, threads=2)
+    assert len(ran) >= 3  # the tasks before it ran; the thread that hit it stopped taking more
+
+
+def test_no_adoption_when_numba_started_on_libomp_or_when_turned_off(numba_on_gomp, monkeypatch):
+    monkeypatch.setitem(cpu_parallel._SHARED, "libomp_global", True)
+    monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", False)  # numba's symbols resolved to libomp
+    assert cpu_parallel.gnu_neighbour_parallel() is None
+    monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+    monkeypatch.setenv("SCANWEAVER_ADOPT_GOMP", "0")
+    assert cpu_parallel.gnu_neighbour_parallel() is None
+    monkeypatch.delitem(sys.modules, cpu_parallel._NUMBA_OMP)
+    monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP")
+    assert cpu_parallel.gnu_neighbour_parallel() is None  # no numba omp layer at all
+
+
+def test_openmp_variant_gives_way_to_the_neighbours_threads(numba_on_gomp, monkeypatch):
+    assert cpu_variants.choose_affine_variant(1024, 4096, np.float32, 2) == "channels"
+    monkeypatch.setenv("SCANWEAVER_ADOPT_GOMP", "0")
+    expected = "openmp" if cpu_parallel.openmp_available() else "channels"
+    assert cpu_variants.choose_affine_variant(1024, 4096, np.float32, 2) == expected
+
+
+def test_scan_on_the_neighbours_threads_is_bit_identical(numba_on_gomp):
+    rng = np.random.default_rng(16)
+    a = rng.uniform(0.5, 1.0, (96, 300)).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, (96, 300)).astype(np.float32)
+    h0 = rng.uniform(-1.0, 1.0, 96).astype(np.float32)
+    ref, ref_last = cpu_scan.affine_scan_cpu(a, b, h0, return_final=True, variant="single")
+    h, last = cpu_scan.affine_scan_cpu(a, b, h0, return_final=True, variant="channels", threads=2)
+    assert np.array_equal(h, ref) and np.array_equal(last, ref_last)
+
+
+def test_libomp_is_in_the_global_scope_after_import():
+    if not cpu_parallel.openmp_available():
+        pytest.skip("libomp is not installed (pip install cmeel-libomp)")
+    assert cpu_parallel._SHARED["libomp_global"]
+    # dlsym(RTLD_DEFAULT): what a library loaded later (numba's omppool) binds GOMP_* to
+    assert hasattr(ctypes.CDLL(None), "GOMP_parallel")
+    assert hasattr(ctypes.CDLL(None), "kmp_set_blocktime")  # libomp's, not libgomp's
