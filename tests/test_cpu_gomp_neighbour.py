@@ -29,6 +29,7 @@ def numba_on_gomp(monkeypatch):
     """As if numba's omppool (which links libgomp) had started before libomp loaded."""
     monkeypatch.setitem(sys.modules, cpu_parallel._NUMBA_OMP, types.SimpleNamespace(__file__=_libgomp()))
     monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
+    monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", set())  # no worker met yet: adopt
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
 
 
@@ -50,6 +51,7 @@ def test_tasks_run_once_each_on_the_neighbours_threads(numba_on_gomp):
     assert sorted(done) == list(range(40))
     assert len(native) == 2  # this thread and libgomp's worker
     assert threading.get_native_id() in native
+    assert cpu_parallel._GNU_WORKERS == native - {threading.get_native_id()}  # the worker is known now
 
 
 def test_a_failing_task_raises_in_the_caller(numba_on_gomp):
@@ -75,6 +77,21 @@ def test_no_adoption_when_numba_started_on_libomp_or_when_turned_off(numba_on_go
     monkeypatch.delitem(sys.modules, cpu_parallel._NUMBA_OMP)
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP")
     assert cpu_parallel.gnu_neighbour_parallel() is None  # no numba omp layer at all
+
+
+def test_adopted_only_while_a_known_worker_spins(numba_on_gomp, monkeypatch, tmp_path):
+    stat = tmp_path / "stat"
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(
+        stat if p == "/proc/self/task/4242/stat" else p, *a, **k))
+    cpu_parallel._GNU_WORKERS.add(4242)
+    stat.write_bytes(b"4242 (python3 (x) y) R 1 2 3\n")  # on a CPU: spinning for its next region
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+    stat.write_bytes(b"4242 (python3 (x) y) S 1 2 3\n")  # asleep in a futex: ScanWeaver's own runtime
+    assert cpu_parallel.gnu_neighbour_parallel() is None
+    stat.unlink()  # the thread ended: forgotten, and the next call adopts to meet the new ones
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+    assert cpu_parallel._GNU_WORKERS == set()
 
 
 def test_openmp_variant_gives_way_to_the_neighbours_threads(numba_on_gomp, monkeypatch):

@@ -160,6 +160,7 @@ def _neighbour_calls(a: np.ndarray) -> dict[str, Callable[[], Any]]:
 def neighbours(shape: tuple[int, int] = (1024, 4096), rounds: int = 15) -> dict[str, Any]:
     """Median of each alone and alternating (ScanWeaver call, neighbour call, ...)."""
     import scanweaver as sw
+    from scanweaver.runtime.cpu_parallel import neighbour_policy
 
     rng = np.random.default_rng(3)
     a = rng.uniform(0.5, 1.0, shape).astype(np.float32)
@@ -185,6 +186,7 @@ def neighbours(shape: tuple[int, int] = (1024, 4096), rounds: int = 15) -> dict[
         row["scanweaver_slowdown"] = row["scanweaver_mixed_s"] / row["scanweaver_solo_s"]
         row["neighbour_slowdown"] = row["neighbour_mixed_s"] / row["neighbour_solo_s"]
         row["met"] = row["scanweaver_slowdown"] <= 1.2 and row["neighbour_slowdown"] <= 1.1
+        row["scanweaver_policy"] = neighbour_policy()
         out["rows"][name] = row
     return out
 
@@ -347,4 +349,26 @@ def fma_exp_roofline(n: int = 1 << 16, reps: int = 21) -> dict[str, Any]:
             "updates_per_s": per_core * cores, "updates_per_s_one_core": per_core}
 
 
-__all__ = ["first_call", "fma_exp_roofline", "neighbours", "peak_memory", "stream_roofline", "tiny_call"]
+GOALS = ("tiny_call", "neighbours", "first_call", "peak_memory", "fma_exp_roofline")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scanweaver.bench.cpu_goals GOAL...`: those goals alone, as JSON, in the
+    harness's order of events (its streaming roofline, numba prange code, runs first)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m scanweaver.bench.cpu_goals", description=main.__doc__)
+    parser.add_argument("goals", nargs="+", choices=GOALS)
+    args = parser.parse_args(argv)
+    out: dict[str, Any] = {"stream_roofline": stream_roofline()}
+    for name in args.goals:
+        out[name] = globals()[name]()
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+__all__ = ["GOALS", "first_call", "fma_exp_roofline", "main", "neighbours", "peak_memory", "stream_roofline",
+           "tiny_call"]
+
+if __name__ == "__main__":
+    sys.exit(main())

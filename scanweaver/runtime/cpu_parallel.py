@@ -229,12 +229,16 @@ def prepare_openmp(threads: int) -> None:
 # loads libomp globally on import (`share_libomp`): numba code that starts later runs
 # on libomp, as ScanWeaver's own regions do, and there is nothing to adopt.  numba code
 # that started before (its omppool imported already) runs on GNU libgomp: then
-# parallel_for adopts its threads and the 'openmp' variant is not chosen.
-# SCANWEAVER_ADOPT_GOMP=0 turns the adoption off.
+# parallel_for adopts its threads and the 'openmp' variant is not chosen, while those
+# threads spin (state R in /proc: a region ended less than ~3 ms ago, numba's or one of
+# ours); once they sleep, ScanWeaver's own runtime runs the next call as it would
+# alone (libgomp's barriers spin, which costs much when other processes load the
+# cores).  SCANWEAVER_ADOPT_GOMP=0 turns the adoption off.
 
 _GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _NUMBA_OMP = "numba.np.ufunc.omppool"  # numba's omp threading layer (a C extension)
 _SHARED = {"libomp_global": False, "numba_before": False}
+_GNU_WORKERS: set[int] = set()  # native ids of libgomp threads that ran our tasks
 
 
 def share_libomp() -> None:
@@ -276,15 +280,44 @@ def gnu_neighbour_parallel() -> Callable | None:
     if _SHARED["libomp_global"] and not _SHARED["numba_before"]:
         return None  # numba's GOMP_* calls resolved to libomp
     path = getattr(omppool, "__file__", None)
-    return _gomp_parallel(path) if path else None
+    return _gomp_parallel(path) if path and _gnu_workers_spinning() else None
+
+
+def _gnu_workers_spinning() -> bool:
+    """Whether a libgomp worker met before is on a CPU now (spinning for its next
+    region); True while none is known, so that one adopted call finds them."""
+    for tid in list(_GNU_WORKERS):
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as stat:
+                state = stat.read().rsplit(b")", 1)[1][1:2]  # the field after the (name)
+        except (OSError, IndexError):  # the thread ended (or no /proc): forget it
+            _GNU_WORKERS.discard(tid)
+            continue
+        if state == b"R":
+            return True
+    return not _GNU_WORKERS
+
+
+def neighbour_policy() -> str:
+    """In words, how ScanWeaver's parallel calls treat the OpenMP runtimes loaded now."""
+    if gnu_neighbour_parallel() is not None:
+        return "numba's omp layer started on GNU libgomp: ScanWeaver's tasks run on its threads"
+    if sys.modules.get(_NUMBA_OMP) is not None and _SHARED["libomp_global"]:
+        return "numba's omp layer started after libomp was loaded: both on libomp"
+    if foreign_openmp_loaded() and openmp_blocktime() == 0:
+        return "a foreign OpenMP runtime is loaded: libomp's workers sleep when a region ends"
+    return "alone: libomp's default waiting"
 
 
 def _run_on_gnu_threads(gomp_parallel: Callable, work: Callable[[], None], threads: int) -> None:
     """work() on each of up to `threads` threads of a libgomp team, this thread among
     them (work takes tasks until none is left, so a smaller team still runs all)."""
     errors: list[BaseException] = []
+    caller = threading.get_native_id()
 
     def body(_data) -> None:
+        if threading.get_native_id() != caller:
+            _GNU_WORKERS.add(threading.get_native_id())
         try:
             work()
         except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
