@@ -118,3 +118,19 @@ def test_libomp_is_in_the_global_scope_after_import():
     # dlsym(RTLD_DEFAULT): what a library loaded later (numba's omppool) binds GOMP_* to
     assert hasattr(ctypes.CDLL(None), "GOMP_parallel")
     assert hasattr(ctypes.CDLL(None), "kmp_set_blocktime")  # libomp's, not libgomp's
+
+
+def test_the_neighbours_row_says_which_policy_ran(numba_on_gomp, monkeypatch):
+    from scanweaver.bench import plots
+
+    assert "runs on its threads" in cpu_parallel.neighbour_policy()
+    monkeypatch.setitem(cpu_parallel._SHARED, "libomp_global", True)
+    monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", False)
+    assert "both on libomp" in cpu_parallel.neighbour_policy()
+    row = {"scanweaver_solo_s": 1e-3, "scanweaver_mixed_s": 1e-3, "neighbour_solo_s": 1e-3, "neighbour_mixed_s": 1e-3,
+           "scanweaver_slowdown": 1.0, "neighbour_slowdown": 1.0, "met": True, "scanweaver_policy": "policy P"}
+    result = {"cases": [], "cpu_goals": {"neighbours": {
+        "shape": [4, 4], "limits": {"scanweaver": 1.2, "neighbour": 1.1}, "rows": {"numba x": row},
+        "scanweaver_alone_s": 2.5e-3}}}
+    text = "\n".join(plots.goals_text(result))
+    assert "numba x: policy P" in text and "ScanWeaver alone, before any neighbour call of these rows: 2.5 ms" in text

@@ -167,7 +167,11 @@ def neighbours(shape: tuple[int, int] = (1024, 4096), rounds: int = 15) -> dict[
     b = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
     scan = lambda: sw.linear_scan(a, b)  # noqa: E731
     scan()
-    out: dict[str, Any] = {"shape": list(shape), "limits": {"scanweaver": 1.2, "neighbour": 1.1}, "rows": {}}
+    # ScanWeaver before any neighbour's call of this goal: on its own runtime (the
+    # rows' solo times may run on a neighbour's threads, `cpu_parallel.neighbour_policy`)
+    alone = float(np.median([_median_time(scan, 3) for _ in range(rounds)]))
+    out: dict[str, Any] = {"shape": list(shape), "limits": {"scanweaver": 1.2, "neighbour": 1.1}, "rows": {},
+                           "scanweaver_alone_s": alone}
     for name, other in _neighbour_calls(a).items():
         other()
         solo_sw, solo_other, mixed_sw, mixed_other = [], [], [], []
