@@ -123,7 +123,7 @@ def test_libomp_is_in_the_global_scope_after_import():
 def test_the_neighbours_row_says_which_policy_ran(numba_on_gomp, monkeypatch):
     from scanweaver.bench import plots
 
-    assert "runs on its threads" in cpu_parallel.neighbour_policy()
+    assert "tasks run on its threads" in cpu_parallel.neighbour_policy()
     monkeypatch.setitem(cpu_parallel._SHARED, "libomp_global", True)
     monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", False)
     assert "both on libomp" in cpu_parallel.neighbour_policy()
