@@ -30,6 +30,7 @@ def numba_on_gomp(monkeypatch):
     monkeypatch.setitem(sys.modules, cpu_parallel._NUMBA_OMP, types.SimpleNamespace(__file__=_libgomp()))
     monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
     monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", set())  # no worker met yet: adopt
+    monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})  # not oversubscribed
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
 
 
@@ -94,6 +95,19 @@ def test_adopted_only_while_a_known_worker_spins(numba_on_gomp, monkeypatch, tmp
     assert cpu_parallel._GNU_WORKERS == set()
 
 
+def test_not_adopted_on_an_oversubscribed_machine_unless_asked(numba_on_gomp, monkeypatch):
+    monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": -1e9, "over": False})
+    monkeypatch.setattr(cpu_parallel.os, "getloadavg", lambda: (10.0 * (cpu_parallel.os.cpu_count() or 1), 0, 0))
+    assert cpu_parallel.gnu_neighbour_parallel() is None
+    assert "oversubscribed" in cpu_parallel.neighbour_policy()
+    monkeypatch.setenv("SCANWEAVER_ADOPT_GOMP", "1")
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+    monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP")
+    monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": -1e9, "over": True})
+    monkeypatch.setattr(cpu_parallel.os, "getloadavg", lambda: (0.5, 0, 0))  # quiet again
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+
+
 def test_openmp_variant_gives_way_to_the_neighbours_threads(numba_on_gomp, monkeypatch):
     assert cpu_variants.choose_affine_variant(1024, 4096, np.float32, 2) == "channels"
     monkeypatch.setenv("SCANWEAVER_ADOPT_GOMP", "0")
@@ -123,7 +137,7 @@ def test_libomp_is_in_the_global_scope_after_import():
 def test_the_neighbours_row_says_which_policy_ran(numba_on_gomp, monkeypatch):
     from scanweaver.bench import plots
 
-    assert "tasks run on its threads" in cpu_parallel.neighbour_policy()
+    assert "tasks run on its threads while one spins" in cpu_parallel.neighbour_policy()
     monkeypatch.setitem(cpu_parallel._SHARED, "libomp_global", True)
     monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", False)
     assert "both on libomp" in cpu_parallel.neighbour_policy()

@@ -233,12 +233,19 @@ def prepare_openmp(threads: int) -> None:
 # threads spin (state R in /proc: a region ended less than ~3 ms ago, numba's or one of
 # ours); once they sleep, ScanWeaver's own runtime runs the next call as it would
 # alone (libgomp's barriers spin, which costs much when other processes load the
-# cores).  SCANWEAVER_ADOPT_GOMP=0 turns the adoption off.
+# cores).  Nor when the machine is oversubscribed (1-minute load average above
+# OVERSUBSCRIBED_LOAD per CPU): then libgomp's spinning barriers cost ScanWeaver more
+# than the neighbour's spinning does (measured here, 2 cores at load 10, 1024x4096
+# f32 alternating with numba: 24 ms a call on libgomp's threads, 17.5 ms on libomp;
+# at real-time priority, the machine to itself: 1.70 ms against 2.58 ms, 1.66 ms solo).
+# SCANWEAVER_ADOPT_GOMP=0 turns the adoption off, =1 on whatever the load.
 
 _GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _NUMBA_OMP = "numba.np.ufunc.omppool"  # numba's omp threading layer (a C extension)
 _SHARED = {"libomp_global": False, "numba_before": False}
 _GNU_WORKERS: set[int] = set()  # native ids of libgomp threads that ran our tasks
+OVERSUBSCRIBED_LOAD = 2.0  # runnable threads per CPU (1-minute average) from which libgomp is avoided
+_LOAD = {"checked": -1e9, "over": False}
 
 
 def share_libomp() -> None:
@@ -275,12 +282,29 @@ def gnu_neighbour_parallel() -> Callable | None:
     """GOMP_parallel of the GNU libgomp that numba's parallel code runs on, or None
     (no numba omp layer, it runs on libomp, or SCANWEAVER_ADOPT_GOMP=0)."""
     omppool = sys.modules.get(_NUMBA_OMP)
-    if omppool is None or os.environ.get("SCANWEAVER_ADOPT_GOMP") == "0":
+    mode = os.environ.get("SCANWEAVER_ADOPT_GOMP")
+    if omppool is None or mode == "0":
         return None
     if _SHARED["libomp_global"] and not _SHARED["numba_before"]:
         return None  # numba's GOMP_* calls resolved to libomp
+    if mode != "1" and _oversubscribed():
+        return None
     path = getattr(omppool, "__file__", None)
     return _gomp_parallel(path) if path and _gnu_workers_spinning() else None
+
+
+def _oversubscribed() -> bool:
+    """Whether the 1-minute load average exceeds OVERSUBSCRIBED_LOAD per CPU (looked
+    at again at most every FOREIGN_RECHECK_S)."""
+    now = time.monotonic()
+    if now - _LOAD["checked"] > FOREIGN_RECHECK_S:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not available: not known to be loaded
+            load = 0.0
+        _LOAD["over"] = load > OVERSUBSCRIBED_LOAD * (os.cpu_count() or 1)
+        _LOAD["checked"] = now
+    return bool(_LOAD["over"])
 
 
 def _gnu_workers_spinning() -> bool:
@@ -300,13 +324,21 @@ def _gnu_workers_spinning() -> bool:
 
 def neighbour_policy() -> str:
     """In words, how ScanWeaver's parallel calls treat the OpenMP runtimes loaded now."""
-    if gnu_neighbour_parallel() is not None:
-        return "numba's omp layer started on GNU libgomp: ScanWeaver's tasks run on its threads"
-    if sys.modules.get(_NUMBA_OMP) is not None and _SHARED["libomp_global"]:
-        return "numba's omp layer started after libomp was loaded: both on libomp"
+    parts = []
+    if sys.modules.get(_NUMBA_OMP) is not None:
+        mode = os.environ.get("SCANWEAVER_ADOPT_GOMP")
+        if _SHARED["libomp_global"] and not _SHARED["numba_before"]:
+            parts.append("numba's omp layer started after libomp was loaded: both on libomp")
+        elif mode == "0":
+            parts.append("numba's omp layer on GNU libgomp; adopting its threads is off (SCANWEAVER_ADOPT_GOMP=0)")
+        elif mode != "1" and _oversubscribed():
+            parts.append("numba's omp layer on GNU libgomp; the machine is oversubscribed, so ScanWeaver "
+                         "keeps its own runtime")
+        else:
+            parts.append("numba's omp layer on GNU libgomp: ScanWeaver's tasks run on its threads while one spins")
     if foreign_openmp_loaded() and openmp_blocktime() == 0:
-        return "a foreign OpenMP runtime is loaded: libomp's workers sleep when a region ends"
-    return "alone: libomp's default waiting"
+        parts.append("a foreign OpenMP runtime is loaded: libomp's workers sleep when a region ends")
+    return "; ".join(parts) or "alone: libomp's default waiting"
 
 
 def _run_on_gnu_threads(gomp_parallel: Callable, work: Callable[[], None], threads: int) -> None:
