@@ -29,7 +29,8 @@ def numba_on_gomp(monkeypatch):
     """As if numba's omppool (which links libgomp) had started before libomp loaded."""
     monkeypatch.setitem(sys.modules, cpu_parallel._NUMBA_OMP, types.SimpleNamespace(__file__=_libgomp()))
     monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
-    monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", set())  # no worker met yet: adopt
+    monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", set())  # no worker met yet
+    monkeypatch.setattr(cpu_parallel, "_gnu_workers_spinning", lambda: True)  # as right after numba's call
     monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})  # not oversubscribed
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
 
@@ -81,18 +82,23 @@ def test_no_adoption_when_numba_started_on_libomp_or_when_turned_off(numba_on_go
 
 
 def test_adopted_only_while_a_known_worker_spins(numba_on_gomp, monkeypatch, tmp_path):
+    monkeypatch.undo()  # the real spinning check, on a fake /proc
+    monkeypatch.setitem(sys.modules, cpu_parallel._NUMBA_OMP, types.SimpleNamespace(__file__=_libgomp()))
+    monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
+    monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})
+    monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
     stat = tmp_path / "stat"
     real_open = open
     monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(
         stat if p == "/proc/self/task/4242/stat" else p, *a, **k))
-    cpu_parallel._GNU_WORKERS.add(4242)
+    monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", {4242})
     stat.write_bytes(b"4242 (python3 (x) y) R 1 2 3\n")  # on a CPU: spinning for its next region
     assert cpu_parallel.gnu_neighbour_parallel() is not None
     stat.write_bytes(b"4242 (python3 (x) y) S 1 2 3\n")  # asleep in a futex: ScanWeaver's own runtime
     assert cpu_parallel.gnu_neighbour_parallel() is None
-    stat.unlink()  # the thread ended: forgotten, and the next call adopts to meet the new ones
-    assert cpu_parallel.gnu_neighbour_parallel() is not None
-    assert cpu_parallel._GNU_WORKERS == set()
+    stat.unlink()  # the thread ended: forgotten; the next look meets libgomp's real workers
+    cpu_parallel.gnu_neighbour_parallel()
+    assert 4242 not in cpu_parallel._GNU_WORKERS and cpu_parallel._GNU_WORKERS
 
 
 def test_not_adopted_on_an_oversubscribed_machine_unless_asked(numba_on_gomp, monkeypatch):

@@ -358,12 +358,19 @@ GOALS = ("tiny_call", "neighbours", "first_call", "peak_memory", "fma_exp_roofli
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m scanweaver.bench.cpu_goals GOAL...`: those goals alone, as JSON, in the
-    harness's order of events (its streaming roofline, numba prange code, runs first)."""
+    harness's order of events: the peers' libraries imported (where installed), then the
+    streaming roofline (numba prange code), then ScanWeaver."""
     import argparse
+    import importlib
 
     parser = argparse.ArgumentParser(prog="python -m scanweaver.bench.cpu_goals", description=main.__doc__)
     parser.add_argument("goals", nargs="+", choices=GOALS)
     args = parser.parse_args(argv)
+    for module in ("torch", "jax", "numba"):  # as the harness's peer checks do
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
     out: dict[str, Any] = {"stream_roofline": stream_roofline()}
     for name in args.goals:
         out[name] = globals()[name]()

@@ -290,7 +290,14 @@ def gnu_neighbour_parallel() -> Callable | None:
     if mode != "1" and _oversubscribed():
         return None
     path = getattr(omppool, "__file__", None)
-    return _gomp_parallel(path) if path and _gnu_workers_spinning() else None
+    gomp_parallel = _gomp_parallel(path) if path else None
+    if gomp_parallel is None:
+        return None
+    spinning = _gnu_workers_spinning()  # forgets workers that ended
+    if not _GNU_WORKERS:  # meet the workers (they then spin once, as after numba's calls)
+        _run_on_gnu_threads(gomp_parallel, lambda: None, num_threads())
+        spinning = _gnu_workers_spinning()
+    return gomp_parallel if spinning else None
 
 
 def _oversubscribed() -> bool:
@@ -309,7 +316,7 @@ def _oversubscribed() -> bool:
 
 def _gnu_workers_spinning() -> bool:
     """Whether a libgomp worker met before is on a CPU now (spinning for its next
-    region); True while none is known, so that one adopted call finds them."""
+    region)."""
     for tid in list(_GNU_WORKERS):
         try:
             with open(f"/proc/self/task/{tid}/stat", "rb") as stat:
@@ -319,7 +326,7 @@ def _gnu_workers_spinning() -> bool:
             continue
         if state == b"R":
             return True
-    return not _GNU_WORKERS
+    return False
 
 
 def neighbour_policy() -> str:
