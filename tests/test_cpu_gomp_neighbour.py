@@ -32,7 +32,10 @@ def numba_on_gomp(monkeypatch):
     monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", set())  # no worker met yet
     monkeypatch.setattr(cpu_parallel, "_gnu_workers_spinning", lambda: True)  # as right after numba's call
     monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})  # not oversubscribed
+    monkeypatch.setattr(cpu_parallel, "_GNU", {"ours_end": -1e9, "until": 1e18})  # numba left one spinning
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
+    assert cpu_parallel.gnu_neighbour_parallel() is None  # the first look meets the workers
+    assert cpu_parallel._GNU_WORKERS
 
 
 def test_tasks_run_once_each_on_the_neighbours_threads(numba_on_gomp):
@@ -53,7 +56,7 @@ def test_tasks_run_once_each_on_the_neighbours_threads(numba_on_gomp):
     assert sorted(done) == list(range(40))
     assert len(native) == 2  # this thread and libgomp's worker
     assert threading.get_native_id() in native
-    assert cpu_parallel._GNU_WORKERS == native - {threading.get_native_id()}  # the worker is known now
+    assert native - {threading.get_native_id()} <= cpu_parallel._GNU_WORKERS  # libgomp's worker
 
 
 def test_a_failing_task_raises_in_the_caller(numba_on_gomp):
@@ -86,6 +89,7 @@ def test_adopted_only_while_a_known_worker_spins(numba_on_gomp, monkeypatch, tmp
     monkeypatch.setitem(sys.modules, cpu_parallel._NUMBA_OMP, types.SimpleNamespace(__file__=_libgomp()))
     monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
     monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})
+    monkeypatch.setattr(cpu_parallel, "_GNU", {"ours_end": -1e9, "until": -1e9})
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
     stat = tmp_path / "stat"
     real_open = open
@@ -96,8 +100,15 @@ def test_adopted_only_while_a_known_worker_spins(numba_on_gomp, monkeypatch, tmp
     assert cpu_parallel.gnu_neighbour_parallel() is not None
     stat.write_bytes(b"4242 (python3 (x) y) S 1 2 3\n")  # asleep in a futex: ScanWeaver's own runtime
     assert cpu_parallel.gnu_neighbour_parallel() is None
+    stat.write_bytes(b"4242 (python3 (x) y) R 1 2 3\n")
+    cpu_parallel._GNU.update(ours_end=time.monotonic(), until=-1e9)  # spinning after our own region
+    assert cpu_parallel.gnu_neighbour_parallel() is None
+    cpu_parallel._GNU["ours_end"] = time.monotonic() - 1.0  # ours ended long ago: numba's spin
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+    cpu_parallel._GNU["ours_end"] = time.monotonic()  # then ours again: still adopted, for ADOPT_FOR_S
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
     stat.unlink()  # the thread ended: forgotten; the next look meets libgomp's real workers
-    cpu_parallel.gnu_neighbour_parallel()
+    assert cpu_parallel.gnu_neighbour_parallel() is None
     assert 4242 not in cpu_parallel._GNU_WORKERS and cpu_parallel._GNU_WORKERS
 
 

@@ -229,11 +229,12 @@ def prepare_openmp(threads: int) -> None:
 # loads libomp globally on import (`share_libomp`): numba code that starts later runs
 # on libomp, as ScanWeaver's own regions do, and there is nothing to adopt.  numba code
 # that started before (its omppool imported already) runs on GNU libgomp: then
-# parallel_for adopts its threads and the 'openmp' variant is not chosen, while those
-# threads spin (state R in /proc: a region ended less than ~3 ms ago, numba's or one of
-# ours); once they sleep, ScanWeaver's own runtime runs the next call as it would
-# alone (libgomp's barriers spin, which costs much when other processes load the
-# cores).  Nor when the machine is oversubscribed (1-minute load average above
+# parallel_for adopts its threads (and the 'openmp' variant is not chosen) while one
+# of them spins (state R in /proc: a region ended less than ~3 ms ago) and numba's
+# own code left one spinning, more than GNU_SPIN_S after ScanWeaver's last region
+# there, within the last ADOPT_FOR_S.  Otherwise ScanWeaver's own runtime runs the call
+# as it would alone: a spin that ScanWeaver's last call caused does not keep it on
+# libgomp beside another neighbour (PyTorch's own libgomp, whose workers spin too).  Nor when the machine is oversubscribed (1-minute load average above
 # OVERSUBSCRIBED_LOAD per CPU): then libgomp's spinning barriers cost ScanWeaver more
 # than the neighbour's spinning does (measured here, 2 cores at load 10, 1024x4096
 # f32 alternating with numba: 24 ms a call on libgomp's threads, 17.5 ms on libomp;
@@ -244,6 +245,9 @@ _GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _NUMBA_OMP = "numba.np.ufunc.omppool"  # numba's omp threading layer (a C extension)
 _SHARED = {"libomp_global": False, "numba_before": False}
 _GNU_WORKERS: set[int] = set()  # native ids of libgomp threads that ran our tasks
+GNU_SPIN_S = 0.005  # how long libgomp's workers spin after a region, at most (about 3 ms here)
+ADOPT_FOR_S = 0.5  # after a spinning worker that numba left: adopt while one spins, this long
+_GNU = {"ours_end": -1e9, "until": -1e9}  # when our last libgomp region ended; adopt until
 OVERSUBSCRIBED_LOAD = 2.0  # runnable threads per CPU (1-minute average) from which libgomp is avoided
 _LOAD = {"checked": -1e9, "over": False}
 
@@ -294,10 +298,13 @@ def gnu_neighbour_parallel() -> Callable | None:
     if gomp_parallel is None:
         return None
     spinning = _gnu_workers_spinning()  # forgets workers that ended
-    if not _GNU_WORKERS:  # meet the workers (they then spin once, as after numba's calls)
+    if not _GNU_WORKERS:  # meet the workers with an empty region (ours: they spin after it)
         _run_on_gnu_threads(gomp_parallel, lambda: None, num_threads())
-        spinning = _gnu_workers_spinning()
-    return gomp_parallel if spinning else None
+        return None
+    now = time.monotonic()
+    if spinning and now - _GNU["ours_end"] > GNU_SPIN_S:
+        _GNU["until"] = now + ADOPT_FOR_S  # spinning after a region of numba's, not ours
+    return gomp_parallel if spinning and now < _GNU["until"] else None
 
 
 def _oversubscribed() -> bool:
@@ -362,7 +369,10 @@ def _run_on_gnu_threads(gomp_parallel: Callable, work: Callable[[], None], threa
         except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
             errors.append(e)
 
-    gomp_parallel(_GOMP_BODY(body), None, threads, 0)
+    try:
+        gomp_parallel(_GOMP_BODY(body), None, threads, 0)
+    finally:
+        _GNU["ours_end"] = time.monotonic()
     if errors:
         raise errors[0]
 
