@@ -32,7 +32,7 @@ def numba_on_gomp(monkeypatch):
     monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", set())  # no worker met yet
     monkeypatch.setattr(cpu_parallel, "_gnu_workers_spinning", lambda: True)  # as right after numba's call
     monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})  # not oversubscribed
-    monkeypatch.setattr(cpu_parallel, "_GNU", {"ours_end": -1e9, "until": 1e18})  # numba left one spinning
+    monkeypatch.setattr(cpu_parallel, "_GNU", {"ours_end": -1e9, "slept": True, "until": 1e18})  # numba's spin
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
     assert cpu_parallel.gnu_neighbour_parallel() is None  # the first look meets the workers
     assert cpu_parallel._GNU_WORKERS
@@ -89,7 +89,7 @@ def test_adopted_only_while_a_known_worker_spins(numba_on_gomp, monkeypatch, tmp
     monkeypatch.setitem(sys.modules, cpu_parallel._NUMBA_OMP, types.SimpleNamespace(__file__=_libgomp()))
     monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
     monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})
-    monkeypatch.setattr(cpu_parallel, "_GNU", {"ours_end": -1e9, "until": -1e9})
+    monkeypatch.setattr(cpu_parallel, "_GNU", {"ours_end": -1e9, "slept": True, "until": -1e9})
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
     stat = tmp_path / "stat"
     real_open = open
@@ -101,11 +101,17 @@ def test_adopted_only_while_a_known_worker_spins(numba_on_gomp, monkeypatch, tmp
     stat.write_bytes(b"4242 (python3 (x) y) S 1 2 3\n")  # asleep in a futex: ScanWeaver's own runtime
     assert cpu_parallel.gnu_neighbour_parallel() is None
     stat.write_bytes(b"4242 (python3 (x) y) R 1 2 3\n")
-    cpu_parallel._GNU.update(ours_end=time.monotonic(), until=-1e9)  # spinning after our own region
+    cpu_parallel._GNU.update(ours_end=time.monotonic(), slept=False, until=-1e9)  # after our own region
     assert cpu_parallel.gnu_neighbour_parallel() is None
     cpu_parallel._GNU["ours_end"] = time.monotonic() - 1.0  # ours ended long ago: numba's spin
     assert cpu_parallel.gnu_neighbour_parallel() is not None
-    cpu_parallel._GNU["ours_end"] = time.monotonic()  # then ours again: still adopted, for ADOPT_FOR_S
+    cpu_parallel._GNU.update(ours_end=time.monotonic(), slept=False)  # ours again: adopted, for ADOPT_FOR_S
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+    cpu_parallel._GNU.update(until=-1e9)
+    assert cpu_parallel.gnu_neighbour_parallel() is None  # our own spin does not renew it
+    stat.write_bytes(b"4242 (python3 (x) y) S 1 2 3\n")
+    assert cpu_parallel.gnu_neighbour_parallel() is None and cpu_parallel._GNU["slept"]
+    stat.write_bytes(b"4242 (python3 (x) y) R 1 2 3\n")  # woken since it slept: by numba
     assert cpu_parallel.gnu_neighbour_parallel() is not None
     stat.unlink()  # the thread ended: forgotten; the next look meets libgomp's real workers
     assert cpu_parallel.gnu_neighbour_parallel() is None

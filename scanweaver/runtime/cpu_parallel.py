@@ -231,8 +231,8 @@ def prepare_openmp(threads: int) -> None:
 # that started before (its omppool imported already) runs on GNU libgomp: then
 # parallel_for adopts its threads (and the 'openmp' variant is not chosen) while one
 # of them spins (state R in /proc: a region ended less than ~3 ms ago) and numba's
-# own code left one spinning, more than GNU_SPIN_S after ScanWeaver's last region
-# there, within the last ADOPT_FOR_S.  Otherwise ScanWeaver's own runtime runs the call
+# own code left one spinning within the last ADOPT_FOR_S (seen spinning after they
+# were all seen asleep, or more than GNU_SPIN_S after ScanWeaver's last region there).  Otherwise ScanWeaver's own runtime runs the call
 # as it would alone: a spin that ScanWeaver's last call caused does not keep it on
 # libgomp beside another neighbour (PyTorch's own libgomp, whose workers spin too).  Nor when the machine is oversubscribed (1-minute load average above
 # OVERSUBSCRIBED_LOAD per CPU): then libgomp's spinning barriers cost ScanWeaver more
@@ -245,9 +245,11 @@ _GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _NUMBA_OMP = "numba.np.ufunc.omppool"  # numba's omp threading layer (a C extension)
 _SHARED = {"libomp_global": False, "numba_before": False}
 _GNU_WORKERS: set[int] = set()  # native ids of libgomp threads that ran our tasks
-GNU_SPIN_S = 0.005  # how long libgomp's workers spin after a region, at most (about 3 ms here)
-ADOPT_FOR_S = 0.5  # after a spinning worker that numba left: adopt while one spins, this long
-_GNU = {"ours_end": -1e9, "until": -1e9}  # when our last libgomp region ended; adopt until
+GNU_SPIN_S = 0.02  # longer than libgomp's workers spin after a region (about 3 ms here)
+ADOPT_FOR_S = 2.0  # after a spinning worker that numba left: adopt while one spins, this long
+# when ScanWeaver's last libgomp region ended, whether every worker was seen asleep
+# since, and until when to adopt
+_GNU = {"ours_end": -1e9, "slept": True, "until": -1e9}
 OVERSUBSCRIBED_LOAD = 2.0  # runnable threads per CPU (1-minute average) from which libgomp is avoided
 _LOAD = {"checked": -1e9, "over": False}
 
@@ -302,7 +304,9 @@ def gnu_neighbour_parallel() -> Callable | None:
         _run_on_gnu_threads(gomp_parallel, lambda: None, num_threads())
         return None
     now = time.monotonic()
-    if spinning and now - _GNU["ours_end"] > GNU_SPIN_S:
+    if not spinning:
+        _GNU["slept"] = True
+    elif _GNU["slept"] or now - _GNU["ours_end"] > GNU_SPIN_S:
         _GNU["until"] = now + ADOPT_FOR_S  # spinning after a region of numba's, not ours
     return gomp_parallel if spinning and now < _GNU["until"] else None
 
@@ -372,7 +376,7 @@ def _run_on_gnu_threads(gomp_parallel: Callable, work: Callable[[], None], threa
     try:
         gomp_parallel(_GOMP_BODY(body), None, threads, 0)
     finally:
-        _GNU["ours_end"] = time.monotonic()
+        _GNU.update(ours_end=time.monotonic(), slept=False)
     if errors:
         raise errors[0]
 
