@@ -32,7 +32,7 @@ def numba_on_gomp(monkeypatch):
     monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", set())  # no worker met yet
     monkeypatch.setattr(cpu_parallel, "_gnu_workers_spinning", lambda: True)  # as right after numba's call
     monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})  # not oversubscribed
-    monkeypatch.setattr(cpu_parallel, "_GNU", {"ours_end": -1e9, "slept": True, "until": 1e18})  # numba's spin
+    monkeypatch.setattr(cpu_parallel, "_GNU", {"cpu_at_ours": 0.0, "slept": True, "spin_cpu": None, "until": 1e18})  # numba's spin
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
     assert cpu_parallel.gnu_neighbour_parallel() is None  # the first look meets the workers
     assert cpu_parallel._GNU_WORKERS
@@ -89,29 +89,33 @@ def test_adopted_only_while_a_known_worker_spins(numba_on_gomp, monkeypatch, tmp
     monkeypatch.setitem(sys.modules, cpu_parallel._NUMBA_OMP, types.SimpleNamespace(__file__=_libgomp()))
     monkeypatch.setitem(cpu_parallel._SHARED, "numba_before", True)
     monkeypatch.setattr(cpu_parallel, "_LOAD", {"checked": 1e18, "over": False})
-    monkeypatch.setattr(cpu_parallel, "_GNU", {"ours_end": -1e9, "slept": True, "until": -1e9})
+    monkeypatch.setattr(cpu_parallel, "_GNU", {"cpu_at_ours": 0.0, "slept": True, "spin_cpu": None, "until": -1e9})
     monkeypatch.delenv("SCANWEAVER_ADOPT_GOMP", raising=False)
-    stat = tmp_path / "stat"
+    stat, schedstat = tmp_path / "stat", tmp_path / "schedstat"
+    fake = {"/proc/self/task/4242/stat": stat, "/proc/self/task/4242/schedstat": schedstat}
     real_open = open
-    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(
-        stat if p == "/proc/self/task/4242/stat" else p, *a, **k))
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(fake.get(p, p), *a, **k))
+    schedstat.write_bytes(b"0 0 0\n")
     monkeypatch.setattr(cpu_parallel, "_GNU_WORKERS", {4242})
     stat.write_bytes(b"4242 (python3 (x) y) R 1 2 3\n")  # on a CPU: spinning for its next region
     assert cpu_parallel.gnu_neighbour_parallel() is not None
     stat.write_bytes(b"4242 (python3 (x) y) S 1 2 3\n")  # asleep in a futex: ScanWeaver's own runtime
     assert cpu_parallel.gnu_neighbour_parallel() is None
+    # after one of our regions (its CPU then 1 ms): spinning, but not known to be numba's
+    cpu_parallel._GNU.update(cpu_at_ours=0.001, slept=False, until=-1e9)
     stat.write_bytes(b"4242 (python3 (x) y) R 1 2 3\n")
-    cpu_parallel._GNU.update(ours_end=time.monotonic(), slept=False, until=-1e9)  # after our own region
+    schedstat.write_bytes(b"2000000 0 0\n")
     assert cpu_parallel.gnu_neighbour_parallel() is None
-    cpu_parallel._GNU["ours_end"] = time.monotonic() - 1.0  # ours ended long ago: numba's spin
-    assert cpu_parallel.gnu_neighbour_parallel() is not None
-    cpu_parallel._GNU.update(ours_end=time.monotonic(), slept=False)  # ours again: adopted, for ADOPT_FOR_S
-    assert cpu_parallel.gnu_neighbour_parallel() is not None
-    cpu_parallel._GNU.update(until=-1e9)
-    assert cpu_parallel.gnu_neighbour_parallel() is None  # our own spin does not renew it
-    stat.write_bytes(b"4242 (python3 (x) y) S 1 2 3\n")
-    assert cpu_parallel.gnu_neighbour_parallel() is None and cpu_parallel._GNU["slept"]
+    stat.write_bytes(b"4242 (python3 (x) y) S 1 2 3\n")  # its spin over: 3 ms of CPU since ours, learnt
+    schedstat.write_bytes(b"4000000 0 0\n")
+    assert cpu_parallel.gnu_neighbour_parallel() is None
+    assert cpu_parallel._GNU["spin_cpu"] == pytest.approx(0.003) and cpu_parallel._GNU["slept"]
     stat.write_bytes(b"4242 (python3 (x) y) R 1 2 3\n")  # woken since it slept: by numba
+    assert cpu_parallel.gnu_neighbour_parallel() is not None
+    cpu_parallel._GNU.update(cpu_at_ours=0.004, slept=False, until=-1e9)  # another region of ours
+    schedstat.write_bytes(b"9000000 0 0\n")  # 5 ms since: within twice our spin
+    assert cpu_parallel.gnu_neighbour_parallel() is None
+    schedstat.write_bytes(b"11000000 0 0\n")  # 7 ms since: more than our spin, numba's work
     assert cpu_parallel.gnu_neighbour_parallel() is not None
     stat.unlink()  # the thread ended: forgotten; the next look meets libgomp's real workers
     assert cpu_parallel.gnu_neighbour_parallel() is None

@@ -231,8 +231,10 @@ def prepare_openmp(threads: int) -> None:
 # that started before (its omppool imported already) runs on GNU libgomp: then
 # parallel_for adopts its threads (and the 'openmp' variant is not chosen) while one
 # of them spins (state R in /proc: a region ended less than ~3 ms ago) and numba's
-# own code left one spinning within the last ADOPT_FOR_S (seen spinning after they
-# were all seen asleep, or more than GNU_SPIN_S after ScanWeaver's last region there).  Otherwise ScanWeaver's own runtime runs the call
+# own code left one spinning within the last ADOPT_FOR_S: seen spinning after they
+# were all seen asleep, or having spent on a CPU, since ScanWeaver's last region there,
+# more than twice what they spin after one of its regions (schedstat, not wall time:
+# a runnable thread waiting for a loaded CPU is in state R too).  Otherwise ScanWeaver's own runtime runs the call
 # as it would alone: a spin that ScanWeaver's last call caused does not keep it on
 # libgomp beside another neighbour (PyTorch's own libgomp, whose workers spin too).  Nor when the machine is oversubscribed (1-minute load average above
 # OVERSUBSCRIBED_LOAD per CPU): then libgomp's spinning barriers cost ScanWeaver more
@@ -245,11 +247,11 @@ _GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _NUMBA_OMP = "numba.np.ufunc.omppool"  # numba's omp threading layer (a C extension)
 _SHARED = {"libomp_global": False, "numba_before": False}
 _GNU_WORKERS: set[int] = set()  # native ids of libgomp threads that ran our tasks
-GNU_SPIN_S = 0.02  # longer than libgomp's workers spin after a region (about 3 ms here)
 ADOPT_FOR_S = 2.0  # after a spinning worker that numba left: adopt while one spins, this long
-# when ScanWeaver's last libgomp region ended, whether every worker was seen asleep
-# since, and until when to adopt
-_GNU = {"ours_end": -1e9, "slept": True, "until": -1e9}
+# The workers' CPU seconds when ScanWeaver's last libgomp region ended, whether all were
+# seen asleep since, the least CPU they spent spinning after one of its regions (the
+# spin alone: about 3 ms here), and until when to adopt.
+_GNU: dict = {"cpu_at_ours": 0.0, "slept": True, "spin_cpu": None, "until": -1e9}
 OVERSUBSCRIBED_LOAD = 2.0  # runnable threads per CPU (1-minute average) from which libgomp is avoided
 _LOAD = {"checked": -1e9, "over": False}
 
@@ -303,11 +305,13 @@ def gnu_neighbour_parallel() -> Callable | None:
     if not _GNU_WORKERS:  # meet the workers with an empty region (ours: they spin after it)
         _run_on_gnu_threads(gomp_parallel, lambda: None, num_threads())
         return None
-    now = time.monotonic()
+    now, since = time.monotonic(), _gnu_workers_cpu() - _GNU["cpu_at_ours"]
     if not spinning:
+        if not _GNU["slept"]:  # asleep again after our region: at most what its spin costs
+            _GNU["spin_cpu"] = since if _GNU["spin_cpu"] is None else min(_GNU["spin_cpu"], since)
         _GNU["slept"] = True
-    elif _GNU["slept"] or now - _GNU["ours_end"] > GNU_SPIN_S:
-        _GNU["until"] = now + ADOPT_FOR_S  # spinning after a region of numba's, not ours
+    elif _GNU["slept"] or (_GNU["spin_cpu"] is not None and since > 2 * _GNU["spin_cpu"]):
+        _GNU["until"] = now + ADOPT_FOR_S  # woken since, or busier than our spin: numba's region
     return gomp_parallel if spinning and now < _GNU["until"] else None
 
 
@@ -338,6 +342,18 @@ def _gnu_workers_spinning() -> bool:
         if state == b"R":
             return True
     return False
+
+
+def _gnu_workers_cpu() -> float:
+    """CPU seconds the known libgomp workers have run (schedstat: nanoseconds on a CPU)."""
+    total = 0
+    for tid in list(_GNU_WORKERS):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as stat:
+                total += int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):  # ended, or no schedstat: counts nothing
+            pass
+    return total / 1e9
 
 
 def neighbour_policy() -> str:
@@ -376,7 +392,7 @@ def _run_on_gnu_threads(gomp_parallel: Callable, work: Callable[[], None], threa
     try:
         gomp_parallel(_GOMP_BODY(body), None, threads, 0)
     finally:
-        _GNU.update(ours_end=time.monotonic(), slept=False)
+        _GNU.update(cpu_at_ours=_gnu_workers_cpu(), slept=False)
     if errors:
         raise errors[0]
 
