@@ -238,16 +238,18 @@ def prepare_openmp(threads: int) -> None:
 # as it would alone: a spin that ScanWeaver's last call caused does not keep it on
 # libgomp beside another neighbour (PyTorch's own libgomp, whose workers spin too).  Nor when the machine is oversubscribed (1-minute load average above
 # OVERSUBSCRIBED_LOAD per CPU): then libgomp's spinning barriers cost ScanWeaver more
-# than the neighbour's spinning does (measured here, 2 cores at load 10, 1024x4096
-# f32 alternating with numba: 24 ms a call on libgomp's threads, 17.5 ms on libomp;
-# at real-time priority, the machine to itself: 1.70 ms against 2.58 ms, 1.66 ms solo).
+# than the neighbour's spinning does.  Measured here, 1024x4096 f32 alternating with
+# numba prange, in one process: at load 10 on the 2 cores, 24 ms a call on libgomp's
+# threads against 17.5 ms on libomp; with the machine to itself (SCHED_FIFO), 1.70-2.37
+# ms on libgomp's threads against 2.58-3.50 ms on libomp, and alone 1.66-2.24 ms
+# either way.
 # SCANWEAVER_ADOPT_GOMP=0 turns the adoption off, =1 on whatever the load.
 
 _GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _NUMBA_OMP = "numba.np.ufunc.omppool"  # numba's omp threading layer (a C extension)
 _SHARED = {"libomp_global": False, "numba_before": False}
 _GNU_WORKERS: set[int] = set()  # native ids of libgomp threads that ran our tasks
-ADOPT_FOR_S = 2.0  # after a spinning worker that numba left: adopt while one spins, this long
+ADOPT_FOR_S = 0.1  # after a spinning worker that numba left: adopt while one spins, this long
 # The workers' CPU seconds when ScanWeaver's last libgomp region ended, whether all were
 # seen asleep since, the least CPU they spent spinning after one of its regions (the
 # spin alone: about 3 ms here), and until when to adopt.
