@@ -267,13 +267,15 @@ def share_libomp() -> None:
     if load_openmp_runtime.cache_info().currsize:  # loaded already, by LLVM (RTLD_GLOBAL)
         _SHARED["libomp_global"] = True
         return
-    for candidate in _libomp_candidates():
-        try:
+    # the first candidate only (SCANWEAVER_LIBOMP or the cmeel-libomp wheel): the later
+    # ones run a subprocess (ctypes.util.find_library), which a warm first call must not
+    candidate = next(_libomp_candidates(), None)
+    try:
+        if candidate:
             ctypes.CDLL(candidate, mode=os.RTLD_GLOBAL)
-        except OSError:
-            continue
-        _SHARED["libomp_global"] = True
-        return
+            _SHARED["libomp_global"] = True
+    except OSError:  # the JIT loads libomp (or reports it missing) when a kernel needs it
+        pass
 
 
 @functools.lru_cache(maxsize=None)
