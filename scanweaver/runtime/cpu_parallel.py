@@ -225,10 +225,11 @@ def prepare_openmp(threads: int) -> None:
 #
 # Which runtime numba's omp layer calls is fixed when it first runs: the dynamic
 # linker resolves its GOMP_* symbols to the first library of the global scope that
-# defines them, and libomp, loaded RTLD_GLOBAL, defines them too.  So this module
-# loads libomp globally on import (`share_libomp`): numba code that starts later runs
-# on libomp, as ScanWeaver's own regions do, and there is nothing to adopt.  numba code
-# that started before (its omppool imported already) runs on GNU libgomp: then
+# defines them, and libomp, loaded RTLD_GLOBAL, defines them too.  So numba code that
+# starts after ScanWeaver first loads libomp (`share_libomp`, from `openmp_available`:
+# the first call large enough for the 'openmp' variant) runs on libomp, as ScanWeaver's
+# own regions do, and there is nothing to adopt.  numba code that started before (its
+# omppool imported already) runs on GNU libgomp: then
 # parallel_for adopts its threads (and the 'openmp' variant is not chosen) while one
 # of them spins (state R in /proc: a region ended less than ~3 ms ago) and numba's
 # own code left one spinning within the last ADOPT_FOR_S: seen spinning after they
@@ -247,7 +248,7 @@ def prepare_openmp(threads: int) -> None:
 
 _GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _NUMBA_OMP = "numba.np.ufunc.omppool"  # numba's omp threading layer (a C extension)
-_SHARED = {"libomp_global": False, "numba_before": False}
+_SHARED = {"checked": False, "libomp_global": False, "numba_before": False}
 _GNU_WORKERS: set[int] = set()  # native ids of libgomp threads that ran our tasks
 ADOPT_FOR_S = 0.1  # after a spinning worker that numba left: adopt while one spins, this long
 # The workers' CPU seconds when ScanWeaver's last libgomp region ended, whether all were
@@ -259,23 +260,19 @@ _LOAD = {"checked": -1e9, "over": False}
 
 
 def share_libomp() -> None:
-    """Load libomp into the global symbol scope (before a neighbour's OpenMP code first
-    runs, where possible), and note whether numba's omp layer had started before."""
-    from scanweaver.runtime.cpu import _libomp_candidates, load_openmp_runtime
-
-    _SHARED["numba_before"] = _NUMBA_OMP in sys.modules
-    if load_openmp_runtime.cache_info().currsize:  # loaded already, by LLVM (RTLD_GLOBAL)
-        _SHARED["libomp_global"] = True
+    """Note, once, whether numba's omp layer had started before ScanWeaver loads libomp
+    (LLVM's loader opens it RTLD_GLOBAL): numba code that starts after runs on it."""
+    if _SHARED["checked"]:
         return
-    # the first candidate only (SCANWEAVER_LIBOMP or the cmeel-libomp wheel): the later
-    # ones run a subprocess (ctypes.util.find_library), which a warm first call must not
-    candidate = next(_libomp_candidates(), None)
+    from scanweaver.errors import BackendUnavailableError
+    from scanweaver.runtime.cpu import load_openmp_runtime
+
+    _SHARED.update(checked=True, numba_before=_NUMBA_OMP in sys.modules)
     try:
-        if candidate:
-            ctypes.CDLL(candidate, mode=os.RTLD_GLOBAL)
-            _SHARED["libomp_global"] = True
-    except OSError:  # the JIT loads libomp (or reports it missing) when a kernel needs it
-        pass
+        load_openmp_runtime()
+    except BackendUnavailableError:  # no libomp: numba stays on libgomp
+        return
+    _SHARED["libomp_global"] = True
 
 
 @functools.lru_cache(maxsize=None)
@@ -403,14 +400,5 @@ def _run_on_gnu_threads(gomp_parallel: Callable, work: Callable[[], None], threa
 
 def openmp_available() -> bool:
     """Whether libomp loads (the 'openmp' variant can run)."""
-    from scanweaver.errors import BackendUnavailableError
-    from scanweaver.runtime.cpu import load_openmp_runtime
-
-    try:
-        load_openmp_runtime()
-    except BackendUnavailableError:
-        return False
-    return True
-
-
-share_libomp()
+    share_libomp()
+    return _SHARED["libomp_global"]
