@@ -227,23 +227,25 @@ def prepare_openmp(threads: int) -> None:
 # linker resolves its GOMP_* symbols to the first library of the global scope that
 # defines them, and libomp, loaded RTLD_GLOBAL, defines them too.  So numba code that
 # starts after ScanWeaver first loads libomp (`share_libomp`, from `openmp_available`:
-# the first call large enough for the 'openmp' variant) runs on libomp, as ScanWeaver's
-# own regions do, and there is nothing to adopt.  numba code that started before (its
-# omppool imported already) runs on GNU libgomp: then
-# parallel_for adopts its threads (and the 'openmp' variant is not chosen) while one
-# of them spins (state R in /proc: a region ended less than ~3 ms ago) and numba's
-# own code left one spinning within the last ADOPT_FOR_S: seen spinning after they
-# were all seen asleep, or having spent on a CPU, since ScanWeaver's last region there,
-# more than twice what they spin after one of its regions (schedstat, not wall time:
-# a runnable thread waiting for a loaded CPU is in state R too).  Otherwise ScanWeaver's own runtime runs the call
-# as it would alone: a spin that ScanWeaver's last call caused does not keep it on
-# libgomp beside another neighbour (PyTorch's own libgomp, whose workers spin too).  Nor when the machine is oversubscribed (1-minute load average above
-# OVERSUBSCRIBED_LOAD per CPU): then libgomp's spinning barriers cost ScanWeaver more
-# than the neighbour's spinning does.  Measured here, 1024x4096 f32 alternating with
-# numba prange, in one process: at load 10 on the 2 cores, 24 ms a call on libgomp's
-# threads against 17.5 ms on libomp; with the machine to itself (SCHED_FIFO), 1.70-2.37
-# ms on libgomp's threads against 2.58-3.50 ms on libomp, and alone 1.66-2.24 ms
-# either way.
+# the first call large enough for the 'openmp' variant) runs on libomp, as
+# ScanWeaver's own regions do: nothing to adopt.  numba code that started before runs
+# on GNU libgomp.  Then parallel_for adopts its threads (and the 'openmp' variant is
+# not chosen) when
+#   - one of them spins (state R in /proc: a region ended less than ~3 ms ago), and
+#   - numba's own code left one spinning within the last ADOPT_FOR_S: seen spinning
+#     after all were seen asleep, or busy on a CPU, since ScanWeaver's last region
+#     there, for more than twice what they spin after one of its regions (schedstat,
+#     not wall time: a thread waiting for a loaded CPU is in state R too), and
+#   - the machine is not oversubscribed (1-minute load average above
+#     OVERSUBSCRIBED_LOAD per CPU), where libgomp's spinning barriers cost ScanWeaver
+#     more than the neighbour's spinning does.
+# Otherwise ScanWeaver's own runtime runs the call as it would alone; a spin that
+# ScanWeaver's own last call caused does not keep it on libgomp beside another
+# neighbour (PyTorch's own libgomp, whose workers spin too).  Measured here, 1024x4096
+# f32 alternating with numba prange in one process: at load 10 on the 2 cores, 24 ms a
+# call on libgomp's threads against 17.5 ms on libomp; with the machine to itself
+# (SCHED_FIFO), 1.70-3.00 ms on libgomp's threads against 2.58-4.08 ms on libomp, and
+# alone (back to back) 1.66-2.66 ms on either.
 # SCANWEAVER_ADOPT_GOMP=0 turns the adoption off, =1 on whatever the load.
 
 _GOMP_BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
