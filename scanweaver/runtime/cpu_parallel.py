@@ -290,8 +290,10 @@ def _gomp_parallel(library: str) -> Callable | None:
 
 
 def gnu_neighbour_parallel() -> Callable | None:
-    """GOMP_parallel of the GNU libgomp that numba's parallel code runs on, or None
-    (no numba omp layer, it runs on libomp, or SCANWEAVER_ADOPT_GOMP=0)."""
+    """GOMP_parallel of the GNU libgomp that numba's parallel code runs on, when its
+    threads are to run ScanWeaver's tasks now; else None (no numba omp layer, numba on
+    libomp, no worker spinning after numba's own region, an oversubscribed machine, or
+    SCANWEAVER_ADOPT_GOMP=0)."""
     omppool = sys.modules.get(_NUMBA_OMP)
     mode = os.environ.get("SCANWEAVER_ADOPT_GOMP")
     if omppool is None or mode == "0":
