@@ -160,13 +160,18 @@ def _neighbour_calls(a: np.ndarray) -> dict[str, Callable[[], Any]]:
 def neighbours(shape: tuple[int, int] = (1024, 4096), rounds: int = 15) -> dict[str, Any]:
     """Median of each alone and alternating (ScanWeaver call, neighbour call, ...)."""
     import scanweaver as sw
+    from scanweaver.runtime.cpu_parallel import neighbour_policy
 
     rng = np.random.default_rng(3)
     a = rng.uniform(0.5, 1.0, shape).astype(np.float32)
     b = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
     scan = lambda: sw.linear_scan(a, b)  # noqa: E731
     scan()
-    out: dict[str, Any] = {"shape": list(shape), "limits": {"scanweaver": 1.2, "neighbour": 1.1}, "rows": {}}
+    # ScanWeaver before any neighbour's call of this goal: on its own runtime (the
+    # rows' solo times may run on a neighbour's threads, `cpu_parallel.neighbour_policy`)
+    alone = float(np.median([_median_time(scan, 3) for _ in range(rounds)]))
+    out: dict[str, Any] = {"shape": list(shape), "limits": {"scanweaver": 1.2, "neighbour": 1.1}, "rows": {},
+                           "scanweaver_alone_s": alone}
     for name, other in _neighbour_calls(a).items():
         other()
         solo_sw, solo_other, mixed_sw, mixed_other = [], [], [], []
@@ -185,6 +190,7 @@ def neighbours(shape: tuple[int, int] = (1024, 4096), rounds: int = 15) -> dict[
         row["scanweaver_slowdown"] = row["scanweaver_mixed_s"] / row["scanweaver_solo_s"]
         row["neighbour_slowdown"] = row["neighbour_mixed_s"] / row["neighbour_solo_s"]
         row["met"] = row["scanweaver_slowdown"] <= 1.2 and row["neighbour_slowdown"] <= 1.1
+        row["scanweaver_policy"] = neighbour_policy()
         out["rows"][name] = row
     return out
 
@@ -357,4 +363,33 @@ def fma_exp_roofline(n: int = 1 << 16, reps: int = 21) -> dict[str, Any]:
             "updates_per_s": per_core * cores, "updates_per_s_one_core": per_core}
 
 
-__all__ = ["first_call", "fma_exp_roofline", "neighbours", "peak_memory", "stream_roofline", "tiny_call"]
+GOALS = ("tiny_call", "neighbours", "first_call", "peak_memory", "fma_exp_roofline")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m scanweaver.bench.cpu_goals GOAL...`: those goals alone, as JSON, in the
+    harness's order of events: the peers' libraries imported (where installed), then the
+    streaming roofline (numba prange code), then ScanWeaver."""
+    import argparse
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="python -m scanweaver.bench.cpu_goals", description=main.__doc__)
+    parser.add_argument("goals", nargs="+", choices=GOALS)
+    args = parser.parse_args(argv)
+    for module in ("torch", "jax", "numba"):  # as the harness's peer checks do
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    out: dict[str, Any] = {"stream_roofline": stream_roofline()}
+    for name in args.goals:
+        out[name] = globals()[name]()
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+__all__ = ["GOALS", "first_call", "fma_exp_roofline", "main", "neighbours", "peak_memory", "stream_roofline",
+           "tiny_call"]
+
+if __name__ == "__main__":
+    sys.exit(main())

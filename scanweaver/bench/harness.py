@@ -531,7 +531,7 @@ def _measure_goals(progress: Callable[[str], None]) -> dict[str, Any]:
     from scanweaver.bench import cpu_goals
 
     out: dict[str, Any] = {}
-    for name in ("tiny_call", "neighbours", "first_call", "peak_memory", "fma_exp_roofline"):
+    for name in cpu_goals.GOALS:
         progress(f"goal: {name} ...")
         start = time.perf_counter()
         try:

@@ -36,8 +36,11 @@ _RULES: list[tuple[str, str, str]] = [
     ("tiny_call", "",
      "What is left is the Python call itself: argument checks, the cache lookup and the ctypes call."),
     ("neighbours", "",
-     "Two OpenMP runtimes (ScanWeaver's and PyTorch's libgomp) spin-wait against each other on the same "
-     "two cores; no wait policy measured here removes it without slowing ScanWeaver alone."),
+     "A neighbour's OpenMP workers (GNU libgomp: PyTorch's, and numba's when its prange code ran before "
+     "ScanWeaver loaded libomp) spin for milliseconds after each region and share the two cores with "
+     "ScanWeaver's next call. ScanWeaver runs on numba's spinning libgomp threads instead, except on an "
+     "oversubscribed machine (load above twice the CPUs: libgomp's spinning barriers then cost more), and "
+     "its libomp workers sleep as soon as a region ends; see each row's policy above."),
     ("first_call_cold", "",
      "A cold linear_scan runs its first call on the sequential-loop tier while the tile kernel compiles "
      "in the background; that first tier still imports xDSL, builds the kernel's IR and runs mlir-opt, "

@@ -139,6 +139,12 @@ def goals_text(result: dict[str, Any]) -> list[str]:
                          f"{r['neighbour_mixed_s'] * 1e3:.3g} | {r['neighbour_slowdown']:.2f}x | "
                          f"{_verdict(r['met'])} |")
         lines.append("")
+        policies = [f"{name}: {r['scanweaver_policy']}" for name, r in nb["rows"].items() if r.get("scanweaver_policy")]
+        if policies:
+            lines += ["ScanWeaver's policy in each row (`runtime/cpu_parallel.py`): " + "; ".join(policies) + ".", ""]
+        if nb.get("scanweaver_alone_s"):
+            lines += [f"ScanWeaver alone, before any neighbour call of these rows: {nb['scanweaver_alone_s'] * 1e3:.3g} ms "
+                      "(median).", ""]
         if any(r["met"] is False for r in nb["rows"].values()):
             lines += ["Why: " + reason_for("neighbours"), ""]
     fc = goals.get("first_call", {})

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.runtime.cpu_parallel import num_threads, openmp_available
+from scanweaver.runtime.cpu_parallel import gnu_neighbour_parallel, num_threads, openmp_available
 
 #: Lanes per vector group of the tiled kernel, by element size (256-bit vectors).
 def _lanes(dtype: np.dtype) -> int:
@@ -57,7 +57,8 @@ def choose_affine_variant(channels: int, length: int, dtype: np.dtype, threads: 
     # 1024x4096, 64x65536 and 16384x256 where the tiles had beaten it.
     if np.dtype(dtype) == np.int32 and channels < _lanes(dtype):
         return "time_lanes"
-    if threads > 1 and channels >= 2 * _lanes(dtype) * threads and total >= OPENMP_MIN_ELEMENTS and openmp_available():
+    if threads > 1 and channels >= 2 * _lanes(dtype) * threads and total >= OPENMP_MIN_ELEMENTS and openmp_available() \
+            and gnu_neighbour_parallel() is None:  # else parallel_for runs on the neighbour's threads
         return "openmp"
     if threads <= 1 or small:
         # One thread: still cut long rows in time when there are too few channels to
