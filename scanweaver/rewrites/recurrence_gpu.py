@@ -124,7 +124,13 @@ from xdsl.ir import SSAValue
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
-from scanweaver.rewrites.gpu_kernel import Unsupported, kernel_name, refuse_i1_memrefs, unroll_loops_over
+from scanweaver.rewrites.gpu_kernel import (
+    Unsupported,
+    kernel_name,
+    refuse_i1_memrefs,
+    shared_layout_bytes,
+    unroll_loops_over,
+)
 from scanweaver.rewrites.gpu_nest import (
     MAX_STATE,
     Nest,
@@ -151,6 +157,9 @@ SWEEP_SHARED_BUDGET = 32 * 1024
 HOIST_PER_ELEMENT_REGISTERS = 32
 #: Keep phase-1 pairs in registers for the replay when 2 * N * items <= this.
 KEEP_PAIRS_REGISTERS = 16
+#: In-tile scans by warp shuffles for the state types `gpu.shuffle` moves (False: the
+#: shared-memory sweep for every type, as for the others; tests of the sweep set it).
+WARP_SHUFFLE_SCANS = True
 
 
 class _Item:
@@ -176,7 +185,16 @@ class _KernelGen:
         size = bg.byte_size(self.el)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
         self.keep = (2 * self.n * ipt <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
-        self.shared_bytes = (2 * self.group * bs + self.n) * size
+        # warp shuffles for the state types `gpu.shuffle` moves; the sweep for the others
+        self.warp = WARP_SHUFFLE_SCANS and bg.shuffles(self.el)
+        self.nw = bs // bg.WARP if bs > bg.WARP else 0  # warps posting totals (0: one warp)
+        if self.warp:
+            self.sweep_rows = self.nw * self.n  # the warp totals, component-major
+            sizes = [self.sweep_rows * size] * 2 if self.sweep_rows else []
+            self.shared_bytes = shared_layout_bytes(sizes + [self.n * size])
+        else:
+            self.sweep_rows = self.group * bs
+            self.shared_bytes = (2 * self.group * bs + self.n) * size
 
     def elem_index(self, e: Emitter, n: int) -> list[SSAValue]:
         idx = []
@@ -222,12 +240,28 @@ class _KernelGen:
         self.last_k = e.sub(self.trip, self.one)
         self.guard = bg.needs_overflow_guard(self.el, self.bs)
         self.one_group = self.group >= self.n
-        e.for_(self.zero, ntiles, self.one, [], self._tile_body)
+        if not self.warp:
+            e.for_(self.zero, ntiles, self.one, [], self._tile_body)
+            return
+        # warp shuffles: the carry in registers (iter_args), from thread 0's sC
+        self.width = min(self.bs, bg.WARP)
+        self.lane, self.warp_id = bg.lane_and_warp(e, self.tid)
+        e.op(gpu.BarrierOp())
+        carry0 = [e.load(self.s_c, [e.index(n)]) for n in range(self.n)]
+        final = e.for_(self.zero, ntiles, self.one, carry0, self._warp_tile_body)
+        if not self.nw:  # one warp: the carry moved by shuffles; sC for the epilogue
+            e.op(gpu.BarrierOp())  # after a fallback's last sC write
+
+            def keep_final(ie: Emitter) -> None:
+                for n in range(self.n):
+                    ie.store(final[n], self.s_c, [ie.index(n)])
+
+            e.if_(e.cmp("eq", self.tid, self.zero), [], keep_final)
 
     def _shared_arrays(self) -> None:
         """The sweep arrays sA, sB (G x block_size) and the carry sC (N)."""
         e, el = self.e, self.el
-        g_rows = self.group * self.bs
+        g_rows = self.sweep_rows
         self.s_a = e.val(memref.GetGlobalOp(f"{self.name}_sA", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
         self.s_b = e.val(memref.GetGlobalOp(f"{self.name}_sB", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
         self.s_c = e.val(memref.GetGlobalOp(f"{self.name}_sC", MemRefType(el, [self.n], memory_space=bg.SHARED_SPACE)))
@@ -336,6 +370,120 @@ class _KernelGen:
         h = self._replay(le, items, prefix)
         self._publish(le, h)
 
+    def _warp_tile_body(self, le: Emitter, tl: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        """The tile with warp-shuffle scans (blelloch_gpu, "In-tile scan"), all N
+        components at once: Kogge-Stone over the lanes, one cross-warp step through the
+        warp totals in shared memory; 2 barriers per tile, none in a block of one warp.
+        Returns the next tile's carry (the last thread's final state)."""
+        carry = list(carried)
+        items, agg_a, agg_b = self._produce_items(le, tl)
+        inc = bg.warp_inclusive_scan(le, self._pairs_combine, agg_a + agg_b, self.width)
+        bad = bg.warp_any(le, bg.any_not_finite(le, inc), self.width) if self.guard else None
+        h_warp, verdict = self._warp_entry(le, inc, carry, bad)
+        n = self.n
+
+        def tree(ie: Emitter) -> list[SSAValue]:
+            # the previous lane's state after its steps: the same a * h + b the
+            # exclusive pair would give here, one shuffle per element instead of two
+            after = [self.pairs.apply(ie, inc[c], h_warp[c], inc[n + c]) for c in range(n)]
+            got = [bg.shuffle(ie, "up", v, 1, self.width) for v in after]
+            has_prev = got[0][1]
+            return [ie.val(arith.SelectOp(has_prev, g, h)) for (g, _), h in zip(got, h_warp)]
+
+        if verdict is None:
+            prefix = tree(le)
+        else:
+            prefix = list(le.if_(verdict, [self.el] * n, lambda ie: self._warp_fallback(ie, items, carry), tree))
+        h = self._replay(le, items, prefix)
+        if not self.nw:  # the last lane's state, without shared memory
+            return [bg.shuffle(le, "idx", v, self.width - 1, self.width)[0] for v in h]
+        self._publish(le, h)
+        le.op(gpu.BarrierOp())
+        return [le.load(self.s_c, [le.index(c)]) for c in range(n)]
+
+    def _pairs_combine(self, e: Emitter, first: Sequence[SSAValue], second: Sequence[SSAValue]) -> list[SSAValue]:
+        """The pair combine on [a_0..a_N-1, b_0..b_N-1] lists."""
+        n = self.n
+        out = [self.pairs.combine(e, (first[c], first[n + c]), (second[c], second[n + c])) for c in range(n)]
+        return [a for a, _ in out] + [b for _, b in out]
+
+    def _warp_entry(
+        self, le: Emitter, inc: Sequence[SSAValue], carry: list[SSAValue], bad: SSAValue | None
+    ) -> tuple[list[SSAValue], SSAValue | None]:
+        """The states entering this thread's warp and the tile's overflow verdict
+        (block-uniform): the last lane of each warp posts its N totals (element 0's `a`
+        NaN when the warp saw a non-finite aggregate), a barrier, then every thread
+        folds the totals of the warps before its own onto the carry and checks every
+        warp's flag slot (the totals are among the checked aggregates)."""
+        nw, n = self.nw, self.n
+        if not nw:
+            return carry, bad
+        s_a, s_b, warp_id = self.s_a, self.s_b, self.warp_id
+
+        def post(ie: Emitter) -> None:
+            for c in range(n):
+                a = inc[c]
+                if c == 0 and bad is not None:
+                    a = ie.val(arith.SelectOp(bad, ie.const(float("nan"), self.el), a))
+                slot = ie.add(warp_id, ie.index(c * nw)) if c else warp_id
+                ie.store(a, s_a, [slot])
+                ie.store(inc[n + c], s_b, [slot])
+
+        le.if_(le.cmp("eq", self.lane, le.index(bg.WARP - 1)), [], post)
+        le.op(gpu.BarrierOp())
+        h = list(carry)
+        verdict = None
+        for v in range(nw):
+            if bad is not None:
+                c0 = bg.any_not_finite(le, [le.load(s_a, [le.index(v)])])
+                verdict = c0 if verdict is None else le.val(arith.OrIOp(verdict, c0))
+            if v == nw - 1:
+                continue
+            before = le.cmp("ult", le.index(v), warp_id)
+            for c in range(n):
+                ta, tb = le.load(s_a, [le.index(c * nw + v)]), le.load(s_b, [le.index(c * nw + v)])
+                h[c] = le.val(arith.SelectOp(before, self.pairs.apply(le, ta, h[c], tb), h[c]))
+        return h, verdict
+
+    def _warp_fallback(self, ie: Emitter, items: list[_Item], carry: list[SSAValue]) -> list[SSAValue]:
+        """The flagged tile's entering states in the loop's own order (thread after
+        thread through sC, the first from the carry registers)."""
+        el, n, s_c = self.el, self.n, self.s_c
+
+        def load_state(te: Emitter, j: SSAValue) -> list[SSAValue]:
+            first = te.cmp("eq", j, te.index(0))
+            return list(te.if_(first, [el] * n, lambda x: list(carry),
+                               lambda x: [x.load(s_c, [x.index(c)]) for c in range(n)]))
+
+        def store_state(te: Emitter, h: Sequence[SSAValue]) -> None:
+            for c in range(n):
+                te.store(h[c], s_c, [te.index(c)])
+
+        return bg.sequential_entry_states(ie, self.tid, self.bs, [el] * n, load_state,
+                                          self._own_steps(items), store_state)
+
+    def _own_steps(self, items: list[_Item]):
+        """The fallback's replay of this thread's in-range steps on a state."""
+
+        def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+            h = list(h)
+            for it in items:
+
+                def step(te: Emitter, k=it.k, a_s=it.a_s, b_s=it.b_s, h=h) -> list[SSAValue]:
+                    if self.keep:
+                        pa, pb = a_s, b_s
+                    else:
+                        # from the loads again, not from the kept step values: that
+                        # keeps LLVM from hoisting N * items_per_thread pairs out of
+                        # the turn loop (the loads cannot cross its barriers)
+                        _, pa, pb = self._step_pairs(te, k)
+                    return [self.pairs.apply(te, pa[c], h[c], pb[c]) for c in range(self.n)]
+
+                h = list(ie.if_(it.inside, [self.el] * self.n, step, lambda te, h=h: h))
+            return h
+
+        return own_steps
+
     def _produce_items(self, le: Emitter, tl: SSAValue) -> tuple[list[_Item], list[SSAValue], list[SSAValue]]:
         """1. this thread's pairs for all state elements; fold into aggregates."""
         el, pairs, nf = self.el, self.pairs, len(self.frontier)
@@ -411,22 +559,7 @@ class _KernelGen:
         for f in flags[1:]:
             bad = le.val(arith.OrIOp(bad, f))
 
-        def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
-            h = list(h)
-            for it in items:
-
-                def step(te: Emitter, k=it.k, a_s=it.a_s, b_s=it.b_s, h=h) -> list[SSAValue]:
-                    if self.keep:
-                        pa, pb = a_s, b_s
-                    else:
-                        # from the loads again, not from the kept step values: that
-                        # keeps LLVM from hoisting N * items_per_thread pairs out of
-                        # the turn loop (the loads cannot cross its barriers)
-                        _, pa, pb = self._step_pairs(te, k)
-                    return [pairs.apply(te, pa[n], h[n], pb[n]) for n in range(self.n)]
-
-                h = list(ie.if_(it.inside, [el] * self.n, step, lambda te, h=h: h))
-            return h
+        own_steps = self._own_steps(items)
 
         def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
             for n in range(self.n):
@@ -538,7 +671,7 @@ def lower_recurrence(
 
     # -- commit: kernel, shared arrays, launch -----------------------------------------------
     kmod = bg.get_kernel_module(top)
-    rows = gen.group * block_size
+    rows = gen.sweep_rows
     bg.shared_global(kmod, f"{name}_sA", gen.el, rows)
     bg.shared_global(kmod, f"{name}_sB", gen.el, rows)
     bg.shared_global(kmod, f"{name}_sC", gen.el, gen.n)
@@ -555,7 +688,8 @@ def lower_recurrence(
             f"{'x'.join(map(str, gen.shape)) or 'scalar'} {gen.el}; block_size={block_size} "
             f"items_per_thread={ipt}{'' if ipt == items_per_thread else f' (capped from {items_per_thread} for the state)'}"
             f"; fused coeffs/emit, "
-            f"{'kept' if gen.keep else 'recomputed'} pairs, {gen.group} components per sweep"
+            f"{'kept' if gen.keep else 'recomputed'} pairs, "
+            f"{'warp-shuffle scans' if gen.warp else f'{gen.group} components per sweep'}"
         ),
     )
 

@@ -506,7 +506,7 @@ class _RecurrenceTimeBlocks:
 
         # -- commit: shared arrays, kernels, scratch, launches ---------------------------------
         kmod = self.kmod
-        for name, t, size in ((n1, self.agg_t, red.group * self.bs), (n3, self.el, chk.group * self.bs)):
+        for name, t, size in ((n1, self.agg_t, red.group * self.bs), (n3, self.el, chk.sweep_rows)):
             bg.shared_global(kmod, f"{name}_sA", t, size)
             bg.shared_global(kmod, f"{name}_sB", t, size)
         bg.shared_global(kmod, f"{n1}_sR", self.agg_t, 2 * self.n)
