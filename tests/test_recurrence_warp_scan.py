@@ -140,3 +140,90 @@ def test_time_blocks_chunks_over_warps(L):
     simulate_launch(m, "ema", *got, block_order=L)
     for r, g in zip(ref, got):
         np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6)
+
+
+# -- 16-byte vector loads and stores of the per-step operands (recurrence_vector_io.py) ---------
+
+VEC = dict(block_size=8, items_per_thread=4)  # tile = 32 steps, runs of one f32 vector
+
+
+def _vector_ops(m):
+    from xdsl.dialects import vector
+
+    kernels = [o for o in m.walk() if isinstance(o, gpu.FuncOp)]
+    loads = [o for k in kernels for o in k.walk() if isinstance(o, vector.LoadOp)]
+    stores = [o for k in kernels for o in k.walk() if isinstance(o, vector.StoreOp)]
+    return loads, stores
+
+
+@pytest.mark.parametrize("L", [0, 1, 31, 32, 33, 64, 68, 67])
+def test_selective_scan_vector_loads_full_tiles_scalar_last_tile(L):
+    """u, delta, z read and out written by vectors in full tiles; the last partial tile
+    and rows whose length is no multiple of 4 (L = 67: every tile) take scalars."""
+    opts = dict(bc="shared", return_last_state=True)
+    args = ssm_args(np.random.default_rng(L), 1, 2, L, 4, **opts)
+    original, m = lowered(loops.selective_scan_loops(1, 2, L, 4, **opts), **VEC)
+    loads, stores = _vector_ops(m)
+    assert len(loads) == 3 and len(stores) == 1  # delta, u (coeffs and emit), z; out
+    ref, got = [a.copy() for a in args], [a.copy() for a in args]
+    run_function(original, "selective_scan", *ref)
+    stats: list = []
+    simulate_launch(m, "selective_scan", *got, stats=stats)
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    full_tiles = L // 32 if L % 4 == 0 else 0
+    # 2 channels x full tiles x 8 threads x (3 loads + 1 store)
+    assert stats[0]["vector_accesses"] == 2 * full_tiles * 8 * 4
+
+
+@pytest.mark.parametrize("bc", ["constant", "grouped"])
+def test_selective_scan_vector_loads_bc_layouts_and_kept_pairs(bc):
+    opts = dict(bc=bc, groups=2, return_last_state=True)
+    args = ssm_args(np.random.default_rng(4), 1, 2, 70, 2, **opts)
+    for keep in (True, False):
+        check(loops.selective_scan_loops(1, 2, 70, 2, **opts), "selective_scan", args, keep_pairs=keep, **VEC)
+
+
+def test_reversed_index_keeps_scalar_accesses():
+    """G[c, L-1-t] is no run of consecutive steps: scalar accesses, same results."""
+    L = 70
+    rng = np.random.default_rng(L)
+    args = [rng.uniform(-1, 1, (2, L)).astype(np.float32), rng.uniform(0.5, 1.0, 2).astype(np.float32),
+            rng.uniform(-1, 1, 2).astype(np.float32), np.zeros((2, L), np.float32)]
+    m = check(loops.discounted_return_loops(2, L), "discounted_return", args, **VEC)
+    assert _vector_ops(m) == ([], [])
+
+
+@pytest.mark.parametrize("dtype", ["i32", "f64"])
+def test_ema_vector_accesses_other_types(dtype):
+    """i32 (bit for bit) and f64 (two per vector) runs, h0 in and hT out."""
+    L = 69
+    npdt = {"i32": np.int32, "f64": np.float64}[dtype]
+    args = _ema_args(np.random.default_rng(2), 2, L, npdt)
+    tol = dict(rtol=0, atol=0) if dtype == "i32" else dict(rtol=1e-12, atol=1e-14)
+    m = check(loops.ema_loops(2, L, dtype), "ema", args, **VEC, **tol)
+    loads, stores = _vector_ops(m)
+    assert len(loads) == (1 if dtype == "i32" else 2) and len(stores) == (1 if dtype == "i32" else 2)
+
+
+@pytest.mark.parametrize("L", [1, 64, 100])
+def test_time_blocks_vector_loads(L):
+    """The reduce and chunk kernels of the time blocks take the step loads too."""
+    from scanweaver.ir import make_context
+    from scanweaver.rewrites.raise_affine import RaiseRecurrences
+    from scanweaver.rewrites.scan_to_gpu import ScanToGpu
+    from xdsl.context import Context
+
+    module = loops.ema_loops(1, L)
+    args = _ema_args(np.random.default_rng(L), 1, L)
+    ref = [a.copy() for a in args]
+    run_function(parse_ir(print_ir(module)), "ema", *ref)
+    m = parse_ir(print_ir(module))
+    RaiseRecurrences().apply(make_context(), m)
+    ScanToGpu(block_size=8, items_per_thread=4, time_blocks="always", chunk_tiles=1).apply(Context(), m)
+    loads, stores = _vector_ops(m)
+    assert len(loads) >= 2 and len(stores) >= 1
+    got = [a.copy() for a in args]
+    simulate_launch(m, "ema", *got, block_order=L)
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6)

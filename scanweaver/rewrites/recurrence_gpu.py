@@ -123,6 +123,7 @@ from xdsl.ir import SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
+from scanweaver.rewrites import recurrence_vector_io as vio
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.gpu_kernel import (
     Unsupported,
@@ -160,6 +161,9 @@ KEEP_PAIRS_REGISTERS = 16
 #: In-tile scans by warp shuffles for the state types `gpu.shuffle` moves (False: the
 #: shared-memory sweep for every type, as for the others; tests of the sweep set it).
 WARP_SHUFFLE_SCANS = True
+#: 16-byte vector loads / stores of the per-step operands in full tiles
+#: (`recurrence_vector_io.py`; False: scalar accesses everywhere).
+VECTOR_STEP_IO = True
 
 
 class _Item:
@@ -225,12 +229,17 @@ class _KernelGen:
         self._split_regions()
         self._hoist_invariants()
         self._step_frontier()
+        self.load_runs, self.store_runs = (
+            vio.find_step_runs(self.nest, self.cs.per_step, self.cs.per_both, self.es.per_step, self.t_c,
+                               self.t_e, self.ipt) if VECTOR_STEP_IO else ([], [])
+        )
+        self.pre: list[dict] | None = None  # this tile's preloaded step values, per item
 
     def _tiles(self, t_begin: SSAValue, t_end: SSAValue) -> None:
         """The chained tiles over steps [t_begin, t_end) (the whole loop here; one time
         chunk in `recurrence_time_blocks.py`)."""
         e = self.e
-        self.t_end = t_end
+        self.t_begin, self.t_end = t_begin, t_end
         self.tile = e.index(self.bs * self.ipt)
         span = t_end if t_begin is self.zero else e.sub(t_end, t_begin)
         ntiles = e.divu(e.add(span, e.index(self.bs * self.ipt - 1)), self.tile)
@@ -350,10 +359,17 @@ class _KernelGen:
             b_s.append(self.pairs.widen(ie, mn[self.y_b]))
         return a_s, b_s
 
-    def _step_pairs(self, ie: Emitter, k: SSAValue) -> tuple[dict[SSAValue, SSAValue], list[SSAValue], list[SSAValue]]:
-        """Step `k`'s step-only values cloned, then its N pairs."""
+    def _step_pairs(
+        self, ie: Emitter, k: SSAValue, j: int | None = None
+    ) -> tuple[dict[SSAValue, SSAValue], list[SSAValue], list[SSAValue]]:
+        """Step `k`'s step-only values cloned, then its N pairs; item `j` of the tile takes
+        its preloaded step values (None: the loads are cloned)."""
         m = {**self.base, self.t_c: self.step_index(ie, k)}
+        pre = self.pre[j] if self.pre is not None and j is not None else {}
         for op in self.cs.per_step:
+            if op in pre:
+                m[op.results[0]] = pre[op]
+                continue
             ie.op(op.clone(value_mapper=m))
         a_s, b_s = self._pair_values(ie, m)
         return m, a_s, b_s
@@ -484,11 +500,31 @@ class _KernelGen:
 
         return own_steps
 
+    def _preload(self, le: Emitter, tl: SSAValue, start: SSAValue) -> None:
+        """The tile's step loads (recurrence_vector_io): vectors in a full tile; sets
+        `self.pre` and `self.full` (None without step accesses)."""
+        self.pre, self.full = None, None
+        runs = self.load_runs + self.store_runs
+        if not runs:
+            return
+        t0 = le.mul(tl, self.tile)
+        if self.t_begin is not self.zero:
+            t0 = le.add(self.t_begin, t0)
+        self.full = vio.full_tile(le, runs, self.base, t0, self.step_index(le, t0), self.bs * self.ipt, self.t_end)
+        self.run_steps = []
+        for j in range(self.ipt):
+            k = le.add(start, le.index(j)) if j else start
+            self.run_steps.append((self.step_index(le, k), le.cmp("ult", k, self.t_end)))
+        if self.load_runs:
+            self.pre = vio.load_runs(le, self.load_runs, self.base, self.full, self.run_steps[0][0], self.run_steps,
+                                     self.ipt)
+
     def _produce_items(self, le: Emitter, tl: SSAValue) -> tuple[list[_Item], list[SSAValue], list[SSAValue]]:
         """1. this thread's pairs for all state elements; fold into aggregates."""
         el, pairs, nf = self.el, self.pairs, len(self.frontier)
         f_types = [v.type for v in self.frontier]
         start = le.add(le.mul(tl, self.tile), self.thread_base)
+        self._preload(le, tl, start)
         items: list[_Item] = []
         agg_a: list[SSAValue] = []
         agg_b: list[SSAValue] = []
@@ -496,8 +532,8 @@ class _KernelGen:
             k = le.add(start, le.index(j)) if j else start
             inside = le.cmp("ult", k, self.t_end)
 
-            def produce(ie: Emitter, k: SSAValue = k) -> list[SSAValue]:
-                m, a_s, b_s = self._step_pairs(ie, k)
+            def produce(ie: Emitter, k: SSAValue = k, j: int = j) -> list[SSAValue]:
+                m, a_s, b_s = self._step_pairs(ie, k, j)
                 return [*(m[v] for v in self.frontier), *a_s, *b_s]
 
             def pad(ie: Emitter) -> list[SSAValue]:
@@ -584,10 +620,13 @@ class _KernelGen:
         """3. replay: in-range steps update h and run the emit on the private state."""
         el, pairs, priv = self.el, self.pairs, self.priv
         last_stores = self.nest.last_stores
+        deferred = {r.ops[0]: c for c, r in enumerate(self.store_runs)}
+        store_types = [r.el for r in self.store_runs]
+        stored: list[list[SSAValue]] = [[] for _ in self.store_runs]
         h = prefix
-        for it in items:
+        for j, it in enumerate(items):
 
-            def replay(ie: Emitter, it: _Item = it, h=h) -> list[SSAValue]:
+            def replay(ie: Emitter, it: _Item = it, h=h, j: int = j) -> list[SSAValue]:
                 i = self.step_index(ie, it.k)
                 if self.keep:
                     pa, pb = it.a_s, it.b_s
@@ -598,13 +637,30 @@ class _KernelGen:
                     ie.store(new_h[n], priv, self.elem_index(ie, n))
                 is_last = ie.cmp("eq", it.k, self.last_k) if last_stores else None
                 me = {**self.base, self.t_e: i, self.s_e: priv}
+                pre = self.pre[j] if self.pre is not None else {}
+                out: list[SSAValue | None] = [None] * len(self.store_runs)
                 for op in self.es.per_step:
+                    if op in pre:
+                        me[op.results[0]] = pre[op]
+                        continue
+                    if op in deferred:  # written after the items (vectors in full tiles)
+                        out[deferred[op]] = me.get(op.operands[0], op.operands[0])
+                        continue
                     new = ie.op(op.clone(value_mapper=me))
                     if last_stores:
                         guard_last_stores(op, new, last_stores, is_last)
-                return new_h
+                return new_h + out  # type: ignore[operator]
 
-            h = list(le.if_(it.inside, [el] * self.n, replay, lambda ie, h=h: h))
+            def skip(ie: Emitter, h=h) -> list[SSAValue]:
+                return h + [ie.const(0, t) for t in store_types]
+
+            res = list(le.if_(it.inside, [el] * self.n + store_types, replay, skip))
+            h = res[: self.n]
+            for c, v in enumerate(res[self.n :]):
+                stored[c].append(v)
+        if self.store_runs:
+            vio.store_runs(le, self.store_runs, self.base, self.full, self.run_steps[0][0], self.run_steps, stored,
+                           self.ipt)
         return h
 
     def _publish(self, le: Emitter, h: list[SSAValue]) -> None:

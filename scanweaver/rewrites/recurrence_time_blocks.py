@@ -294,7 +294,8 @@ class _ReduceGen(_KernelGen):
 
         e.if_(first_thread, [], start)
         self._prepare()
-        self.t_end = ch.chunk_end
+        self.store_runs = []  # no replay here: only the step loads
+        self.t_begin, self.t_end = ch.chunk_begin, ch.chunk_end
         self.tile = e.index(self.bs * self.ipt)
         span = e.sub(ch.chunk_end, ch.chunk_begin)
         ntiles = e.divu(e.add(span, e.index(self.bs * self.ipt - 1)), self.tile)
