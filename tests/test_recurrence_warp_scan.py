@@ -15,6 +15,7 @@ from scanweaver.dialects.gpu_shuffle import ShuffleOp
 from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
 from scanweaver.ir import parse_ir, print_ir
+from scanweaver.rewrites.launch import launch_descriptions
 from scanweaver.workloads import loops
 
 WARPS2 = dict(block_size=64, items_per_thread=1)  # tile = 64 steps, two warps
@@ -64,10 +65,13 @@ def test_selective_scan_every_bc_layout_over_warps(bc):
 
 @pytest.mark.parametrize("N", [16, 32, 64])
 def test_selective_scan_state_sizes_over_warps(N):
-    """N = 16, 32 and 64 over two tiles of two warps."""
+    """N = 16, 32 (warp shuffles) and 64 (the sweep: aggregates staged in shared memory)
+    over two tiles of two warps."""
     opts = dict(bc="shared", return_last_state=True)
     args = ssm_args(np.random.default_rng(N), 1, 1, 70, N, **opts)
-    check(loops.selective_scan_loops(1, 1, 70, N, **opts), "selective_scan", args, **WARPS2)
+    m = check(loops.selective_scan_loops(1, 1, 70, N, **opts), "selective_scan", args, **WARPS2)
+    (desc,) = launch_descriptions(m)
+    assert ("warp-shuffle scans" in desc.notes) == (N <= 32), desc.notes
 
 
 def test_overflowing_tiles_take_the_loops_order():
@@ -158,13 +162,13 @@ def _vector_ops(m):
 
 @pytest.mark.parametrize("L", [0, 1, 31, 32, 33, 64, 68, 67])
 def test_selective_scan_vector_loads_full_tiles_scalar_last_tile(L):
-    """u, delta, z read and out written by vectors in full tiles; the last partial tile
+    """delta, u, z read and out written by vectors in full tiles; the last partial tile
     and rows whose length is no multiple of 4 (L = 67: every tile) take scalars."""
     opts = dict(bc="shared", return_last_state=True)
     args = ssm_args(np.random.default_rng(L), 1, 2, L, 4, **opts)
     original, m = lowered(loops.selective_scan_loops(1, 2, L, 4, **opts), **VEC)
     loads, stores = _vector_ops(m)
-    assert len(loads) == 3 and len(stores) == 1  # delta, u (coeffs and emit), z; out
+    assert len(loads) == 4 and len(stores) == 1  # delta, u (coeffs); u, z (emit); out
     ref, got = [a.copy() for a in args], [a.copy() for a in args]
     run_function(original, "selective_scan", *ref)
     stats: list = []
@@ -172,8 +176,8 @@ def test_selective_scan_vector_loads_full_tiles_scalar_last_tile(L):
     for r, g in zip(ref, got):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
     full_tiles = L // 32 if L % 4 == 0 else 0
-    # 2 channels x full tiles x 8 threads x (3 loads + 1 store)
-    assert stats[0]["vector_accesses"] == 2 * full_tiles * 8 * 4
+    # 2 channels x full tiles x 8 threads x (4 loads + 1 store)
+    assert stats[0]["vector_accesses"] == 2 * full_tiles * 8 * 5
 
 
 @pytest.mark.parametrize("bc", ["constant", "grouped"])

@@ -164,6 +164,11 @@ WARP_SHUFFLE_SCANS = True
 #: 16-byte vector loads / stores of the per-step operands in full tiles
 #: (`recurrence_vector_io.py`; False: scalar accesses everywhere).
 VECTOR_STEP_IO = True
+#: ... for states of at most this many elements. Beyond, the per-element loads (Mamba's
+#: B and C, 2 N of the 2 N + 3 loads of a step) dominate the traffic while the vectors
+#: cost registers (ptxas, selective scan N = 16, 128 x 4: 150 registers with them, 128
+#: without: 3 resident blocks instead of 4).
+VECTOR_STEP_IO_MAX_STATE = 4
 
 
 class _Item:
@@ -189,8 +194,12 @@ class _KernelGen:
         size = bg.byte_size(self.el)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
         self.keep = (2 * self.n * ipt <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
-        # warp shuffles for the state types `gpu.shuffle` moves; the sweep for the others
-        self.warp = WARP_SHUFFLE_SCANS and bg.shuffles(self.el)
+        # warp shuffles for the state types `gpu.shuffle` moves, up to 32 registers of
+        # state; the sweep for the others, and beyond (its aggregates staged in shared
+        # memory: ptxas, selective scan N = 64, one item per thread: 12 spill bytes with
+        # shuffles, none with the sweep)
+        words = self.n * max(1, size // 4)
+        self.warp = WARP_SHUFFLE_SCANS and bg.shuffles(self.el) and words <= UNROLL_BY_LLVM
         self.nw = bs // bg.WARP if bs > bg.WARP else 0  # warps posting totals (0: one warp)
         if self.warp:
             self.sweep_rows = self.nw * self.n  # the warp totals, component-major
@@ -229,9 +238,10 @@ class _KernelGen:
         self._split_regions()
         self._hoist_invariants()
         self._step_frontier()
-        self.load_runs, self.store_runs = (
+        self.load_runs, self.emit_runs, self.store_runs = (
             vio.find_step_runs(self.nest, self.cs.per_step, self.cs.per_both, self.es.per_step, self.t_c,
-                               self.t_e, self.ipt) if VECTOR_STEP_IO else ([], [])
+                               self.t_e, self.ipt)
+            if VECTOR_STEP_IO and self.n <= VECTOR_STEP_IO_MAX_STATE else ([], [], [])
         )
         self.pre: list[dict] | None = None  # this tile's preloaded step values, per item
 
@@ -393,10 +403,13 @@ class _KernelGen:
         Returns the next tile's carry (the last thread's final state)."""
         carry = list(carried)
         items, agg_a, agg_b = self._produce_items(le, tl)
-        inc = bg.warp_inclusive_scan(le, self._pairs_combine, agg_a + agg_b, self.width)
+        n = self.n
+        # one element after the other: 2 N + 2 values live at each shuffle, not 4 N
+        combine = bg.pair_list_combine(self.pairs)
+        scanned = [bg.warp_inclusive_scan(le, combine, [agg_a[c], agg_b[c]], self.width) for c in range(n)]
+        inc = [p[0] for p in scanned] + [p[1] for p in scanned]
         bad = bg.warp_any(le, bg.any_not_finite(le, inc), self.width) if self.guard else None
         h_warp, verdict = self._warp_entry(le, inc, carry, bad)
-        n = self.n
 
         def tree(ie: Emitter) -> list[SSAValue]:
             # the previous lane's state after its steps: the same a * h + b the
@@ -416,12 +429,6 @@ class _KernelGen:
         self._publish(le, h)
         le.op(gpu.BarrierOp())
         return [le.load(self.s_c, [le.index(c)]) for c in range(n)]
-
-    def _pairs_combine(self, e: Emitter, first: Sequence[SSAValue], second: Sequence[SSAValue]) -> list[SSAValue]:
-        """The pair combine on [a_0..a_N-1, b_0..b_N-1] lists."""
-        n = self.n
-        out = [self.pairs.combine(e, (first[c], first[n + c]), (second[c], second[n + c])) for c in range(n)]
-        return [a for a, _ in out] + [b for _, b in out]
 
     def _warp_entry(
         self, le: Emitter, inc: Sequence[SSAValue], carry: list[SSAValue], bad: SSAValue | None
@@ -447,18 +454,22 @@ class _KernelGen:
 
         le.if_(le.cmp("eq", self.lane, le.index(bg.WARP - 1)), [], post)
         le.op(gpu.BarrierOp())
-        h = list(carry)
         verdict = None
-        for v in range(nw):
-            if bad is not None:
+        if bad is not None:
+            for v in range(nw):
                 c0 = bg.any_not_finite(le, [le.load(s_a, [le.index(v)])])
                 verdict = c0 if verdict is None else le.val(arith.OrIOp(verdict, c0))
-            if v == nw - 1:
-                continue
-            before = le.cmp("ult", le.index(v), warp_id)
+
+        def fold(fe: Emitter, v: SSAValue, h: Sequence[SSAValue]) -> list[SSAValue]:
+            # a loop over the warps before this one, not an unrolled select chain: the
+            # totals are loaded as used (N x (nw - 1) x 2 of them otherwise live at once)
+            out = []
             for c in range(n):
-                ta, tb = le.load(s_a, [le.index(c * nw + v)]), le.load(s_b, [le.index(c * nw + v)])
-                h[c] = le.val(arith.SelectOp(before, self.pairs.apply(le, ta, h[c], tb), h[c]))
+                slot = fe.add(v, fe.index(c * nw)) if c else v
+                out.append(self.pairs.apply(fe, fe.load(s_a, [slot]), h[c], fe.load(s_b, [slot])))
+            return out
+
+        h = list(le.for_(self.zero, warp_id, self.one, list(carry), fold))
         return h, verdict
 
     def _warp_fallback(self, ie: Emitter, items: list[_Item], carry: list[SSAValue]) -> list[SSAValue]:
@@ -504,7 +515,7 @@ class _KernelGen:
         """The tile's step loads (recurrence_vector_io): vectors in a full tile; sets
         `self.pre` and `self.full` (None without step accesses)."""
         self.pre, self.full = None, None
-        runs = self.load_runs + self.store_runs
+        runs = self.load_runs + self.emit_runs + self.store_runs
         if not runs:
             return
         t0 = le.mul(tl, self.tile)
@@ -620,6 +631,9 @@ class _KernelGen:
         """3. replay: in-range steps update h and run the emit on the private state."""
         el, pairs, priv = self.el, self.pairs, self.priv
         last_stores = self.nest.last_stores
+        if self.emit_runs:  # the emit's step loads, now (not live across the scan)
+            self.pre = vio.load_runs(le, self.emit_runs, self.base, self.full, self.run_steps[0][0], self.run_steps,
+                                     self.ipt)
         deferred = {r.ops[0]: c for c, r in enumerate(self.store_runs)}
         store_types = [r.el for r in self.store_runs]
         stored: list[list[SSAValue]] = [[] for _ in self.store_runs]

@@ -9,8 +9,9 @@ vectors. This module finds those accesses and emits them per tile:
 * Step loads: a top-level `memref.load` of `coeffs` or `emit` (not inside an emit loop)
   of a kernel argument with the identity layout, element type f32, f64, i32 or i64,
   whose last index is the step's loop index and whose other indices do not vary with
-  the step, of a memref the nest never writes. Loads of the same element run in both
-  regions are one run (u in Mamba). Before the tile's items, a full tile (block-uniform:
+  the step, of a memref the nest never writes. Each region has its own runs (u in Mamba
+  is read by both): the coeffs' before the tile's items, the emit's just before the
+  replay (so they are not live across the scan). A full tile (block-uniform:
   wholly before the end, the loop index of its first step and every such row length
   multiples of the vector) reads each thread's run by `vector.load` (alignment 16); other
   tiles load the run element by element, guarded per step (0 past the end); the cloned
@@ -79,15 +80,17 @@ def _defined(ops: Sequence[Operation]) -> set[SSAValue]:
 def find_step_runs(
     nest: Nest, coeffs_step: Sequence[Operation], coeffs_both: Sequence[Operation],
     emit_step: Sequence[Operation], t_c: SSAValue, t_e: SSAValue, ipt: int,
-) -> tuple[list[StepRun], list[StepRun]]:
-    """The step loads and step stores (module doc) of a matched nest; none when its loop
-    step is not 1."""
+) -> tuple[list[StepRun], list[StepRun], list[StepRun]]:
+    """The step loads of coeffs, of emit, and the step stores (module doc) of a matched
+    nest; none when its loop step is not 1."""
     if const_int(nest.rec.step) != 1:
-        return [], []
+        return [], [], []
     inside_c = _defined(list(coeffs_step) + list(coeffs_both)) | {t_c}
     inside_e = _defined(emit_step) | {t_e}
-    loads: dict[tuple, StepRun] = {}
+    per_region: list[list[StepRun]] = []
     for ops, t, inside in ((coeffs_step, t_c, inside_c), (emit_step, t_e, inside_e)):
+        loads: dict[tuple, StepRun] = {}
+        per_region.append(list(loads.values()))
         for op in ops:
             if isinstance(op, memref.LoadOp) and op.memref not in nest.stored_args:
                 run = _step_access(op, op.memref, list(op.indices), t, inside, nest, ipt)
@@ -97,6 +100,7 @@ def find_step_runs(
                         loads[key].ops.append(op)
                     else:
                         loads[key] = run
+        per_region[-1] = list(loads.values())
     stores: list[StepRun] = []
     emit_stores = [op for op in nest.rec.emit.block.walk() if isinstance(op, memref.StoreOp)]
     for op in emit_step:
@@ -107,7 +111,7 @@ def find_step_runs(
         run = _step_access(op, op.memref, list(op.indices), t_e, inside_e, nest, ipt)
         if run is not None:
             stores.append(run)
-    return list(loads.values()), stores
+    return per_region[0], per_region[1], stores
 
 
 def full_tile(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValue], t0: SSAValue, p0: SSAValue,
