@@ -93,6 +93,24 @@ Kernel design
   recomputation is a multiply and an exp per pair, the loads hit L1. Measured with
   ptxas for the selective scan, N = 16, 128 x 4: 128 registers recomputing, 235
   keeping (no spills either way; recomputing allows twice the resident blocks).
+* Scan with warp shuffles (f32, f64, i32, i64 states of at most 32 registers, e.g. the
+  selective scan up to N = 32; `WARP_SHUFFLE_SCANS`): instead of the sweeps, each state
+  element's aggregates are scanned inside each warp by Kogge-Stone (`gpu.shuffle up`,
+  blelloch_gpu's helpers); the last lane of each warp posts its N totals to shared
+  `sA`, `sB` (N x warps, component-major), one barrier, and every thread folds the
+  totals of the warps before its own onto the carry (a loop over those warps: the
+  totals are loaded as used, not all live at once). A thread's entering state is its
+  previous lane's state after that lane's steps (one shuffle per element). The carry
+  is in registers; the last thread's final state goes through `sC` and a second
+  barrier (2 barriers per tile), or in a block of one warp moves by `shuffle idx` (no
+  barrier). Overflow verdict as in the affine kernel: a lane with a non-finite
+  inclusive aggregate flags its warp (xor butterfly), a flagged warp posts a NaN
+  total, every thread checks all warps' flag slots; flagged tiles take the loop's
+  order thread after thread (the entering states in registers, the first from the
+  carry). Larger states keep the sweep, their aggregates staged in shared memory (N =
+  64: no spills that way). Full tiles read the per-step operands (u, delta, z) with
+  16-byte vector loads and write the emit's step outputs with vector stores, for
+  states of at most `VECTOR_STEP_IO_MAX_STATE` elements (`recurrence_vector_io.py`).
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root
   aggregates are not finite; such a tile takes its entering states in the loop's own
   order (thread after thread), its pairs recomputed from the loads (kept values would
@@ -107,7 +125,8 @@ Kernel design
   runs for a step outside [lb, ub).
 * Launch: grid (channels, 1, 1) (at most 2^31 - 1; a static empty grid launches
   nothing, a dynamic one is skipped by the CUDA runtime), block (block_size, 1, 1),
-  static shared memory (2 G block_size + N) * sizeof(state); a `scanweaver.launch`
+  static shared memory (2 G block_size + N) * sizeof(state) with the sweep, 2 N
+  (block_size / 32) + N elements with warp shuffles (16-byte aligned globals); a `scanweaver.launch`
   description on the kernel; the host function keeps only constants, index
   arithmetic and the launch.
 """
