@@ -269,6 +269,9 @@ class _ReduceGen(_KernelGen):
         self.agg_pairs = PairArith(self.agg_t)
         size = bg.byte_size(self.agg_t)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
+        # beyond 32 registers of state: one group at a time (`_group_folds`), by the sweep
+        self.by_group = self.n * state_words(self.el) > UNROLL_BY_LLVM
+        self.warp = self.warp and not self.by_group
         if self.warp:  # the warp totals only (`_warp_reduce`)
             self.sweep_rows = self.nw * self.n
             sizes = [self.sweep_rows * size] * 2 if self.sweep_rows else []
@@ -333,7 +336,7 @@ class _ReduceGen(_KernelGen):
         n, agg_t, ap, bs, tid = self.n, self.agg_t, self.agg_pairs, self.bs, self.tid
         # beyond 32 registers of state: one group at a time; else all pairs at once, the
         # step-only work done once
-        by_group = n * state_words(self.el) > UNROLL_BY_LLVM
+        by_group = self.by_group
         if not by_group:
             _, agg_a, agg_b = self._produce_items(le, tl)
             if self.warp:
