@@ -116,6 +116,7 @@ def test_selective_scan_component_groups(monkeypatch):
     import scanweaver.rewrites.recurrence_gpu as rg
 
     monkeypatch.setattr(rg, "SWEEP_SHARED_BUDGET", 2 * 4 * 4 * 2)  # 2 components
+    monkeypatch.setattr(rg, "WARP_SHUFFLE_SCANS", False)  # the sweep's groups (f32 takes shuffles)
     opts = dict(return_last_state=True)
     module = loops.selective_scan_loops(1, 1, 13, 3, **opts)
     args = ssm_args(np.random.default_rng(3), 1, 1, 13, 3, **opts)
@@ -155,20 +156,24 @@ def test_reset_state_argument(L):
     assert dict((n, k) for n, k, _, _ in desc.args)["h"] == "inout"
 
 
-def test_launch_description_and_structure():
+@pytest.mark.parametrize("block_size", [4, 128])
+def test_launch_description_and_structure(block_size):
     module = loops.selective_scan_loops(2, 3, 5, 4, return_last_state=True)
-    _, m = lowered(module, block_size=4, items_per_thread=2)
+    _, m = lowered(module, block_size=block_size, items_per_thread=2)
     (desc,) = launch_descriptions(m)
-    assert desc.grid == (6, 1, 1) and desc.block == (4, 1, 1)
-    assert desc.shared_bytes == (2 * 4 * 4 + 4) * 4
+    assert desc.grid == (6, 1, 1) and desc.block == (block_size, 1, 1)
+    # warp shuffles: the carry sC (4 f32), and sA / sB of 4 warp totals x 4 elements
+    # beyond one warp (16-byte aligned globals)
+    assert desc.shared_bytes == (16 if block_size == 4 else 64 + 64 + 16)
     kinds = {n: k for n, k, _, _ in desc.args}
     assert kinds["out"] == "out" and kinds["last_state"] == "out" and kinds["u"] == "in"
     assert desc.host_args == tuple(range(len(desc.args)))
     (kernel,) = [o for o in m.walk() if isinstance(o, gpu.FuncOp)]
     assert "gpu.kernel" in kernel.attributes
     barriers = [o for o in kernel.walk() if isinstance(o, gpu.BarrierOp)]
-    # up + down sweeps, final sweep barrier, epilogue, the overflow fallback's loop
-    assert len(barriers) == 2 * 2 + 1 + 1 + 1
+    # the initial carry, the overflow fallback's loop, the epilogue; per tile: the warp
+    # totals and the next carry (several warps) or, in one warp, one after the tiles
+    assert len(barriers) == 3 + (1 if block_size == 4 else 2)
 
 
 def test_build_cuda_artifacts_on_loop_ir():

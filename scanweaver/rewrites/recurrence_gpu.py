@@ -93,6 +93,24 @@ Kernel design
   recomputation is a multiply and an exp per pair, the loads hit L1. Measured with
   ptxas for the selective scan, N = 16, 128 x 4: 128 registers recomputing, 235
   keeping (no spills either way; recomputing allows twice the resident blocks).
+* Scan with warp shuffles (f32, f64, i32, i64 states of at most 32 registers, e.g. the
+  selective scan up to N = 32; `WARP_SHUFFLE_SCANS`): instead of the sweeps, each state
+  element's aggregates are scanned inside each warp by Kogge-Stone (`gpu.shuffle up`,
+  blelloch_gpu's helpers); the last lane of each warp posts its N totals to shared
+  `sA`, `sB` (N x warps, component-major), one barrier, and every thread folds the
+  totals of the warps before its own onto the carry (a loop over those warps: the
+  totals are loaded as used, not all live at once). A thread's entering state is its
+  previous lane's state after that lane's steps (one shuffle per element). The carry
+  is in registers; the last thread's final state goes through `sC` and a second
+  barrier (2 barriers per tile), or in a block of one warp moves by `shuffle idx` (no
+  barrier). Overflow verdict as in the affine kernel: a lane with a non-finite
+  inclusive aggregate flags its warp (xor butterfly), a flagged warp posts a NaN
+  total, every thread checks all warps' flag slots; flagged tiles take the loop's
+  order thread after thread (the entering states in registers, the first from the
+  carry). Larger states keep the sweep, their aggregates staged in shared memory (N =
+  64: no spills that way). Full tiles read the per-step operands (u, delta, z) with
+  16-byte vector loads and write the emit's step outputs with vector stores, for
+  states of at most `VECTOR_STEP_IO_MAX_STATE` elements (`recurrence_vector_io.py`).
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root
   aggregates are not finite; such a tile takes its entering states in the loop's own
   order (thread after thread), its pairs recomputed from the loads (kept values would
@@ -107,7 +125,8 @@ Kernel design
   runs for a step outside [lb, ub).
 * Launch: grid (channels, 1, 1) (at most 2^31 - 1; a static empty grid launches
   nothing, a dynamic one is skipped by the CUDA runtime), block (block_size, 1, 1),
-  static shared memory (2 G block_size + N) * sizeof(state); a `scanweaver.launch`
+  static shared memory (2 G block_size + N) * sizeof(state) with the sweep, 2 N
+  (block_size / 32) + N elements with warp shuffles (16-byte aligned globals); a `scanweaver.launch`
   description on the kernel; the host function keeps only constants, index
   arithmetic and the launch.
 """
@@ -123,8 +142,15 @@ from xdsl.ir import SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
+from scanweaver.rewrites import recurrence_vector_io as vio
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
-from scanweaver.rewrites.gpu_kernel import Unsupported, kernel_name, refuse_i1_memrefs, unroll_loops_over
+from scanweaver.rewrites.gpu_kernel import (
+    Unsupported,
+    kernel_name,
+    refuse_i1_memrefs,
+    shared_layout_bytes,
+    unroll_loops_over,
+)
 from scanweaver.rewrites.gpu_nest import (
     MAX_STATE,
     Nest,
@@ -151,6 +177,17 @@ SWEEP_SHARED_BUDGET = 32 * 1024
 HOIST_PER_ELEMENT_REGISTERS = 32
 #: Keep phase-1 pairs in registers for the replay when 2 * N * items <= this.
 KEEP_PAIRS_REGISTERS = 16
+#: In-tile scans by warp shuffles for the state types `gpu.shuffle` moves (False: the
+#: shared-memory sweep for every type, as for the others; tests of the sweep set it).
+WARP_SHUFFLE_SCANS = True
+#: 16-byte vector loads / stores of the per-step operands in full tiles
+#: (`recurrence_vector_io.py`; False: scalar accesses everywhere).
+VECTOR_STEP_IO = True
+#: ... for states of at most this many elements. Beyond, the per-element loads (Mamba's
+#: B and C, 2 N of the 2 N + 3 loads of a step) dominate the traffic while the vectors
+#: cost registers (ptxas, selective scan N = 16, 128 x 4: 150 registers with them, 128
+#: without: 3 resident blocks instead of 4).
+VECTOR_STEP_IO_MAX_STATE = 4
 
 
 class _Item:
@@ -176,7 +213,20 @@ class _KernelGen:
         size = bg.byte_size(self.el)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
         self.keep = (2 * self.n * ipt <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
-        self.shared_bytes = (2 * self.group * bs + self.n) * size
+        # warp shuffles for the state types `gpu.shuffle` moves, up to 32 registers of
+        # state; the sweep for the others, and beyond (its aggregates staged in shared
+        # memory: ptxas, selective scan N = 64, one item per thread: 12 spill bytes with
+        # shuffles, none with the sweep)
+        words = self.n * max(1, size // 4)
+        self.warp = WARP_SHUFFLE_SCANS and bg.shuffles(self.el) and words <= UNROLL_BY_LLVM
+        self.nw = bs // bg.WARP if bs > bg.WARP else 0  # warps posting totals (0: one warp)
+        if self.warp:
+            self.sweep_rows = self.nw * self.n  # the warp totals, component-major
+            sizes = [self.sweep_rows * size] * 2 if self.sweep_rows else []
+            self.shared_bytes = shared_layout_bytes(sizes + [self.n * size])
+        else:
+            self.sweep_rows = self.group * bs
+            self.shared_bytes = (2 * self.group * bs + self.n) * size
 
     def elem_index(self, e: Emitter, n: int) -> list[SSAValue]:
         idx = []
@@ -207,12 +257,18 @@ class _KernelGen:
         self._split_regions()
         self._hoist_invariants()
         self._step_frontier()
+        self.load_runs, self.emit_runs, self.store_runs = (
+            vio.find_step_runs(self.nest, self.cs.per_step, self.cs.per_both, self.es.per_step, self.t_c,
+                               self.t_e, self.ipt)
+            if VECTOR_STEP_IO and self.n <= VECTOR_STEP_IO_MAX_STATE else ([], [], [])
+        )
+        self.pre: list[dict] | None = None  # this tile's preloaded step values, per item
 
     def _tiles(self, t_begin: SSAValue, t_end: SSAValue) -> None:
         """The chained tiles over steps [t_begin, t_end) (the whole loop here; one time
         chunk in `recurrence_time_blocks.py`)."""
         e = self.e
-        self.t_end = t_end
+        self.t_begin, self.t_end = t_begin, t_end
         self.tile = e.index(self.bs * self.ipt)
         span = t_end if t_begin is self.zero else e.sub(t_end, t_begin)
         ntiles = e.divu(e.add(span, e.index(self.bs * self.ipt - 1)), self.tile)
@@ -222,12 +278,28 @@ class _KernelGen:
         self.last_k = e.sub(self.trip, self.one)
         self.guard = bg.needs_overflow_guard(self.el, self.bs)
         self.one_group = self.group >= self.n
-        e.for_(self.zero, ntiles, self.one, [], self._tile_body)
+        if not self.warp:
+            e.for_(self.zero, ntiles, self.one, [], self._tile_body)
+            return
+        # warp shuffles: the carry in registers (iter_args), from thread 0's sC
+        self.width = min(self.bs, bg.WARP)
+        self.lane, self.warp_id = bg.lane_and_warp(e, self.tid)
+        e.op(gpu.BarrierOp())
+        carry0 = [e.load(self.s_c, [e.index(n)]) for n in range(self.n)]
+        final = e.for_(self.zero, ntiles, self.one, carry0, self._warp_tile_body)
+        if not self.nw:  # one warp: the carry moved by shuffles; sC for the epilogue
+            e.op(gpu.BarrierOp())  # after a fallback's last sC write
+
+            def keep_final(ie: Emitter) -> None:
+                for n in range(self.n):
+                    ie.store(final[n], self.s_c, [ie.index(n)])
+
+            e.if_(e.cmp("eq", self.tid, self.zero), [], keep_final)
 
     def _shared_arrays(self) -> None:
         """The sweep arrays sA, sB (G x block_size) and the carry sC (N)."""
         e, el = self.e, self.el
-        g_rows = self.group * self.bs
+        g_rows = self.sweep_rows
         self.s_a = e.val(memref.GetGlobalOp(f"{self.name}_sA", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
         self.s_b = e.val(memref.GetGlobalOp(f"{self.name}_sB", MemRefType(el, [g_rows], memory_space=bg.SHARED_SPACE)))
         self.s_c = e.val(memref.GetGlobalOp(f"{self.name}_sC", MemRefType(el, [self.n], memory_space=bg.SHARED_SPACE)))
@@ -316,10 +388,17 @@ class _KernelGen:
             b_s.append(self.pairs.widen(ie, mn[self.y_b]))
         return a_s, b_s
 
-    def _step_pairs(self, ie: Emitter, k: SSAValue) -> tuple[dict[SSAValue, SSAValue], list[SSAValue], list[SSAValue]]:
-        """Step `k`'s step-only values cloned, then its N pairs."""
+    def _step_pairs(
+        self, ie: Emitter, k: SSAValue, j: int | None = None
+    ) -> tuple[dict[SSAValue, SSAValue], list[SSAValue], list[SSAValue]]:
+        """Step `k`'s step-only values cloned, then its N pairs; item `j` of the tile takes
+        its preloaded step values (None: the loads are cloned)."""
         m = {**self.base, self.t_c: self.step_index(ie, k)}
+        pre = self.pre[j] if self.pre is not None and j is not None else {}
         for op in self.cs.per_step:
+            if op in pre:
+                m[op.results[0]] = pre[op]
+                continue
             ie.op(op.clone(value_mapper=m))
         a_s, b_s = self._pair_values(ie, m)
         return m, a_s, b_s
@@ -336,11 +415,146 @@ class _KernelGen:
         h = self._replay(le, items, prefix)
         self._publish(le, h)
 
+    def _warp_tile_body(self, le: Emitter, tl: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        """The tile with warp-shuffle scans (blelloch_gpu, "In-tile scan"), all N
+        components at once: Kogge-Stone over the lanes, one cross-warp step through the
+        warp totals in shared memory; 2 barriers per tile, none in a block of one warp.
+        Returns the next tile's carry (the last thread's final state)."""
+        carry = list(carried)
+        items, agg_a, agg_b = self._produce_items(le, tl)
+        n = self.n
+        # one element after the other: 2 N + 2 values live at each shuffle, not 4 N
+        combine = bg.pair_list_combine(self.pairs)
+        scanned = [bg.warp_inclusive_scan(le, combine, [agg_a[c], agg_b[c]], self.width) for c in range(n)]
+        inc = [p[0] for p in scanned] + [p[1] for p in scanned]
+        bad = bg.warp_any(le, bg.any_not_finite(le, inc), self.width) if self.guard else None
+        h_warp, verdict = self._warp_entry(le, inc, carry, bad)
+
+        def tree(ie: Emitter) -> list[SSAValue]:
+            # the previous lane's state after its steps: the same a * h + b the
+            # exclusive pair would give here, one shuffle per element instead of two
+            after = [self.pairs.apply(ie, inc[c], h_warp[c], inc[n + c]) for c in range(n)]
+            got = [bg.shuffle(ie, "up", v, 1, self.width) for v in after]
+            has_prev = got[0][1]
+            return [ie.val(arith.SelectOp(has_prev, g, h)) for (g, _), h in zip(got, h_warp)]
+
+        if verdict is None:
+            prefix = tree(le)
+        else:
+            prefix = list(le.if_(verdict, [self.el] * n, lambda ie: self._warp_fallback(ie, items, carry), tree))
+        h = self._replay(le, items, prefix)
+        if not self.nw:  # the last lane's state, without shared memory
+            return [bg.shuffle(le, "idx", v, self.width - 1, self.width)[0] for v in h]
+        self._publish(le, h)
+        le.op(gpu.BarrierOp())
+        return [le.load(self.s_c, [le.index(c)]) for c in range(n)]
+
+    def _warp_entry(
+        self, le: Emitter, inc: Sequence[SSAValue], carry: list[SSAValue], bad: SSAValue | None
+    ) -> tuple[list[SSAValue], SSAValue | None]:
+        """The states entering this thread's warp and the tile's overflow verdict
+        (block-uniform): the last lane of each warp posts its N totals (element 0's `a`
+        NaN when the warp saw a non-finite aggregate), a barrier, then every thread
+        folds the totals of the warps before its own onto the carry and checks every
+        warp's flag slot (the totals are among the checked aggregates)."""
+        nw, n = self.nw, self.n
+        if not nw:
+            return carry, bad
+        s_a, s_b, warp_id = self.s_a, self.s_b, self.warp_id
+
+        def post(ie: Emitter) -> None:
+            for c in range(n):
+                a = inc[c]
+                if c == 0 and bad is not None:
+                    a = ie.val(arith.SelectOp(bad, ie.const(float("nan"), self.el), a))
+                slot = ie.add(warp_id, ie.index(c * nw)) if c else warp_id
+                ie.store(a, s_a, [slot])
+                ie.store(inc[n + c], s_b, [slot])
+
+        le.if_(le.cmp("eq", self.lane, le.index(bg.WARP - 1)), [], post)
+        le.op(gpu.BarrierOp())
+        verdict = None
+        if bad is not None:
+            for v in range(nw):
+                c0 = bg.any_not_finite(le, [le.load(s_a, [le.index(v)])])
+                verdict = c0 if verdict is None else le.val(arith.OrIOp(verdict, c0))
+
+        def fold(fe: Emitter, v: SSAValue, h: Sequence[SSAValue]) -> list[SSAValue]:
+            # a loop over the warps before this one, not an unrolled select chain: the
+            # totals are loaded as used (N x (nw - 1) x 2 of them otherwise live at once)
+            out = []
+            for c in range(n):
+                slot = fe.add(v, fe.index(c * nw)) if c else v
+                out.append(self.pairs.apply(fe, fe.load(s_a, [slot]), h[c], fe.load(s_b, [slot])))
+            return out
+
+        h = list(le.for_(self.zero, warp_id, self.one, list(carry), fold))
+        return h, verdict
+
+    def _warp_fallback(self, ie: Emitter, items: list[_Item], carry: list[SSAValue]) -> list[SSAValue]:
+        """The flagged tile's entering states in the loop's own order (thread after
+        thread through sC, the first from the carry registers)."""
+        el, n, s_c = self.el, self.n, self.s_c
+
+        def load_state(te: Emitter, j: SSAValue) -> list[SSAValue]:
+            first = te.cmp("eq", j, te.index(0))
+            return list(te.if_(first, [el] * n, lambda x: list(carry),
+                               lambda x: [x.load(s_c, [x.index(c)]) for c in range(n)]))
+
+        def store_state(te: Emitter, h: Sequence[SSAValue]) -> None:
+            for c in range(n):
+                te.store(h[c], s_c, [te.index(c)])
+
+        return bg.sequential_entry_states(ie, self.tid, self.bs, [el] * n, load_state,
+                                          self._own_steps(items), store_state)
+
+    def _own_steps(self, items: list[_Item]):
+        """The fallback's replay of this thread's in-range steps on a state."""
+
+        def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
+            h = list(h)
+            for it in items:
+
+                def step(te: Emitter, k=it.k, a_s=it.a_s, b_s=it.b_s, h=h) -> list[SSAValue]:
+                    if self.keep:
+                        pa, pb = a_s, b_s
+                    else:
+                        # from the loads again, not from the kept step values: that
+                        # keeps LLVM from hoisting N * items_per_thread pairs out of
+                        # the turn loop (the loads cannot cross its barriers)
+                        _, pa, pb = self._step_pairs(te, k)
+                    return [self.pairs.apply(te, pa[c], h[c], pb[c]) for c in range(self.n)]
+
+                h = list(ie.if_(it.inside, [self.el] * self.n, step, lambda te, h=h: h))
+            return h
+
+        return own_steps
+
+    def _preload(self, le: Emitter, tl: SSAValue, start: SSAValue) -> None:
+        """The tile's step loads (recurrence_vector_io): vectors in a full tile; sets
+        `self.pre` and `self.full` (None without step accesses)."""
+        self.pre, self.full = None, None
+        runs = self.load_runs + self.emit_runs + self.store_runs
+        if not runs:
+            return
+        t0 = le.mul(tl, self.tile)
+        if self.t_begin is not self.zero:
+            t0 = le.add(self.t_begin, t0)
+        self.full = vio.full_tile(le, runs, self.base, t0, self.step_index(le, t0), self.bs * self.ipt, self.t_end)
+        self.run_steps = []
+        for j in range(self.ipt):
+            k = le.add(start, le.index(j)) if j else start
+            self.run_steps.append((self.step_index(le, k), le.cmp("ult", k, self.t_end)))
+        if self.load_runs:
+            self.pre = vio.load_runs(le, self.load_runs, self.base, self.full, self.run_steps[0][0], self.run_steps,
+                                     self.ipt)
+
     def _produce_items(self, le: Emitter, tl: SSAValue) -> tuple[list[_Item], list[SSAValue], list[SSAValue]]:
         """1. this thread's pairs for all state elements; fold into aggregates."""
         el, pairs, nf = self.el, self.pairs, len(self.frontier)
         f_types = [v.type for v in self.frontier]
         start = le.add(le.mul(tl, self.tile), self.thread_base)
+        self._preload(le, tl, start)
         items: list[_Item] = []
         agg_a: list[SSAValue] = []
         agg_b: list[SSAValue] = []
@@ -348,8 +562,8 @@ class _KernelGen:
             k = le.add(start, le.index(j)) if j else start
             inside = le.cmp("ult", k, self.t_end)
 
-            def produce(ie: Emitter, k: SSAValue = k) -> list[SSAValue]:
-                m, a_s, b_s = self._step_pairs(ie, k)
+            def produce(ie: Emitter, k: SSAValue = k, j: int = j) -> list[SSAValue]:
+                m, a_s, b_s = self._step_pairs(ie, k, j)
                 return [*(m[v] for v in self.frontier), *a_s, *b_s]
 
             def pad(ie: Emitter) -> list[SSAValue]:
@@ -411,22 +625,7 @@ class _KernelGen:
         for f in flags[1:]:
             bad = le.val(arith.OrIOp(bad, f))
 
-        def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
-            h = list(h)
-            for it in items:
-
-                def step(te: Emitter, k=it.k, a_s=it.a_s, b_s=it.b_s, h=h) -> list[SSAValue]:
-                    if self.keep:
-                        pa, pb = a_s, b_s
-                    else:
-                        # from the loads again, not from the kept step values: that
-                        # keeps LLVM from hoisting N * items_per_thread pairs out of
-                        # the turn loop (the loads cannot cross its barriers)
-                        _, pa, pb = self._step_pairs(te, k)
-                    return [pairs.apply(te, pa[n], h[n], pb[n]) for n in range(self.n)]
-
-                h = list(ie.if_(it.inside, [el] * self.n, step, lambda te, h=h: h))
-            return h
+        own_steps = self._own_steps(items)
 
         def store_carry(ie: Emitter, h: Sequence[SSAValue]) -> None:
             for n in range(self.n):
@@ -451,10 +650,16 @@ class _KernelGen:
         """3. replay: in-range steps update h and run the emit on the private state."""
         el, pairs, priv = self.el, self.pairs, self.priv
         last_stores = self.nest.last_stores
+        if self.emit_runs:  # the emit's step loads, now (not live across the scan)
+            self.pre = vio.load_runs(le, self.emit_runs, self.base, self.full, self.run_steps[0][0], self.run_steps,
+                                     self.ipt)
+        deferred = {r.ops[0]: c for c, r in enumerate(self.store_runs)}
+        store_types = [r.el for r in self.store_runs]
+        stored: list[list[SSAValue]] = [[] for _ in self.store_runs]
         h = prefix
-        for it in items:
+        for j, it in enumerate(items):
 
-            def replay(ie: Emitter, it: _Item = it, h=h) -> list[SSAValue]:
+            def replay(ie: Emitter, it: _Item = it, h=h, j: int = j) -> list[SSAValue]:
                 i = self.step_index(ie, it.k)
                 if self.keep:
                     pa, pb = it.a_s, it.b_s
@@ -465,13 +670,30 @@ class _KernelGen:
                     ie.store(new_h[n], priv, self.elem_index(ie, n))
                 is_last = ie.cmp("eq", it.k, self.last_k) if last_stores else None
                 me = {**self.base, self.t_e: i, self.s_e: priv}
+                pre = self.pre[j] if self.pre is not None else {}
+                out: list[SSAValue | None] = [None] * len(self.store_runs)
                 for op in self.es.per_step:
+                    if op in pre:
+                        me[op.results[0]] = pre[op]
+                        continue
+                    if op in deferred:  # written after the items (vectors in full tiles)
+                        out[deferred[op]] = me.get(op.operands[0], op.operands[0])
+                        continue
                     new = ie.op(op.clone(value_mapper=me))
                     if last_stores:
                         guard_last_stores(op, new, last_stores, is_last)
-                return new_h
+                return new_h + out  # type: ignore[operator]
 
-            h = list(le.if_(it.inside, [el] * self.n, replay, lambda ie, h=h: h))
+            def skip(ie: Emitter, h=h) -> list[SSAValue]:
+                return h + [ie.const(0, t) for t in store_types]
+
+            res = list(le.if_(it.inside, [el] * self.n + store_types, replay, skip))
+            h = res[: self.n]
+            for c, v in enumerate(res[self.n :]):
+                stored[c].append(v)
+        if self.store_runs:
+            vio.store_runs(le, self.store_runs, self.base, self.full, self.run_steps[0][0], self.run_steps, stored,
+                           self.ipt)
         return h
 
     def _publish(self, le: Emitter, h: list[SSAValue]) -> None:
@@ -538,7 +760,7 @@ def lower_recurrence(
 
     # -- commit: kernel, shared arrays, launch -----------------------------------------------
     kmod = bg.get_kernel_module(top)
-    rows = gen.group * block_size
+    rows = gen.sweep_rows
     bg.shared_global(kmod, f"{name}_sA", gen.el, rows)
     bg.shared_global(kmod, f"{name}_sB", gen.el, rows)
     bg.shared_global(kmod, f"{name}_sC", gen.el, gen.n)
@@ -555,7 +777,8 @@ def lower_recurrence(
             f"{'x'.join(map(str, gen.shape)) or 'scalar'} {gen.el}; block_size={block_size} "
             f"items_per_thread={ipt}{'' if ipt == items_per_thread else f' (capped from {items_per_thread} for the state)'}"
             f"; fused coeffs/emit, "
-            f"{'kept' if gen.keep else 'recomputed'} pairs, {gen.group} components per sweep"
+            f"{'kept' if gen.keep else 'recomputed'} pairs, "
+            f"{'warp-shuffle scans' if gen.warp else f'{gen.group} components per sweep'}"
         ),
     )
 

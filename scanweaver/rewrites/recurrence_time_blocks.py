@@ -84,7 +84,15 @@ from scanweaver.rewrites import affine_time_blocks as atb
 from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, _new_kernel
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
 from scanweaver.rewrites.complex_gpu import state_words
-from scanweaver.rewrites.gpu_kernel import Unsupported, block_id, const_int, kernel_name, shape_entries, thread_id
+from scanweaver.rewrites.gpu_kernel import (
+    Unsupported,
+    block_id,
+    const_int,
+    kernel_name,
+    shape_entries,
+    shared_layout_bytes,
+    thread_id,
+)
 from scanweaver.rewrites.gpu_nest import (
     Nest,
     NestKernel,
@@ -261,10 +269,19 @@ class _ReduceGen(_KernelGen):
         self.agg_pairs = PairArith(self.agg_t)
         size = bg.byte_size(self.agg_t)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
-        self.shared_bytes = (2 * self.group * bs + 2 * self.n) * size
+        # beyond 32 registers of state: one group at a time (`_group_folds`), by the sweep
+        self.by_group = self.n * state_words(self.el) > UNROLL_BY_LLVM
+        self.warp = self.warp and not self.by_group
+        if self.warp:  # the warp totals only (`_warp_reduce`)
+            self.sweep_rows = self.nw * self.n
+            sizes = [self.sweep_rows * size] * 2 if self.sweep_rows else []
+            self.shared_bytes = shared_layout_bytes(sizes + [2 * self.n * size])
+        else:
+            self.sweep_rows = self.group * bs
+            self.shared_bytes = (2 * self.group * bs + 2 * self.n) * size
 
     def _shared_arrays(self) -> None:
-        rows = MemRefType(self.agg_t, [self.group * self.bs], memory_space=bg.SHARED_SPACE)
+        rows = MemRefType(self.agg_t, [self.sweep_rows], memory_space=bg.SHARED_SPACE)
         self.s_a = self.e.val(memref.GetGlobalOp(f"{self.name}_sA", rows))
         self.s_b = self.e.val(memref.GetGlobalOp(f"{self.name}_sB", rows))
         run = MemRefType(self.agg_t, [2 * self.n], memory_space=bg.SHARED_SPACE)
@@ -294,7 +311,8 @@ class _ReduceGen(_KernelGen):
 
         e.if_(first_thread, [], start)
         self._prepare()
-        self.t_end = ch.chunk_end
+        self.store_runs = []  # no replay here: only the step loads
+        self.t_begin, self.t_end = ch.chunk_begin, ch.chunk_end
         self.tile = e.index(self.bs * self.ipt)
         span = e.sub(ch.chunk_end, ch.chunk_begin)
         ntiles = e.divu(e.add(span, e.index(self.bs * self.ipt - 1)), self.tile)
@@ -318,9 +336,12 @@ class _ReduceGen(_KernelGen):
         n, agg_t, ap, bs, tid = self.n, self.agg_t, self.agg_pairs, self.bs, self.tid
         # beyond 32 registers of state: one group at a time; else all pairs at once, the
         # step-only work done once
-        by_group = n * state_words(self.el) > UNROLL_BY_LLVM
+        by_group = self.by_group
         if not by_group:
             _, agg_a, agg_b = self._produce_items(le, tl)
+            if self.warp:
+                self._warp_reduce(le, agg_a, agg_b)
+                return
         for g0 in range(0, n, self.group):
             comps = list(range(g0, min(n, g0 + self.group)))
             if by_group:
@@ -345,6 +366,47 @@ class _ReduceGen(_KernelGen):
             le.if_(le.cmp("eq", tid, self.zero), [], fold_roots)
             le.op(gpu.BarrierOp())  # the roots were read before the slots are reused
 
+
+    def _warp_reduce(self, le: Emitter, agg_a: list[SSAValue], agg_b: list[SSAValue]) -> None:
+        """The tile's N aggregates by warp shuffles (`recurrence_gpu`, "Scan with warp
+        shuffles"): Kogge-Stone in the aggregate type, so the last lane of each warp holds
+        its warp's totals in order; thread 0 folds them, warp after warp, into the running
+        aggregates. 2 barriers per tile; none in a block of one warp (the totals move to
+        lane 0 by `shuffle idx`)."""
+        n, agg_t, ap, tid, width = self.n, self.agg_t, self.agg_pairs, self.tid, min(self.bs, bg.WARP)
+        combine = bg.pair_list_combine(ap)
+        tot = [bg.warp_inclusive_scan(le, combine, [_to(le, agg_a[i], agg_t), _to(le, agg_b[i], agg_t)], width)
+               for i in range(n)]
+        nw = self.bs // bg.WARP if self.bs > bg.WARP else 0
+        if not nw:
+            tot = [[bg.shuffle(le, "idx", v, width - 1, width)[0] for v in pair] for pair in tot]
+        else:
+            lane, warp_id = bg.lane_and_warp(le, tid)
+
+            def post(ie: Emitter) -> None:
+                for i in range(n):
+                    slot = ie.add(warp_id, ie.index(i * nw)) if i else warp_id
+                    ie.store(tot[i][0], self.s_a, [slot])
+                    ie.store(tot[i][1], self.s_b, [slot])
+
+            le.if_(le.cmp("eq", lane, le.index(bg.WARP - 1)), [], post)
+            le.op(gpu.BarrierOp())
+
+        def fold(ie: Emitter) -> None:
+            for i in range(n):
+                run = (ie.load(self.s_run, [ie.index(i)]), ie.load(self.s_run, [ie.index(n + i)]))
+                for w in range(max(1, nw)):
+                    if nw:
+                        part = (ie.load(self.s_a, [ie.index(i * nw + w)]), ie.load(self.s_b, [ie.index(i * nw + w)]))
+                    else:
+                        part = (tot[i][0], tot[i][1])
+                    run = ap.combine(ie, run, part)
+                ie.store(run[0], self.s_run, [ie.index(i)])
+                ie.store(run[1], self.s_run, [ie.index(n + i)])
+
+        le.if_(le.cmp("eq", tid, self.zero), [], fold)
+        if nw:
+            le.op(gpu.BarrierOp())  # the totals were read before the next tile posts
 
     def _group_folds(self, le: Emitter, tl: SSAValue, comps: list[int]) -> tuple[dict, dict]:
         """This thread's folded pairs of the elements `comps` only (large states: the
@@ -506,7 +568,7 @@ class _RecurrenceTimeBlocks:
 
         # -- commit: shared arrays, kernels, scratch, launches ---------------------------------
         kmod = self.kmod
-        for name, t, size in ((n1, self.agg_t, red.group * self.bs), (n3, self.el, chk.group * self.bs)):
+        for name, t, size in ((n1, self.agg_t, red.sweep_rows), (n3, self.el, chk.sweep_rows)):
             bg.shared_global(kmod, f"{name}_sA", t, size)
             bg.shared_global(kmod, f"{name}_sB", t, size)
         bg.shared_global(kmod, f"{n1}_sR", self.agg_t, 2 * self.n)
