@@ -101,6 +101,10 @@ def _const_int(v: SSAValue) -> int | None:
 
 
 class _RecurrenceVectorizer:
+    #: Whether the blocked loop reads time-vectorised values through `_step_buffers`
+    #: (else by a vector.extract per step; the same bits, tests compare the two).
+    STEP_BUFFERS = True
+
     def __init__(self, op: scan.RecurrenceOp, reassoc: bool):
         self.op = op
         st = op.state_type
@@ -502,6 +506,8 @@ class _RecurrenceVectorizer:
         entry and its address (i64): each block stores the value there and each step
         reads its element (`_step_value`).  Empty when the recurrence is not in a plain
         nest of scf.for / scf.if in a func.func (a parallel region would share it)."""
+        if not self.STEP_BUFFERS:
+            return {}
         fn = self.op.parent_op()
         while fn is not None and not isinstance(fn, func.FuncOp):
             if not isinstance(fn, scf.ForOp | scf.IfOp):
