@@ -34,7 +34,7 @@ lanes computes the same bits with fewer operations: 2^k applied by AVX-512's
 `vscalefps` (p * 2^k rounded once, so subnormal results and overflow to +inf come out
 as the integer steps give them) and the clamp written so that NaN passes through it
 (x86 max/min return their second operand when one is NaN), which makes the two final
-selects unnecessary: 13 operations instead of 25.
+selects unnecessary: 13 x86 instructions instead of 24.
 
 Also here: `expand_log1p` (same style: Cephes logf on the mantissa, exponent by integer
 ops, a rounding fix-up for 1 + x; at most 1 ulp measured, 2 checked), used by
@@ -157,7 +157,7 @@ def expand_exp(b: Builder, x: SSAValue, fused: bool = False, scalef: bool = Fals
     """Insert the polynomial exp of f32 (or vector of f32) `x` at `b`; return the result.
 
     fused: the multiply-adds (the rounding to k, both Cody-Waite steps) fused, and
-    exp(r) by `FUSED_Q` in 6 fused multiply-adds: 12 operations fewer, each rounded
+    exp(r) by `FUSED_Q` in 6 fused multiply-adds: 11 operations fewer, each rounded
     once (other bits than the unfused form, within its error; see `FUSED_MARK`).
     scalef (with fused, on `scalef_lanes`; AVX-512 only): the fused form's bits with
     2^k applied by `vscalefps` (see the module docstring; `SCALEF_MARK`).
