@@ -4,7 +4,7 @@ small transposed tiles, the per-step exp with fused multiply-adds).
 * bit for bit the untiled CPU form (`selective_scan_recurrence`) run on transposed B/C,
   for every B/C kind, with and without the options, tiles and chunks crossed by
   L and D, on one and two threads, once the exp of both is the fused one;
-* the fused polynomial exp: <= 2 ulp, scalar and vector the same bits, special values;
+* the fused polynomial exp: <= 1 ulp, scalar and vector the same bits, special values;
 * no transposed copy of B or C: peak extra memory at the output size.
 """
 
@@ -127,7 +127,7 @@ def test_fused_polynomial_exp_accuracy():
     np.testing.assert_array_equal(y, ys)  # same fused ops scalar or vector
     ref = np.exp(x.astype(np.float64))
     normal = ref >= np.finfo(np.float32).tiny
-    assert _ulps(y[normal], ref[normal].astype(np.float32)).max() <= 2
+    assert _ulps(y[normal], ref[normal].astype(np.float32)).max() <= 1  # 1 measured (exp_polynomial.py)
     assert np.max(np.abs(y[~normal] - ref[~normal])) <= 2.0**-149
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 89.0, 88.72283935546875, -103.9, -200.0, 1e-30]
                        + [0.0] * 6, np.float32)

@@ -7,16 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.builder import Builder
-from xdsl.dialects import arith, memref, scf, vector
-from xdsl.dialects.builtin import Float32Type, Float64Type, IndexType, IntegerAttr, VectorType
+from xdsl.dialects import arith, func, llvm, memref, scf, vector
+from xdsl.dialects.builtin import Float32Type, Float64Type, IndexType, IntegerAttr, UnitAttr, VectorType, i64
 from xdsl.dialects.utils.fast_math import FastMathFlag
 from xdsl.ir import Block, Operation, SSAValue
+from xdsl.rewriter import InsertPoint
 from xdsl.traits import is_side_effect_free, IsTerminator
 
 from scanweaver.dialects import scan
 from scanweaver.errors import CannotLower
 from scanweaver.rewrites.cpu_blocked_dot import DotPlan, TreeSums, dot_plan
-from scanweaver.rewrites.cpu_vector_builders import _B, _identity_layout, _res, _step
+from scanweaver.rewrites.cpu_vector_builders import _B, _element_bits, _identity_layout, _res, _step
+from scanweaver.rewrites.exp_polynomial import generic_op_class
 from scanweaver.rewrites.loop_utils import for_loop
 
 # ---------------------------------------------------------------------------
@@ -99,6 +101,10 @@ def _const_int(v: SSAValue) -> int | None:
 
 
 class _RecurrenceVectorizer:
+    #: Whether the blocked loop reads time-vectorised values through `_step_buffers`
+    #: (else by a vector.extract per step; the same bits, tests compare the two).
+    STEP_BUFFERS = True
+
     def __init__(self, op: scan.RecurrenceOp, reassoc: bool):
         self.op = op
         st = op.state_type
@@ -492,6 +498,46 @@ class _RecurrenceVectorizer:
         index = [get(v) for v in store.indices[:-1]] + [i0]
         b.insert(vector.StoreOp(over_time[store.value], get(store.memref), index))
 
+    # -- the time-vectorised values, read back one step at a time ----------------
+
+    def _step_buffers(self, plan: _HoistPlan, skipped: set[Operation]) -> dict[SSAValue, tuple[SSAValue, SSAValue]]:
+        """Per exported vector<T> value of 32/64-bit element type that a step's code
+        uses (an op outside `skipped`), a T-element stack buffer made at the function's
+        entry and its address (i64): each block stores the value there and each step
+        reads its element (`_step_value`).  Empty when the recurrence is not in a plain
+        nest of scf.for / scf.if in a func.func (a parallel region would share it)."""
+        if not self.STEP_BUFFERS:
+            return {}
+        fn = self.op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            if not isinstance(fn, scf.ForOp | scf.IfOp):
+                return {}
+            fn = fn.parent_op()
+        if fn is None or not fn.body.blocks:
+            return {}
+        at = Builder(InsertPoint.at_start(fn.body.blocks[0]))
+        addresses = {}
+        for v in plan.exported:
+            if plan.kinds[v] != "tv" or _element_bits(v.type) is None \
+                    or all(u.operation in skipped for u in v.uses):
+                continue
+            buf = _res(at.insert(memref.AllocaOp.get(v.type, shape=[TIME_BLOCK])))
+            base = _res(at.insert(memref.ExtractAlignedPointerAsIndexOp.get(buf)))
+            addresses[v] = (buf, _res(at.insert(arith.IndexCastOp(base, i64))))
+        return addresses
+
+    def _step_value(self, bb: _B, buffer, j: int, v: SSAValue) -> SSAValue:
+        """Element j of the buffer as a volatile load: the load stays a load, which x86
+        folds into its use as a broadcast from memory (an extract of the vector, or a
+        plain load that LLVM forwards from the block's store, is a permute per step)."""
+        _, base = buffer
+        offset = j * _element_bits(v.type) // 8
+        address = bb.ins(arith.AddiOp(base, bb.ins(arith.ConstantOp(IntegerAttr(offset, i64))))) if j else base
+        pointer = bb.ins(llvm.IntToPtrOp(address))
+        load = generic_op_class("llvm.load", ("alignment", "volatile_"), pure=False)
+        return bb.ins(load.create(operands=[pointer], result_types=[v.type], properties={
+            "alignment": IntegerAttr(_element_bits(v.type) // 8, i64), "volatile_": UnitAttr()}))
+
     # -- the whole op ----------------------------------------------------------
 
     def step(self, b: Builder, i: SSAValue, h: SSAValue, pre: dict[SSAValue, _Val], store_points) -> SSAValue:
@@ -524,21 +570,26 @@ class _RecurrenceVectorizer:
             span = bb.sub(op.ub, op.lb)
             nonneg = bb.max(span, zero)
             blocked_end = bb.add(op.lb, bb.mul(bb.ins(arith.DivUIOp(nonneg, bb.idx(T))), bb.idx(T)))
+            skipped = set(plan.ops) | ({*self.dot.post, self.dot.store} if self.dot is not None else set())
+            buffers = self._step_buffers(plan, skipped)
 
             def block_body(sb: Builder, i0: SSAValue, carried):
                 sbb = _B(sb)
                 vals = self.prologue(sb, i0, plan)
+                for v, (buf, _) in buffers.items():
+                    sb.insert(vector.StoreOp(vals[v], buf, [sbb.idx(0)]))
                 hv = carried[0]
-                self.skip = set(plan.ops)
+                self.skip = skipped
                 if self.dot is not None:
-                    self.skip |= {*self.dot.post, self.dot.store}
                     self.deferred = TreeSums(TIME_BLOCK)
                 for j in range(T):
                     i = sbb.add(i0, sbb.idx(j)) if j else i0
                     pre: dict[SSAValue, _Val] = {}
                     for v in plan.exported:
                         nv = vals[v]
-                        if plan.kinds[v] == "tv":
+                        if v in buffers:
+                            nv = self._step_value(sbb, buffers[v], j, v)
+                        elif plan.kinds[v] == "tv":
                             nv = sbb.ins(vector.ExtractOp(nv, [j], v.type))
                         pre[v] = _Val("u", nv)
                     hv = self.step(sb, i, hv, pre, store_points)

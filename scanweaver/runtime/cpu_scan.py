@@ -54,6 +54,7 @@ from scanweaver.runtime.cpu import CpuProgram
 from scanweaver.runtime.cpu_chunked import _chunked
 from scanweaver.runtime.cpu_time_lanes import time_lanes_scan
 from scanweaver.runtime.cpu_jit import STATS, CompileStats, Kernel, clear_cache, compile_cpu, kernel, on_clear_cache
+from scanweaver.runtime.cpu_selective_exp import scalef_exp
 from scanweaver.runtime.cpu_parallel import (
     num_threads,
     openmp_available,
@@ -317,7 +318,7 @@ def selective_scan_ir(spec: SelectiveScanSpec) -> str:
     [D_skip (D,)]; [z (batch, D, L)]; [delta_bias (D,)]; [h0 (batch, D, N)]; out
     (batch, D, L); [last (batch, D, N)]; d_begin, d_end (index): the channels to run.
     """
-    return kernel_ir("selective_tiled", spec=spec).text
+    return kernel_ir("selective_tiled", spec=spec, scalef=scalef_exp()).text
 
 
 def _bc_kind(x: np.ndarray, name: str, batch: int, D: int, N: int, L: int) -> tuple[str, np.ndarray]:
@@ -387,7 +388,7 @@ def selective_scan_cpu(
     h0k = None if h0 is None else check_shape("h0", f32(h0), (batch, Dn, N), "(batch, D, N)", where)
     spec = SelectiveScanSpec(N, b_kind, c_kind, Dk is not None, zk is not None, bias is not None,
                              bool(delta_softplus), h0k is not None, bool(return_last_state))
-    ir = kernel_ir("selective_tiled", spec=spec)
+    ir = kernel_ir("selective_tiled", spec=spec, scalef=scalef_exp())
     k = kernel(ir.text, ir.name, ir.args)
     out = np.empty((batch, Dn, L), np.float32)
     last = np.empty((batch, Dn, N), np.float32) if return_last_state else None

@@ -34,7 +34,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites.cpu_blocked_dot import BLOCKED_DOT_MARK
-from scanweaver.rewrites.exp_polynomial import FUSED_MARK
+from scanweaver.rewrites.exp_polynomial import FUSED_MARK, SCALEF_MARK
 from scanweaver.workloads.loops import element_type
 from scanweaver.workloads.specs import SelectiveScanSpec
 from scanweaver.workloads.types import kernel_arguments, memref_of
@@ -198,9 +198,10 @@ def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd, gpu=False)
                    lambda e, i, n: (v["B"], _bc_indices(spec.b_kind, group.get("B"), b, d, i, n, gpu)))
 
 
-def _coeffs(e: _Body, spec, v, k, b, d, bd, read, fused: bool = False) -> Region:
+def _coeffs(e: _Body, spec, v, k, b, d, bd, read, fused: bool = False, scalef: bool = False) -> Region:
     """The coefficients' region with B[.., i, n] read through `read(e, i, n)`; `fused`
-    marks the step's one exp for the fused polynomial (the tiled CPU kernel)."""
+    marks the step's one exp for the fused polynomial (the tiled CPU kernel), `scalef`
+    also for its AVX-512 form (the same bits in fewer operations)."""
     block = Block(arg_types=[IndexType(), IndexType()])
     i, n = block.args
     i.name_hint, n.name_hint = "i", "k"
@@ -211,6 +212,8 @@ def _coeffs(e: _Body, spec, v, k, b, d, bd, read, fused: bool = False) -> Region
         a = e.op(mathd.ExpOp, da, hint="a")
         if fused:
             a.owner.attributes[FUSED_MARK] = UnitAttr()  # type: ignore[union-attr]
+        if fused and scalef:
+            a.owner.attributes[SCALEF_MARK] = UnitAttr()  # type: ignore[union-attr]
         bk = e.load(*read(e, i, n), "bk")
         uu = e.load(v["u"], [b, d, i], "uu")
         dtu = e.op(arith.MulfOp, dt, uu, hint="dtu")
@@ -298,7 +301,7 @@ def tile_steps(n: int) -> int:
     return max(16, TILE_FLOATS // n // 16 * 16)
 
 
-def selective_scan_tiled(spec: SelectiveScanSpec) -> ModuleOp:
+def selective_scan_tiled(spec: SelectiveScanSpec, scalef: bool = False) -> ModuleOp:
     """`func.func @selective_scan_tiled`: the CPU form's computation with B and C in the
     caller's layout, state index before time ((batch, N, L), (batch, G, N, L), or
     (D, N)); arguments as `selective_arguments(spec, "f32", gpu=True)` plus d_begin,
@@ -308,7 +311,9 @@ def selective_scan_tiled(spec: SelectiveScanSpec) -> ModuleOp:
     and every channel of the chunk runs its recurrence over the tile from its state,
     kept in a per-chunk stack buffer.  The per-step operations are those of
     `selective_scan_recurrence`'s CPU form, so the results are the same bits; no
-    (batch, L, N) copy of B or C is made."""
+    (batch, L, N) copy of B or C is made.  `scalef`: the kernel is for a CPU with
+    AVX-512F and VL, and its exp(delta*A) takes the polynomial's scalef form (the same
+    bits; `rewrites/exp_polynomial.py`)."""
     if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
         raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
     args = selective_arguments(spec, "f32", gpu=True) + [("d_begin", IndexType()), ("d_end", IndexType())]
@@ -317,13 +322,13 @@ def selective_scan_tiled(spec: SelectiveScanSpec) -> ModuleOp:
         value.name_hint = hint
     v = dict(zip((hint for hint, _ in args), block.args))
     with ImplicitBuilder(block):
-        _tiled_body(spec, v)
+        _tiled_body(spec, v, scalef)
         func.ReturnOp()
     fn = func.FuncOp("selective_scan_tiled", ([t for _, t in args], []), Region(block))
     return ModuleOp([fn])
 
 
-def _tiled_body(spec: SelectiveScanSpec, v: dict[str, SSAValue]) -> None:
+def _tiled_body(spec: SelectiveScanSpec, v: dict[str, SSAValue], scalef: bool) -> None:
     e = _Body(element_type("f32"))
     c0, c1, c2 = e.index(0, "c0"), e.index(1, "c1"), e.index(2, "c2")
     steps, chunk = tile_steps(spec.n), CHUNK_CHANNELS
@@ -349,7 +354,8 @@ def _tiled_body(spec: SelectiveScanSpec, v: dict[str, SSAValue]) -> None:
 
         def tile(t0: SSAValue) -> None:
             t1 = e.op(arith.MinUIOp, e.op(arith.AddiOp, t0, k["cT"], hint="tk"), length, hint="t1")
-            _for(d0, d1, c1, "d", lambda d: _tiled_channel(e, spec, v, k, b, d, d0, t0, t1, state, states, staged, per))
+            _for(d0, d1, c1, "d", lambda d: _tiled_channel(e, spec, v, k, b, d, d0, t0, t1, state, states, staged, per,
+                                                           scalef))
 
         _for(c0, length, k["cT"], "t0", tile)
         if spec.has_last:
@@ -370,7 +376,7 @@ def _stage_tile(e: _Body, kind: str, src: SSAValue, tile: SSAValue, k, b, g, t0,
     _for(t0, t1, k["c1"], "t", row)
 
 
-def _tiled_channel(e: _Body, spec, v, k, b, d, d0, t0, t1, state, states, staged, per) -> None:
+def _tiled_channel(e: _Body, spec, v, k, b, d, d0, t0, t1, state, states, staged, per, scalef) -> None:
     """Channel d over the tile [t0, t1): stage the tiles when d starts the chunk (or a
     new group), load its state, run the recurrence, keep its state."""
     group = {name: e.op(arith.DivUIOp, d, p, hint=f"g{name}") for name, p in per.items()}
@@ -393,7 +399,7 @@ def _tiled_channel(e: _Body, spec, v, k, b, d, d0, t0, t1, state, states, staged
     read = {name: _tile_reader(spec.b_kind if name == "B" else spec.c_kind, v[name], staged.get(name), d, t0)
             for name in ("B", "C")}
     state_type = memref_of((spec.n,), "f32")
-    coeffs = _coeffs(e, spec, v, k, b, d, bd, read["B"], fused=True)
+    coeffs = _coeffs(e, spec, v, k, b, d, bd, read["B"], fused=True, scalef=scalef)
     emit = _tiled_emit(e, spec, v, k, state_type, b, d, dd, read["C"])
     rec = scan.RecurrenceOp(t0, t1, k["c1"], state, coeffs, emit)
     rec.attributes[BLOCKED_DOT_MARK] = UnitAttr()  # C . S may be reduced a time block at a time
