@@ -10,12 +10,23 @@ element type, no contraction), so the tiers' results are bit-identical
 
 The kernel's callers get the address of a small dispatch function (`dispatch_ir`):
 it loads the current tier's address from a global and calls it.  The first tier's
-address is stored there before the first call; a background thread then runs
-`compile_cpu` on the IR (which also fills the disk cache) and stores the full build's
-address.  Calls in flight finish on the tier they started on; both tiers stay loaded.
-The thread is not a daemon: a process that ends sooner waits for it, so the next
-process finds the full build in the disk cache and loads it without any tier.  It runs
-at a lower CPU priority (Linux: per thread, inherited by mlir-opt and the linker).
+address is stored there before the first call.  The full build starts once the first
+call has returned (the dispatch then calls back once, `@sw_tier_returned`), so it takes
+nothing from the first call's critical path; it starts earlier when someone waits for
+it (`wait`, `wait_all`), and at exit when the kernel was never called.
+
+The full build runs in a child process (`python -c ... build_from_stdin`, at a lower
+CPU priority) that compiles the IR into the disk cache; a waiting thread then loads
+the shared object from there and stores its address in the dispatch slot.  So the
+build holds neither this process's GIL (the caller's Python code keeps its core) nor
+any of its locks, and a fork meanwhile is safe (`_after_fork_in_child`: a forked child
+starts its own build, which finds the parent's in the disk cache when it is there;
+both write the same entry by atomic rename).  Where the child's result does not land
+in the disk cache (the cache is off or unsafe, no Python executable, the child failed),
+the thread compiles in this process instead.  Calls in flight finish on the tier they
+started on; both tiers stay loaded.  The thread is not a daemon: a process that ends
+sooner waits for it, so the next process finds the full build in the disk cache and
+loads it without any tier.
 
 Off with `SCANWEAVER_TIERED=0`, and where programs are not shared objects
 (`cpu_native.available()`): then the first call compiles the full build itself.
@@ -25,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Sequence
@@ -35,6 +47,7 @@ from scanweaver.runtime.cpu_native import NativeProgram, available, native_progr
 ENV_SWITCH = "SCANWEAVER_TIERED"
 _LLVM_SCALARS = {"index": "i64", "i64": "i64", "i32": "i32", "f32": "float", "f64": "double"}
 _SLOT = "sw_tier_target"
+_RETURNED = "sw_tier_returned"
 
 
 def enabled() -> bool:
@@ -44,7 +57,8 @@ def enabled() -> bool:
 def dispatch_ir(name: str, spec: Sequence[int | str]) -> str:
     """LLVM IR of `void @name(...)` with the expanded memref convention of `spec` (as
     `cpu_jit.Kernel`), forwarding its arguments to the function whose address is in
-    the global `@sw_tier_target`."""
+    the global `@sw_tier_target`; after the call, the function in `@sw_tier_returned`
+    (when set) is taken out of it and called, so exactly once."""
     params: list[str] = []
     for i, s in enumerate(spec):
         if isinstance(s, int):
@@ -55,15 +69,27 @@ def dispatch_ir(name: str, spec: Sequence[int | str]) -> str:
     args = ", ".join(params)
     return (
         f"@{_SLOT} = global ptr null, align 8\n"
+        f"@{_RETURNED} = global ptr null, align 8\n"
         f"define void @{name}({args}) {{\n"
         f"  %f = load atomic ptr, ptr @{_SLOT} acquire, align 8\n"
-        f"  tail call void %f({args})\n"
+        f"  call void %f({args})\n"
+        f"  %n = load atomic ptr, ptr @{_RETURNED} monotonic, align 8\n"
+        "  %none = icmp eq ptr %n, null\n"
+        "  br i1 %none, label %done, label %first\n"
+        "first:\n"
+        f"  %g = atomicrmw xchg ptr @{_RETURNED}, ptr null acq_rel, align 8\n"
+        "  %taken = icmp eq ptr %g, null\n"
+        "  br i1 %taken, label %done, label %notify\n"
+        "notify:\n"
+        "  call void %g()\n"
+        "  br label %done\n"
+        "done:\n"
         "  ret void\n}\n"
     )
 
 
 def _lower_priority() -> None:
-    """Run this thread (and the tools it starts, which inherit it) at a lower CPU
+    """Run this thread (and the processes it starts, which inherit it) at a lower CPU
     priority on Linux, where the nice value is per thread: the calls the process makes
     meanwhile come first on busy cores."""
     try:
@@ -73,20 +99,62 @@ def _lower_priority() -> None:
         pass
 
 
+# The child: the package's folder first on its path (as it is importable here), then the
+# build, into the disk cache (what it writes is all this process reads of it).
+_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from scanweaver.runtime.cpu_tiers import build_from_stdin; build_from_stdin()"
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def build_from_stdin() -> None:
+    """The child process's work: `compile_cpu` of the IR text on standard input."""
+    from scanweaver.runtime.cpu_jit import compile_cpu
+
+    compile_cpu(sys.stdin.read())
+
+
+def _build_in_child(ir_text: str) -> bool:
+    """Whether a child process built `ir_text` into the disk cache (exit status 0; a
+    failure is reported by the build in this process that follows)."""
+    import subprocess
+
+    if not sys.executable:  # (an embedded interpreter): no Python to start
+        return False
+    try:
+        done = subprocess.run([sys.executable, "-c", _CHILD, _PACKAGE_ROOT], input=ir_text, capture_output=True,
+                              text=True)
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
 class TieredProgram:
     """A kernel program whose `name` dispatches to its current tier (`address(name)`);
-    `tiers`: the programs loaded so far, the current one last; `wait()` blocks until
-    the full build is in place (True) or has failed (False)."""
+    `tiers`: the programs loaded so far, the current one last; `wait()` starts the full
+    build if it has not started and blocks until it is in place (True) or has failed
+    (False)."""
 
-    def __init__(self, name: str, dispatch: NativeProgram, first: NativeProgram):
+    def __init__(self, name: str, dispatch: NativeProgram, first: NativeProgram, ir_text: str):
         self.name = name
         self.dispatch = dispatch
         self.tiers: list = [first]
         self.cache_hit = False
+        self.upgraded = False
+        self._ir_text = ir_text
         self._slot = ctypes.c_void_p.from_address(dispatch.address(_SLOT))
         self._slot.value = first.address(name)
+        # Called by the dispatch, once, when the first call returns (ctypes takes the GIL).
+        self._returned = ctypes.CFUNCTYPE(None)(self._first_call_returned)
+        self._returned_slot = ctypes.c_void_p.from_address(dispatch.address(_RETURNED))
+        self._start()
+
+    def _start(self) -> None:
+        self._go = threading.Event()  # the first call returned, or someone waits
         self._done = threading.Event()
-        self.upgraded = False
+        self._returned_slot.value = ctypes.cast(self._returned, ctypes.c_void_p).value
+        threading.Thread(target=self._upgrade, name=f"scanweaver-compile-{self.name}").start()
+
+    def _first_call_returned(self) -> None:
+        self._go.set()
 
     def address(self, symbol: str) -> int:
         return self.dispatch.address(symbol) if symbol == self.name else self.tiers[-1].address(symbol)
@@ -95,15 +163,21 @@ class TieredProgram:
         return self.tiers[-1].optimized_ir()
 
     def wait(self, timeout: float | None = None) -> bool:
+        self._go.set()
         self._done.wait(timeout)
         return self.upgraded
 
-    def _upgrade(self, ir_text: str) -> None:
+    def _upgrade(self) -> None:
         from scanweaver.runtime.cpu_jit import compile_cpu
 
         _lower_priority()
+        main = threading.main_thread()
+        while not self._go.wait(0.1):
+            if not main.is_alive():  # exiting, the kernel never called: build for the next process
+                break
         try:
-            full = compile_cpu(ir_text)
+            _build_in_child(self._ir_text)
+            full = compile_cpu(self._ir_text)  # from the disk cache; where it is not there, built here
             self.tiers.append(full)  # kept loaded before its address is published
             self._slot.value = full.address(self.name)
             self.upgraded = True
@@ -116,6 +190,18 @@ class TieredProgram:
 
 #: Every TieredProgram of this process (`wait_all`).
 _STARTED: list[TieredProgram] = []
+
+
+def _after_fork_in_child() -> None:
+    # The build's thread is not in a forked child: each build still to finish there
+    # starts again (new events: the parent's thread may have held their locks).
+    for program in _STARTED:
+        if not program._done.is_set():
+            program._start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def wait_all(timeout: float | None = None) -> bool:
@@ -140,10 +226,9 @@ def tiered_program(ir_text: str, name: str, spec: Sequence[int | str]) -> Tiered
     dispatch = native_program(text, lambda: text, opt_level=2)
     if not isinstance(first, NativeProgram) or dispatch is None:
         return None
-    program = TieredProgram(name, dispatch, first)
+    program = TieredProgram(name, dispatch, first, ir_text)
     _STARTED.append(program)
-    threading.Thread(target=program._upgrade, args=(ir_text,), name=f"scanweaver-compile-{name}").start()
     return program
 
 
-__all__ = ["ENV_SWITCH", "TieredProgram", "dispatch_ir", "enabled", "tiered_program", "wait_all"]
+__all__ = ["ENV_SWITCH", "TieredProgram", "build_from_stdin", "dispatch_ir", "enabled", "tiered_program", "wait_all"]
