@@ -19,9 +19,10 @@ The full build runs in a child process (`python -c ... build_from_stdin`, at a l
 CPU priority) that compiles the IR into the disk cache; a waiting thread then loads
 the shared object from there and stores its address in the dispatch slot.  So the
 build holds neither this process's GIL (the caller's Python code keeps its core) nor
-any of its locks, and a fork meanwhile is safe (`_after_fork_in_child`: a forked child
-starts its own build, which finds the parent's in the disk cache when it is there;
-both write the same entry by atomic rename).  Where the child's result does not land
+any of its locks, and a fork meanwhile is safe: a forked child takes the parent's
+build from the disk cache once the parent reports it done (`_follow_parent`; memory
+shared with the parent holds the outcome), and a fork first waits for a compile in
+progress on another thread (`cpu_jit`).  Where the child's result does not land
 in the disk cache (the cache is off or unsafe, no Python executable, the child failed),
 the thread compiles in this process instead.  Calls in flight finish on the tier they
 started on; both tiers stay loaded.  The thread is not a daemon: a process that ends
@@ -35,9 +36,11 @@ Off with `SCANWEAVER_TIERED=0`, and where programs are not shared objects
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 
@@ -48,6 +51,7 @@ ENV_SWITCH = "SCANWEAVER_TIERED"
 _LLVM_SCALARS = {"index": "i64", "i64": "i64", "i32": "i32", "f32": "float", "f64": "double"}
 _SLOT = "sw_tier_target"
 _RETURNED = "sw_tier_returned"
+_BUILDING, _UPGRADED, _FAILED = 0, 1, 2  # TieredProgram._state
 
 
 def enabled() -> bool:
@@ -148,10 +152,39 @@ class TieredProgram:
         self._start()
 
     def _start(self) -> None:
+        # The build's outcome, in memory a forked child shares (`_follow_parent`).
+        self._state = mmap.mmap(-1, 1)
         self._go = threading.Event()  # the first call returned, or someone waits
         self._done = threading.Event()
         self._returned_slot.value = ctypes.cast(self._returned, ctypes.c_void_p).value
         threading.Thread(target=self._upgrade, name=f"scanweaver-compile-{self.name}").start()
+
+    def _follow_parent(self) -> None:
+        """In a forked child, for a build the parent runs: take the full build from the
+        disk cache once the parent has it there (not a build of its own: a pool of
+        forked workers would each compile it)."""
+        self._go = threading.Event()
+        self._go.set()
+        self._done = threading.Event()
+        parent = os.getppid()
+        threading.Thread(target=self._take_parents, args=(parent,), daemon=True,
+                         name=f"scanweaver-follow-{self.name}").start()
+
+    def _take_parents(self, parent: int) -> None:
+        from scanweaver.runtime.cpu_jit import compile_cpu, compiled_now
+
+        try:
+            while self._state[0] == _BUILDING and os.getppid() == parent:  # (a parent gone: its build too)
+                time.sleep(0.05)
+            if self._state[0] == _UPGRADED and compiled_now(self._ir_text):  # (not there: the cache is off)
+                self._switch(compile_cpu(self._ir_text))
+        finally:
+            self._done.set()
+
+    def _switch(self, full) -> None:
+        self.tiers.append(full)  # kept loaded before its address is published
+        self._slot.value = full.address(self.name)
+        self.upgraded = True
 
     def _first_call_returned(self) -> None:
         self._go.set()
@@ -177,14 +210,12 @@ class TieredProgram:
                 break
         try:
             _build_in_child(self._ir_text)
-            full = compile_cpu(self._ir_text)  # from the disk cache; where it is not there, built here
-            self.tiers.append(full)  # kept loaded before its address is published
-            self._slot.value = full.address(self.name)
-            self.upgraded = True
+            self._switch(compile_cpu(self._ir_text))  # from the disk cache; where it is not there, built here
         except Exception as e:  # the first tier stays: correct results, slower
             warnings.warn(f"scanweaver: the full build of @{self.name} failed, the sequential loops stay: {e}",
                           RuntimeWarning, stacklevel=1)
         finally:
+            self._state[0] = _UPGRADED if self.upgraded else _FAILED
             self._done.set()
 
 
@@ -192,16 +223,22 @@ class TieredProgram:
 _STARTED: list[TieredProgram] = []
 
 
+def _before_fork() -> None:
+    # A fork starts the builds still waiting for a first call: a child may wait for them.
+    for program in _STARTED:
+        program._go.set()
+
+
 def _after_fork_in_child() -> None:
-    # The build's thread is not in a forked child: each build still to finish there
-    # starts again (new events: the parent's thread may have held their locks).
+    # The builds' threads are not in the child: it follows the parent's (new events:
+    # the parent's threads may have held their locks).
     for program in _STARTED:
         if not program._done.is_set():
-            program._start()
+            program._follow_parent()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def wait_all(timeout: float | None = None) -> bool:
