@@ -209,8 +209,8 @@ _KERNELS: dict[tuple, Kernel] = {}
 
 def kernel(ir_text: str, name: str, args: Sequence[int | str], tiered: bool = False) -> Kernel:
     """The compiled `name` of `ir_text`, cached.  tiered: a build that is not in the
-    disk cache first runs as the sequential loops, while the full build compiles on
-    a background thread (`cpu_tiers.py`; only for IR whose two lowerings compute the
+    disk cache first runs as the sequential loops, while the full build compiles in
+    the background (`cpu_tiers.py`; only for IR whose two lowerings compute the
     same bits, as the real affine scans do)."""
     key = (ir_text, name, tuple(args))
     k = _KERNELS.get(key)
