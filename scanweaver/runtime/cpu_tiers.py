@@ -124,8 +124,10 @@ def _build_in_child(ir_text: str) -> bool:
     if not sys.executable:  # (an embedded interpreter): no Python to start
         return False
     try:
+        # (its own session: a Ctrl-C at the terminal stops this process, while the build
+        # finishes into the disk cache for the next one)
         done = subprocess.run([sys.executable, "-c", _CHILD, _PACKAGE_ROOT], input=ir_text, capture_output=True,
-                              text=True)
+                              text=True, start_new_session=True)
     except OSError:
         return False
     return done.returncode == 0
