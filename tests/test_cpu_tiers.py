@@ -172,3 +172,28 @@ def test_forks_during_the_background_build(tiers_on):
     again = subprocess.run([sys.executable, "-c", NEW_PROCESS], capture_output=True, text=True, env=env, timeout=600)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout.strip().splitlines()[-1])["kind"] == "NativeProgram"
+
+
+COLD = """
+import json, sys, numpy as np, scanweaver as sw
+from scanweaver.runtime import cpu_tiers
+a = np.full((4, 64), 0.5, np.float32)
+h = sw.linear_scan(a, a)
+heavy = ("scanweaver.rewrites.raise_affine", "scanweaver.rewrites.scan_to_cpu", "scanweaver.rewrites.complex_to_real",
+         "xdsl.dialects.gpu")
+first = sorted(m for m in heavy if m in sys.modules)
+upgraded = cpu_tiers.wait_all(300)
+print(json.dumps({"first": first, "upgraded": upgraded, "after": sorted(m for m in heavy if m in sys.modules),
+                  "h": float(h[0, -1])}))
+"""
+
+
+def test_a_cold_first_call_loads_only_the_loops_tier(tiers_on):
+    """A cold first call imports neither the tile kernel's passes nor the stages with
+    nothing to do (raising, complex, the GPU dialect); the tile kernel is compiled in
+    another process (this one never imports its passes)."""
+    env = dict(os.environ, SCANWEAVER_CACHE_DIR=str(tiers_on), SCANWEAVER_TIERED="1")
+    done = subprocess.run([sys.executable, "-c", COLD], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    assert run == {"first": [], "upgraded": True, "after": [], "h": pytest.approx(1.0)}

@@ -110,10 +110,19 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 def build_from_stdin() -> None:
-    """The child process's work: `compile_cpu` of the IR text on standard input."""
+    """The child process's work: `compile_cpu` of the IR text on standard input (its
+    length in bytes on the first line: a process forked from the parent meanwhile holds
+    the pipe's other end too, so the end of the input is never seen)."""
     from scanweaver.runtime.cpu_jit import compile_cpu
 
-    compile_cpu(sys.stdin.read())
+    size = int(sys.stdin.buffer.readline())
+    compile_cpu(sys.stdin.buffer.read(size).decode())
+
+
+#: Held while a build's child process starts (`_build_in_child`) and by a fork
+#: (`_before_fork`): a process forked meanwhile would hold the write end of the pipe
+#: that tells `Popen` the child has started, which then waits forever.
+_SPAWN_LOCK = threading.Lock()
 
 
 def _build_in_child(ir_text: str) -> bool:
@@ -123,14 +132,17 @@ def _build_in_child(ir_text: str) -> bool:
 
     if not sys.executable:  # (an embedded interpreter): no Python to start
         return False
+    data = ir_text.encode()
     try:
         # (its own session: a Ctrl-C at the terminal stops this process, while the build
         # finishes into the disk cache for the next one)
-        done = subprocess.run([sys.executable, "-c", _CHILD, _PACKAGE_ROOT], input=ir_text, capture_output=True,
-                              text=True, start_new_session=True)
+        with _SPAWN_LOCK:
+            child = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except OSError:
         return False
-    return done.returncode == 0
+    child.communicate(b"%d\n" % len(data) + data)
+    return child.returncode == 0
 
 
 class TieredProgram:
@@ -226,21 +238,26 @@ _STARTED: list[TieredProgram] = []
 
 
 def _before_fork() -> None:
-    # A fork starts the builds still waiting for a first call: a child may wait for them.
+    # A fork starts the builds still waiting for a first call (a child may wait for
+    # them), and waits for a build's child process that is starting.
     for program in _STARTED:
         program._go.set()
+    _SPAWN_LOCK.acquire()
 
 
 def _after_fork_in_child() -> None:
     # The builds' threads are not in the child: it follows the parent's (new events:
     # the parent's threads may have held their locks).
+    global _SPAWN_LOCK
+    _SPAWN_LOCK = threading.Lock()
     for program in _STARTED:
         if not program._done.is_set():
             program._follow_parent()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_parent=lambda: _SPAWN_LOCK.release(),
+                        after_in_child=_after_fork_in_child)
 
 
 def wait_all(timeout: float | None = None) -> bool:
