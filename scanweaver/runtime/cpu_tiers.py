@@ -181,10 +181,10 @@ class TieredProgram:
         self._go.set()
         self._done = threading.Event()
         parent = os.getppid()
-        threading.Thread(target=self._take_parents, args=(parent,), daemon=True,
+        threading.Thread(target=self._take_parents_build, args=(parent,), daemon=True,
                          name=f"scanweaver-follow-{self.name}").start()
 
-    def _take_parents(self, parent: int) -> None:
+    def _take_parents_build(self, parent: int) -> None:
         from scanweaver.runtime.cpu_jit import compile_cpu, compiled_now
 
         try:
