@@ -117,18 +117,22 @@ def _run_piped(first: str, first_args: list[str], stdin: str, second: str, secon
     a.stdout.close()  # (the second tool's now: it sees the end when the first exits)
     a_stderr: list[str] = []
 
-    def feed() -> None:  # the first tool's input and error output, beside the second's
+    def feed() -> None:
         try:
             a.stdin.write(stdin)
             a.stdin.close()
         except BrokenPipeError:  # it stopped reading: its exit status says why
             pass
-        a_stderr.append(a.stderr.read())
 
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
+    # The first tool's input and its error output, each on a thread, beside the second's
+    # output here: no pipe fills up while another is waited on.
+    helpers = [threading.Thread(target=feed, daemon=True),
+               threading.Thread(target=lambda: a_stderr.append(a.stderr.read()), daemon=True)]
+    for helper in helpers:
+        helper.start()
     out, b_stderr = b.communicate()
-    feeder.join()
+    for helper in helpers:
+        helper.join()
     a.wait()
     if a.returncode != 0:
         raise _failure(first, a.returncode, a_stderr[0] if a_stderr else "")
