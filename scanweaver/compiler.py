@@ -63,18 +63,20 @@ def lower(
     openmp: bool = False,
     verify: bool = True,
     cleanup: bool = True,
+    skip_idle: bool = False,
 ) -> Lowered:
     """Run `scanweaver-lower{target=...}` stage by stage, recording each stage's IR.
     verify=False: the result is not verified by xDSL (the caller hands it to a tool
     that verifies it on parsing).  cleanup=False: without the final canonicalize and
-    cse (`stages_for`; the caller has MLIR run them)."""
+    cse (`stages_for`; the caller has MLIR run them).  skip_idle: without the stages
+    that have nothing to do on `text` (`stages_for(text=...)`: the same result)."""
     try:
-        return _lower(text, target, source, progress, keep_stages, openmp, verify, cleanup)
+        return _lower(text, target, source, progress, keep_stages, openmp, verify, cleanup, skip_idle)
     except RecursionError:  # passes and the printer recurse into nested regions
         raise ScanWeaverValueError(f"{source}: the IR nests too deeply to compile") from None
 
 
-def _lower(text, target, source, progress, keep_stages, openmp, verify=True, cleanup=True) -> Lowered:
+def _lower(text, target, source, progress, keep_stages, openmp, verify=True, cleanup=True, skip_idle=False) -> Lowered:
     from scanweaver.ir import make_context, parse_ir, print_ir
     from scanweaver.rewrites.pipeline import stages_for
 
@@ -82,7 +84,7 @@ def _lower(text, target, source, progress, keep_stages, openmp, verify=True, cle
     _refuse_nested_modules(module, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
     ctx = make_context()
-    for stage in stages_for(target, openmp=openmp, cleanup=cleanup):
+    for stage in stages_for(target, openmp=openmp, cleanup=cleanup, text=text if skip_idle else None):
         if progress:
             progress(stage.name)
         stage.apply(ctx, module)
@@ -166,8 +168,11 @@ def build_cpu(text: str, source: str = "<input>", openmp: bool = False, bounds_c
         # No xDSL verification here (~0.4 s on the affine kernel): mlir-opt verifies the
         # whole module when it parses it, just below (a pass bug: ToolFailedError).
         # Nor xDSL's canonicalize and cse: MLIR's run first in mlir-opt, in C++ (the same
-        # LLVM IR for the drivers' kernels, `tests/test_cpu_cleanup.py`).
-        lowered = lower(text, target, source, keep_stages=False, openmp=openmp, verify=False, cleanup=False)
+        # LLVM IR for the drivers' kernels, `tests/test_cpu_cleanup.py`).  Nor the stages
+        # with nothing to do on this IR (not even imported: raising, on a kernel built
+        # as scan ops, and the complex stages, on real ones).
+        lowered = lower(text, target, source, keep_stages=False, openmp=openmp, verify=False, cleanup=False,
+                        skip_idle=True)
         llvm_ir, _ = cpu_llvm_ir(lowered.module, openmp=openmp, bounds_checks=bounds_checks, cleanup=True)
         signatures = {
             name: (

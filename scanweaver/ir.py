@@ -19,12 +19,17 @@ from scanweaver.errors import ScanWeaverValueError
 @cache
 def _dialect_loaders():
     loaders = dict(get_all_dialects())
-    from scanweaver.dialects.gpu_shuffle import GPU_WITH_SHUFFLE
     from scanweaver.dialects.scan import Scan
 
     loaders["scan"] = lambda: Scan
-    loaders["gpu"] = lambda: GPU_WITH_SHUFFLE  # xDSL's gpu plus gpu.shuffle
+    loaders["gpu"] = _gpu_with_shuffle  # (loaded where IR uses it: a CPU build never does)
     return loaders
+
+
+def _gpu_with_shuffle():
+    from scanweaver.dialects.gpu_shuffle import GPU_WITH_SHUFFLE
+
+    return GPU_WITH_SHUFFLE  # xDSL's gpu plus gpu.shuffle
 
 
 def make_context() -> Context:

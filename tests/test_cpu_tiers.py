@@ -125,3 +125,75 @@ def test_tiers_off(tiers_on, monkeypatch):
     monkeypatch.setenv(cpu_tiers.ENV_SWITCH, "0")
     ir = kernel_ir("affine", **_affine_options("i64", 1, False, False, False))
     assert cpu_tiers.tiered_program(ir.text, ir.name, ir.args) is None
+
+
+FORKS = """
+import json, multiprocessing, os, sys
+import numpy as np, scanweaver as sw
+from scanweaver.runtime import cpu_scan, cpu_tiers
+
+rng = np.random.default_rng(5)
+a = rng.uniform(0.5, 1, (6, 300)).astype(np.float32); b = rng.standard_normal((6, 300)).astype(np.float32)
+h = sw.linear_scan(a, b, reverse=True)
+program = cpu_scan._affine_kernel("f32", 2, False, False, True).program
+in_flight = isinstance(program, cpu_tiers.TieredProgram) and not program._done.is_set()
+
+def worker(_):
+    same = sw.linear_scan(a, b, reverse=True).tobytes() == h.tobytes()
+    upgraded = cpu_tiers.wait_all(120)  # (False, not a hang, where a child cannot follow)
+    return same and upgraded and sw.linear_scan(a, b, reverse=True).tobytes() == h.tobytes()
+
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if worker(0) else 3)
+with multiprocessing.get_context("fork").Pool(2) as pool:
+    workers = pool.map(worker, range(3))
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"in_flight": in_flight, "fork": os.waitstatus_to_exitcode(status), "workers": workers,
+                  "parent": cpu_tiers.wait_all(300) and sw.linear_scan(a, b, reverse=True).tobytes() == h.tobytes()}))
+"""
+
+
+def test_forks_during_the_background_build(tiers_on):
+    """os.fork and a 'fork' pool while the full build runs: the children compute the
+    same bits, switch to the parent's full build (no deadlock), and the disk cache
+    holds only whole entries, which a new process loads."""
+    from scanweaver.toolchain import cache
+
+    env = dict(os.environ, SCANWEAVER_CACHE_DIR=str(tiers_on), SCANWEAVER_TIERED="1")
+    done = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    assert run == {"in_flight": True, "fork": 0, "workers": [True] * 3, "parent": True}
+    entries = [p for p in tiers_on.rglob("*") if p.is_file()]
+    assert entries and not [p for p in entries if p.name.startswith(".tmp-")]
+    assert all(cache.load(p.name) is not None for p in entries), "a damaged cache entry"
+    # (the kernel NEW_PROCESS runs)
+    again = subprocess.run([sys.executable, "-c", NEW_PROCESS], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1])["kind"] == "NativeProgram"
+
+
+COLD = """
+import json, sys, numpy as np, scanweaver as sw
+from scanweaver.runtime import cpu_tiers
+a = np.full((4, 64), 0.5, np.float32)
+h = sw.linear_scan(a, a)
+heavy = ("scanweaver.rewrites.raise_affine", "scanweaver.rewrites.scan_to_cpu", "scanweaver.rewrites.complex_to_real",
+         "xdsl.dialects.gpu")
+first = sorted(m for m in heavy if m in sys.modules)
+upgraded = cpu_tiers.wait_all(300)
+print(json.dumps({"first": first, "upgraded": upgraded, "after": sorted(m for m in heavy if m in sys.modules),
+                  "h": float(h[0, -1])}))
+"""
+
+
+def test_a_cold_first_call_loads_only_the_loops_tier(tiers_on):
+    """A cold first call imports neither the tile kernel's passes nor the stages with
+    nothing to do (raising, complex, the GPU dialect); the tile kernel is compiled in
+    another process (this one never imports its passes)."""
+    env = dict(os.environ, SCANWEAVER_CACHE_DIR=str(tiers_on), SCANWEAVER_TIERED="1")
+    done = subprocess.run([sys.executable, "-c", COLD], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    assert run == {"first": [], "upgraded": True, "after": [], "h": pytest.approx(1.0)}

@@ -130,6 +130,28 @@ def test_unknown_pass_is_a_tool_failure():
         mlir_opt("module {}", ["--no-such-pass-exists"])
 
 
+def test_piped_tools_give_the_sequential_output_and_name_the_failing_tool():
+    """run_tool(pipe_to=...): mlir-opt | mlir-translate at once, as lower_to_llvm_ir runs them."""
+    text = """
+    func.func @f(%x: memref<?xf32>) attributes {llvm.emit_c_interface} {
+      %c0 = arith.constant 0 : index
+      %v = memref.load %x[%c0] : memref<?xf32>
+      %w = arith.addf %v, %v : f32
+      memref.store %w, %x[%c0] : memref<?xf32>
+      return
+    }
+    """
+    flags = mlir_tools.CPU_LOWERING_FLAGS
+    piped = mlir_tools.run_tool("mlir-opt", flags, stdin=text, pipe_to=("mlir-translate", ["--mlir-to-llvmir"]))
+    assert piped == mlir_tools.mlir_translate_to_llvmir(mlir_opt(text, flags))
+    assert lower_to_llvm_ir(text) == piped
+    with pytest.raises(ToolFailedError, match="^mlir-opt failed") as info:  # the first tool's error, not the second's
+        lower_to_llvm_ir("func.func @broken( {")
+    assert "error" in str(info.value)
+    with pytest.raises(ToolFailedError, match="^mlir-translate failed"):  # (not LLVM dialect: translate refuses it)
+        mlir_tools.run_tool("mlir-opt", [], stdin=text, pipe_to=("mlir-translate", ["--mlir-to-llvmir"]))
+
+
 def test_lowering_keeps_exact_math_and_emits_ciface():
     text = """
     func.func @f(%x: memref<?xf32>) attributes {llvm.emit_c_interface} {

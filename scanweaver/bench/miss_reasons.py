@@ -42,8 +42,8 @@ _RULES: list[tuple[str, str, str]] = [
      "oversubscribed machine (load above twice the CPUs: libgomp's spinning barriers then cost more), and "
      "its libomp workers sleep as soon as a region ends; see each row's policy above."),
     ("first_call_cold", "",
-     "A cold linear_scan runs its first call on the sequential-loop tier while the tile kernel compiles "
-     "in the background; that first tier still imports xDSL, builds the kernel's IR and runs mlir-opt, "
+     "A cold linear_scan runs its first call on the sequential-loop tier (the tile kernel compiles in a "
+     "child process once that call has returned); that first tier still imports xDSL, builds the kernel's IR and runs mlir-opt, "
      "mlir-translate, LLVM and the linker, and the cold process also compiles every module's bytecode."),
 ]
 

@@ -23,7 +23,24 @@ from scanweaver.errors import ScanWeaverError
 TARGETS = ("gpu", "cpu", "loops")
 
 
-def stages_for(target: str, openmp: bool = False, cleanup: bool = True) -> list[ModulePass]:
+def _idle_on(text: str, target: str) -> set[str]:
+    """Stages of the CPU and loops targets that can find nothing to rewrite in the IR
+    `text` (so never have work: what they rewrite is not there and no stage before them
+    makes it): raising with no `scf.for` loop, the pair rewrite with no
+    `scan.linear_recurrence`, the complex stages with no complex type or op."""
+    idle = set()
+    if target == "gpu":
+        return idle
+    if "scf.for" not in text:
+        idle.add("scanweaver-raise")
+        if "scan.linear_recurrence" not in text:
+            idle.add("scan-pairs-to-complex")
+    if "complex" not in text and "scan-pairs-to-complex" in idle:
+        idle |= {"scan-complex-affine-to-loops", "scan-complex-to-real"}
+    return idle
+
+
+def stages_for(target: str, openmp: bool = False, cleanup: bool = True, text: str | None = None) -> list[ModulePass]:
     """The passes `scanweaver-lower{target=...}` runs, in order.
 
     openmp: on the CPU, make loops over independent channel groups `scf.parallel`
@@ -31,18 +48,20 @@ def stages_for(target: str, openmp: bool = False, cleanup: bool = True) -> list[
     cleanup=False: without the final canonicalize and cse, for a caller that hands the
     module to mlir-opt with MLIR's own `--canonicalize --cse` first (`compiler.build_cpu`:
     the same LLVM IR, without xDSL's canonicalize, ~0.7 s on the affine tile kernel).
+    text: the input IR; the stages that have nothing to do on it (`_idle_on`) are left
+    out, and their modules not imported (`compiler.build_cpu`: a cold first call).
     """
-    from scanweaver.rewrites.raise_affine import RaiseRecurrences
-    from scanweaver.rewrites.complex_affine_loops import ComplexAffineToLoops, ComplexScansToLoops
-    from scanweaver.rewrites.raise_complex_pairs import ComplexToPairs, PairsToComplex
-    from scanweaver.rewrites.complex_to_real import ComplexToReal
-    from scanweaver.rewrites.scan_to_loops import ScanToLoops
-
     if target not in TARGETS:
         raise ScanWeaverError(
             f"scanweaver-lower: unknown target '{target}' (expected one of "
             f"{', '.join(TARGETS)})"
         )
+    idle = _idle_on(text, target) if text is not None else set()
+    stages: list[ModulePass] = []
+    if "scanweaver-raise" not in idle:
+        from scanweaver.rewrites.raise_affine import RaiseRecurrences
+
+        stages.append(RaiseRecurrences())
     lowering: list[ModulePass]
     if target == "gpu":
         from scanweaver.rewrites.gpu_results import ResultsToArguments
@@ -63,13 +82,28 @@ def stages_for(target: str, openmp: bool = False, cleanup: bool = True) -> list[
     # complex axes time-major; the GPU runs one complex value per channel (complex
     # scan.affine split into per-channel recurrences first) as the fused 2x2 (re, im)
     # kernel, other complex scans as host loops.
-    complex_stages: list[ModulePass]
     if target == "gpu":
+        from scanweaver.rewrites.complex_affine_loops import ComplexScansToLoops
         from scanweaver.rewrites.complex_gpu import ComplexAffineToRecurrence
+        from scanweaver.rewrites.raise_complex_pairs import ComplexToPairs
 
-        complex_stages = [ComplexAffineToRecurrence(), ComplexToPairs(), ComplexScansToLoops()]
+        stages += [ComplexAffineToRecurrence(), ComplexToPairs(), ComplexScansToLoops()]
     else:
-        complex_stages = [PairsToComplex(), ComplexAffineToLoops()]
+        if "scan-pairs-to-complex" not in idle:
+            from scanweaver.rewrites.raise_complex_pairs import PairsToComplex
+
+            stages.append(PairsToComplex())
+        if "scan-complex-affine-to-loops" not in idle:
+            from scanweaver.rewrites.complex_affine_loops import ComplexAffineToLoops
+
+            stages.append(ComplexAffineToLoops())
+    from scanweaver.rewrites.scan_to_loops import ScanToLoops
+
+    stages += [*lowering, ScanToLoops()]
+    if "scan-complex-to-real" not in idle:
+        from scanweaver.rewrites.complex_to_real import ComplexToReal
+
+        stages.append(ComplexToReal())
     # (imported here: a build that leaves the cleanup to MLIR does not load them)
     cleanup_stages: list[ModulePass] = []
     if cleanup:
@@ -77,14 +111,7 @@ def stages_for(target: str, openmp: bool = False, cleanup: bool = True) -> list[
         from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 
         cleanup_stages = [CanonicalizePass(), CommonSubexpressionElimination()]
-    return [
-        RaiseRecurrences(),
-        *complex_stages,
-        *lowering,
-        ScanToLoops(),
-        ComplexToReal(),
-        *cleanup_stages,
-    ]
+    return stages + cleanup_stages
 
 
 def pipeline_table() -> str:

@@ -12,6 +12,7 @@ threads then run kernels on both cores at once (`cpu_parallel.parallel_for`).
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +42,18 @@ class CompileStats:
 _CACHE: dict[str, CpuProgram | NativeProgram] = {}
 _CACHE_LOCK = threading.Lock()
 STATS = CompileStats()
+
+
+# A fork waits for a compile in progress on another thread (e.g. a tier's build loading,
+# `cpu_tiers.py`): the child then holds no lock, and no LLVM call, of a thread it lacks.
+def _fork_child_lock() -> None:
+    global _CACHE_LOCK
+    _CACHE_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=lambda: _CACHE_LOCK.acquire(), after_in_parent=lambda: _CACHE_LOCK.release(),
+                        after_in_child=_fork_child_lock)
 
 
 def compile_cpu(ir_text: str, openmp: bool = False, loops: bool = False) -> CpuProgram | NativeProgram:
@@ -196,8 +209,8 @@ _KERNELS: dict[tuple, Kernel] = {}
 
 def kernel(ir_text: str, name: str, args: Sequence[int | str], tiered: bool = False) -> Kernel:
     """The compiled `name` of `ir_text`, cached.  tiered: a build that is not in the
-    disk cache first runs as the sequential loops, while the full build compiles on
-    a background thread (`cpu_tiers.py`; only for IR whose two lowerings compute the
+    disk cache first runs as the sequential loops, while the full build compiles in
+    the background (`cpu_tiers.py`; only for IR whose two lowerings compute the
     same bits, as the real affine scans do)."""
     key = (ir_text, name, tuple(args))
     k = _KERNELS.get(key)

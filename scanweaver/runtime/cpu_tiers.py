@@ -10,12 +10,24 @@ element type, no contraction), so the tiers' results are bit-identical
 
 The kernel's callers get the address of a small dispatch function (`dispatch_ir`):
 it loads the current tier's address from a global and calls it.  The first tier's
-address is stored there before the first call; a background thread then runs
-`compile_cpu` on the IR (which also fills the disk cache) and stores the full build's
-address.  Calls in flight finish on the tier they started on; both tiers stay loaded.
-The thread is not a daemon: a process that ends sooner waits for it, so the next
-process finds the full build in the disk cache and loads it without any tier.  It runs
-at a lower CPU priority (Linux: per thread, inherited by mlir-opt and the linker).
+address is stored there before the first call.  The full build starts once the first
+call has returned (the dispatch then calls back once, `@sw_tier_returned`), so it takes
+nothing from the first call's critical path; it starts earlier when someone waits for
+it (`wait`, `wait_all`), and at exit when the kernel was never called.
+
+The full build runs in a child process (`python -c ... build_from_stdin`, at a lower
+CPU priority) that compiles the IR into the disk cache; a waiting thread then loads
+the shared object from there and stores its address in the dispatch slot.  So the
+build holds neither this process's GIL (the caller's Python code keeps its core) nor
+any of its locks, and a fork meanwhile is safe: a forked child takes the parent's
+build from the disk cache once the parent reports it done (`_follow_parent`; memory
+shared with the parent holds the outcome), and a fork first waits for a compile in
+progress on another thread (`cpu_jit`).  Where the child's result does not land
+in the disk cache (the cache is off or unsafe, no Python executable, the child failed),
+the thread compiles in this process instead.  Calls in flight finish on the tier they
+started on; both tiers stay loaded.  The thread is not a daemon: a process that ends
+sooner waits for it, so the next process finds the full build in the disk cache and
+loads it without any tier.
 
 Off with `SCANWEAVER_TIERED=0`, and where programs are not shared objects
 (`cpu_native.available()`): then the first call compiles the full build itself.
@@ -24,8 +36,11 @@ Off with `SCANWEAVER_TIERED=0`, and where programs are not shared objects
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
+import sys
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 
@@ -35,6 +50,8 @@ from scanweaver.runtime.cpu_native import NativeProgram, available, native_progr
 ENV_SWITCH = "SCANWEAVER_TIERED"
 _LLVM_SCALARS = {"index": "i64", "i64": "i64", "i32": "i32", "f32": "float", "f64": "double"}
 _SLOT = "sw_tier_target"
+_RETURNED = "sw_tier_returned"
+_BUILDING, _UPGRADED, _FAILED = 0, 1, 2  # TieredProgram._state
 
 
 def enabled() -> bool:
@@ -44,7 +61,8 @@ def enabled() -> bool:
 def dispatch_ir(name: str, spec: Sequence[int | str]) -> str:
     """LLVM IR of `void @name(...)` with the expanded memref convention of `spec` (as
     `cpu_jit.Kernel`), forwarding its arguments to the function whose address is in
-    the global `@sw_tier_target`."""
+    the global `@sw_tier_target`; after the call, the function in `@sw_tier_returned`
+    (when set) is taken out of it and called, so exactly once."""
     params: list[str] = []
     for i, s in enumerate(spec):
         if isinstance(s, int):
@@ -55,15 +73,27 @@ def dispatch_ir(name: str, spec: Sequence[int | str]) -> str:
     args = ", ".join(params)
     return (
         f"@{_SLOT} = global ptr null, align 8\n"
+        f"@{_RETURNED} = global ptr null, align 8\n"
         f"define void @{name}({args}) {{\n"
         f"  %f = load atomic ptr, ptr @{_SLOT} acquire, align 8\n"
-        f"  tail call void %f({args})\n"
+        f"  call void %f({args})\n"
+        f"  %n = load atomic ptr, ptr @{_RETURNED} monotonic, align 8\n"
+        "  %none = icmp eq ptr %n, null\n"
+        "  br i1 %none, label %done, label %first\n"
+        "first:\n"
+        f"  %g = atomicrmw xchg ptr @{_RETURNED}, ptr null acq_rel, align 8\n"
+        "  %taken = icmp eq ptr %g, null\n"
+        "  br i1 %taken, label %done, label %notify\n"
+        "notify:\n"
+        "  call void %g()\n"
+        "  br label %done\n"
+        "done:\n"
         "  ret void\n}\n"
     )
 
 
 def _lower_priority() -> None:
-    """Run this thread (and the tools it starts, which inherit it) at a lower CPU
+    """Run this thread (and the processes it starts, which inherit it) at a lower CPU
     priority on Linux, where the nice value is per thread: the calls the process makes
     meanwhile come first on busy cores."""
     try:
@@ -73,20 +103,105 @@ def _lower_priority() -> None:
         pass
 
 
+# The child: the package's folder first on its path (as it is importable here), then the
+# build, into the disk cache (what it writes is all this process reads of it).
+_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from scanweaver.runtime.cpu_tiers import build_from_stdin; build_from_stdin()"
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def build_from_stdin() -> None:
+    """The child process's work: `compile_cpu` of the IR text on standard input (its
+    length in bytes on the first line: a process forked from the parent meanwhile holds
+    the pipe's other end too, so the end of the input is never seen)."""
+    from scanweaver.runtime.cpu_jit import compile_cpu
+
+    size = int(sys.stdin.buffer.readline())
+    compile_cpu(sys.stdin.buffer.read(size).decode())
+
+
+#: Held while a build's child process starts (`_build_in_child`) and by a fork
+#: (`_before_fork`): a process forked meanwhile would hold the write end of the pipe
+#: that tells `Popen` the child has started, which then waits forever.
+_SPAWN_LOCK = threading.Lock()
+
+
+def _build_in_child(ir_text: str) -> bool:
+    """Whether a child process built `ir_text` into the disk cache (exit status 0; a
+    failure is reported by the build in this process that follows)."""
+    import subprocess
+
+    if not sys.executable:  # (an embedded interpreter): no Python to start
+        return False
+    data = ir_text.encode()
+    try:
+        # (its own session: a Ctrl-C at the terminal stops this process, while the build
+        # finishes into the disk cache for the next one)
+        with _SPAWN_LOCK:
+            child = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_ROOT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    except OSError:
+        return False
+    child.communicate(b"%d\n" % len(data) + data)
+    return child.returncode == 0
+
+
 class TieredProgram:
     """A kernel program whose `name` dispatches to its current tier (`address(name)`);
-    `tiers`: the programs loaded so far, the current one last; `wait()` blocks until
-    the full build is in place (True) or has failed (False)."""
+    `tiers`: the programs loaded so far, the current one last; `wait()` starts the full
+    build if it has not started and blocks until it is in place (True) or has failed
+    (False)."""
 
-    def __init__(self, name: str, dispatch: NativeProgram, first: NativeProgram):
+    def __init__(self, name: str, dispatch: NativeProgram, first: NativeProgram, ir_text: str):
         self.name = name
         self.dispatch = dispatch
         self.tiers: list = [first]
         self.cache_hit = False
+        self.upgraded = False
+        self._ir_text = ir_text
         self._slot = ctypes.c_void_p.from_address(dispatch.address(_SLOT))
         self._slot.value = first.address(name)
+        # Called by the dispatch, once, when the first call returns (ctypes takes the GIL).
+        self._returned = ctypes.CFUNCTYPE(None)(self._first_call_returned)
+        self._returned_slot = ctypes.c_void_p.from_address(dispatch.address(_RETURNED))
+        self._start()
+
+    def _start(self) -> None:
+        # The build's outcome, in memory a forked child shares (`_follow_parent`).
+        self._state = mmap.mmap(-1, 1)
+        self._go = threading.Event()  # the first call returned, or someone waits
         self._done = threading.Event()
-        self.upgraded = False
+        self._returned_slot.value = ctypes.cast(self._returned, ctypes.c_void_p).value
+        threading.Thread(target=self._upgrade, name=f"scanweaver-compile-{self.name}").start()
+
+    def _follow_parent(self) -> None:
+        """In a forked child, for a build the parent runs: take the full build from the
+        disk cache once the parent has it there (not a build of its own: a pool of
+        forked workers would each compile it)."""
+        self._go = threading.Event()
+        self._go.set()
+        self._done = threading.Event()
+        parent = os.getppid()
+        threading.Thread(target=self._take_parents_build, args=(parent,), daemon=True,
+                         name=f"scanweaver-follow-{self.name}").start()
+
+    def _take_parents_build(self, parent: int) -> None:
+        from scanweaver.runtime.cpu_jit import compile_cpu, compiled_now
+
+        try:
+            while self._state[0] == _BUILDING and os.getppid() == parent:  # (a parent gone: its build too)
+                time.sleep(0.05)
+            if self._state[0] == _UPGRADED and compiled_now(self._ir_text):  # (not there: the cache is off)
+                self._switch(compile_cpu(self._ir_text))
+        finally:
+            self._done.set()
+
+    def _switch(self, full) -> None:
+        self.tiers.append(full)  # kept loaded before its address is published
+        self._slot.value = full.address(self.name)
+        self.upgraded = True
+
+    def _first_call_returned(self) -> None:
+        self._go.set()
 
     def address(self, symbol: str) -> int:
         return self.dispatch.address(symbol) if symbol == self.name else self.tiers[-1].address(symbol)
@@ -95,27 +210,54 @@ class TieredProgram:
         return self.tiers[-1].optimized_ir()
 
     def wait(self, timeout: float | None = None) -> bool:
+        self._go.set()
         self._done.wait(timeout)
         return self.upgraded
 
-    def _upgrade(self, ir_text: str) -> None:
+    def _upgrade(self) -> None:
         from scanweaver.runtime.cpu_jit import compile_cpu
 
         _lower_priority()
+        main = threading.main_thread()
+        while not self._go.wait(0.1):
+            if not main.is_alive():  # exiting, the kernel never called: build for the next process
+                break
         try:
-            full = compile_cpu(ir_text)
-            self.tiers.append(full)  # kept loaded before its address is published
-            self._slot.value = full.address(self.name)
-            self.upgraded = True
+            _build_in_child(self._ir_text)
+            self._switch(compile_cpu(self._ir_text))  # from the disk cache; where it is not there, built here
         except Exception as e:  # the first tier stays: correct results, slower
             warnings.warn(f"scanweaver: the full build of @{self.name} failed, the sequential loops stay: {e}",
                           RuntimeWarning, stacklevel=1)
         finally:
+            self._state[0] = _UPGRADED if self.upgraded else _FAILED
             self._done.set()
 
 
 #: Every TieredProgram of this process (`wait_all`).
 _STARTED: list[TieredProgram] = []
+
+
+def _before_fork() -> None:
+    # A fork starts the builds still waiting for a first call (a child may wait for
+    # them), and waits for a build's child process that is starting.
+    for program in _STARTED:
+        program._go.set()
+    _SPAWN_LOCK.acquire()
+
+
+def _after_fork_in_child() -> None:
+    # The builds' threads are not in the child: it follows the parent's (new events:
+    # the parent's threads may have held their locks).
+    global _SPAWN_LOCK
+    _SPAWN_LOCK = threading.Lock()
+    for program in _STARTED:
+        if not program._done.is_set():
+            program._follow_parent()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=lambda: _SPAWN_LOCK.release(),
+                        after_in_child=_after_fork_in_child)
 
 
 def wait_all(timeout: float | None = None) -> bool:
@@ -140,10 +282,9 @@ def tiered_program(ir_text: str, name: str, spec: Sequence[int | str]) -> Tiered
     dispatch = native_program(text, lambda: text, opt_level=2)
     if not isinstance(first, NativeProgram) or dispatch is None:
         return None
-    program = TieredProgram(name, dispatch, first)
+    program = TieredProgram(name, dispatch, first, ir_text)
     _STARTED.append(program)
-    threading.Thread(target=program._upgrade, args=(ir_text,), name=f"scanweaver-compile-{name}").start()
     return program
 
 
-__all__ = ["ENV_SWITCH", "TieredProgram", "dispatch_ir", "enabled", "tiered_program", "wait_all"]
+__all__ = ["ENV_SWITCH", "TieredProgram", "build_from_stdin", "dispatch_ir", "enabled", "tiered_program", "wait_all"]

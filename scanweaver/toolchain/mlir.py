@@ -69,13 +69,25 @@ def _first_lines(stderr: str) -> str:
     return "\n".join(lines[:_STDERR_LINES]) or "(no error output)"
 
 
+def _failure(name: str, returncode: int, stderr: str) -> ToolFailedError:
+    how = f"exit code {returncode}" if returncode > 0 else f"crashed (signal {-returncode})"
+    error = ToolFailedError(f"{name} failed ({how}):\n{_first_lines(stderr)}")
+    error.stderr = stderr  # full text, for debugging
+    return error
+
+
 def run_tool(
     name: str,
     args: list[str],
     stdin: str | None = None,
     env: dict[str, str] | None = None,
+    pipe_to: tuple[str, list[str]] | None = None,
 ) -> str:
-    """Run `name args` with `stdin`, return stdout; raise ToolFailedError on failure."""
+    """Run `name args` with `stdin`, return stdout; raise ToolFailedError on failure.
+    pipe_to=(name2, args2): `name args | name2 args2`, both at once (the second starts
+    while the first works); the first that fails, in that order, is the error."""
+    if pipe_to is not None:
+        return _run_piped(name, args, stdin or "", *pipe_to)
     tool = find_tool(name)
     done = subprocess.run(
         [str(tool), *args],
@@ -85,11 +97,48 @@ def run_tool(
         env=env,
     )
     if done.returncode != 0:
-        how = f"exit code {done.returncode}" if done.returncode > 0 else f"crashed (signal {-done.returncode})"
-        error = ToolFailedError(f"{name} failed ({how}):\n{_first_lines(done.stderr)}")
-        error.stderr = done.stderr  # full text, for debugging
-        raise error
+        raise _failure(name, done.returncode, done.stderr)
     return done.stdout
+
+
+def _run_piped(first: str, first_args: list[str], stdin: str, second: str, second_args: list[str]) -> str:
+    import threading
+
+    tools = [str(find_tool(first)), str(find_tool(second))]
+    a = subprocess.Popen([tools[0], *first_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        b = subprocess.Popen([tools[1], *second_args], stdin=a.stdout, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    except BaseException:
+        a.kill()
+        a.communicate()
+        raise
+    a.stdout.close()  # (the second tool's now: it sees the end when the first exits)
+    a_stderr: list[str] = []
+
+    def feed() -> None:
+        try:
+            a.stdin.write(stdin)
+            a.stdin.close()
+        except BrokenPipeError:  # it stopped reading: its exit status says why
+            pass
+
+    # The first tool's input and its error output, each on a thread, beside the second's
+    # output here: no pipe fills up while another is waited on.
+    helpers = [threading.Thread(target=feed, daemon=True),
+               threading.Thread(target=lambda: a_stderr.append(a.stderr.read()), daemon=True)]
+    for helper in helpers:
+        helper.start()
+    out, b_stderr = b.communicate()
+    for helper in helpers:
+        helper.join()
+    a.wait()
+    if a.returncode != 0:
+        raise _failure(first, a.returncode, a_stderr[0] if a_stderr else "")
+    if b.returncode != 0:
+        raise _failure(second, b.returncode, b_stderr)
+    return out
 
 
 def mlir_opt(text: str, args: list[str]) -> str:
@@ -121,7 +170,7 @@ def lower_to_llvm_ir(mlir_text: str, openmp: bool = False, bounds_checks: bool =
         flags = ["--generate-runtime-verification", *flags]
     if cleanup:
         flags = [*CPU_CLEANUP_FLAGS, *flags]
-    return mlir_translate_to_llvmir(mlir_opt(mlir_text, flags))
+    return run_tool("mlir-opt", flags, stdin=mlir_text, pipe_to=("mlir-translate", ["--mlir-to-llvmir"]))
 
 
 def emit_c_interface(module: ModuleOp) -> ModuleOp:
