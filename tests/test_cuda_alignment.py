@@ -69,14 +69,22 @@ def memory():
     return buf
 
 
-def _function(drv, launches, arg_count):
-    return CudaFunction(CudaModule("ptx", driver=CudaPythonDriver(drv)), "f", launches, arg_count)
+def _function(drv, launches, arg_count, kind=CudaFunction):
+    return kind(CudaModule("ptx", driver=CudaPythonDriver(drv)), "f", launches, arg_count)
 
 
-def test_misaligned_device_arrays_are_refused_before_any_launch(memory):
+def _program_function(module, name, launches, arg_count):
+    """The host functions of `scanweaver.compile(..., target="cuda")` (a subclass)."""
+    from scanweaver.runtime.cuda_program import _CudaFunction
+
+    return _CudaFunction(module, name, launches, arg_count, None)
+
+
+@pytest.mark.parametrize("kind", [CudaFunction, _program_function])
+def test_misaligned_device_arrays_are_refused_before_any_launch(memory, kind):
     drv = fake_cuda_bindings_driver(SIZES, kernel=_copy_a_to_h)
     # two launches; the second reads argument #3, which only it uses
-    fn = _function(drv, [_desc("k0", (0, 1, 2)), _desc("k1", (3, 1, 2))], 4)
+    fn = _function(drv, [_desc("k0", (0, 1, 2)), _desc("k1", (3, 1, 2))], 4, kind)
     base = memory.ctypes.data
     a, h = _Dev((2, 8), base), _Dev((2, 8), base + 256)
     for offset in (4, 8, 12):
