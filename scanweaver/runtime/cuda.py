@@ -11,7 +11,11 @@ i64 strides[rank])`, strides in elements; a scalar argument is one value of its 
 Arrays are numpy arrays (copied to the device and back) or anything with
 `__cuda_array_interface__` (used in place).  The generated code indexes memrefs as
 C-contiguous (identity layout), so device arrays must be C-contiguous; overlapping
-arrays are refused like on the CPU.
+arrays are refused like on the CPU.  Device arrays must also start on a 16-byte
+boundary (`DEVICE_ALIGNMENT`): full tiles use 16-byte vector accesses whose tile test
+counts offsets from the base pointer, so a view such as `d[1:]` of f32 would fault
+(misaligned address).  Host arrays never meet this: they are copied into fresh
+device allocations (256-byte aligned by the CUDA allocator).
 """
 
 from __future__ import annotations
@@ -127,6 +131,24 @@ class DeviceView:
         return self.pointer + lo * self.itemsize, self.pointer + (hi + 1) * self.itemsize
 
 
+#: Byte alignment every device array's data pointer must have: the widest access the
+#: kernels make (`vector.load/store` of 16 bytes: `rewrites/blelloch_gpu.py`).
+DEVICE_ALIGNMENT = 16
+
+
+def check_alignment(what: str, view: DeviceView) -> None:
+    """Refuse a non-empty device array whose base is not `DEVICE_ALIGNMENT`-aligned
+    (an empty one is never read or written)."""
+    off = view.pointer % DEVICE_ALIGNMENT
+    if off and 0 not in view.shape:
+        raise ScanWeaverValueError(
+            f"{what}: device address 0x{view.pointer:x} is {off} bytes past a "
+            f"{DEVICE_ALIGNMENT}-byte boundary (address % {DEVICE_ALIGNMENT} = {off}); GPU kernels "
+            f"use {DEVICE_ALIGNMENT}-byte vector accesses: pass an aligned copy (e.g. x.copy() / "
+            "x.clone()), not a view that starts inside another array"
+        )
+
+
 # MLIR element type -> (numpy kinds accepted, item size); bf16 arrives as 2-byte items.
 _ELEMENT = {
     "f16": ("f", 2), "bf16": ("fuV", 2), "f32": ("f", 4), "f64": ("f", 8),
@@ -199,8 +221,10 @@ def kernel_params(launch: KernelLaunch, views: Sequence[Any]) -> list[Any]:
                 f"kernel {launch.kernel_name}: argument '{name}' has element strides {view.strides} "
                 f"for shape {view.shape}; GPU kernels need C-contiguous arrays (innermost stride 1)"
             )
+        check_alignment(f"kernel {launch.kernel_name}: argument '{name}'", view)
         # The interface's data pointer already includes any view offset: pass it as
-        # the aligned pointer with offset 0, which is what the kernels assume.
+        # the aligned pointer with offset 0, which is what the kernels assume
+        # (16-byte aligned: checked just above).
         params += [ctypes.c_void_p(view.pointer), ctypes.c_void_p(view.pointer), ctypes.c_int64(0)]
         params += [ctypes.c_int64(s) for s in view.shape]
         params += [ctypes.c_int64(s) for s in view.strides]
@@ -391,6 +415,8 @@ class CudaFunction:
             if i not in self._scalars and hasattr(x, "__cuda_array_interface__")
         }
         check_no_overlap(f"@{self._name}", on_device)
+        for i, view in on_device.items():  # before any launch: none runs on a bad array
+            check_alignment(f"@{self._name}: argument #{i}", view)
 
     def __call__(self, *arrays: Any, stream: Any = 0) -> None:
         self.check_arguments(arrays)
@@ -420,8 +446,10 @@ def time_kernel(run, repeats: int = 20, driver=None) -> list[float]:
 __all__ = [
     "CudaFunction",
     "CudaModule",
+    "DEVICE_ALIGNMENT",
     "DeviceArguments",
     "DeviceView",
+    "check_alignment",
     "check_no_overlap",
     "check_shared_memory",
     "cuda_available",

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.runtime.cuda import DEVICE_ALIGNMENT
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -60,6 +61,16 @@ def view(x: torch.Tensor, dtype: np.dtype) -> np.ndarray:
     """A numpy view of x in `dtype` (zero copy when x is contiguous and of that dtype)."""
     tdt = torch.float64 if dtype == np.float64 else torch.float32
     return x.detach().to(tdt).contiguous().numpy()
+
+
+def device_aligned(x: torch.Tensor | None) -> torch.Tensor | None:
+    """x itself when its data starts on a `DEVICE_ALIGNMENT` boundary (or is empty),
+    else a fresh contiguous copy.  The GPU runtime refuses misaligned device arrays (its
+    kernels make 16-byte vector accesses) and a slice such as `t[1:]` is one: torch
+    callers get the copy instead of that error."""
+    if x is None or x.numel() == 0 or x.data_ptr() % DEVICE_ALIGNMENT == 0:
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
 
 
 def selective_backward_like(u, delta, A, B, C, D, z, delta_bias, initial_state) -> tuple:

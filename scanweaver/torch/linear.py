@@ -33,8 +33,9 @@ def _forward_cuda(a, b, h0, reverse):
     _require_cuda("forward")
     from scanweaver.runtime.cuda_scan import linear_scan_cuda
 
+    a, b, h0 = (_checks.device_aligned(x.contiguous()) for x in (a, b, h0))
     with torch.cuda.device(a.device):
-        return linear_scan_cuda(a.contiguous(), b.contiguous(), h0.contiguous(), -1, bool(reverse), False)
+        return linear_scan_cuda(a, b, h0, -1, bool(reverse), False)
 
 
 def _backward_cuda(a, b, h0, reverse, dh):
@@ -44,7 +45,7 @@ def _backward_cuda(a, b, h0, reverse, dh):
     _require_cuda("backward")
     from scanweaver.runtime.cuda_vjp import linear_scan_vjp_cuda
 
-    a, b, h0 = a.contiguous(), b.contiguous(), h0.contiguous()
+    a, b, h0 = (_checks.device_aligned(x.contiguous()) for x in (a, b, h0))
     da, db, dh0 = torch.zeros_like(a), torch.zeros_like(b), torch.zeros_like(h0)
     arrays = [a, b, h0, torch.empty_like(a), da, db, dh0, dh.detach().contiguous().clone()]  # dh: consumed
     with torch.cuda.device(a.device):

@@ -104,7 +104,7 @@ def _forward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_s
     _require_cuda()
     from scanweaver.runtime.cuda_scan import selective_scan_cuda
 
-    f32 = lambda x: None if x is None else x.detach().float().contiguous()  # noqa: E731
+    f32 = lambda x: None if x is None else _checks.device_aligned(x.detach().float().contiguous())  # noqa: E731
     out, last = selective_scan_cuda(f32(u), f32(delta), f32(A), f32(B), f32(C), f32(D), f32(z),
                                     f32(delta_bias), delta_softplus, True, f32(initial_state))
     return torch.as_tensor(out, device=u.device).to(u.dtype), torch.as_tensor(last, device=u.device)
@@ -178,7 +178,7 @@ def _backward_cuda(u, delta, A, B, C, D, z, delta_bias, delta_softplus, dout, dl
     _require_cuda()
     from scanweaver.runtime.cuda_vjp import selective_scan_vjp_cuda, vjp_spec
 
-    f32 = lambda x: x.detach().to(torch.float32).contiguous()  # noqa: E731
+    f32 = lambda x: _checks.device_aligned(x.detach().to(torch.float32).contiguous())  # noqa: E731
     batch, Dn, L = u.shape
     N = A.shape[1]
     spec = vjp_spec(N, _kind(B), _kind(C), z is not None, delta_softplus, initial_state is not None)
