@@ -251,3 +251,31 @@ def test_channel_nest_kernels_assemble_without_spills(chip):
     assert len(out["ptxas"]) == len(forms)
     for kernel, f in out["ptxas"].items():
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
+
+
+class _NoDriver:
+    """A driver no launch may reach (the grid check comes first)."""
+
+    def load_module(self, image):
+        return image
+
+    def launch(self, *args):
+        raise AssertionError("launched a grid over CUDA's limits")
+
+
+class _DeviceArray:
+    """Only the `__cuda_array_interface__` of a device array (nothing is read)."""
+
+    def __init__(self, shape, typestr="<i4"):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0, False), "version": 3}
+
+
+def test_the_launch_checks_a_dynamic_grid_against_the_limit():
+    """65536 x 65536 channels from memref.dim: 2^32 blocks, refused at launch, one clear error."""
+    from scanweaver.errors import ScanWeaverValueError
+    from scanweaver.runtime.cuda import CudaModule, launch
+
+    (desc,) = launch_descriptions(gpu_module(nested("arith.minsi", "i32")))
+    arrays = [_DeviceArray((65536, 65536, 4)), _DeviceArray((65536, 65536))]
+    with pytest.raises(ScanWeaverValueError, match=r"over CUDA's limits"):
+        launch(CudaModule("ptx", driver=_NoDriver()), desc, arrays)
