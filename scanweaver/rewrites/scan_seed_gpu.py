@@ -33,19 +33,26 @@ the carry kernel, a later launch, writes it.
 
 Per channel (`m[c] = op(m[c], x[c, t])`, either loop order: the promote reshape puts
 the channel loop outside) the group is the whole body of a host loop
-`for c = 0 to C step 1`, C a constant or `memref.dim` of an argument
-(`channel_loop`, `channel_trip`).  Like the scan kernels' channels (one block per
-channel, `blelloch_gpu.channel_indices`) and the loop nests' (`gpu_nest.py`: the grid
-is the channel loops' trip count, `covers_dims` checks the arrays they index), the
-loop becomes the grid: the kernel maps c to its block id (`argmap`), so the seed load
-m[c], the producer's loads x[c, t] / x[t, c] (`time_axis`: where t is), the consumers'
-stores y[c, t] and the final store m[c] all index by it; the launch (guarded by
-C > 0) replaces the loop, and checks that every array indexed by c covers C
-(`channel_covers`; a constant C needs static sizes of at least C).  Channels are
-independent: every array the group writes is indexed by c, nothing else in the loop
-has effects (`_body_is_the_group`).  Nested channel loops, other bounds and steps, and
-a constant C over a dynamic size keep the refusal, the reason named (`why`); time
-blocks keep one block per channel for this form.
+`for c = 0 to C step 1`, C a constant or `memref.dim` of an argument, or of the
+innermost loop of a perfect nest of such loops (`m[b, c]` over `x[b, c, t]`, any
+depth; `channel_loops`, `channel_trips`, outermost first).  Like the scan kernels'
+channels (one block per channel, `blelloch_gpu.channel_indices`) and the loop nests'
+(`gpu_nest.py`: the grid is the product of the channel loops' trip counts, the block
+id delinearised row-major over them, `covers_dims` checks the arrays they index), the
+nest becomes the grid: the kernel maps (b, c) to its block id delinearised over the
+trip counts (innermost fastest; `scan_gpu.channel_values`, in `argmap`), so the seed
+load m[b, c], the producer's loads x[b, c, t] (the channel variables in nest order, t
+at any one place: `time_axis`), the consumers' stores y[b, c, t] and the final store
+m[b, c] all index by them; the launch (guarded by B * C > 0) replaces the nest, and
+checks that every array indexed by a channel variable covers that loop's count
+(`channel_covers`; a constant count needs static sizes of at least it).  A product of
+constant counts over 2^31 - 1 (gridDim.x's limit) is refused; a dynamic one the CUDA
+runtime checks at launch.  Channels are independent: every array the group writes is
+indexed by every channel variable, nothing else in the innermost loop has effects
+(`_body_is_the_group`) and the outer loops hold only the next one and pure ops
+(`_only_the_loop`).  Imperfect nests, other bounds and steps, and a constant count
+over a dynamic size keep the refusal, the reason named (`why`); time blocks keep one
+block per channel for this form.
 
 The seeded form exists only inside the GPU lowering (no new op or operand), so
 the interpreter, scan-to-loops and the CPU lowering are untouched.
