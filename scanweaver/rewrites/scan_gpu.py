@@ -524,8 +524,7 @@ def _emit_kernel(
     finals: Sequence[SSAValue | None] = (),
     load_fn: Callable[[Emitter, SSAValue], list[SSAValue]] | None = None,
     final_at: Sequence[Sequence[SSAValue] | None] = (),
-    axis: int | None = None,
-    channel: Sequence[SSAValue] | None = None,
+    axis: int | None = None, channel: Sequence[SSAValue] | None = None,
 ) -> None:
     """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
     the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
@@ -537,10 +536,8 @@ def _emit_kernel(
     `load_fn`, the thread of a chunk's last step stores the chunk's aggregate (exact
     also for a partial last tile, which the seeded carry kernel needs).  `final_at[j]`
     (state kept in memory) stores final j to that element instead of a rank-0 result, and
-    not for an empty axis (the state stays as it was).  `axis`: the arrays' time axis
-    when it is not the op's (a seeded scan per channel scans x[c, t] or x[t, c]);
-    `channel`: the block's channel indices when they are not `ref`'s delinearised (the
-    host channel loops' variables, over their trip counts)."""
+    not for an empty axis (the state stays as it was).  `axis` / `channel` replace the
+    op's time axis / `ref`'s delinearised channel (a seeded scan over host channel loops)."""
     axis = op.axis_value if axis is None else axis
     tid = thread_id(e)
     bid = block_id(e)
@@ -868,12 +865,14 @@ def lower_scan(
 def channel_values(e: Emitter, seeded: SeededScan, argmap: dict[SSAValue, SSAValue]) -> list[SSAValue]:
     """The host channel loops' variables of this block: its id delinearised row-major
     over their trip counts (innermost fastest, as the loop nests' kernels do)."""
-    trips = [e.index(t) if isinstance(t, int) else e.dim(argmap[t[0]], t[1]) for t in seeded.channel_trips]
+    trips = seeded.channel_trips
     rest = block_id(e)
     out: list[SSAValue] = [rest] * len(trips)
-    for j in range(len(trips) - 1, 0, -1):
-        out[j] = e.remu(rest, trips[j])
-        rest = e.divu(rest, trips[j])
+    for j in range(len(trips) - 1, 0, -1):  # the outermost count bounds only the grid
+        t = trips[j]
+        size = e.index(t) if isinstance(t, int) else e.dim(argmap[t[0]], t[1])
+        out[j] = e.remu(rest, size)
+        rest = e.divu(rest, size)
     out[0] = rest
     return out
 
