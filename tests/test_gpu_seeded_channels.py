@@ -295,9 +295,14 @@ func.func @mc(%x: memref<?x?x?xi32>, %m: memref<?x?xi32>) {
 """
 
 
-def test_nested_channel_loops_keep_the_refusal():
-    """m[b, c] over two channel loops: raised for the CPU, not folded on the GPU (one loop only)."""
-    assert "only one host loop over channels" in refusal_of(NESTED)
+def test_nested_channel_loops_fold_too():
+    """m[b, c] over two channel loops: the grid is their product (more in
+    test_gpu_seeded_channel_nest.py)."""
+    m = gpu_module(NESTED)
+    assert refusals(fn_of(m, "mc")) == []
+    (desc,) = launch_descriptions(m)
+    assert desc.grid == ("init0.shape[0]*init0.shape[1]", 1, 1), desc.grid
+    agree(NESTED, lambda *a: simulate_launch(m, "mc", *a), "mc", [values((2, 3, 9), "i32"), values((2, 3), "i32")])
 
 
 @pytest.mark.skipif(not ptxas_available(), reason="ptxas not found on PATH: spills not checked")

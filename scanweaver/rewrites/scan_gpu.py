@@ -62,6 +62,7 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
@@ -523,7 +524,7 @@ def _emit_kernel(
     finals: Sequence[SSAValue | None] = (),
     load_fn: Callable[[Emitter, SSAValue], list[SSAValue]] | None = None,
     final_at: Sequence[Sequence[SSAValue] | None] = (),
-    axis: int | None = None,
+    axis: int | None = None, channel: Sequence[SSAValue] | None = None,
 ) -> None:
     """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
     the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
@@ -535,8 +536,8 @@ def _emit_kernel(
     `load_fn`, the thread of a chunk's last step stores the chunk's aggregate (exact
     also for a partial last tile, which the seeded carry kernel needs).  `final_at[j]`
     (state kept in memory) stores final j to that element instead of a rank-0 result, and
-    not for an empty axis (the state stays as it was).  `axis`: the arrays' time axis
-    when it is not the op's (a seeded scan per channel scans x[c, t] or x[t, c])."""
+    not for an empty axis (the state stays as it was).  `axis` / `channel` replace the
+    op's time axis / `ref`'s delinearised channel (a seeded scan over host channel loops)."""
     axis = op.axis_value if axis is None else axis
     tid = thread_id(e)
     bid = block_id(e)
@@ -547,7 +548,7 @@ def _emit_kernel(
     t_begin, t_end = zero, length
     if chunk:
         bid, k_chunk, t_begin, t_end = _chunk_range(e, length, chunk)
-    channel = bg.channel_indices(e, ref, axis, bid)
+    channel = bg.channel_indices(e, ref, axis, bid) if channel is None else list(channel)
     tile = e.index(bs * ipt)
     ntiles = e.divu(e.add(e.sub(t_end, t_begin) if chunk else length, e.index(bs * ipt - 1)), tile)
     thread_base = e.mul(tid, e.index(ipt))
@@ -796,13 +797,14 @@ def lower_scan(
         )
     seeds_k, finals_k, load_fn = None, (), None
     if seeded:
-        if seeded.channel is not None:  # the host channel loop's variable is the block id
-            argmap[seeded.channel] = block_id(e)
+        if seeded.channel_loops:  # the host channel loops' variables come from the block id
+            argmap.update(zip(seeded.channels, channel_values(e, seeded, argmap)))
         seeds_k, finals_k, load_fn = seeded_kernel_values(seeded, e, argmap)
     _emit_kernel(
         e, op, combine, [argmap[v] for v in ins_h], [argmap.get(v) for v in outs_h], shared, bs, ipt,
         seeds=seeds_k, finals=finals_k, load_fn=load_fn, final_at=final_indices(seeded, e, argmap),
         axis=seeded.time_axis if seeded else None,
+        channel=[argmap[c] for c in seeded.channels] if seeded and seeded.channel_loops else None,
     )
     e.op(gpu.ReturnOp([]))
     check_closed(kfunc)
@@ -820,8 +822,8 @@ def lower_scan(
         grid0, host_args, func_name = launch_over_channel_loop(seeded, name, operands, names, bs)
     else:
         grid0, host_args, func_name = bg.launch_over_channels(op, ref, ref_name, op.axis_value, name, operands, bs)
-    covers = tuple((names[operands.index(a)], d, names[operands.index(seeded.channel_trip[0])],  # type: ignore[index]
-                    seeded.channel_trip[1]) for a, d in seeded.channel_covers) if seeded else ()  # type: ignore[index]
+    covers = tuple((names[operands.index(a)], d, names[operands.index(seeded.channel_trips[j][0])],  # type: ignore[index]
+                    seeded.channel_trips[j][1]) for a, d, j in seeded.channel_covers) if seeded else ()  # type: ignore[index]
     scanned = {names[operands.index(v)] for v in (*ins_h, *outs_h) if v is not None}
     sizes = [bs * bg.byte_size(t) for t in types] + [bg.byte_size(t) for t in types]
     desc = KernelLaunch(
@@ -860,15 +862,35 @@ def lower_scan(
     Rewriter.erase_op(op)
 
 
+def channel_values(e: Emitter, seeded: SeededScan, argmap: dict[SSAValue, SSAValue]) -> list[SSAValue]:
+    """The host channel loops' variables of this block: its id delinearised row-major
+    over their trip counts (innermost fastest, as the loop nests' kernels do)."""
+    trips = seeded.channel_trips
+    rest = block_id(e)
+    out: list[SSAValue] = [rest] * len(trips)
+    for j in range(len(trips) - 1, 0, -1):  # the outermost count bounds only the grid
+        t = trips[j]
+        size = e.index(t) if isinstance(t, int) else e.dim(argmap[t[0]], t[1])
+        out[j] = e.remu(rest, size)
+        rest = e.divu(rest, size)
+    out[0] = rest
+    return out
+
+
 def launch_over_channel_loop(
     seeded: SeededScan, name: str, operands: list[SSAValue], names: list[str], bs: int
 ) -> tuple[int | str, tuple[int, ...], str]:
-    """Per channel: the launch of kernel `name` before the host channel loop, one block
-    per iteration (the grid's formula that of the loop nests' kernels, `gpu_nest.py`),
-    guarded by `C > 0` for a dynamic count.  Returns (grid entry, host_args, function)."""
-    loop, trip = seeded.channel_loop, seeded.channel_trip
+    """Per channel: the launch of kernel `name` before the host channel loops, one block
+    per iteration of the nest (the grid's formula, the product of the trip counts, that
+    of the loop nests' kernels, `gpu_nest.py`), guarded by `product > 0` for dynamic
+    counts.  Returns (grid entry, host_args, function)."""
+    loop, trips = seeded.channel_loop, seeded.channel_trips
     assert loop is not None
-    grid0 = trip if isinstance(trip, int) else f"{names[operands.index(trip[0])]}.shape[{trip[1]}]"
+    if all(isinstance(t, int) for t in trips):
+        grid0: int | str = math.prod(trips)  # type: ignore[arg-type]
+    else:
+        grid0 = "*".join(str(t) if isinstance(t, int) else f"{names[operands.index(t[0])]}.shape[{t[1]}]"
+                         for t in trips)
     host = Emitter(InsertPoint.before(loop))
     nch = bg.emit_grid_size(host, grid0, dict(zip(names, operands)))
     one = host.index(1)
@@ -877,7 +899,7 @@ def launch_over_channel_loop(
         le.op(gpu.LaunchFuncOp(SymbolRefAttr(bg.KERNEL_MODULE, [name]), [nch, one, one],
                                [le.index(bs), one, one], kernelOperands=list(operands)))
 
-    if isinstance(trip, int):
+    if isinstance(grid0, int):
         launch(host)
     else:
         host.if_(host.cmp("sgt", nch, host.index(0)), [], launch)

@@ -33,19 +33,26 @@ the carry kernel, a later launch, writes it.
 
 Per channel (`m[c] = op(m[c], x[c, t])`, either loop order: the promote reshape puts
 the channel loop outside) the group is the whole body of a host loop
-`for c = 0 to C step 1`, C a constant or `memref.dim` of an argument
-(`channel_loop`, `channel_trip`).  Like the scan kernels' channels (one block per
-channel, `blelloch_gpu.channel_indices`) and the loop nests' (`gpu_nest.py`: the grid
-is the channel loops' trip count, `covers_dims` checks the arrays they index), the
-loop becomes the grid: the kernel maps c to its block id (`argmap`), so the seed load
-m[c], the producer's loads x[c, t] / x[t, c] (`time_axis`: where t is), the consumers'
-stores y[c, t] and the final store m[c] all index by it; the launch (guarded by
-C > 0) replaces the loop, and checks that every array indexed by c covers C
-(`channel_covers`; a constant C needs static sizes of at least C).  Channels are
-independent: every array the group writes is indexed by c, nothing else in the loop
-has effects (`_body_is_the_group`).  Nested channel loops, other bounds and steps, and
-a constant C over a dynamic size keep the refusal, the reason named (`why`); time
-blocks keep one block per channel for this form.
+`for c = 0 to C step 1`, C a constant or `memref.dim` of an argument, or of the
+innermost loop of a perfect nest of such loops (`m[b, c]` over `x[b, c, t]`, any
+depth; `channel_loops`, `channel_trips`, outermost first).  Like the scan kernels'
+channels (one block per channel, `blelloch_gpu.channel_indices`) and the loop nests'
+(`gpu_nest.py`: the grid is the product of the channel loops' trip counts, the block
+id delinearised row-major over them, `covers_dims` checks the arrays they index), the
+nest becomes the grid: the kernel maps (b, c) to its block id delinearised over the
+trip counts (innermost fastest; `scan_gpu.channel_values`, in `argmap`), so the seed
+load m[b, c], the producer's loads x[b, c, t] (the channel variables in nest order, t
+at any one place: `time_axis`), the consumers' stores y[b, c, t] and the final store
+m[b, c] all index by them; the launch (guarded by B * C > 0) replaces the nest, and
+checks that every array indexed by a channel variable covers that loop's count
+(`channel_covers`; a constant count needs static sizes of at least it).  A product of
+constant counts over 2^31 - 1 (gridDim.x's limit) is refused; a dynamic one the CUDA
+runtime checks at launch.  Channels are independent: every array the group writes is
+indexed by every channel variable, nothing else in the innermost loop has effects
+(`_body_is_the_group`) and the outer loops hold only the next one and pure ops
+(`_only_the_loop`).  Imperfect nests, other bounds and steps, and a constant count
+over a dynamic size keep the refusal, the reason named (`why`); time blocks keep one
+block per channel for this form.
 
 The seeded form exists only inside the GPU lowering (no new op or operand), so
 the interpreter, scan-to-loops and the CPU lowering are untouched.
@@ -53,6 +60,8 @@ the interpreter, scan-to-loops and the CPU lowering are untouched.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, memref, scf
@@ -94,20 +103,27 @@ class SeededScan:
     #: otherwise (the kernel loads only when n > 0 and the element is in bounds)
     seed_else: list[SSAValue | None] = field(default_factory=list)
     seed_memref: list[SSAValue | None] = field(default_factory=list)  # the memref of seed_at
-    #: per channel (`m[c]`): the host loop `for c = 0 to C step 1` around the group, its
-    #: trip count (an int, or (memref argument, dim)) and the dimension of the arrays
-    #: that is time (the other one is c); in `seed_at` / `final_at` c stands for itself
-    channel_loop: scf.ForOp | None = None
-    channel_trip: int | tuple[SSAValue, int] = 1
+    #: per channel (`m[c]`, `m[b, c]`): the perfect nest of host loops `for c = 0 to C
+    #: step 1` around the group, outermost first, their trip counts (an int, or (memref
+    #: argument, dim)) and the dimension of the arrays that is time (the others are the
+    #: channel variables, in nest order); in `seed_at` / `final_at` they stand for themselves
+    channel_loops: list[scf.ForOp] = field(default_factory=list)
+    channel_trips: list[int | tuple[SSAValue, int]] = field(default_factory=list)
     time_axis: int = 0
-    #: (array, dim) pairs the channel variable indexes, other than the trip's own: each
-    #: must be at least C long (the launch checks the dynamic ones)
-    channel_covers: list[tuple[SSAValue, int]] = field(default_factory=list)
+    #: (array, dim, loop number) triples a channel variable indexes, other than its trip's
+    #: own: each size must be at least that loop's trip count (the launch checks the dynamic ones)
+    channel_covers: list[tuple[SSAValue, int, int]] = field(default_factory=list)
 
     @property
-    def channel(self) -> SSAValue | None:
-        """The host channel loop's induction variable (the block id in the kernel)."""
-        return self.channel_loop.body.block.args[0] if self.channel_loop is not None else None
+    def channel_loop(self) -> scf.ForOp | None:
+        """The outermost host channel loop (the launch replaces it), or None."""
+        return self.channel_loops[0] if self.channel_loops else None
+
+    @property
+    def channels(self) -> list[SSAValue]:
+        """The host channel loops' induction variables, outermost first (in the kernel,
+        the block id delinearised over their trip counts)."""
+        return [loop.body.block.args[0] for loop in self.channel_loops]
 
     @property
     def ref(self) -> SSAValue:
@@ -226,14 +242,14 @@ def _copy_loop(loop: Operation | None, n: SSAValue) -> tuple[memref.LoadOp, memr
 
 
 def _outside_value(
-    v: SSAValue, fn: func.FuncOp, captures: list[SSAValue], loads: list[memref.LoadOp], channel: SSAValue | None = None
+    v: SSAValue, fn: func.FuncOp, captures: list[SSAValue], loads: list[memref.LoadOp], channels: Sequence[SSAValue] = ()
 ) -> bool:
     """Whether the kernel can rebuild `v`, a value from above the producer: a constant,
     a scalar function argument of a kernel type (`captures`), `memref.dim` of a memref
     argument, pure arith of such values, or a load of a memref argument in the
     function's body (`loads`; `match_seeded` checks that nothing writes it), or the
-    channel loop's variable `channel` (the kernel's block id)."""
-    if channel is not None and v is channel:
+    channel loops' variables `channels` (from the kernel's block id)."""
+    if any(v is c for c in channels):
         return True
     if _func_arg(v, fn, None):
         if not (isinstance(v.type, MemRefType) or _is_kernel_scalar(v.type)):
@@ -253,19 +269,21 @@ def _outside_value(
             loads.append(o)
     elif not (o.dialect_name() == "arith" and is_side_effect_free(o)):
         return False
-    return all(_outside_value(x, fn, captures, loads, channel) for x in o.operands)
+    return all(_outside_value(x, fn, captures, loads, channels) for x in o.operands)
 
 
-def _indexes(indices, iv: SSAValue, channel: SSAValue | None) -> int | None:
-    """The position of `iv` among `indices`: [t] or, per channel, [c, t] / [t, c]; or None."""
+def _indexes(indices, iv: SSAValue, channels: Sequence[SSAValue]) -> int | None:
+    """The position of `iv` among `indices`: [t] or, per channel, the channel variables
+    in nest order with t anywhere among them ([c, t] / [t, c], [b, c, t], ...); or None."""
     idx = [_strip(i) for i in indices]
-    want = [iv] if channel is None else [channel, iv]
-    if len(idx) != len(want) or not all(any(x is w for x in idx) for w in want):
+    pos = [p for p, x in enumerate(idx) if x is iv]
+    if len(idx) != len(channels) + 1 or len(pos) != 1:
         return None
-    return next(p for p, x in enumerate(idx) if x is iv)
+    rest = idx[: pos[0]] + idx[pos[0] + 1 :]
+    return pos[0] if all(x is c for x, c in zip(rest, channels)) else None
 
 
-def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.FuncOp, channel: SSAValue | None):
+def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.FuncOp, channels: Sequence[SSAValue]):
     """`for t < n { pure ops on loads srcs[t]; X_j[t + 1] = v_j }` (per channel: loads
     srcs[c, t], or all srcs[t, c]), one store per X_j: (srcs, [v_j], stores, captures,
     outside loads, the time position) or None.  Values from above the loop must be ones
@@ -289,8 +307,8 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
             stores[o.memref] = o
             operands = [o.value]
         elif isinstance(o, memref.LoadOp):
-            axes.add(_indexes(o.indices, iv, channel))
-            if not _func_arg(o.memref, fn, 1 if channel is None else 2) or len(axes) != 1 or None in axes:
+            axes.add(_indexes(o.indices, iv, channels))
+            if not _func_arg(o.memref, fn, 1 + len(channels)) or len(axes) != 1 or None in axes:
                 return None
             if o.memref not in srcs:
                 srcs.append(o.memref)
@@ -301,7 +319,7 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
             operands = list(o.operands)
         for v in operands:  # defined in the body, or rebuilt in the kernel from above it
             inside = v is iv or isinstance(v.owner, Operation) and v.owner.parent_block() is body
-            if not (inside or _outside_value(v, fn, captures, loads, channel)):
+            if not (inside or _outside_value(v, fn, captures, loads, channels)):
                 return None
     if len(stores) != len(xs) or not srcs:
         return None
@@ -309,12 +327,12 @@ def _producer(loop: Operation | None, n: SSAValue, xs: list[SSAValue], fn: func.
 
 
 def _state_element(
-    o: Operation | None, fn: func.FuncOp, block: Block, guarded: bool = False, channel: SSAValue | None = None
+    o: Operation | None, fn: func.FuncOp, block: Block, guarded: bool = False, channels: Sequence[SSAValue] = ()
 ) -> tuple[int | SSAValue, ...] | None:
     """State kept in memory: `o` a load or store of `m[i..]` in `block`, `m` a memref
     argument, the indices constants in its static bounds (so the kernel's access cannot
     leave the array; a dynamic size, allowed only `guarded`, the kernel checks), and per
-    channel the channel variable once (its bound `match_seeded` checks): the indices, or None."""
+    channel each channel variable once (their bounds `match_seeded` checks): the indices, or None."""
     if not isinstance(o, memref.LoadOp | memref.StoreOp) or o.parent_block() is not block:
         return None
     t = o.memref.type
@@ -322,8 +340,8 @@ def _state_element(
         return None
     if isinstance(o, memref.LoadOp) and not _is_kernel_scalar(o.res.type):
         return None
-    at = [_strip(i) if channel is not None and _strip(i) is channel else const_int(i) for i in o.indices]
-    if channel is not None and sum(i is channel for i in at) != 1:
+    at = [_strip(i) if any(_strip(i) is c for c in channels) else const_int(i) for i in o.indices]
+    if any(sum(i is c for i in at) != 1 for c in channels):
         return None
     shape = t.get_shape()
     for i, d in zip(at, shape):
@@ -343,20 +361,20 @@ def _runs_guard(cond: SSAValue, n: SSAValue) -> bool:
     )
 
 
-def _seed_state(seed: SSAValue, fn: func.FuncOp, block: Block, n: SSAValue, channel: SSAValue | None):
+def _seed_state(seed: SSAValue, fn: func.FuncOp, block: Block, n: SSAValue, channels: Sequence[SSAValue]):
     """A seed read from state kept in memory: `m[i]` loaded in `block`, or under the
     guard `scf.if 0 < n { m[i] } else { constant }`: (the host op to erase, the load,
     its indices, the else constant or None), or None."""
     o = seed.owner
     if isinstance(o, memref.LoadOp):
-        at = _state_element(o, fn, block, channel=channel)
+        at = _state_element(o, fn, block, channels=channels)
         return None if at is None else (o, o, at, None)
     if not (isinstance(o, scf.IfOp) and o.parent_block() is block and len(o.results) == 1 and _runs_guard(o.cond, n)):
         return None
     then_ops, else_ops = list(o.true_region.block.ops), list(o.false_region.block.ops) if o.false_region.blocks else []
     if len(then_ops) != 2 or not isinstance(then_ops[1], scf.YieldOp) or then_ops[1].operands[0] is not then_ops[0].results[0]:
         return None
-    at = _state_element(then_ops[0], fn, o.true_region.block, guarded=True, channel=channel)
+    at = _state_element(then_ops[0], fn, o.true_region.block, guarded=True, channels=channels)
     if at is None or not else_ops or not isinstance(else_ops[-1], scf.YieldOp):
         return None
     other = else_ops[-1].operands[0]
@@ -365,11 +383,11 @@ def _seed_state(seed: SSAValue, fn: func.FuncOp, block: Block, n: SSAValue, chan
     return o, then_ops[0], at, other
 
 
-def _final_state(st: memref.StoreOp, fn: func.FuncOp, block: Block, n: SSAValue, channel: SSAValue | None):
+def _final_state(st: memref.StoreOp, fn: func.FuncOp, block: Block, n: SSAValue, channels: Sequence[SSAValue]):
     """The last value stored to state kept in memory: `m[i] = r` in `block`, or under
     the guard `scf.if 0 < n { m[i] = r }`: (the host op to erase, its indices), or None."""
     if st.parent_block() is block:
-        at = _state_element(st, fn, block, channel=channel)
+        at = _state_element(st, fn, block, channels=channels)
         return None if at is None else (st, at)
     g = st.parent_op()
     if not (isinstance(g, scf.IfOp) and g.parent_block() is block and not g.results and _runs_guard(g.cond, n)):
@@ -377,7 +395,7 @@ def _final_state(st: memref.StoreOp, fn: func.FuncOp, block: Block, n: SSAValue,
     ops = list(g.true_region.block.ops)
     if len(ops) != 2 or ops[0] is not st or (g.false_region.blocks and len(list(g.false_region.block.ops)) > 1):
         return None
-    at = _state_element(st, fn, g.true_region.block, guarded=True, channel=channel)
+    at = _state_element(st, fn, g.true_region.block, guarded=True, channels=channels)
     return None if at is None else (g, at)
 
 
@@ -417,7 +435,7 @@ def _loads_stay_valid(loads: list[memref.LoadOp], op: Operation, group: set[Oper
     return True
 
 
-def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp, channel: SSAValue | None, axis: int):
+def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp, channels: Sequence[SSAValue], axis: int):
     """After the scan, copy loops y[t] = P_j[t + 1] (at most one per operand; per
     channel y[c, t] or y[t, c], time at the sources' `axis`): (dsts, the loops, their
     loads) or None."""
@@ -430,9 +448,9 @@ def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp
         iv_c = nxt.body.block.args[0]  # type: ignore[union-attr]
         if c_load.memref not in ps or dsts[ps.index(c_load.memref)] is not None:
             return None
-        if not _is_plus_one(c_load.indices[0], iv_c) or _indexes(c_store.indices, iv_c, channel) != axis:
+        if not _is_plus_one(c_load.indices[0], iv_c) or _indexes(c_store.indices, iv_c, channels) != axis:
             return None
-        if not _func_arg(c_store.memref, fn, 1 if channel is None else 2) or c_store.memref in dsts:  # a dst that is a src: in place, fine
+        if not _func_arg(c_store.memref, fn, 1 + len(channels)) or c_store.memref in dsts:  # a dst that is a src: in place, fine
             return None
         dsts[ps.index(c_load.memref)] = c_store.memref
         consumers.append(nxt)  # type: ignore[arg-type]
@@ -441,46 +459,75 @@ def _consumers(op: scan.ScanOp, n: SSAValue, ps: list[SSAValue], fn: func.FuncOp
     return dsts, consumers, c_loads
 
 
-def _channel_loop(
+#: gridDim.x's limit: the product of the channel loops' trip counts must stay below it
+MAX_BLOCKS = 2**31 - 1
+
+
+def _channel_loops(
     op: scan.ScanOp, why: list[str]
-) -> tuple[scf.ForOp | None, func.FuncOp | None, int | tuple[SSAValue, int]]:
-    """The group's host loop over channels: `op` in `for c = 0 to C step 1` (C a
-    constant > 0 or `memref.dim` of a memref argument) in the function's body, or
-    directly in the body (no loop, one channel): (loop or None, function, trip count);
-    the function None (and the reason in `why`) for anything else."""
+) -> tuple[list[scf.ForOp], func.FuncOp | None, list[int | tuple[SSAValue, int]]]:
+    """The group's host loops over channels, outermost first: `op` in a perfect nest of
+    `for c = 0 to C step 1` (C a constant or `memref.dim` of a memref argument, the
+    constant counts' product in [1, MAX_BLOCKS]) in the function's body, or directly in
+    the body (no loop, one channel): (loops, function, trip counts); the function None
+    (and the reason in `why`) for anything else."""
+    loops: list[scf.ForOp] = []
+    trips: list[int | tuple[SSAValue, int]] = []
     parent = op.parent_op()
-    if isinstance(parent, func.FuncOp):
-        return None, parent, 1
-    fn = parent.parent_op() if isinstance(parent, scf.ForOp) else None
-    if not isinstance(fn, func.FuncOp) or parent.iter_args or parent.results:  # type: ignore[union-attr]
-        why.append("only one host loop over channels, directly in the function and carrying no values, is folded")
-        return None, None, 1
-    assert isinstance(parent, scf.ForOp)
-    trip = const_int(parent.ub)
-    d = parent.ub.owner
-    if const_int(parent.lb) == 0 and const_int(parent.step) == 1 and isinstance(parent.lb.type, IndexType):
-        if trip is not None and 0 < trip <= 2**31 - 1:  # blockIdx.x's limit
-            return parent, fn, trip
-        if isinstance(d, memref.DimOp) and _func_arg(d.source, fn, None) and const_int(d.index) is not None:
-            return parent, fn, (d.source, const_int(d.index))  # type: ignore[return-value]
-    why.append("the channel loop must run from 0 step 1 to a constant in [1, 2^31 - 1] or the memref.dim of an argument")
-    return None, None, 1
+    while isinstance(parent, scf.ForOp):
+        if loops and not _only_the_loop(parent, loops[-1]):
+            why.append("the channel loops must be perfectly nested (a loop's body holds only the next loop)")
+            return [], None, []
+        loops.append(parent)
+        parent = parent.parent_op()
+    if not isinstance(parent, func.FuncOp):
+        why.append("the host loops over channels must be directly in the function")
+        return [], None, []
+    loops.reverse()
+    fn = parent
+    for loop in loops:
+        if loop.iter_args or loop.results:
+            why.append("a host loop over channels carries values")
+            return [], None, []
+        trip = const_int(loop.ub)
+        d = loop.ub.owner
+        if not (const_int(loop.lb) == 0 and const_int(loop.step) == 1 and isinstance(loop.lb.type, IndexType)):
+            trip = d = None
+        if trip is not None and trip > 0:
+            trips.append(trip)
+        elif isinstance(d, memref.DimOp) and _func_arg(d.source, fn, None) and const_int(d.index) is not None:
+            trips.append((d.source, const_int(d.index)))  # type: ignore[arg-type]
+        else:
+            why.append("the channel loop must run from 0 step 1 to a constant >= 1 or the memref.dim of an argument")
+            return [], None, []
+    static = [t for t in trips if isinstance(t, int)]
+    if math.prod(static) > MAX_BLOCKS:  # (dynamic counts: the launch checks the grid)
+        why.append("the channel loops' constant trip counts multiply to more than 2^31 - 1 blocks")
+        return [], None, []
+    return loops, fn, trips
+
+
+def _only_the_loop(outer: scf.ForOp, inner: scf.ForOp) -> bool:
+    """`outer`'s body is `inner` and pure ops without regions (index arithmetic)."""
+    return all(o is inner or isinstance(o, scf.YieldOp) or (is_side_effect_free(o) and not o.regions)
+               for o in outer.body.block.ops)
 
 
 def _channel_covers(
-    trip: int | tuple[SSAValue, int], indexed: list[tuple[SSAValue, int]]
-) -> list[tuple[SSAValue, int]] | None:
-    """The (array, dim) pairs indexed by the channel variable that the launch must check
-    to be at least the trip count; None where that cannot be (a constant count over a
-    dynamic or shorter size: nothing would check it)."""
-    out: list[tuple[SSAValue, int]] = []
-    for a, d in dict.fromkeys(indexed):
+    trips: list[int | tuple[SSAValue, int]], indexed: list[tuple[SSAValue, int, int]]
+) -> list[tuple[SSAValue, int, int]] | None:
+    """The (array, dim, loop) triples indexed by a channel variable that the launch must
+    check to be at least that loop's trip count; None where that cannot be (a constant
+    count over a dynamic or shorter size: nothing would check it)."""
+    out: list[tuple[SSAValue, int, int]] = []
+    for a, d, j in dict.fromkeys(indexed):
         size = a.type.get_shape()[d]  # type: ignore[attr-defined]
+        trip = trips[j]
         if isinstance(trip, int):
             if size < trip:  # dynamic (-1) or too short
                 return None
         elif (a, d) != trip:
-            out.append((a, d))
+            out.append((a, d, j))
     return out
 
 
@@ -503,10 +550,10 @@ def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | 
     if len(set(xs) | set(ps)) != 2 * k:
         return None
     block = op.parent_block()
-    loop, fn, trip = _channel_loop(op, why)
+    loops, fn, trips = _channel_loops(op, why)
     if fn is None or not isinstance(block, Block):
         return None
-    channel = loop.body.block.args[0] if loop is not None else None
+    channels = [loop.body.block.args[0] for loop in loops]
     allocs = [v.owner for v in (*xs, *ps)]
     if not all(isinstance(a, memref.AllocOp) and a.parent_block() is block and len(a.dynamic_sizes) == 1 for a in allocs):
         return None
@@ -516,11 +563,11 @@ def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | 
     if any(a.dynamic_sizes[0] is not m for a in allocs) or not isinstance(m.owner, arith.AddiOp):  # type: ignore[union-attr]
         return None
     n = m.owner.lhs if const_int(m.owner.rhs) == 1 else m.owner.rhs if const_int(m.owner.lhs) == 1 else None
-    if n is None or (channel is not None and _depends_on(n, channel)):
+    if n is None or any(_depends_on(n, c) for c in channels):
         return None
     # X_j[0] = seed_j (k stores, then the producer); X_j[t + 1] = map(srcs[t])_j
     producer = op.prev_op
-    prod = _producer(producer, n, xs, fn, channel)
+    prod = _producer(producer, n, xs, fn, channels)
     if prod is None:
         return None
     srcs, elements, p_stores, captures, outside_loads, axis = prod
@@ -532,12 +579,12 @@ def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | 
     if len(inits) != k or any(len(s.indices) != 1 or const_int(s.indices[0]) != 0 for s in inits.values()):
         return None
     seeds = [inits[x].value for x in xs]
-    states = [_seed_state(seed, fn, block, n, channel) for seed in seeds]
+    states = [_seed_state(seed, fn, block, n, channels) for seed in seeds]
     for seed, state in zip(seeds, states):
         if not (_func_arg(seed, fn, None) and _is_kernel_scalar(seed.type) or isinstance(seed.owner, arith.ConstantOp)
                 or state is not None):
             return None
-    cons = _consumers(op, n, ps, fn, channel, axis)
+    cons = _consumers(op, n, ps, fn, channels, axis)
     if cons is None:
         return None
     dsts, consumers, c_loads = cons
@@ -552,7 +599,7 @@ def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | 
         return None
     host_ops: list[Operation] = [*inits.values(), producer, *consumers]  # type: ignore[list-item]
     expected: set[Operation] = {*inits.values(), *p_stores, op, *c_loads}
-    last = _last_values(ps, c_loads, fn, block, n, host_ops, expected, channel)
+    last = _last_values(ps, c_loads, fn, block, n, host_ops, expected, channels)
     if last is None:
         return None
     finals, final_at, final_stores = last
@@ -564,8 +611,8 @@ def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | 
     if all(d is None for d in dsts) and all(f is None for f in finals):
         return None  # nothing observable: leave it to the sequential lowering
     written = {v for v in (*dsts, *finals) if v is not None}
-    # (per channel, checked up to the loop: its body holds only the group, `_fold_channel_loop`)
-    if not _loads_stay_valid(outside_loads, loop or op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
+    # (per channel, checked up to the loop: its body holds only the group, `_fold_channel_loops`)
+    if not _loads_stay_valid(outside_loads, loops[0] if loops else op, {*inits.values(), producer, *allocs}, written):  # type: ignore[arg-type]
         return None
     seed_ops = list(dict.fromkeys(st[0] for st in states if st is not None))
     accesses = [*(st[1] for st in states if st is not None), *final_stores]
@@ -573,36 +620,43 @@ def match_seeded(op: scan.ScanOp, why: list[str] | None = None) -> SeededScan | 
         return None
     host_ops += [o for o in seed_ops if all(u.operation in host_ops for r in o.results for u in r.uses)]
     host_ops += [*deallocs, *allocs]  # type: ignore[list-item]
-    covers: list[tuple[SSAValue, int]] | None = []
-    if loop is not None:
-        covers = _fold_channel_loop(loop, trip, op, arrays, accesses, axis, host_ops, captures, why)
+    covers: list[tuple[SSAValue, int, int]] | None = []
+    if loops:
+        covers = _fold_channel_loops(loops, trips, op, arrays, accesses, axis, host_ops, captures, why)
         if covers is None:
             return None
     return SeededScan(srcs, producer, elements, dsts, seeds, finals, host_ops,  # type: ignore[arg-type]
                       captures, outside_loads, final_at, [None if st is None else st[2] for st in states],
                       [None if st is None else st[3] for st in states],
                       [None if st is None else st[1].memref for st in states],  # type: ignore[union-attr]
-                      loop, trip, axis, covers or [])
+                      loops, trips, axis, covers or [])
 
 
-def _fold_channel_loop(loop, trip, op, arrays, accesses, axis, host_ops, captures, why) -> list[tuple[SSAValue, int]] | None:
-    """Per channel: whether the host loop can be the grid (else None, the reason in
-    `why`), and the (array, dim) sizes the launch must check.  Channels run at once, one
-    block each: every array is indexed by c (the match of each access), so no channel
-    reads what another writes; the trip count bounds c."""
-    channel = loop.body.block.args[0]
-    indexed = [(a, 1 - axis) for a in arrays]
-    indexed += [(acc.memref, list(acc.indices).index(next(i for i in acc.indices if _strip(i) is channel)))
-                for acc in accesses]
-    covers = _channel_covers(trip, indexed)
+def _fold_channel_loops(
+    loops, trips, op, arrays, accesses, axis, host_ops, captures, why
+) -> list[tuple[SSAValue, int, int]] | None:
+    """Per channel: whether the host loop nest can be the grid (else None, the reason in
+    `why`), and the (array, dim, loop) sizes the launch must check.  Channels run at once,
+    one block each: every array is indexed by every channel variable (the match of each
+    access), so no channel reads what another writes; the trip counts bound them."""
+    channels = [loop.body.block.args[0] for loop in loops]
+    indexed: list[tuple[SSAValue, int, int]] = []
+    for a in arrays:  # the channel variables in nest order, time at `axis`
+        dims = [d for d in range(len(channels) + 1) if d != axis]
+        indexed += [(a, d, j) for j, d in enumerate(dims)]
+    for acc in accesses:
+        idx = [_strip(i) for i in acc.indices]
+        indexed += [(acc.memref, next(p for p, x in enumerate(idx) if x is c), j) for j, c in enumerate(channels)]
+    covers = _channel_covers(trips, indexed)
     if covers is None:
         why.append("a constant channel count indexes an array whose size there is dynamic or smaller")
         return None
-    if not _body_is_the_group(loop, op, host_ops):
+    if not _body_is_the_group(loops[-1], op, host_ops):
         why.append("the channel loop does more than the scan's group (the kernel replaces the whole loop)")
         return None
-    if not isinstance(trip, int) and trip[0] not in captures:
-        captures.append(trip[0])  # the grid's size: passed for the launch description
+    for t in trips:
+        if not isinstance(t, int) and t[0] not in captures:
+            captures.append(t[0])  # the grid's size: passed for the launch description
     return covers
 
 
@@ -614,7 +668,7 @@ def _depends_on(v: SSAValue, x: SSAValue) -> bool:
     return isinstance(o, Operation) and any(_depends_on(a, x) for a in o.operands)
 
 
-def _last_values(ps, c_loads, fn, block, n, host_ops, expected, channel=None):
+def _last_values(ps, c_loads, fn, block, n, host_ops, expected, channels=()):
     """The last values P_j[n]: unused, or stored once to a rank-0 argument used by
     nothing else, or to the state in memory (`m[i]`, perhaps guarded); adds the ops it
     matched to `host_ops` / `expected`. Returns (finals, final_at, final_stores) or None."""
@@ -639,7 +693,7 @@ def _last_values(ps, c_loads, fn, block, n, host_ops, expected, channel=None):
                 return None
             host_st: Operation = st
             if st.indices:  # the state in memory, m[i] = P_j[n] (perhaps guarded)
-                fs = _final_state(st, fn, block, n, channel)
+                fs = _final_state(st, fn, block, n, channels)
                 if fs is None:
                     return None
                 host_st, final_at[j] = fs

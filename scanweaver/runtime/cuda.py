@@ -286,6 +286,9 @@ def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream
     shapes = {a[0]: v.shape for a, v in zip(desc.args, views) if isinstance(v, DeviceView)}
     desc.check_shapes(shapes)
     grid = desc.resolve_grid(shapes)
+    if grid[0] > 2**31 - 1 or max(grid[1:]) > 65535:  # CUDA's gridDim limits (dynamic grids, e.g. a channel nest)
+        raise ScanWeaverValueError(f"kernel {desc.kernel_name}: a grid of {grid} blocks is over CUDA's limits "
+                                   f"(2^31 - 1, 65535, 65535) for shapes {shapes}")
     params = kernel_params(desc, views)
     if 0 in grid:
         return  # nothing to do for empty inputs; a zero-sized grid is a CUDA error
