@@ -315,7 +315,7 @@ class _LinearKernel:
         (every component shuffled), one barrier for the warp totals, and the next carry
         through `sC` behind a second one (1 barrier in a block of one warp)."""
         carry = list(carried)
-        width, K, el, mat = self.width, self.K, self.el, self.mat
+        width, K, mat = self.width, self.K, self.mat
         start = le.add(le.mul(tl, self.tile), self.thread_base)
         items, agg = self._load_items(le, start)
         inc = bg.warp_inclusive_scan(le, mat.compose, agg, width)

@@ -620,7 +620,7 @@ class _KernelGen:
     ) -> list[SSAValue]:
         """A tile whose aggregates are not all finite takes its entering states in the
         loop's own order instead (blelloch_gpu, overflow guard)."""
-        el, bs, tid, s_b, s_c, pairs = self.el, self.bs, self.tid, self.s_b, self.s_c, self.pairs
+        el, bs, tid, s_b, s_c = self.el, self.bs, self.tid, self.s_b, self.s_c
         bad = flags[0]
         for f in flags[1:]:
             bad = le.val(arith.OrIOp(bad, f))
