@@ -1,9 +1,11 @@
 // RUN: xdsl-opt %s -p scan-to-gpu | filecheck %s
 // A generic scan.scan (argmax over (f32, i32), reverse, dynamic length) becomes one
-// chained-tile kernel (128 threads x 4 items): guarded loads -> in-order fold -> warp
-// shuffle scan -> warp totals through shared memory -> prefix on the carry -> replay ->
-// publish the carry; 2 barriers per tile. No identity: every combine is guarded by
-// tests for "empty".
+// chained-tile kernel (128 threads x 4 items): loads -> in-order fold -> warp shuffle
+// scan -> warp totals through shared memory -> prefix on the carry -> replay -> stores ->
+// publish the carry; 2 barriers per tile. A full tile (it ends within the length, and the
+// row length and the tile start are multiples of 4) moves each operand with one 16-byte
+// vector.load / vector.store per thread; any other tile uses guarded scalar accesses.
+// No identity: every combine is guarded by tests for "empty".
 
 func.func @argmax(%v: memref<8x?xf32>, %i: memref<8x?xi32>, %mv: memref<8x?xf32>, %mi: memref<8x?xi32>) {
   scan.scan ins(%v, %i : memref<8x?xf32>, memref<8x?xi32>) outs(%mv, %mi : memref<8x?xf32>, memref<8x?xi32>) axis 1 reverse {
@@ -48,38 +50,121 @@ func.func @cumsum_in_place(%x: memref<1000xi32>) {
 // CHECK-NEXT:        %[[TID:.*]] = "gpu.thread_id"() <{dimension = #gpu<dim x>}> : () -> index
 // CHECK-NEXT:        %[[BID:.*]] = "gpu.block_id"() <{dimension = #gpu<dim x>}> : () -> index
 // CHECK:             %[[LEN:.*]] = memref.dim %y0, %{{.*}} : memref<8x?xf32>
+// CHECK:             %[[C4:.*]] = arith.constant 4 : index
+// CHECK:             %[[RLAST:.*]] = arith.subi %[[LEN]], %{{.*}} : index
+// CHECK-NEXT:        %[[C3:.*]] = arith.constant 3 : index
+//                    the shuffle offsets 1, 2, 4, 8, 16 over a warp of 32 lanes
+// CHECK-DAG:         %[[O1:.*]] = arith.constant 1 : i32
+// CHECK-DAG:         %[[W:.*]] = arith.constant 32 : i32
+// CHECK-DAG:         %[[O2:.*]] = arith.constant 2 : i32
+// CHECK-DAG:         %[[O4:.*]] = arith.constant 4 : i32
+// CHECK-DAG:         %[[O8:.*]] = arith.constant 8 : i32
+// CHECK-DAG:         %[[O16:.*]] = arith.constant 16 : i32
 // CHECK:             scf.for %[[TILE:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
-// CHECK:               %[[CARRY:.*]] = arith.cmpi ugt, %[[TILE]], %{{.*}} : index
-//                      registers: guarded loads at the reversed position, zeros past the end
-// CHECK:               %[[IN0:.*]] = arith.cmpi ult, %[[T0:.*]], %[[LEN]] : index
-// CHECK-NEXT:          %[[V0:.*]], %[[I0:.*]] = scf.if %[[IN0]] -> (f32, i32) {
-// CHECK-NEXT:            %[[P0:.*]] = arith.subi %{{.*}}, %[[T0]] : index
-// CHECK-NEXT:            %{{.*}} = memref.load %x0[%[[BID]], %[[P0]]] : memref<8x?xf32>
-// CHECK-NEXT:            %{{.*}} = memref.load %x1[%[[BID]], %[[P0]]] : memref<8x?xi32>
-// CHECK:               } else {
-// CHECK-NEXT:            scf.yield %{{.*}}, %{{.*}} : f32, i32
-// CHECK:               %[[IN1:.*]] = arith.cmpi ult, %{{.*}}, %[[LEN]] : index
-// CHECK-NEXT:          %[[V1:.*]], %[[I1:.*]] = scf.if %[[IN1]] -> (f32, i32) {
+// CHECK-NEXT:          %[[BASE:.*]] = arith.muli %[[TILE]], %{{.*}} : index
+// CHECK-NEXT:          %[[T0:.*]] = arith.addi %[[BASE]], %{{.*}} : index
+// CHECK-NEXT:          %[[CARRY:.*]] = arith.cmpi ugt, %[[TILE]], %{{.*}} : index
+//                      a full tile: it ends within the length, and the row length and the
+//                      tile start are multiples of 4 (16-byte aligned vectors)
+// CHECK-NEXT:          %[[ROW:.*]] = memref.dim %x0, %{{.*}} : memref<8x?xf32>
+// CHECK-NEXT:          %[[END:.*]] = arith.addi %[[BASE]], %{{.*}} : index
+// CHECK-NEXT:          %[[INSIDE:.*]] = arith.cmpi ule, %[[END]], %[[LEN]] : index
+// CHECK-NEXT:          %[[RR:.*]] = arith.remui %[[ROW]], %[[C4]] : index
+// CHECK-NEXT:          %[[RA:.*]] = arith.cmpi eq, %[[RR]], %{{.*}} : index
+// CHECK-NEXT:          %[[TR:.*]] = arith.remui %[[BASE]], %[[C4]] : index
+// CHECK-NEXT:          %[[TA:.*]] = arith.cmpi eq, %[[TR]], %{{.*}} : index
+// CHECK-NEXT:          %[[AL:.*]] = arith.andi %[[RA]], %[[TA]] : i1
+// CHECK-NEXT:          %[[FULL:.*]] = arith.andi %[[INSIDE]], %[[AL]] : i1
+//                      full tile: one vector load per operand at the reversed position
+//                      (len-1-t-3); item 0 is the vector's last element
+// CHECK-NEXT:          %[[V0:.*]], %[[I0:.*]], %[[V1:.*]], %[[I1:.*]], %[[V2:.*]], %[[I2:.*]], %[[V3:.*]], %[[I3:.*]] = scf.if %[[FULL]] -> (f32, i32, f32, i32, f32, i32, f32, i32) {
+// CHECK-NEXT:            %[[Q:.*]] = arith.subi %[[RLAST]], %[[T0]] : index
+// CHECK-NEXT:            %[[QV:.*]] = arith.subi %[[Q]], %[[C3]] : index
+// CHECK-NEXT:            %[[XV:.*]] = vector.load %x0[%[[BID]], %[[QV]]] {alignment = 16 : i64} : memref<8x?xf32>, vector<4xf32>
+// CHECK-NEXT:            %[[E0:.*]] = vector.extract %[[XV]][0] : f32 from vector<4xf32>
+// CHECK-NEXT:            %[[E1:.*]] = vector.extract %[[XV]][1] : f32 from vector<4xf32>
+// CHECK-NEXT:            %[[E2:.*]] = vector.extract %[[XV]][2] : f32 from vector<4xf32>
+// CHECK-NEXT:            %[[E3:.*]] = vector.extract %[[XV]][3] : f32 from vector<4xf32>
+// CHECK-NEXT:            %[[QI:.*]] = arith.subi %[[RLAST]], %[[T0]] : index
+// CHECK-NEXT:            %[[QIV:.*]] = arith.subi %[[QI]], %[[C3]] : index
+// CHECK-NEXT:            %[[XI:.*]] = vector.load %x1[%[[BID]], %[[QIV]]] {alignment = 16 : i64} : memref<8x?xi32>, vector<4xi32>
+// CHECK-NEXT:            %[[F0:.*]] = vector.extract %[[XI]][0] : i32 from vector<4xi32>
+// CHECK-NEXT:            %[[F1:.*]] = vector.extract %[[XI]][1] : i32 from vector<4xi32>
+// CHECK-NEXT:            %[[F2:.*]] = vector.extract %[[XI]][2] : i32 from vector<4xi32>
+// CHECK-NEXT:            %[[F3:.*]] = vector.extract %[[XI]][3] : i32 from vector<4xi32>
+// CHECK-NEXT:            scf.yield %[[E3]], %[[F3]], %[[E2]], %[[F2]], %[[E1]], %[[F1]], %[[E0]], %[[F0]] : f32, i32, f32, i32, f32, i32, f32, i32
+// CHECK-NEXT:          } else {
+//                        other tiles: guarded scalar loads at the reversed position, zeros
+//                        past the end
+// CHECK-NEXT:            %[[G0:.*]] = arith.cmpi ult, %[[T0]], %[[LEN]] : index
+// CHECK-NEXT:            %[[L0V:.*]], %[[L0I:.*]] = scf.if %[[G0]] -> (f32, i32) {
+// CHECK-NEXT:              %[[P0:.*]] = arith.subi %[[RLAST]], %[[T0]] : index
+// CHECK-NEXT:              %[[LV:.*]] = memref.load %x0[%[[BID]], %[[P0]]] : memref<8x?xf32>
+// CHECK-NEXT:              %[[LI:.*]] = memref.load %x1[%[[BID]], %[[P0]]] : memref<8x?xi32>
+// CHECK-NEXT:              scf.yield %[[LV]], %[[LI]] : f32, i32
+// CHECK-NEXT:            } else {
+// CHECK-NEXT:              scf.yield %{{.*}}, %{{.*}} : f32, i32
+// CHECK-NEXT:            }
+// CHECK-NEXT:            %[[G1T:.*]] = arith.addi %[[T0]], %{{.*}} : index
+// CHECK-NEXT:            %[[G1:.*]] = arith.cmpi ult, %[[G1T]], %[[LEN]] : index
+// CHECK-NEXT:            %{{.*}}, %{{.*}} = scf.if %[[G1]] -> (f32, i32) {
+// CHECK-NEXT:              %[[P1:.*]] = arith.subi %[[RLAST]], %[[G1T]] : index
+// CHECK-NEXT:              %{{.*}} = memref.load %x0[%[[BID]], %[[P1]]] : memref<8x?xf32>
+// CHECK-NEXT:              %{{.*}} = memref.load %x1[%[[BID]], %[[P1]]] : memref<8x?xi32>
+// CHECK-COUNT-2:         memref.load %x1[%[[BID]], %{{.*}}] : memref<8x?xi32>
+// CHECK:                 scf.yield %[[L0V]], %[[L0I]], %{{.*}} : f32, i32, f32, i32, f32, i32, f32, i32
+// CHECK-NEXT:          }
+//                      which items are in range (item k at t+k)
+// CHECK-NEXT:          %[[IN0:.*]] = arith.cmpi ult, %[[T0]], %[[LEN]] : index
+// CHECK-NEXT:          %[[T1:.*]] = arith.addi %[[T0]], %{{.*}} : index
+// CHECK-NEXT:          %[[IN1:.*]] = arith.cmpi ult, %[[T1]], %[[LEN]] : index
+// CHECK-NEXT:          %[[T2:.*]] = arith.addi %[[T0]], %{{.*}} : index
+// CHECK-NEXT:          %[[IN2:.*]] = arith.cmpi ult, %[[T2]], %[[LEN]] : index
+// CHECK-NEXT:          %[[T3:.*]] = arith.addi %[[T0]], %[[C3]] : index
+// CHECK-NEXT:          %[[IN3:.*]] = arith.cmpi ult, %[[T3]], %[[LEN]] : index
+// CHECK-NEXT:          %[[LANE:.*]] = arith.remui %[[TID]], %{{.*}} : index
+// CHECK-NEXT:          %[[WARP:.*]] = arith.divui %[[TID]], %{{.*}} : index
 //                      in-order fold of the valid items: combine(earlier, later)
-// CHECK:               %{{.*}}, %{{.*}} = scf.if %[[IN1]] -> (f32, i32) {
+// CHECK-NEXT:          %[[A1V:.*]], %[[A1I:.*]] = scf.if %[[IN1]] -> (f32, i32) {
 // CHECK-NEXT:            %[[GT:.*]] = arith.cmpf ogt, %[[V1]], %[[V0]] : f32
 // CHECK-NEXT:            %{{.*}} = arith.select %[[GT]], %[[V1]], %[[V0]] : f32
 // CHECK-NEXT:            %{{.*}} = arith.select %[[GT]], %[[I1]], %[[I0]] : i32
+// CHECK:               %[[A2V:.*]], %{{.*}} = scf.if %[[IN2]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}} = arith.cmpf ogt, %[[V2]], %[[A1V]] : f32
+// CHECK:               %[[AGV:.*]], %[[AGI:.*]] = scf.if %[[IN3]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}} = arith.cmpf ogt, %[[V3]], %[[A2V]] : f32
 //                      warp scan: Kogge-Stone over 32 lanes, 5 shuffle-up steps per operand,
 //                      combining only where this thread holds a valid step (valid steps are a
 //                      prefix of the tile, so the lane it reads holds complete ones)
-// CHECK:               "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
-// CHECK-NEXT:          "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK:               %[[SV:.*]], %[[SOK:.*]] = "gpu.shuffle"(%[[AGV]], %[[O1]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          %[[SI:.*]], %{{.*}} = "gpu.shuffle"(%[[AGI]], %[[O1]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK-NEXT:          %[[CV1:.*]], %[[CI1:.*]] = scf.if %[[IN0]] -> (f32, i32) {
+// CHECK-NEXT:            %[[GT1:.*]] = arith.cmpf ogt, %[[AGV]], %[[SV]] : f32
+// CHECK-NEXT:            %{{.*}} = arith.select %[[GT1]], %[[AGV]], %[[SV]] : f32
+// CHECK-NEXT:            %{{.*}} = arith.select %[[GT1]], %[[AGI]], %[[SI]] : i32
+// CHECK:               %[[X1V:.*]] = arith.select %[[SOK]], %[[CV1]], %[[AGV]] : f32
+// CHECK-NEXT:          %[[X1I:.*]] = arith.select %[[SOK]], %[[CI1]], %[[AGI]] : i32
+// CHECK-NEXT:          "gpu.shuffle"(%[[X1V]], %[[O2]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          "gpu.shuffle"(%[[X1I]], %[[O2]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
 // CHECK-NEXT:          scf.if %[[IN0]] -> (f32, i32) {
-// CHECK-COUNT-4:       "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK:               "gpu.shuffle"(%{{.*}}, %[[O4]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          "gpu.shuffle"(%{{.*}}, %[[O4]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK:               "gpu.shuffle"(%{{.*}}, %[[O8]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          "gpu.shuffle"(%{{.*}}, %[[O8]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK:               %[[Y16V:.*]], %[[OK16:.*]] = "gpu.shuffle"(%[[X8V:.*]], %[[O16]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          %{{.*}}, %{{.*}} = "gpu.shuffle"(%[[X8I:.*]], %[[O16]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK-NEXT:          %[[C16V:.*]], %[[C16I:.*]] = scf.if %[[IN0]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}} = arith.cmpf ogt, %[[X8V]], %[[Y16V]] : f32
+// CHECK:               %[[INCV:.*]] = arith.select %[[OK16]], %[[C16V]], %[[X8V]] : f32
+// CHECK-NEXT:          %[[INCI:.*]] = arith.select %[[OK16]], %[[C16I]], %[[X8I]] : i32
 //                      the exclusive shift by one lane
-// CHECK:               %[[EV:.*]], %[[HASPREV:.*]] = "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
-// CHECK-NEXT:          %[[EI:.*]], %{{.*}} = "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK-NEXT:          %[[EV:.*]], %[[HASPREV:.*]] = "gpu.shuffle"(%[[INCV]], %[[O1]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (f32, i32, i32) -> (f32, i1)
+// CHECK-NEXT:          %[[EI:.*]], %{{.*}} = "gpu.shuffle"(%[[INCI]], %[[O1]], %[[W]]) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
 //                      the last lane of each warp posts the warp total; one barrier
-// CHECK-NEXT:          %[[L31:.*]] = arith.cmpi eq, %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:          %[[L31:.*]] = arith.cmpi eq, %[[LANE]], %{{.*}} : index
 // CHECK-NEXT:          scf.if %[[L31]] {
-// CHECK-NEXT:            memref.store %{{.*}}, %[[S0]][%[[WARP:.*]]] : memref<128xf32, 3 : i64>
-// CHECK-NEXT:            memref.store %{{.*}}, %[[S1]][%[[WARP]]] : memref<128xi32, 3 : i64>
+// CHECK-NEXT:            memref.store %[[INCV]], %[[S0]][%[[WARP]]] : memref<128xf32, 3 : i64>
+// CHECK-NEXT:            memref.store %[[INCI]], %[[S1]][%[[WARP]]] : memref<128xi32, 3 : i64>
 // CHECK-NEXT:          }
 // CHECK-NEXT:          "gpu.barrier"() : () -> ()
 //                      the carry (tiles after the first), then the totals of the warps before
@@ -94,32 +179,106 @@ func.func @cumsum_in_place(%x: memref<1000xi32>) {
 // CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[TV]], %[[CV]] : f32
 // CHECK-COUNT-2:       arith.cmpi ult, %{{.*}}, %[[WARP]] : index
 //                      the thread's prefix: the warp's, then the lanes before it in the warp
-// CHECK:               %{{.*}}, %{{.*}} = scf.if %[[HASPREV]] -> (f32, i32) {
-// CHECK:                 %{{.*}} = arith.cmpf ogt, %[[EV]], %{{.*}} : f32
-//                      replay from the prefix (if any), guarded stores
-// CHECK:               %{{.*}}, %{{.*}} = scf.if %[[IN0]] -> (f32, i32) {
-// CHECK-NEXT:            %[[H0V:.*]], %[[H0I:.*]] = scf.if %[[PVALID:.*]] -> (f32, i32) {
-// CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[V0]], %{{.*}} : f32
+// CHECK:               %[[PV:.*]], %[[PI:.*]] = scf.if %[[HASPREV]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}}, %{{.*}} = scf.if %{{.*}} -> (f32, i32) {
+// CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[EV]], %{{.*}} : f32
+// CHECK-NEXT:              %{{.*}} = arith.select %{{.*}}, %[[EV]], %{{.*}} : f32
+// CHECK-NEXT:              %{{.*}} = arith.select %{{.*}}, %[[EI]], %{{.*}} : i32
+// CHECK:               %[[PVALID:.*]] = arith.ori %{{.*}}, %[[HASPREV]] : i1
+//                      replay from the prefix (if any), in order over the valid items
+// CHECK-NEXT:          %[[H0V:.*]], %[[H0I:.*]] = scf.if %[[IN0]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}}, %{{.*}} = scf.if %[[PVALID]] -> (f32, i32) {
+// CHECK-NEXT:              %{{.*}} = arith.cmpf ogt, %[[V0]], %[[PV]] : f32
 // CHECK:                 } else {
 // CHECK-NEXT:              scf.yield %[[V0]], %[[I0]] : f32, i32
-// CHECK:                 memref.store %[[H0V]], %y0[%[[BID]], %{{.*}}] : memref<8x?xf32>
-// CHECK-NEXT:            memref.store %[[H0I]], %y1[%[[BID]], %{{.*}}] : memref<8x?xi32>
+// CHECK:               } else {
+// CHECK-NEXT:            scf.yield %[[PV]], %[[PI]] : f32, i32
+// CHECK:               %[[H1V:.*]], %[[H1I:.*]] = scf.if %[[IN1]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}} = arith.cmpf ogt, %[[V1]], %[[H0V]] : f32
+// CHECK:               %[[H2V:.*]], %[[H2I:.*]] = scf.if %[[IN2]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}} = arith.cmpf ogt, %[[V2]], %[[H1V]] : f32
+// CHECK:               %[[H3V:.*]], %[[H3I:.*]] = scf.if %[[IN3]] -> (f32, i32) {
+// CHECK-NEXT:            %{{.*}} = arith.cmpf ogt, %[[V3]], %[[H2V]] : f32
+//                      full tile: one vector store per result, item 0 in the last element;
+//                      other tiles: guarded scalar stores
+// CHECK:               scf.if %[[FULL]] {
+// CHECK-NEXT:            %[[R:.*]] = arith.subi %[[RLAST]], %[[T0]] : index
+// CHECK-NEXT:            %[[RV:.*]] = arith.subi %[[R]], %[[C3]] : index
+// CHECK-NEXT:            %[[B0:.*]] = vector.broadcast %[[H3V]] : f32 to vector<4xf32>
+// CHECK-NEXT:            %[[B1:.*]] = vector.insert %[[H2V]], %[[B0]] [1] : f32 into vector<4xf32>
+// CHECK-NEXT:            %[[B2:.*]] = vector.insert %[[H1V]], %[[B1]] [2] : f32 into vector<4xf32>
+// CHECK-NEXT:            %[[B3:.*]] = vector.insert %[[H0V]], %[[B2]] [3] : f32 into vector<4xf32>
+// CHECK-NEXT:            vector.store %[[B3]], %y0[%[[BID]], %[[RV]]] {alignment = 16 : i64} : memref<8x?xf32>, vector<4xf32>
+// CHECK-NEXT:            %[[RI:.*]] = arith.subi %[[RLAST]], %[[T0]] : index
+// CHECK-NEXT:            %[[RIV:.*]] = arith.subi %[[RI]], %[[C3]] : index
+// CHECK-NEXT:            %[[D0:.*]] = vector.broadcast %[[H3I]] : i32 to vector<4xi32>
+// CHECK-NEXT:            %[[D1:.*]] = vector.insert %[[H2I]], %[[D0]] [1] : i32 into vector<4xi32>
+// CHECK-NEXT:            %[[D2:.*]] = vector.insert %[[H1I]], %[[D1]] [2] : i32 into vector<4xi32>
+// CHECK-NEXT:            %[[D3:.*]] = vector.insert %[[H0I]], %[[D2]] [3] : i32 into vector<4xi32>
+// CHECK-NEXT:            vector.store %[[D3]], %y1[%[[BID]], %[[RIV]]] {alignment = 16 : i64} : memref<8x?xi32>, vector<4xi32>
+// CHECK-NEXT:          } else {
+// CHECK-NEXT:            scf.if %[[IN0]] {
+// CHECK-NEXT:              %[[W0:.*]] = arith.subi %[[RLAST]], %[[T0]] : index
+// CHECK-NEXT:              memref.store %[[H0V]], %y0[%[[BID]], %[[W0]]] : memref<8x?xf32>
+// CHECK-NEXT:              memref.store %[[H0I]], %y1[%[[BID]], %[[W0]]] : memref<8x?xi32>
+// CHECK-NEXT:            }
+// CHECK-NEXT:            scf.if %[[IN1]] {
+// CHECK-NEXT:              %[[W1:.*]] = arith.subi %[[RLAST]], %[[T1]] : index
+// CHECK-NEXT:              memref.store %[[H1V]], %y0[%[[BID]], %[[W1]]] : memref<8x?xf32>
+// CHECK-NEXT:              memref.store %[[H1I]], %y1[%[[BID]], %[[W1]]] : memref<8x?xi32>
+// CHECK-NEXT:            }
+// CHECK-NEXT:            scf.if %[[IN2]] {
+// CHECK-NEXT:              %[[W2:.*]] = arith.subi %[[RLAST]], %[[T2]] : index
+// CHECK-NEXT:              memref.store %[[H2V]], %y0[%[[BID]], %[[W2]]] : memref<8x?xf32>
+// CHECK-NEXT:              memref.store %[[H2I]], %y1[%[[BID]], %[[W2]]] : memref<8x?xi32>
+// CHECK-NEXT:            }
+// CHECK-NEXT:            scf.if %[[IN3]] {
+// CHECK-NEXT:              %[[W3:.*]] = arith.subi %[[RLAST]], %[[T3]] : index
+// CHECK-NEXT:              memref.store %[[H3V]], %y0[%[[BID]], %[[W3]]] : memref<8x?xf32>
+// CHECK-NEXT:              memref.store %[[H3I]], %y1[%[[BID]], %[[W3]]] : memref<8x?xi32>
+// CHECK-NEXT:            }
+// CHECK-NEXT:          }
 //                      every thread read the totals and the carry: a barrier before the next
-// CHECK:               "gpu.barrier"() : () -> ()
+// CHECK-NEXT:          "gpu.barrier"() : () -> ()
 //                      the last thread publishes the carry
-// CHECK:               %[[LAST:.*]] = arith.cmpi eq, %[[TID]], %{{.*}} : index
+// CHECK-NEXT:          %[[LAST:.*]] = arith.cmpi eq, %[[TID]], %{{.*}} : index
 // CHECK-NEXT:          scf.if %[[LAST]] {
-// CHECK-NEXT:            memref.store %{{.*}}, %[[K0]][%{{.*}}] : memref<1xf32, 3 : i64>
-// CHECK-NEXT:            memref.store %{{.*}}, %[[K1]][%{{.*}}] : memref<1xi32, 3 : i64>
+// CHECK-NEXT:            memref.store %[[H3V]], %[[K0]][%{{.*}}] : memref<1xf32, 3 : i64>
+// CHECK-NEXT:            memref.store %[[H3I]], %[[K1]][%{{.*}}] : memref<1xi32, 3 : i64>
 // CHECK-NEXT:          }
 // CHECK-NEXT:        }
 // CHECK-NEXT:        "gpu.return"() : () -> ()
 // CHECK-NEXT:      }) {sym_name = "scan_generic_0", gpu.kernel, scanweaver.launch = {kernel_name = "scan_generic_0", module_name = "scanweaver_kernels", func_name = "argmax", grid = [8 : i64, 1 : i64, 1 : i64], block = [128 : i64, 1 : i64, 1 : i64], shared_bytes = 1044 : i64
 // CHECK-SAME:      args = {{\[}}["x0", "in", "f32", [8 : i64, "?"]], ["x1", "in", "i32", [8 : i64, "?"]], ["y0", "out", "f32", [8 : i64, "?"]], ["y1", "out", "i32", [8 : i64, "?"]]]
 
+//                  in place, forward: the full tile's vector load and store at the same
+//                  position t; the shuffle scan; 2 barriers per tile
 // CHECK:           "gpu.func"() <{function_type = (memref<1000xi32>) -> (), kernel}> ({
 // CHECK-NEXT:      ^{{.*}}(%x0: memref<1000xi32>):
-// CHECK:             memref.load %x0[%{{.*}}] : memref<1000xi32>
-// CHECK:             arith.addi
-// CHECK:             memref.store %{{.*}}, %x0[%{{.*}}] : memref<1000xi32>
+// CHECK:             scf.for %[[UT:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:          %[[UB:.*]] = arith.muli %[[UT]], %{{.*}} : index
+// CHECK-NEXT:          %[[U0:.*]] = arith.addi %[[UB]], %{{.*}} : index
+// CHECK:               %[[UINSIDE:.*]] = arith.cmpi ule, %{{.*}}, %{{.*}} : index
+// CHECK:               %[[UAL:.*]] = arith.andi %{{.*}}, %{{.*}} : i1
+// CHECK-NEXT:          %[[UFULL:.*]] = arith.andi %[[UINSIDE]], %[[UAL]] : i1
+// CHECK-NEXT:          %[[X0:.*]], %[[X1:.*]], %{{.*}}, %{{.*}} = scf.if %[[UFULL]] -> (i32, i32, i32, i32) {
+// CHECK-NEXT:            %[[UV:.*]] = vector.load %x0[%[[U0]]] {alignment = 16 : i64} : memref<1000xi32>, vector<4xi32>
+// CHECK-NEXT:            %[[G0:.*]] = vector.extract %[[UV]][0] : i32 from vector<4xi32>
+// CHECK-NEXT:            %[[G1:.*]] = vector.extract %[[UV]][1] : i32 from vector<4xi32>
+// CHECK-NEXT:            %[[G2:.*]] = vector.extract %[[UV]][2] : i32 from vector<4xi32>
+// CHECK-NEXT:            %[[G3:.*]] = vector.extract %[[UV]][3] : i32 from vector<4xi32>
+// CHECK-NEXT:            scf.yield %[[G0]], %[[G1]], %[[G2]], %[[G3]] : i32, i32, i32, i32
+// CHECK-NEXT:          } else {
+// CHECK-COUNT-4:         memref.load %x0[%{{.*}}] : memref<1000xi32>
+// CHECK:               arith.addi %[[X0]], %[[X1]] : i32
+// CHECK-COUNT-6:       "gpu.shuffle"(%{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
+// CHECK:               "gpu.barrier"() : () -> ()
+// CHECK:               scf.if %[[UFULL]] {
+// CHECK-COUNT-3:         vector.insert
+// CHECK-NEXT:            vector.store %{{.*}}, %x0[%[[U0]]] {alignment = 16 : i64} : memref<1000xi32>, vector<4xi32>
+// CHECK-NEXT:          } else {
+// CHECK-COUNT-4:         memref.store %{{.*}}, %x0[%{{.*}}] : memref<1000xi32>
+// CHECK:               "gpu.barrier"() : () -> ()
+// CHECK-NOT:           "gpu.barrier"
+// CHECK:               memref.store %{{.*}}, %{{.*}}[%{{.*}}] : memref<1xi32, 3 : i64>
 // CHECK:           sym_name = "scan_generic_1"{{.*}}grid = [1 : i64, 1 : i64, 1 : i64]{{.*}}shared_bytes = 516 : i64, args = {{\[}}["x0", "inout", "i32", [1000 : i64]]]

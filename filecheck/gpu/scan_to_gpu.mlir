@@ -26,20 +26,31 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 // CHECK-NEXT:        %[[SB:.*]] = memref.get_global @scan_affine_0_sB : memref<1xf32, 3 : i64>
 // CHECK-NEXT:        %[[SC:.*]] = memref.get_global @scan_affine_0_sC : memref<1xf32, 3 : i64>
 // CHECK-NEXT:        %[[H0:.*]] = memref.load %init[%[[BID]]] : memref<4xf32>
-// CHECK:             %[[LAST:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[CARRY:.*]] = %[[H0]]) -> (f32) {
+// CHECK:             %[[TOFF:.*]] = arith.muli %[[TID]], %{{.*}} : index
+// CHECK-NEXT:        %[[RL:.*]] = arith.subi %[[LEN]], %{{.*}} : index
+// CHECK:             %[[LAST:.*]] = scf.for %[[TILE:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[CARRY:.*]] = %[[H0]]) -> (f32) {
+//                      the thread's first position, for the stores and for the loads
+// CHECK-NEXT:          %[[SB0:.*]] = arith.muli %[[TILE]], %[[TS:.*]] : index
+// CHECK-NEXT:          %[[U0:.*]] = arith.addi %[[SB0]], %[[TOFF]] : index
+// CHECK-NEXT:          %[[LB0:.*]] = arith.muli %[[TILE]], %[[TS]] : index
+// CHECK-NEXT:          %[[T0:.*]] = arith.addi %[[LB0]], %[[TOFF]] : index
 //                      registers: guarded loads, identity (1, 0) past the end, reversed index
-// CHECK:               %[[IN0:.*]] = arith.cmpi ult, %[[T0:.*]], %[[LEN]] : index
+// CHECK-NEXT:          %[[IN0:.*]] = arith.cmpi ult, %[[T0]], %[[LEN]] : index
 // CHECK-NEXT:          %[[A0:.*]], %[[B0:.*]] = scf.if %[[IN0]] -> (f32, f32) {
-// CHECK-NEXT:            %[[P0:.*]] = arith.subi %{{.*}}, %[[T0]] : index
+// CHECK-NEXT:            %[[P0:.*]] = arith.subi %[[RL]], %[[T0]] : index
 // CHECK-NEXT:            %{{.*}} = memref.load %a[%[[BID]], %[[P0]]] : memref<4x?xf32>
 // CHECK-NEXT:            %{{.*}} = memref.load %b[%[[BID]], %[[P0]]] : memref<4x?xf32>
 // CHECK:               } else {
 // CHECK-NEXT:            scf.yield %{{.*}}, %{{.*}} : f32, f32
 // CHECK:               %[[A1:.*]], %[[B1:.*]] = scf.if
+//                      the store guards: which of the thread's positions are in range
+// CHECK:               %[[ST0:.*]] = arith.cmpi ult, %[[U0]], %[[LEN]] : index
+// CHECK-NEXT:          %[[U1:.*]] = arith.addi %[[U0]], %{{.*}} : index
+// CHECK-NEXT:          %[[ST1:.*]] = arith.cmpi ult, %[[U1]], %[[LEN]] : index
 //                      thread aggregate (a0, b0) . (a1, b1)
 //                      with the underflow poison: a product of non-zero factors below the
 //                      smallest normal -> NaN
-// CHECK:               %[[AGA:.*]] = arith.mulf %[[A0]], %[[A1]] : f32
+// CHECK-NEXT:          %[[AGA:.*]] = arith.mulf %[[A0]], %[[A1]] : f32
 // CHECK-NEXT:          %[[ABS:.*]] = math.absf %[[AGA]] : f32
 // CHECK-NEXT:          %[[SMALL:.*]] = arith.cmpf olt, %[[ABS]], %{{.*}} : f32
 // CHECK:               %[[LOST:.*]] = arith.andi %[[SMALL]], %{{.*}} : i1
@@ -82,12 +93,18 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 //                      replay from the exclusive prefix, guarded stores
 // CHECK-NEXT:          %[[X0:.*]] = arith.mulf %[[A0]], %[[PRE]] : f32
 // CHECK-NEXT:          %[[H_0:.*]] = arith.addf %[[X0]], %[[B0]] : f32
-// CHECK-NEXT:          scf.if %[[IN0]] {
-// CHECK:                 memref.store %[[H_0]], %h[%[[BID]], %{{.*}}] : memref<4x?xf32>
-// CHECK:               %[[X1:.*]] = arith.mulf %[[A1]], %[[H_0]] : f32
+// CHECK-NEXT:          scf.if %[[ST0]] {
+// CHECK-NEXT:            %[[R0:.*]] = arith.subi %[[RL]], %[[U0]] : index
+// CHECK-NEXT:            memref.store %[[H_0]], %h[%[[BID]], %[[R0]]] : memref<4x?xf32>
+// CHECK-NEXT:          }
+// CHECK-NEXT:          %[[X1:.*]] = arith.mulf %[[A1]], %[[H_0]] : f32
 // CHECK-NEXT:          %[[H_1:.*]] = arith.addf %[[X1]], %[[B1]] : f32
+// CHECK-NEXT:          scf.if %[[ST1]] {
+// CHECK-NEXT:            %[[R1:.*]] = arith.subi %[[RL]], %[[U1]] : index
+// CHECK-NEXT:            memref.store %[[H_1]], %h[%[[BID]], %[[R1]]] : memref<4x?xf32>
+// CHECK-NEXT:          }
 //                      one warp: the last lane's state is the next carry, no barrier
-// CHECK:               %[[NEXT:.*]], %{{.*}} = "gpu.shuffle"(%[[H_1]], %{{.*}}, %[[W]]) <{mode = #gpu<shuffle_mode idx>}>
+// CHECK-NEXT:          %[[NEXT:.*]], %{{.*}} = "gpu.shuffle"(%[[H_1]], %{{.*}}, %[[W]]) <{mode = #gpu<shuffle_mode idx>}>
 // CHECK-NEXT:          scf.yield %[[NEXT]] : f32
 // CHECK:             scf.if %{{.*}} {
 // CHECK-NEXT:          memref.store %[[LAST]], %final[%[[BID]]] : memref<4xf32>
