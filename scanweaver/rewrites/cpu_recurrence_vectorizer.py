@@ -10,7 +10,7 @@ from xdsl.builder import Builder
 from xdsl.dialects import arith, func, llvm, memref, scf, vector
 from xdsl.dialects.builtin import Float32Type, Float64Type, IndexType, IntegerAttr, UnitAttr, VectorType, i64
 from xdsl.dialects.utils.fast_math import FastMathFlag
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 from xdsl.traits import is_side_effect_free, IsTerminator
 
@@ -104,6 +104,9 @@ class _RecurrenceVectorizer:
     #: Whether the blocked loop reads time-vectorised values through `_step_buffers`
     #: (else by a vector.extract per step; the same bits, tests compare the two).
     STEP_BUFFERS = True
+    #: Whether each time block's prologue is computed one block ahead, in the previous
+    #: iteration (software pipelining; the same ops and bits, tests compare the two).
+    PIPELINED = True
 
     def __init__(self, op: scan.RecurrenceOp, reassoc: bool):
         self.op = op
@@ -521,7 +524,7 @@ class _RecurrenceVectorizer:
             if plan.kinds[v] != "tv" or _element_bits(v.type) is None \
                     or all(u.operation in skipped for u in v.uses):
                 continue
-            buf = _res(at.insert(memref.AllocaOp.get(v.type, shape=[TIME_BLOCK])))
+            buf = _res(at.insert(memref.AllocaOp.get(v.type, alignment=64, shape=[TIME_BLOCK])))  # one line
             base = _res(at.insert(memref.ExtractAlignedPointerAsIndexOp.get(buf)))
             addresses[v] = (buf, _res(at.insert(arith.IndexCastOp(base, i64))))
         return addresses
@@ -537,6 +540,23 @@ class _RecurrenceVectorizer:
         load = generic_op_class("llvm.load", ("alignment", "volatile_"), pure=False)
         return bb.ins(load.create(operands=[pointer], result_types=[v.type], properties={
             "alignment": IntegerAttr(_element_bits(v.type) // 8, i64), "volatile_": UnitAttr()}))
+
+    def _first_prologue(self, b: Builder, lb: SSAValue, blocked_end: SSAValue, plan: _HoistPlan,
+                        ahead: list[SSAValue]) -> list[SSAValue]:
+        """The first block's `ahead` values (the pipelined loop carries each block's
+        into the next iteration), computed only when there is a block: with fewer than
+        T steps its loads would read past the arrays."""
+        if not ahead:
+            return []
+        bb = _B(b)
+        then, other = Block(), Block()
+        tb, eb = Builder(InsertPoint.at_end(then)), Builder(InsertPoint.at_end(other))
+        vals = self.prologue(tb, lb, plan)
+        tb.insert(scf.YieldOp(*(vals[v] for v in ahead)))
+        types = [VectorType(v.type, [TIME_BLOCK]) for v in ahead]
+        eb.insert(scf.YieldOp(*(_B(eb).splat_const(0, t) for t in types)))  # unused: no block runs
+        has_block = bb.cmp(lb, blocked_end, "slt")
+        return list(b.insert(scf.IfOp(has_block, types, Region(then), Region(other))).results)
 
     # -- the whole op ----------------------------------------------------------
 
@@ -572,10 +592,18 @@ class _RecurrenceVectorizer:
             blocked_end = bb.add(op.lb, bb.mul(bb.ins(arith.DivUIOp(nonneg, bb.idx(T))), bb.idx(T)))
             skipped = set(plan.ops) | ({*self.dot.post, self.dot.store} if self.dot is not None else set())
             buffers = self._step_buffers(plan, skipped)
+            ahead = [v for v in plan.exported if plan.kinds[v] == "tv"] if self.PIPELINED else []
+            last = bb.sub(blocked_end, bb.idx(T))
 
             def block_body(sb: Builder, i0: SSAValue, carried):
                 sbb = _B(sb)
-                vals = self.prologue(sb, i0, plan)
+                if ahead:
+                    # The next block's prologue first (the last block's again, to stay in
+                    # bounds): its long chains run beside this block's steps.
+                    upcoming = self.prologue(sb, sbb.min(sbb.add(i0, sbb.idx(T)), last), plan)
+                    vals = {**upcoming, **dict(zip(ahead, carried[1:]))}
+                else:
+                    upcoming = vals = self.prologue(sb, i0, plan)
                 for v, (buf, _) in buffers.items():
                     sb.insert(vector.StoreOp(vals[v], buf, [sbb.idx(0)]))
                 hv = carried[0]
@@ -596,9 +624,10 @@ class _RecurrenceVectorizer:
                 if self.dot is not None:
                     self._blocked_output(sb, i0, vals, plan)
                 self.skip = set()
-                return [hv]
+                return [hv] + [upcoming[v] for v in ahead]
 
-            (h,) = for_loop(b, op.lb, blocked_end, bb.idx(T), [h], block_body)
+            first = self._first_prologue(b, op.lb, blocked_end, plan, ahead)
+            h = for_loop(b, op.lb, blocked_end, bb.idx(T), [h, *first], block_body)[0]
             lb = blocked_end
         else:
             lb = op.lb

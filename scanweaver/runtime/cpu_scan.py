@@ -390,7 +390,9 @@ def selective_scan_cpu(
                              bool(delta_softplus), h0k is not None, bool(return_last_state))
     ir = kernel_ir("selective_tiled", spec=spec, scalef=scalef_exp())
     k = kernel(ir.text, ir.name, ir.args)
-    out = np.empty((batch, Dn, L), np.float32)
+    # Cache-line aligned: with L a multiple of 16 each 16-step store is one line, not two
+    # (not from the affine scan's output cache: the selective output is allocated afresh).
+    out = aligned_empty((batch, Dn, L), np.float32, reuse=False)
     last = np.empty((batch, Dn, N), np.float32) if return_last_state else None
     arrays = [u, delta, A, Bk, Ck] + [x for x in (Dk, zk, bias, h0k) if x is not None] + [out]
     arrays += [last] if last is not None else []

@@ -152,7 +152,7 @@ def _aligned_part(raw: np.ndarray, nbytes: int, align: int) -> np.ndarray:
     return raw[skip : skip + nbytes]
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64) -> np.ndarray:
+def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64, reuse: bool = True) -> np.ndarray:
     """np.empty(shape, dtype) whose data starts on an `align`-byte boundary.
 
     numpy's large allocations typically start 16 bytes past a 64-byte boundary; the
@@ -160,11 +160,11 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64) -> np.nda
     rows are 32-byte aligned, so outputs allocated here (and rows whose length is a
     multiple of 32 bytes) take the faster path.  Buffers of OUTPUT_CACHE_MIN_BYTES
     and more come from `_OutputCache` (no page faults when the caller has dropped an
-    earlier result of the same size).
+    earlier result of the same size); `reuse=False`: never from the cache.
     """
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    part = _OUTPUTS.view(n, align)
+    part = _OUTPUTS.view(n, align) if reuse else None
     if part is None:
         part = _aligned_part(np.empty(n + align, np.uint8), n, align)
     return part.view(dtype).reshape(shape)
