@@ -3,7 +3,7 @@ small transposed tiles, the per-step exp with fused multiply-adds).
 
 * bit for bit the untiled CPU form (`selective_scan_recurrence`) run on transposed B/C,
   for every B/C kind, with and without the options, tiles and chunks crossed by
-  L and D, on one and two threads, once the exp of both is the fused one;
+  L and D, on one and two threads, once the exps of both are the fused ones;
 * the fused polynomial exp: <= 1 ulp, scalar and vector the same bits, special values;
 * no transposed copy of B or C: peak extra memory at the output size.
 """
@@ -30,11 +30,12 @@ from xdsl.dialects.builtin import UnitAttr
 
 
 def _fused_untiled_kernel(spec: SelectiveScanSpec):
-    """The untiled CPU form with its per-step exp marked fused, like the tiled kernel's."""
+    """The untiled CPU form with its exps (exp(dt * A), softplus's, silu's) marked fused,
+    like the tiled kernel's."""
     text = kernel_ir("selective", spec=spec).text
     module = parse_ir(text)
     for op in module.walk():
-        if isinstance(op, mathd.ExpOp) and op.operand.owner.name == "arith.mulf":  # exp(dt * A)
+        if isinstance(op, mathd.ExpOp):
             op.attributes[FUSED_MARK] = UnitAttr()
     ir = kernel_ir("selective", spec=spec)
     return kernel(print_ir(module), ir.name, ir.args)

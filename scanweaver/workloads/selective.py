@@ -200,20 +200,16 @@ def _coeffs_region(e: _Body, spec, v, k, state_type, b, d, group, bd, gpu=False)
 
 def _coeffs(e: _Body, spec, v, k, b, d, bd, read, fused: bool = False, scalef: bool = False) -> Region:
     """The coefficients' region with B[.., i, n] read through `read(e, i, n)`; `fused`
-    marks the step's one exp for the fused polynomial (the tiled CPU kernel), `scalef`
+    marks its exps (exp(dt*A), the softplus's) for the fused polynomial (the tiled CPU kernel), `scalef`
     also for its AVX-512 form (the same bits in fewer operations)."""
     block = Block(arg_types=[IndexType(), IndexType()])
     i, n = block.args
     i.name_hint, n.name_hint = "i", "k"
     with ImplicitBuilder(block):
-        dt = step_size(e, spec, v, k, b, d, i, bd)
+        dt = step_size(e, spec, v, k, b, d, i, bd, fused=fused, scalef=scalef)
         ak = e.load(v["A"], [d, n], "ak")
         da = e.op(arith.MulfOp, dt, ak, hint="da")
-        a = e.op(mathd.ExpOp, da, hint="a")
-        if fused:
-            a.owner.attributes[FUSED_MARK] = UnitAttr()  # type: ignore[union-attr]
-        if fused and scalef:
-            a.owner.attributes[SCALEF_MARK] = UnitAttr()  # type: ignore[union-attr]
+        a = _mark_exp(e.op(mathd.ExpOp, da, hint="a"), fused, scalef)
         bk = e.load(*read(e, i, n), "bk")
         uu = e.load(v["u"], [b, d, i], "uu")
         dtu = e.op(arith.MulfOp, dt, uu, hint="dtu")
@@ -233,23 +229,35 @@ def _emit_region(e: _Body, spec, v, k, state_type, b, d, group, dd, gpu=False) -
     return Region(block)
 
 
-def step_size(e: _Body, spec, v, k, b, d, i, bd) -> SSAValue:
-    """dt = delta[b, d, i] [+ bias[d]], [softplus]: the step both selective builders share."""
+def _mark_exp(value: SSAValue, fused: bool, scalef: bool) -> SSAValue:
+    """Mark the math.exp of `value` for the polynomial's fused form (`FUSED_MARK`) and,
+    with `scalef`, its AVX-512 form (`SCALEF_MARK`, the same bits)."""
+    if fused:
+        value.owner.attributes[FUSED_MARK] = UnitAttr()  # type: ignore[union-attr]
+    if fused and scalef:
+        value.owner.attributes[SCALEF_MARK] = UnitAttr()  # type: ignore[union-attr]
+    return value
+
+
+def step_size(e: _Body, spec, v, k, b, d, i, bd, fused: bool = False, scalef: bool = False) -> SSAValue:
+    """dt = delta[b, d, i] [+ bias[d]], [softplus]: the step both selective builders share
+    (`fused`, `scalef`: the softplus's exp marked as in `_mark_exp`)."""
     dt = e.load(v["delta"], [b, d, i], "dl")
     if spec.has_bias:
         dt = e.op(arith.AddfOp, dt, bd, hint="dlb")
     if spec.softplus:
         # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
-        ex = e.op(mathd.ExpOp, dt, hint="ex")
+        ex = _mark_exp(e.op(mathd.ExpOp, dt, hint="ex"), fused, scalef)
         lp = e.op(mathd.Log1pOp, ex, hint="lp")
         big = _named(arith.CmpfOp(dt, k["twenty"], "ogt").result, "big")
         dt = _named(arith.SelectOp(big, dt, lp).result, "sp")
     return dt
 
 
-def store_output(e: _Body, spec, v, k, y: SSAValue, dd, b, d, i) -> None:
+def store_output(e: _Body, spec, v, k, y: SSAValue, dd, b, d, i, fused: bool = False, scalef: bool = False) -> None:
     """out[b, d, i] = (y [+ Dskip[d] u]) [* silu(z)]: the output gate both selective
-    builders share (real and complex state)."""
+    builders share (real and complex state; `fused`, `scalef`: silu's exp marked as in
+    `_mark_exp`)."""
     if spec.has_d:
         uu = e.load(v["u"], [b, d, i], "uu")
         du = e.op(arith.MulfOp, dd, uu, hint="du")
@@ -257,7 +265,7 @@ def store_output(e: _Body, spec, v, k, y: SSAValue, dd, b, d, i) -> None:
     if spec.has_z:
         zz = e.load(v["z"], [b, d, i], "zz")
         nz = e.op(arith.NegfOp, zz, hint="nz")
-        ez = e.op(mathd.ExpOp, nz, hint="ez")
+        ez = _mark_exp(e.op(mathd.ExpOp, nz, hint="ez"), fused, scalef)
         den = e.op(arith.AddfOp, k["one"], ez, hint="den")
         sz = e.op(arith.DivfOp, zz, den, hint="sz")
         y = e.op(arith.MulfOp, y, sz, hint="yz")
@@ -312,10 +320,11 @@ def selective_scan_tiled(spec: SelectiveScanSpec, scalef: bool = False) -> Modul
     stack tiles (time before the state index, as the vectorised recurrence reads them)
     and every channel of the chunk runs its recurrence over the tile from its state,
     kept in a per-chunk stack buffer.  The per-step operations are those of
-    `selective_scan_recurrence`'s CPU form, so the results are the same bits; no
-    (batch, L, N) copy of B or C is made.  `scalef`: the kernel is for a CPU with
-    AVX-512F and VL, and its exp(delta*A) takes the polynomial's scalef form (the same
-    bits; `rewrites/exp_polynomial.py`)."""
+    `selective_scan_recurrence`'s CPU form, its exps (exp(delta*A), softplus's, silu's)
+    marked for the polynomial's fused form, so the results are the bits of that form
+    with the same marks; no (batch, L, N) copy of B or C is made.  `scalef`: the kernel
+    is for a CPU with AVX-512F and VL, and its exps take the fused form's scalef
+    variant (the same bits; `rewrites/exp_polynomial.py`)."""
     if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
         raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
     args = selective_arguments(spec, "f32", gpu=True) + [("d_begin", IndexType()), ("d_end", IndexType())]
@@ -405,7 +414,7 @@ def _tiled_channel(e: _Body, spec, v, k, b, d, d0, t0, t1, state, states, staged
             for name in ("B", "C")}
     state_type = memref_of((spec.n,), "f32")
     coeffs = _coeffs(e, spec, v, k, b, d, bd, read["B"], fused=True, scalef=scalef)
-    emit = _tiled_emit(e, spec, v, k, state_type, b, d, dd, read["C"])
+    emit = _tiled_emit(e, spec, v, k, state_type, b, d, dd, read["C"], scalef)
     rec = scan.RecurrenceOp(t0, t1, k["c1"], state, coeffs, emit)
     rec.attributes[BLOCKED_DOT_MARK] = UnitAttr()  # C . S may be reduced a time block at a time
     _for(k["c0"], k["cN"], k["c1"], "n", lambda n: memref.StoreOp.get(e.load(state, [n], "v"), states, [r, n]))
@@ -419,8 +428,8 @@ def _tile_reader(kind: str, src: SSAValue, tile: SSAValue | None, d: SSAValue, t
     return lambda e, i, n: (tile, [e.op(arith.SubiOp, i, t0, hint="ti"), n])
 
 
-def _tiled_emit(e: _Body, spec, v, k, state_type, b, d, dd, read) -> Region:
-    """`_emit_region`'s output with C read through `read`."""
+def _tiled_emit(e: _Body, spec, v, k, state_type, b, d, dd, read, scalef: bool) -> Region:
+    """`_emit_region`'s output with C read through `read`, silu's exp in the fused form."""
     block = Block(arg_types=[IndexType(), state_type])
     i, s = block.args
     i.name_hint, s.name_hint = "i", "s"
@@ -434,6 +443,6 @@ def _tiled_emit(e: _Body, spec, v, k, state_type, b, d, dd, read) -> Region:
             pr = e.op(arith.MulfOp, hv, cv, hint="pr")
             scf.YieldOp(e.op(arith.AddfOp, acc, pr, hint="acc2"))
         y = _named(scf.ForOp(k["c0"], k["cN"], k["c1"], [k["zero"]], Region(red)).results[0], "y")
-        store_output(e, spec, v, k, y, dd, b, d, i)
+        store_output(e, spec, v, k, y, dd, b, d, i, fused=True, scalef=scalef)
         scan.YieldOp()
     return Region(block)
