@@ -122,3 +122,25 @@ def test_stack_buffers_and_output_are_cache_line_aligned():
                                       rng.standard_normal((1, 16, 40)).astype(np.float32),
                                       rng.standard_normal((1, 16, 40)).astype(np.float32))
     assert out.ctypes.data % 64 == 0
+
+
+def test_state_update_kernel_of_the_compute_roofline():
+    import pytest
+
+    from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
+    from scanweaver.runtime.cpu_selective_exp import state_update_kernel
+
+    rng = np.random.default_rng(11)
+    n = 64
+    d, x = rng.uniform(0, 0.1, n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    a, h = -rng.uniform(0.5, 2, n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    want = h.astype(np.float64)
+    for _ in range(3):
+        want = np.exp(d.astype(np.float64) * a) * want + x
+    update = state_update_kernel()
+    update(d, a, x, h, 3)
+    np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ScanWeaverValueError, match="multiple of 16"):
+        update(d[:10], a[:10], x[:10], h[:10])
+    with pytest.raises(ScanWeaverTypeError, match="float32"):
+        update(d.astype(np.float64), a, x, h)
