@@ -7,6 +7,15 @@ Each rule is (goal kind, test on the case label, reason); the first match wins.
 
 from __future__ import annotations
 
+#: What the CPU selective kernel spends its time on (the selective goals' reasons).
+_SELECTIVE_KERNEL = (
+    "The selective scan is compute-bound on this CPU (see the state-updates/s table against the compute "
+    "roofline, the state update alone compiled with the kernel's exp). Per state element and step the kernel "
+    "computes exp(delta*A) (the fused polynomial, with AVX-512 scaling where the CPU has it), the update as "
+    "a separate multiply and add (bit-identical to the loop, so one dependent chain per channel), "
+    "B*(delta*u) and C*h; per step, the softplus of delta and the silu of z (computed a time block ahead, "
+    "beside the previous block's steps) and the C.h reduction tree.")
+
 _RULES: list[tuple[str, str, str]] = [
     # (measure, substring of the case label ("" matches every case), reason)
     ("best_peer", "f64",
@@ -37,11 +46,11 @@ _RULES: list[tuple[str, str, str]] = [
      "The forward's exp(delta*A) takes the fused polynomial (with AVX-512 scaling where the CPU has it) and "
      "the VJP's does not yet, so a faster forward raises this ratio without the backward getting slower."),
     ("jax-lax-scan", "",
-     "The selective scan is compute-bound on this CPU (see the state-updates/s table against the FMA/exp "
-     "roofline); the per-step exp of every state element is the largest cost left."),
+     _SELECTIVE_KERNEL),
     ("torch-ref", "",
-     "The selective scan is compute-bound on this CPU (see the state-updates/s table against the FMA/exp "
-     "roofline); the per-step exp of every state element is the largest cost left."),
+     "ScanWeaver's time is about proportional to batch x D x L x N at these shapes and the PyTorch reference's "
+     "is not (its per-case tables at equal batch x D x L differ), so the ratio is lowest where the "
+     "reference is relatively fastest. " + _SELECTIVE_KERNEL),
     ("tiny_call", "",
      "What is left is the Python call itself: argument checks, the cache lookup and the ctypes call."),
     ("neighbours", "",
