@@ -38,7 +38,9 @@ scan.recurrence with a rank-1 static state `memref<N x f32|f64|i32|i64>` (the Ma
     silu(z), D*u: loads whose last index is the step) is vectorised over TIME_BLOCK = 16
     steps at a time, in a prologue of each block of unrolled steps, when it contains
     math functions or divisions (the steps read these values from a small stack buffer
-    by volatile loads, which x86 folds into broadcast operands).  `math.exp` and `math.log1p` inside are marked
+    by volatile loads, which x86 folds into broadcast operands); each block's prologue
+    runs in the iteration before it (software pipelining, the same bits), so its long
+    dependency chains overlap the previous block's steps.  `math.exp` and `math.log1p` inside are marked
     (`scanweaver.poly_exp`) for the next stage, `math-exp-to-polynomial{marked_only}`,
     which makes them the polynomials of `exp_polynomial.py` (vector and scalar): libm
     would be called per lane.
