@@ -262,6 +262,8 @@ class _Chunked:
 class _ReduceGen(_KernelGen):
     """Launch 1: the chunk aggregates of every state element (module doc)."""
 
+    element_runs = False  # (not yet: scalar element loads)
+
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, length, chunk: int, scratch_types):
         super().__init__(nest, name, bs, ipt, keep_pairs=True)  # no replay: no step values kept
         self.length, self.chunk, self.scratch_types = length, chunk, scratch_types
@@ -447,6 +449,8 @@ class _ReduceGen(_KernelGen):
 
 class _ChunkGen(_KernelGen):
     """Launch 3: the fused kernel over one chunk from its true entry state."""
+
+    element_runs = False  # (not yet: scalar element loads)
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs, length, chunk: int, scratch_types):
         super().__init__(nest, name, bs, ipt, keep_pairs)
