@@ -111,6 +111,20 @@ Kernel design
   64: no spills that way). Full tiles read the per-step operands (u, delta, z) with
   16-byte vector loads and write the emit's step outputs with vector stores, for
   states of at most `VECTOR_STEP_IO_MAX_STATE` elements (`recurrence_vector_io.py`).
+* B and C once per tile (`VECTOR_ELEMENT_IO`, states of at most 32 elements): the
+  per-element step operands (Mamba's B[b, n, t] in coeffs, C[b, n, t] in the emit's
+  dot product over the state) are one 16-byte vector per element and thread in a full
+  tile (coalesced: a warp reads 512 consecutive bytes of a row), guarded scalars in the
+  others. B goes from inside the load branches to a per-thread shared stage `sS`
+  (`_stage_element_loads`: its own slots, no barrier) that phase 1, the overflow
+  fallback and the replay read, so B leaves global memory once per tile instead of
+  twice; C is read just before the replay, the emit's loop over the state unrolled so
+  each term takes its lane. ptxas, selective scan N = 16, 128 x 4: 128 registers as
+  before, 0 spills, 32 KiB more shared memory (still 4 resident blocks, limited by
+  registers). Not staged where it would pass 48 KiB of static shared memory (N = 32, or
+  256 threads at N = 16) or below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers):
+  there B keeps its scalar loads, read again by the replay (vectors whose 2 N x 4
+  values leave the load branch spill at N = 32).
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root
   aggregates are not finite; such a tile takes its entering states in the loop's own
   order (thread after thread), its pairs recomputed from the loads (kept values would
