@@ -203,3 +203,33 @@ def test_filecheck_file_passes_on_the_kernel():
 def test_filecheck_file_fails_on_a_broken_kernel(monkeypatch, name):
     BROKEN[name](monkeypatch)
     assert _filecheck_rc() != 0, name
+
+
+@pytest.mark.parametrize("L", [2 * 2 * TILE, 3 * 2 * TILE + 4])
+def test_time_block_chunk_kernel_element_loads(L):
+    """One long channel in time blocks (two-tile chunks, several blocks run out of
+    order): the chunk kernel takes the B vectors into its stage and the C vectors; the
+    reduce kernel keeps scalar loads."""
+    from xdsl.context import Context
+    from xdsl.dialects import gpu, memref, vector
+
+    from scanweaver.ir import make_context
+    from scanweaver.rewrites.raise_affine import RaiseRecurrences
+    from scanweaver.rewrites.scan_to_gpu import ScanToGpu
+
+    module, args = _selective(9, L)
+    ref, got = [a.copy() for a in args], [a.copy() for a in args]
+    run_function(parse(module), "selective_scan", *ref)
+    m = parse(module)
+    RaiseRecurrences().apply(make_context(), m)
+    ScanToGpu(time_blocks="always", chunk_tiles=2, **VEC).apply(Context(), m)
+    kernels = {k.sym_name.data: k for k in m.walk() if isinstance(k, gpu.FuncOp)}
+    chunks = next(k for n, k in kernels.items() if n.endswith("_chunks"))
+    reduce = next(k for n, k in kernels.items() if n.endswith("_reduce"))
+    assert any(isinstance(o, memref.GetGlobalOp) and str(o.properties["name"]).endswith("_sS")
+               for o in chunks.walk())
+    assert sum(isinstance(o, vector.LoadOp) for o in chunks.walk()) == 2 * 9
+    assert not any(isinstance(o, vector.LoadOp) for o in reduce.walk())
+    simulate_launch(m, "selective_scan", *got, block_order=L)
+    for r, g in zip(ref, got):
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6)
