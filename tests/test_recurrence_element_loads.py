@@ -37,7 +37,10 @@ def _selective(N, L, **opts):
 LENGTHS = [0, 1, TILE - 1, TILE, TILE + 1, 3 * TILE + 4]
 
 
-@pytest.mark.parametrize("N,L", [(9, L) for L in LENGTHS] + [(N, L) for N in (1, 4, 16) for L in (0, TILE + 1, 3 * TILE + 4)])
+CASES = [(9, L) for L in LENGTHS] + [(N, L) for N in (1, 4, 16) for L in (0, TILE + 1, 3 * TILE + 4)]
+
+
+@pytest.mark.parametrize("N,L", CASES)
 def test_selective_scan_element_loads_lengths(N, L):
     """Lengths 0, 1, tile - 1, tile, tile + 1 and several tiles (the last partial: its
     guarded scalar loads, also staged); N = 9 is odd; N = 1, 4 keep B's scalar loads."""

@@ -336,14 +336,16 @@ class _KernelGen:
         None where they are loaded again."""
         return self._staged(ie, j) if self.stage_rows else None
 
+    def _stage_slot(self, ie: Emitter, run: int, j: int) -> SSAValue:
+        """This thread's slot of B run `run`, item `j` in the stage."""
+        return ie.add(self.tid, ie.index((run * self.ipt + j) * self.bs)) if run or j else self.tid
+
     def _staged(self, ie: Emitter, j: int) -> dict:
         """Item j's staged B values, loaded from shared memory where used."""
 
         class Lazy(dict):
             def __missing__(d, key):
-                c = self.stage_slot[key]
-                slot = ie.add(self.tid, ie.index((c * self.ipt + j) * self.bs)) if c or j else self.tid
-                d[key] = v = ie.load(self.s_stage, [slot])
+                d[key] = v = ie.load(self.s_stage, [self._stage_slot(ie, self.stage_slot[key], j)])
                 return v
 
             def __contains__(d, key):
@@ -649,7 +651,7 @@ class _KernelGen:
             # B into this thread's own slots of the stage, from inside the load branches
             # (no barrier: only this thread reads them; not the tile's 64 values live at once)
             def sink(ie: Emitter, c: int, j: int, v: SSAValue) -> None:
-                ie.store(v, self.s_stage, [ie.add(self.tid, ie.index((c * self.ipt + j) * self.bs)) if c or j else self.tid])
+                ie.store(v, self.s_stage, [self._stage_slot(ie, c, j)])
 
             vio.load_runs(le, self.b_runs, self.base, self.full, self.run_steps[0][0], self.run_steps, self.ipt, sink)
             if self.pre is None:
