@@ -111,7 +111,7 @@ Kernel design
   64: no spills that way). Full tiles read the per-step operands (u, delta, z) with
   16-byte vector loads and write the emit's step outputs with vector stores, for
   states of at most `VECTOR_STEP_IO_MAX_STATE` elements (`recurrence_vector_io.py`).
-* B and C once per tile (`VECTOR_ELEMENT_IO`, states of at most 32 elements): the
+* B and C once per tile (`VECTOR_ELEMENT_IO`, states of at most 16 elements): the
   per-element step operands (Mamba's B[b, n, t] in coeffs, C[b, n, t] in the emit's
   dot product over the state) are one 16-byte vector per element and thread in a full
   tile (coalesced: a warp reads 512 consecutive bytes of a row), guarded scalars in the
@@ -121,10 +121,11 @@ Kernel design
   twice; C is read just before the replay, the emit's loop over the state unrolled so
   each term takes its lane. ptxas, selective scan N = 16, 128 x 4: 128 registers as
   before, 0 spills, 32 KiB more shared memory (still 4 resident blocks, limited by
-  registers). Not staged where it would pass 48 KiB of static shared memory (N = 32, or
-  256 threads at N = 16) or below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers):
-  there B keeps its scalar loads, read again by the replay (vectors whose 2 N x 4
-  values leave the load branch spill at N = 32).
+  registers). Not staged where it would pass 48 KiB of static shared memory (256
+  threads at N = 16) or below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers): there B
+  keeps its scalar loads, read again by the replay (B vectors whose values leave the
+  load branch cost 40 registers at N = 16 and spill at N = 32). Larger states keep
+  scalar B and C loads (`VECTOR_ELEMENT_IO_MAX_STATE`).
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root
   aggregates are not finite; such a tile takes its entering states in the loop's own
   order (thread after thread), its pairs recomputed from the loads (kept values would
@@ -206,6 +207,10 @@ VECTOR_STEP_IO_MAX_STATE = 4
 #: dot product) by 16-byte vectors in full tiles, once per tile (`recurrence_vector_io`,
 #: element runs); False: cloned scalar loads per item (and B again in the replay).
 VECTOR_ELEMENT_IO = True
+#: ... for states of at most this many elements: the C vectors' 4 N values are live at
+#: the replay's start (ptxas, selective scan, 128 x 4: N = 16 128 registers either way;
+#: N = 20 151 to 168; N = 24 168 to 194, 3 resident blocks to 2).
+VECTOR_ELEMENT_IO_MAX_STATE = 16
 #: Stage the coefficients' element loads (B) in shared memory for the replay and the
 #: overflow fallback, instead of loading them from global memory again, when the block's
 #: static shared memory stays within this many bytes.
@@ -296,7 +301,7 @@ class _KernelGen:
         self.b_runs: list[vio.StepRun] = []
         self.unroll_emit: set = set()
         self.stage_rows = 0
-        if VECTOR_ELEMENT_IO and self.element_runs and self.n <= UNROLL_BY_LLVM:
+        if VECTOR_ELEMENT_IO and self.element_runs and self.n <= VECTOR_ELEMENT_IO_MAX_STATE:
             elements = [self.elem_ints(n) for n in range(self.n)]
             self.b_runs, c_runs, self.unroll_emit = vio.find_element_runs(
                 self.nest, self.cs.per_step, self.cs.per_both, self.es.per_step, self.t_c, self.k_c, elements,
