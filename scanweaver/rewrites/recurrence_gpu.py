@@ -149,11 +149,11 @@ Kernel design
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from xdsl.dialects import arith, gpu, memref
 from xdsl.dialects.builtin import MemRefType, ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
@@ -217,6 +217,10 @@ VECTOR_ELEMENT_IO_MAX_STATE = 16
 STAGE_ELEMENT_LOADS_BUDGET = 48 * 1024
 #: ... for states of at least this many elements (module doc, `_stage_element_loads`).
 STAGE_MIN_ELEMENTS = 8
+
+
+#: the value of element load `op` for element n (None: the load is cloned)
+ElementValue = Callable[[Operation, int], "SSAValue | None"]
 
 
 class _Item:
@@ -336,27 +340,22 @@ class _KernelGen:
                                                      MemRefType(el, [rows], memory_space=bg.SHARED_SPACE)))
         self.stage_slot = {(op, r.elem): c for c, r in enumerate(runs) for op in r.ops}
 
-    def _b_values(self, ie: Emitter, j: int) -> dict | None:
-        """Item j's B values for the replay and the fallback (`_stage_element_loads`),
-        None where they are loaded again."""
-        return self._staged(ie, j) if self.stage_rows else None
+    def _b_values(self, ie: Emitter, j: int) -> ElementValue | None:
+        """Item j's B values (`_stage_element_loads`) from the stage, loaded where used;
+        None where B is loaded again."""
+        if not self.stage_rows:
+            return None
+
+        def staged(op: Operation, n: int) -> SSAValue | None:
+            run = self.stage_slot.get((op, n))
+            return None if run is None else ie.load(self.s_stage, [self._stage_slot(ie, run, j)])
+
+        return staged
 
     def _stage_slot(self, ie: Emitter, run: int, j: int) -> SSAValue:
         """This thread's slot of B run `run`, item `j` in the stage."""
         return ie.add(self.tid, ie.index((run * self.ipt + j) * self.bs)) if run or j else self.tid
 
-    def _staged(self, ie: Emitter, j: int) -> dict:
-        """Item j's staged B values, loaded from shared memory where used."""
-
-        class Lazy(dict):
-            def __missing__(d, key):
-                d[key] = v = ie.load(self.s_stage, [self._stage_slot(ie, self.stage_slot[key], j)])
-                return v
-
-            def __contains__(d, key):
-                return key in self.stage_slot
-
-        return Lazy()
 
     def _tiles(self, t_begin: SSAValue, t_end: SSAValue) -> None:
         """The chained tiles over steps [t_begin, t_end) (the whole loop here; one time
@@ -472,16 +471,17 @@ class _KernelGen:
         return {**m, **self.nmaps[n], **dict(zip(self.k_c, self.elem_index(ie, n)))}
 
     def _pair_values(
-        self, ie: Emitter, m: dict[SSAValue, SSAValue], pre: dict | None = None
+        self, ie: Emitter, m: dict[SSAValue, SSAValue], elem: ElementValue | None = None
     ) -> tuple[list[SSAValue], list[SSAValue]]:
-        """The N pairs of one step from the step-only values in `m`; the element loads
-        keyed `(op, n)` in `pre` take those values."""
+        """The N pairs of one step from the step-only values in `m`; an element load
+        for which `elem(op, n)` gives a value takes it."""
         a_s, b_s = [], []
         for n in range(self.n):
             mn = self._elem_map(ie, m, n)
             for op in self.cs.per_both:
-                if pre is not None and (op, n) in pre:
-                    mn[op.results[0]] = pre[(op, n)]
+                v = elem(op, n) if elem is not None else None
+                if v is not None:
+                    mn[op.results[0]] = v
                     continue
                 ie.op(op.clone(value_mapper=mn))
             a_s.append(self.pairs.widen(ie, mn[self.y_a]))
@@ -501,10 +501,10 @@ class _KernelGen:
                 m[op.results[0]] = pre[op]
                 continue
             ie.op(op.clone(value_mapper=m))
-        epre = pre
+        elem: ElementValue | None = (lambda op, n: pre.get((op, n))) if pre else None
         if j is not None and (staged or from_stage) and self.stage_rows:
-            epre = self._b_values(ie, j)
-        a_s, b_s = self._pair_values(ie, m, epre)
+            elem = self._b_values(ie, j)
+        a_s, b_s = self._pair_values(ie, m, elem)
         return m, a_s, b_s
 
     def _tree_prefix(self, ie: Emitter, comps: list[int]) -> list[SSAValue]:
