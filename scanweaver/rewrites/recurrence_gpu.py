@@ -111,6 +111,21 @@ Kernel design
   64: no spills that way). Full tiles read the per-step operands (u, delta, z) with
   16-byte vector loads and write the emit's step outputs with vector stores, for
   states of at most `VECTOR_STEP_IO_MAX_STATE` elements (`recurrence_vector_io.py`).
+* B and C once per tile (`VECTOR_ELEMENT_IO`, states of at most 16 elements): the
+  per-element step operands (Mamba's B[b, n, t] in coeffs, C[b, n, t] in the emit's
+  dot product over the state) are one 16-byte vector per element and thread in a full
+  tile (coalesced: a warp reads 512 consecutive bytes of a row), guarded scalars in the
+  others. B goes from inside the load branches to a per-thread shared stage `sS`
+  (`_stage_element_loads`: its own slots, no barrier) that phase 1, the overflow
+  fallback and the replay read, so B leaves global memory once per tile instead of
+  twice; C is read just before the replay, the emit's loop over the state unrolled so
+  each term takes its lane. ptxas, selective scan N = 16, 128 x 4: 128 registers as
+  before, 0 spills, 32 KiB more shared memory (still 4 resident blocks, limited by
+  registers). Not staged where it would pass 48 KiB of static shared memory (256
+  threads at N = 16) or below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers): there B
+  keeps its scalar loads, read again by the replay (B vectors whose values leave the
+  load branch cost 40 registers at N = 16 and spill at N = 32). Larger states keep
+  scalar B and C loads (`VECTOR_ELEMENT_IO_MAX_STATE`).
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root
   aggregates are not finite; such a tile takes its entering states in the loop's own
   order (thread after thread), its pairs recomputed from the loads (kept values would
@@ -134,11 +149,11 @@ Kernel design
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from xdsl.dialects import arith, gpu, memref
 from xdsl.dialects.builtin import MemRefType, ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
@@ -188,6 +203,24 @@ VECTOR_STEP_IO = True
 #: cost registers (ptxas, selective scan N = 16, 128 x 4: 150 registers with them, 128
 #: without: 3 resident blocks instead of 4).
 VECTOR_STEP_IO_MAX_STATE = 4
+#: The per-element step operands (Mamba's B[b, n, t] in coeffs, C[b, n, t] in the emit's
+#: dot product) by 16-byte vectors in full tiles, once per tile (`recurrence_vector_io`,
+#: element runs); False: cloned scalar loads per item (and B again in the replay).
+VECTOR_ELEMENT_IO = True
+#: ... for states of at most this many elements: the C vectors' 4 N values are live at
+#: the replay's start (ptxas, selective scan, 128 x 4: N = 16 128 registers either way;
+#: N = 20 151 to 168; N = 24 168 to 194, 3 resident blocks to 2).
+VECTOR_ELEMENT_IO_MAX_STATE = 16
+#: Stage the coefficients' element loads (B) in shared memory for the replay and the
+#: overflow fallback, instead of loading them from global memory again, when the block's
+#: static shared memory stays within this many bytes.
+STAGE_ELEMENT_LOADS_BUDGET = 48 * 1024
+#: ... for states of at least this many elements (module doc, `_stage_element_loads`).
+STAGE_MIN_ELEMENTS = 8
+
+
+#: the value of element load `op` for element n (None: the load is cloned)
+ElementValue = Callable[[Operation, int], "SSAValue | None"]
 
 
 class _Item:
@@ -201,6 +234,9 @@ class _Item:
 class _KernelGen:
     """Builds the fused kernel of one matched nest (module doc, "Kernel design"); the
     steps below share the kernel's values through the instance."""
+
+    #: element runs (B, C by vectors) in this kernel; the time-block kernels keep scalars
+    element_runs = True
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
         self.nest, self.name, self.bs, self.ipt = nest, name, bs, ipt
@@ -228,12 +264,15 @@ class _KernelGen:
             self.sweep_rows = self.group * bs
             self.shared_bytes = (2 * self.group * bs + self.n) * size
 
-    def elem_index(self, e: Emitter, n: int) -> list[SSAValue]:
+    def elem_ints(self, n: int) -> list[int]:
         idx = []
         for extent in reversed(self.shape):
             idx.append(n % extent)
             n //= extent
-        return [e.index(i) for i in reversed(idx)]
+        return idx[::-1]
+
+    def elem_index(self, e: Emitter, n: int) -> list[SSAValue]:
+        return [e.index(i) for i in self.elem_ints(n)]
 
     # -- the kernel ---------------------------------------------------------------------
     def build(self) -> gpu.FuncOp:
@@ -263,6 +302,60 @@ class _KernelGen:
             if VECTOR_STEP_IO and self.n <= VECTOR_STEP_IO_MAX_STATE else ([], [], [])
         )
         self.pre: list[dict] | None = None  # this tile's preloaded step values, per item
+        self.b_runs: list[vio.StepRun] = []
+        self.unroll_emit: set = set()
+        self.stage_rows = 0
+        if VECTOR_ELEMENT_IO and self.element_runs and self.n <= VECTOR_ELEMENT_IO_MAX_STATE:
+            elements = [self.elem_ints(n) for n in range(self.n)]
+            self.b_runs, c_runs, self.unroll_emit = vio.find_element_runs(
+                self.nest, self.cs.per_step, self.cs.per_both, self.es.per_step, self.t_c, self.k_c, elements,
+                self.t_e, self.ipt)
+            self.load_runs = self.load_runs + self.b_runs
+            self.emit_runs = self.emit_runs + c_runs
+            self._stage_element_loads()
+
+    def _stage_element_loads(self) -> None:
+        """Where the tile's B values live between phase 1 and the replay, so that B is
+        read from global memory once per tile: in shared `sS`, each thread's values at
+        `(run * ipt + item) * bs + tid` (its own slots: no barrier; conflict-free),
+        written from inside the load branches (not all the tile's values live at once)
+        and read by phase 1, the replay and the overflow fallback. Where that does not
+        fit (N = 32), or with fewer than `STAGE_MIN_ELEMENTS` elements, B keeps its
+        scalar loads, read again by the replay: vectors whose values flow out of the
+        load branch spill (ptxas, N = 32: 124 spill stores), kept in registers or staged
+        they cost registers at N = 4 (56 to 72 / 68). With kept pairs B is not needed
+        after phase 1: its vectors are used there directly."""
+        runs = self.b_runs
+        if not runs or self.keep:
+            return
+        el = runs[0].el
+        rows = len(runs) * self.ipt * self.bs
+        total = shared_layout_bytes([self.shared_bytes, rows * bg.byte_size(el)])
+        if len({r.el for r in runs}) != 1 or total > STAGE_ELEMENT_LOADS_BUDGET or self.n < STAGE_MIN_ELEMENTS:
+            self.load_runs = [r for r in self.load_runs if r.elem is None]
+            self.b_runs = []
+            return
+        self.stage_rows, self.stage_el, self.shared_bytes = rows, el, total
+        self.s_stage = self.e.val(memref.GetGlobalOp(f"{self.name}_sS",
+                                                     MemRefType(el, [rows], memory_space=bg.SHARED_SPACE)))
+        self.stage_slot = {(op, r.elem): c for c, r in enumerate(runs) for op in r.ops}
+
+    def _b_values(self, ie: Emitter, j: int) -> ElementValue | None:
+        """Item j's B values (`_stage_element_loads`) from the stage, loaded where used;
+        None where B is loaded again."""
+        if not self.stage_rows:
+            return None
+
+        def staged(op: Operation, n: int) -> SSAValue | None:
+            run = self.stage_slot.get((op, n))
+            return None if run is None else ie.load(self.s_stage, [self._stage_slot(ie, run, j)])
+
+        return staged
+
+    def _stage_slot(self, ie: Emitter, run: int, j: int) -> SSAValue:
+        """This thread's slot of B run `run`, item `j` in the stage."""
+        return ie.add(self.tid, ie.index((run * self.ipt + j) * self.bs)) if run or j else self.tid
+
 
     def _tiles(self, t_begin: SSAValue, t_end: SSAValue) -> None:
         """The chained tiles over steps [t_begin, t_end) (the whole loop here; one time
@@ -377,30 +470,41 @@ class _KernelGen:
     def _elem_map(self, ie: Emitter, m: dict[SSAValue, SSAValue], n: int) -> dict[SSAValue, SSAValue]:
         return {**m, **self.nmaps[n], **dict(zip(self.k_c, self.elem_index(ie, n)))}
 
-    def _pair_values(self, ie: Emitter, m: dict[SSAValue, SSAValue]) -> tuple[list[SSAValue], list[SSAValue]]:
-        """The N pairs of one step from the step-only values in `m`."""
+    def _pair_values(
+        self, ie: Emitter, m: dict[SSAValue, SSAValue], elem: ElementValue | None = None
+    ) -> tuple[list[SSAValue], list[SSAValue]]:
+        """The N pairs of one step from the step-only values in `m`; an element load
+        for which `elem(op, n)` gives a value takes it."""
         a_s, b_s = [], []
         for n in range(self.n):
             mn = self._elem_map(ie, m, n)
             for op in self.cs.per_both:
+                v = elem(op, n) if elem is not None else None
+                if v is not None:
+                    mn[op.results[0]] = v
+                    continue
                 ie.op(op.clone(value_mapper=mn))
             a_s.append(self.pairs.widen(ie, mn[self.y_a]))
             b_s.append(self.pairs.widen(ie, mn[self.y_b]))
         return a_s, b_s
 
     def _step_pairs(
-        self, ie: Emitter, k: SSAValue, j: int | None = None
+        self, ie: Emitter, k: SSAValue, j: int | None = None, staged: bool = False, from_stage: bool = False
     ) -> tuple[dict[SSAValue, SSAValue], list[SSAValue], list[SSAValue]]:
         """Step `k`'s step-only values cloned, then its N pairs; item `j` of the tile takes
-        its preloaded step values (None: the loads are cloned)."""
+        its preloaded step values (None: the loads are cloned), `staged`: its element
+        loads from the shared stage (the overflow fallback)."""
         m = {**self.base, self.t_c: self.step_index(ie, k)}
-        pre = self.pre[j] if self.pre is not None and j is not None else {}
+        pre = self.pre[j] if self.pre is not None and j is not None and not staged else {}
         for op in self.cs.per_step:
             if op in pre:
                 m[op.results[0]] = pre[op]
                 continue
             ie.op(op.clone(value_mapper=m))
-        a_s, b_s = self._pair_values(ie, m)
+        elem: ElementValue | None = (lambda op, n: pre.get((op, n))) if pre else None
+        if j is not None and (staged or from_stage) and self.stage_rows:
+            elem = self._b_values(ie, j)
+        a_s, b_s = self._pair_values(ie, m, elem)
         return m, a_s, b_s
 
     def _tree_prefix(self, ie: Emitter, comps: list[int]) -> list[SSAValue]:
@@ -513,16 +617,16 @@ class _KernelGen:
 
         def own_steps(ie: Emitter, h: Sequence[SSAValue]) -> list[SSAValue]:
             h = list(h)
-            for it in items:
+            for j, it in enumerate(items):
 
-                def step(te: Emitter, k=it.k, a_s=it.a_s, b_s=it.b_s, h=h) -> list[SSAValue]:
+                def step(te: Emitter, k=it.k, a_s=it.a_s, b_s=it.b_s, h=h, j=j) -> list[SSAValue]:
                     if self.keep:
                         pa, pb = a_s, b_s
                     else:
-                        # from the loads again, not from the kept step values: that
-                        # keeps LLVM from hoisting N * items_per_thread pairs out of
-                        # the turn loop (the loads cannot cross its barriers)
-                        _, pa, pb = self._step_pairs(te, k)
+                        # from the loads (or the shared stage) again, not from the kept
+                        # step values: that keeps LLVM from hoisting N * items_per_thread
+                        # pairs out of the turn loop (the loads cannot cross its barriers)
+                        _, pa, pb = self._step_pairs(te, k, j, staged=True)
                     return [self.pairs.apply(te, pa[c], h[c], pb[c]) for c in range(self.n)]
 
                 h = list(ie.if_(it.inside, [self.el] * self.n, step, lambda te, h=h: h))
@@ -545,9 +649,18 @@ class _KernelGen:
         for j in range(self.ipt):
             k = le.add(start, le.index(j)) if j else start
             self.run_steps.append((self.step_index(le, k), le.cmp("ult", k, self.t_end)))
-        if self.load_runs:
-            self.pre = vio.load_runs(le, self.load_runs, self.base, self.full, self.run_steps[0][0], self.run_steps,
-                                     self.ipt)
+        plain = [r for r in self.load_runs if r.elem is None] if self.stage_rows else self.load_runs
+        if plain:
+            self.pre = vio.load_runs(le, plain, self.base, self.full, self.run_steps[0][0], self.run_steps, self.ipt)
+        if self.stage_rows:
+            # B into this thread's own slots of the stage, from inside the load branches
+            # (no barrier: only this thread reads them; not the tile's 64 values live at once)
+            def sink(ie: Emitter, c: int, j: int, v: SSAValue) -> None:
+                ie.store(v, self.s_stage, [self._stage_slot(ie, c, j)])
+
+            vio.load_runs(le, self.b_runs, self.base, self.full, self.run_steps[0][0], self.run_steps, self.ipt, sink)
+            if self.pre is None:
+                self.pre = [{} for _ in range(self.ipt)]
 
     def _produce_items(self, le: Emitter, tl: SSAValue) -> tuple[list[_Item], list[SSAValue], list[SSAValue]]:
         """1. this thread's pairs for all state elements; fold into aggregates."""
@@ -563,7 +676,7 @@ class _KernelGen:
             inside = le.cmp("ult", k, self.t_end)
 
             def produce(ie: Emitter, k: SSAValue = k, j: int = j) -> list[SSAValue]:
-                m, a_s, b_s = self._step_pairs(ie, k, j)
+                m, a_s, b_s = self._step_pairs(ie, k, j, from_stage=True)
                 return [*(m[v] for v in self.frontier), *a_s, *b_s]
 
             def pad(ie: Emitter) -> list[SSAValue]:
@@ -664,7 +777,8 @@ class _KernelGen:
                 if self.keep:
                     pa, pb = it.a_s, it.b_s
                 else:
-                    pa, pb = self._pair_values(ie, {**self.base, self.t_c: i, **dict(zip(self.frontier, it.f_vals))})
+                    pa, pb = self._pair_values(ie, {**self.base, self.t_c: i, **dict(zip(self.frontier, it.f_vals))},
+                                               self._b_values(ie, j))
                 new_h = [pairs.apply(ie, pa[n], h[n], pb[n]) for n in range(self.n)]
                 for n in range(self.n):
                     ie.store(new_h[n], priv, self.elem_index(ie, n))
@@ -678,6 +792,9 @@ class _KernelGen:
                         continue
                     if op in deferred:  # written after the items (vectors in full tiles)
                         out[deferred[op]] = me.get(op.operands[0], op.operands[0])
+                        continue
+                    if op in self.unroll_emit:  # C . h with C preloaded, unrolled over the state
+                        vio.unrolled_emit_loop(ie, op, me, pre)
                         continue
                     new = ie.op(op.clone(value_mapper=me))
                     if last_stores:
@@ -764,6 +881,8 @@ def lower_recurrence(
     bg.shared_global(kmod, f"{name}_sA", gen.el, rows)
     bg.shared_global(kmod, f"{name}_sB", gen.el, rows)
     bg.shared_global(kmod, f"{name}_sC", gen.el, gen.n)
+    if gen.stage_rows:
+        bg.shared_global(kmod, f"{name}_sS", gen.stage_el, gen.stage_rows)
     kmod.body.block.add_op(kfunc)
 
     launch_nest_kernel(

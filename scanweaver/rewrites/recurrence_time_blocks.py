@@ -262,6 +262,10 @@ class _Chunked:
 class _ReduceGen(_KernelGen):
     """Launch 1: the chunk aggregates of every state element (module doc)."""
 
+    # B by scalars: with no replay its vectors' values would all be live at once
+    # (`_stage_element_loads`; ptxas, N = 16: 40 more registers in the fused kernel)
+    element_runs = False
+
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, length, chunk: int, scratch_types):
         super().__init__(nest, name, bs, ipt, keep_pairs=True)  # no replay: no step values kept
         self.length, self.chunk, self.scratch_types = length, chunk, scratch_types
@@ -573,6 +577,8 @@ class _RecurrenceTimeBlocks:
             bg.shared_global(kmod, f"{name}_sB", t, size)
         bg.shared_global(kmod, f"{n1}_sR", self.agg_t, 2 * self.n)
         bg.shared_global(kmod, f"{n3}_sC", self.el, self.n)
+        if chk.stage_rows:  # B staged for the replay (recurrence_gpu, `_stage_element_loads`)
+            bg.shared_global(kmod, f"{n3}_sS", chk.stage_el, chk.stage_rows)
         for kf in (k1, k2, k3):
             kmod.body.block.add_op(kf)
 

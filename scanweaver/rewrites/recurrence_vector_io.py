@@ -21,6 +21,17 @@ vectors. This module finds those accesses and emits them per tile:
   the stored value of each item, and after the items a full tile writes the run by
   `vector.store`, other tiles store element by element where the step is in range.
 
+* Element loads (`find_element_runs`, Mamba's B and C): a load of a per-element
+  operand `ref[*others, i]` where some of the other indices are the state's element
+  index -- the block arguments of `coeffs` (B, in the part of coeffs that varies with
+  step and element), or the induction variable of a constant-bound `scf.for` at the top
+  of `emit` without stores or nested regions (C, in the emit's dot product over the
+  state) -- and the rest step-invariant. Each element (each iteration of that loop)
+  is a run of its own (`StepRun.elem`, the element variables substituted by constants
+  in `StepRun.subst`); the kernel clones that emit loop unrolled (`unrolled_emit_loop`)
+  so that each iteration takes its preloaded value. Per item, the values are keyed by
+  `(op, elem)` instead of the op.
+
 A full tile reads and writes exactly the elements its steps' scalar accesses would
 (every step of it is in range); different memrefs are assumed not to overlap, as the
 nest matcher does.
@@ -28,10 +39,10 @@ nest matcher does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from xdsl.dialects import arith, memref, vector
+from xdsl.dialects import arith, memref, scf, vector
 from xdsl.dialects.builtin import IntegerAttr, MemRefType, NoneAttr, VectorType, i64
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
@@ -50,6 +61,16 @@ class StepRun:
     el: Attribute
     vec: int  # elements per 16-byte vector
     ops: list[Operation] = field(default_factory=list)  # its loads (or its one store)
+    elem: int | None = None  # element runs: the element (or emit loop iteration) it reads
+    subst: tuple[tuple[SSAValue, int], ...] = ()  # element variables -> their constants here
+
+    def key(self, op: Operation) -> object:
+        """The key of `op`'s value in an item's preloaded values."""
+        return op if self.elem is None else (op, self.elem)
+
+    def indices(self, ie: Emitter, vmap: dict[SSAValue, SSAValue], i: SSAValue) -> list[SSAValue]:
+        subst = dict(self.subst)
+        return [ie.index(subst[v]) if v in subst else vmap[v] for v in self.others] + [i]
 
 
 def _vector_elements(ref: SSAValue, nest: Nest, ipt: int) -> int:
@@ -114,6 +135,101 @@ def find_step_runs(
     return per_region[0], per_region[1], stores
 
 
+def _element_run_loads(ops: Sequence[Operation], t: SSAValue, elem_vars: Sequence[SSAValue],
+                       inside: set[SSAValue], nest: Nest, ipt: int) -> list[tuple[memref.LoadOp, int]]:
+    """The loads of `ops` reading `ref[*others, t]` with some of `others` in `elem_vars`
+    and the rest step-invariant (not in `inside`), with their vector widths."""
+    found = []
+    for op in ops:
+        if not isinstance(op, memref.LoadOp) or op.memref in nest.stored_args:
+            continue
+        idx = list(op.indices)
+        if not idx or idx[-1] is not t or not any(v in elem_vars for v in idx[:-1]):
+            continue
+        if any(v is t or (v in inside and v not in elem_vars) for v in idx[:-1]):
+            continue
+        vec = _vector_elements(op.memref, nest, ipt)
+        if vec:
+            found.append((op, vec))
+    return found
+
+
+def _unrollable_loop(op: Operation) -> range | None:
+    """The iterations of a constant-bound `scf.for` whose body has neither stores nor
+    regions (the emit's dot product over the state), else None."""
+    if not isinstance(op, scf.ForOp):
+        return None
+    lb, ub, st = const_int(op.lb), const_int(op.ub), const_int(op.step)
+    if lb is None or ub is None or st is None or st <= 0 or (ub - lb) // st > MAX_UNROLLED_TRIPS:
+        return None
+    if any(o.regions or isinstance(o, memref.StoreOp) for o in op.body.block.ops):
+        return None
+    return range(lb, ub, st)
+
+
+#: emit loops of at most this many iterations are unrolled for their element loads
+MAX_UNROLLED_TRIPS = 64
+
+
+def find_element_runs(
+    nest: Nest, coeffs_step: Sequence[Operation], coeffs_both: Sequence[Operation], emit_step: Sequence[Operation],
+    t_c: SSAValue, k_c: Sequence[SSAValue], elements: Sequence[Sequence[int]], t_e: SSAValue, ipt: int,
+) -> tuple[list[StepRun], list[StepRun], set[Operation]]:
+    """The element loads (module doc) of coeffs (per element: `elements[n]` is element
+    n's index) and of emit, and the emit loops to unroll for them; none when the loop
+    step is not 1."""
+    if const_int(nest.rec.step) != 1:
+        return [], [], set()
+    inside_c = _defined(list(coeffs_step) + list(coeffs_both)) | {t_c}
+    coeffs_runs: list[StepRun] = []
+    loads = _element_run_loads(coeffs_both, t_c, k_c, inside_c, nest, ipt)
+    for n, elem in enumerate(elements):
+        runs: dict[tuple, StepRun] = {}
+        subst = tuple(zip(k_c, elem))
+        for op, vec in loads:
+            key = (op.memref, tuple(dict(subst).get(v, v) for v in op.indices[:-1]))
+            if key in runs:
+                runs[key].ops.append(op)
+            else:
+                runs[key] = StepRun(op.memref, tuple(op.indices[:-1]), op.memref.type.element_type, vec, [op],
+                                    n, subst)
+        coeffs_runs += runs.values()
+    inside_e = _defined(emit_step) | {t_e}
+    emit_runs: list[StepRun] = []
+    loops: set[Operation] = set()
+    for loop in emit_step:
+        its = _unrollable_loop(loop)
+        if its is None:
+            continue
+        body = list(loop.body.block.ops)  # type: ignore[attr-defined]
+        iv = loop.body.block.args[0]  # type: ignore[attr-defined]
+        found = _element_run_loads(body, t_e, [iv], inside_e | _defined(body), nest, ipt)
+        if not found:
+            continue
+        loops.add(loop)
+        for c in its:
+            emit_runs += [StepRun(op.memref, tuple(op.indices[:-1]), op.memref.type.element_type, vec, [op], c,
+                                  ((iv, c),)) for op, vec in found]
+    return coeffs_runs, emit_runs, loops
+
+
+def unrolled_emit_loop(ie: Emitter, loop: scf.ForOp, m: dict[SSAValue, SSAValue], pre: dict) -> None:
+    """Clone `loop` (an `_unrollable_loop`) unrolled, the loads with preloaded values
+    (keyed `(op, iteration)`) taking them; its results go into `m`."""
+    block = loop.body.block
+    carried = [m.get(v, v) for v in loop.iter_args]
+    for c in _unrollable_loop(loop) or ():
+        mm = {**m, block.args[0]: ie.index(c), **dict(zip(block.args[1:], carried))}
+        for op in block.ops:
+            if isinstance(op, scf.YieldOp):
+                carried = [mm.get(v, v) for v in op.operands]
+            elif (op, c) in pre:
+                mm[op.results[0]] = pre[(op, c)]
+            else:
+                ie.op(op.clone(value_mapper=mm))
+    m.update(zip(loop.results, carried))
+
+
 def full_tile(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValue], t0: SSAValue, p0: SSAValue,
               tile: int, t_end: SSAValue) -> SSAValue:
     """i1, block-uniform: the tile of steps [t0, t0 + tile) lies before `t_end`, its
@@ -133,40 +249,53 @@ def full_tile(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValu
 
 
 def load_runs(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValue], full: SSAValue,
-              p_start: SSAValue, steps: Sequence[tuple[SSAValue, SSAValue]], ipt: int) -> list[dict[Operation, SSAValue]]:
-    """Per item j of the thread: {load op: its value at step j}. `p_start`: the loop index
-    of the thread's first step; `steps`: (loop index, in range) of each item."""
-    types = [r.el for r in runs for _ in range(ipt)]
+              p_start: SSAValue, steps: Sequence[tuple[SSAValue, SSAValue]], ipt: int,
+              sink: Callable[[Emitter, int, int, SSAValue], None] | None = None) -> list[dict]:
+    """Per item j of the thread: {load op (`StepRun.key`): its value at step j}. `p_start`: the loop index
+    of the thread's first step; `steps`: (loop index, in range) of each item. With `sink`,
+    each value is handed to `sink(emitter, run, item, value)` inside the branch that loads
+    it instead (none flows out: the whole tile's values are not live at once)."""
+    types = [] if sink is not None else [r.el for r in runs for _ in range(ipt)]
+
+    def drain(ie: Emitter, out: list[SSAValue]) -> list[SSAValue]:
+        if sink is None:
+            return out
+        for c in range(len(runs)):
+            for j in range(ipt):
+                sink(ie, c, j, out[c * ipt + j])
+        return []
 
     def vector_loads(ie: Emitter) -> list[SSAValue]:
         out: list[SSAValue] = []
         for r in runs:
-            ref, others = vmap[r.ref], [vmap[v] for v in r.others]
+            ref = vmap[r.ref]
             vt = VectorType(r.el, [r.vec])
             for c in range(ipt // r.vec):
                 i = ie.add(p_start, ie.index(c * r.vec)) if c else p_start
-                op = vector.LoadOp(ref, [*others, i], vt)
+                op = vector.LoadOp(ref, r.indices(ie, vmap, i), vt)
                 op.attributes["alignment"] = IntegerAttr(16, i64)
                 v = ie.op(op).results[0]
                 out += [ie.val(vector.ExtractOp(v, [lane], r.el)) for lane in range(r.vec)]
-        return out
+        return drain(ie, out)
 
     def scalar_loads(ie: Emitter) -> list[SSAValue]:
         out: list[SSAValue] = []
         for r in runs:
-            ref, others = vmap[r.ref], [vmap[v] for v in r.others]
+            ref = vmap[r.ref]
             for i, inside in steps:
-                (v,) = ie.if_(inside, [r.el], lambda x, i=i, ref=ref, others=others: [x.load(ref, [*others, i])],
+                (v,) = ie.if_(inside, [r.el], lambda x, i=i, ref=ref, r=r: [x.load(ref, r.indices(x, vmap, i))],
                               lambda x, r=r: [x.const(0, r.el)])
                 out.append(v)
-        return out
+        return drain(ie, out)
 
     vals = list(le.if_(full, types, vector_loads, scalar_loads))
-    per_item: list[dict[Operation, SSAValue]] = [{} for _ in range(ipt)]
+    if sink is not None:
+        return [{} for _ in range(ipt)]
+    per_item: list[dict] = [{} for _ in range(ipt)]
     for n, r in enumerate(runs):
         for j in range(ipt):
             for op in r.ops:
-                per_item[j][op] = vals[n * ipt + j]
+                per_item[j][r.key(op)] = vals[n * ipt + j]
     return per_item
 
 
