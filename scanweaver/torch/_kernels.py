@@ -28,6 +28,7 @@ def _vjp_only(ir_text: str) -> str:
     from scanweaver.rewrites.grad import ScanweaverGrad
 
     module = parse_ir(ir_text)
+    mark_step_exp(module)
     ScanweaverGrad(chunk=CHUNK).apply(make_context(), module)
     for op in list(module.ops):
         if isinstance(op, func.FuncOp) and not op.sym_name.data.endswith("_vjp"):
@@ -36,14 +37,45 @@ def _vjp_only(ir_text: str) -> str:
     return print_ir(module)
 
 
+def mark_step_exp(module, scalef: bool | None = None) -> int:
+    """Mark the exp of each f32 `scan.recurrence`'s coefficient a (the selective scan's
+    exp(delta*A)) for the fused polynomial, and for its AVX-512 scalef form where the
+    CPU kernel takes it (`scalef_exp()`; `scalef` overrides): the forms the forward's
+    tiled kernel computes.  Run before scanweaver-grad, whose clones keep the marks, so
+    the VJP's checkpoint run, its recompute of h and the reverse of the coefficients
+    evaluate exp as the forward does (<= 1 ulp, README Numerics).  Returns the count."""
+    from xdsl.dialects import math as mathd
+    from xdsl.dialects.builtin import Float32Type, UnitAttr
+
+    from scanweaver.dialects import scan
+    from scanweaver.rewrites.exp_polynomial import FUSED_MARK, SCALEF_MARK
+    from scanweaver.runtime.cpu_selective_exp import scalef_exp
+
+    if scalef is None:
+        scalef = scalef_exp()
+    marked = 0
+    for op in module.walk():
+        if not isinstance(op, scan.RecurrenceOp):
+            continue
+        a = op.coeffs.block.last_op.operands[0].owner
+        if isinstance(a, mathd.ExpOp) and isinstance(a.operand.type, Float32Type):
+            a.attributes[FUSED_MARK] = UnitAttr()
+            if scalef:
+                a.attributes[SCALEF_MARK] = UnitAttr()
+            marked += 1
+    return marked
+
+
 def _polynomial_math_outside_scans(module) -> None:
     """f32 exp / log1p of the VJP's plain loops as arith polynomials (<= 1 ulp; what the
     forward's fast path computes): the loops over the state index then vectorise instead
-    of calling libm per lane.  Inside scan ops, scan-to-cpu does this itself."""
+    of calling libm per lane.  An exp marked by `mark_step_exp` takes the fused form
+    (the scalef one on vector types; a scalar gets the fused form's same bits).  Inside
+    scan ops, scan-to-cpu does this itself."""
     from xdsl.dialects import math as mathd
 
     from scanweaver.dialects import scan
-    from scanweaver.rewrites.exp_polynomial import expand_exp, expand_log1p
+    from scanweaver.rewrites.exp_polynomial import FUSED_MARK, SCALEF_MARK, expand_exp, expand_log1p
     from xdsl.builder import Builder
     from xdsl.rewriter import InsertPoint
     from xdsl.dialects.builtin import Float32Type
@@ -59,8 +91,12 @@ def _polynomial_math_outside_scans(module) -> None:
     for op in list(module.walk()):
         if isinstance(op, (mathd.ExpOp, mathd.Log1pOp)) and isinstance(op.operand.type, Float32Type) \
                 and not inside_scan(op):
-            expand = expand_exp if isinstance(op, mathd.ExpOp) else expand_log1p
-            y = expand(Builder(InsertPoint.before(op)), op.operand)
+            at = Builder(InsertPoint.before(op))
+            if isinstance(op, mathd.ExpOp):
+                y = expand_exp(at, op.operand, fused=FUSED_MARK in op.attributes,
+                               scalef=SCALEF_MARK in op.attributes)
+            else:
+                y = expand_log1p(at, op.operand)
             op.result.replace_all_uses_with(y)
             op.detach()
             op.erase()
