@@ -51,6 +51,7 @@ def _kernel(spec, twice: str | None):
 
     ir = _kernels.selective_ir(spec, False)
     module = parse_ir(ir.text)
+    _kernels.mark_step_exp(module)  # as _kernels._vjp_only: the forward's exp form
     ScanweaverGrad(chunk=_kernels.CHUNK).apply(make_context(), module)
     for op in list(module.ops):
         if isinstance(op, func.FuncOp) and not op.sym_name.data.endswith("_vjp"):
