@@ -34,8 +34,9 @@ _RULES: list[tuple[str, str, str]] = [
     ("backward_over_forward", "",
      "The VJP runs the checkpoint forward, the recompute of h outside its window, the adjoint scan and the "
      "reverses of the producer (exp, softplus) and the emit (C, z); see `python -m scanweaver.bench.vjp_stages`. "
-     "The forward's exp(delta*A) takes the fused polynomial (with AVX-512 scaling where the CPU has it) and "
-     "the VJP's does not yet, so a faster forward raises this ratio without the backward getting slower."),
+     "The VJP's exp(delta*A) takes the forward's fused polynomial, but in its plain coefficient loops "
+     "(scalar IR that LLVM vectorises) without the AVX-512 scaling, which needs vector types in the IR; "
+     "the adjoint scan and the reverse of the emit hold most of the time left."),
     ("jax-lax-scan", "",
      "The selective scan is compute-bound on this CPU (see the state-updates/s table against the FMA/exp "
      "roofline); the per-step exp of every state element is the largest cost left."),
