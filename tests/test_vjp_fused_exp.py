@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from xdsl.dialects import arith, func, memref
 from xdsl.dialects import math as mathd
 
