@@ -875,6 +875,8 @@ class _RecurrenceAdjoint:
         # fused: the adjoint's state is lambda itself (LAM), no per-step buffer of it
         self.MU = None if self.fused else e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
         self.LAM = e.hoisted_alloca(st_t) if self.fused else None
+        self.TOT: list[SSAValue] | None = None  # the fused adjoint's per-step sums (coeffs_reverse_diagonal)
+        self.tot_values: list[SSAValue] = []
         self.H = info["H"] if info["H"] is not None else e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
         self.GS = e.hoisted_alloca(MemRefType(el, [Kc, *self.shape]))
         self.row, self.grow = (e.hoisted_alloca(st_t) for _ in range(2))
@@ -980,6 +982,10 @@ class _RecurrenceAdjoint:
         e.put(scan.YieldOp())
         e.block = outer
         e.put(scan.RecurrenceOp(e.iconst(0), n, e.iconst(1), self.LAM, Region(blk), Region(eblk)))
+        # the steps' time-only reverse (softplus and the like), left out of the scan's
+        # emit: a loop over the chunk's steps of its own, which vectorises over them
+        if self.TOT:
+            e.for_(e.iconst(0), n, lambda jj: self.time_only_reverse(s0, step, jj, base), reverse=True)
         # to the chunk before: mu = a_{s0} * lambda_{s0}
         e.for_static(self.shape, lambda k: e.store(
             e.mul(e.load(AB[0], [base, *k]), e.load(self.LAM, k)), self.mu, k))
@@ -1062,8 +1068,39 @@ class _RecurrenceAdjoint:
         e.for_static(self.shape, per_element)
         totals = e.for_static_sums(self.shape, zeros, lambda k, sums: [
             e.add_reassoc(acc, e.load(part, k)) for acc, part in zip(sums, parts)])
+        if lam is not None:
+            # the fused adjoint's emit: the sums go to TOT[m][jj], and the reverse of
+            # the time-only ops runs after the scan (time_only_reverse).  In the emit,
+            # each step's long scalar chain (sums, softplus' reverse, a division) held
+            # the scan's registers and reorder window.  Only accumulations into the
+            # gradients move, which commute.
+            if self.TOT is None:
+                self.TOT = [e.hoisted_alloca(MemRefType(v.type, [b.chunk])) for v in inv_values]
+                self.tot_values = inv_values
+            for total, buf in zip(totals, self.TOT):
+                e.store(total, buf, [jj])
+            return
         for v, total in zip(inv_values, totals):
             b.add_adj(e, step_scope, v, total)
+        b.rev_ops(e, inv, inner, step_scope, forward=False)
+
+    def time_only_reverse(self, s0, step, jj, base) -> None:
+        """Step jj's reverse of the coeffs ops not depending on the state index, seeded
+        with the sums the fused adjoint's emit kept in TOT (see coeffs_reverse_diagonal)."""
+        e, b, cb = self.e, self.b, self.op.coeffs.block
+        INV, kept = self.info["INV"], self.info["kept"]
+        g = e.addi(base, jj)
+        inv, _ = split_by_state_index(cb)
+        inner = dict(self.vmap)
+        inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
+        for m, v in enumerate(kept):
+            inner[v] = e.load(INV, [e.iconst(m), g])
+        for o in inv:
+            if not (o.results and all(r in kept for r in o.results)):
+                b.clone(e, o, inner)
+        step_scope = Scope(cells=self.cells)
+        for v, buf in zip(self.tot_values, self.TOT):
+            b.add_adj(e, step_scope, v, e.load(buf, [jj]))
         b.rev_ops(e, inv, inner, step_scope, forward=False)
 
 

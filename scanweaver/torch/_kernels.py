@@ -118,8 +118,18 @@ def selective_forward(spec: SelectiveScanSpec, f64: bool) -> Kernel:
     return Kernel(compile_cpu(ir.text), ir.name, ir.args)
 
 
+#: The vector width LLVM's loop vectoriser may use in the VJP (bits; "" = LLVM's choice).
+#: LLVM prefers 256-bit vectors on AVX-512 CPUs, so the VJP's plain loops over the
+#: state (the coefficient fill, the emit's reverse) took two ymm halves and spilled
+#: their constants while its scan ops use 512-bit vectors; 512 makes them zmm loops
+#: (same bits at N = 16, where both reduce the state in the same tree).  A CPU
+#: without AVX-512 ignores it (its widest registers are 256 bits).
+PREFER_VECTOR_WIDTH = "512"
+
+
 def _compile_noalias(ir_text: str, name: str):
-    """compile_cpu, with the memref pointers of @name marked `noalias` in the LLVM IR.
+    """compile_cpu, with the memref pointers of @name marked `noalias` in the LLVM IR,
+    and LLVM's preferred vector width for it raised (`PREFER_VECTOR_WIDTH`).
 
     The VJP's calls here never pass overlapping arrays where one is written (shadows and
     scratch outputs are fresh buffers, the primal inputs are only read), and saying so
@@ -137,6 +147,8 @@ def _compile_noalias(ir_text: str, name: str):
     if len(hits) != 1:  # the lowering's output changed: compile without the promise
         return compile_cpu(ir_text)
     lines[hits[0]] = re.sub(r"\bptr %", "ptr noalias %", lines[hits[0]])
+    if PREFER_VECTOR_WIDTH and lines[hits[0]].rstrip().endswith("{"):
+        lines[hits[0]] = lines[hits[0]].rstrip()[:-1] + f'"prefer-vector-width"="{PREFER_VECTOR_WIDTH}" {{'
     return CpuProgram("\n".join(lines))
 
 
