@@ -887,6 +887,9 @@ class _RecurrenceAdjoint:
         self.e_kept = [r for o in self.e_inv for r in o.results
                        if is_float(r.type) and not isinstance(o, arith.ConstantOp)]
         self.EINV = [e.hoisted_alloca(MemRefType(v.type, [Kc])) for v in self.e_kept]
+        self.e_split = self.emit_split()  # the emit's reverse in three loops (emit_reverse_split)
+        self.R: list[SSAValue] | None = None
+        self.DR: list[SSAValue] = []
         self.mu = builder.shadow[op.state]  # cotangent of the final state; becomes that of the initial
         self.cells = builder.make_cells(e, free_float_values([op.coeffs, op.emit], op))
         self.zero = e.fconst(0.0, el)
@@ -940,6 +943,10 @@ class _RecurrenceAdjoint:
         if self.e_kept:
             e.for_(e.iconst(0), n, time_only)
 
+        if self.e_split is not None:
+            self.emit_reverse_split(s0, step, n)
+            return
+
         def emit_step(jj):
             e.copy_rows(self.shape, self.H, [e.addi(self.hb, e.addi(jj, e.iconst(1)))], self.row, [])
             e.fill(self.shape, self.grow, [], self.zero)
@@ -953,6 +960,86 @@ class _RecurrenceAdjoint:
             e.copy_rows(self.shape, self.grow, [], self.GS, [jj])
 
         e.for_(e.iconst(0), n, emit_step, reverse=True)
+
+    def emit_split(self) -> tuple[list[Operation], list[Operation]] | None:
+        """(readers, rest): the emit's ops that read the state, when they are side-effect
+        free loops or ops with float results (sums such as sum_n C[n] * h[n]) computed
+        from the state, the time-only ops and indices only; the other ops, which do not
+        read the state.  None when the emit has no such split."""
+        eb = self.op.emit.block
+        ops = [o for o in eb.ops if not isinstance(o, scan.YieldOp)]
+        state = eb.args[1]
+        readers = [o for o in ops if any(v is state for w in o.walk() for v in w.operands)]
+        if not readers:
+            return None
+        own = {r for o in ops if o not in self.e_inv for r in o.results}
+        for o in readers:
+            if _memory_effects(o)[1] or not o.results or not all(is_float(r.type) for r in o.results):
+                return None
+            if any(v in own for w in o.walk() for v in w.operands):
+                return None
+        return readers, [o for o in ops if o not in readers]
+
+    def emit_reverse_split(self, s0, step, n) -> None:
+        """The emit's reverse in three loops over the chunk's steps, last step first:
+        (1) the readers' values (their sums over the state, one per step) into R; (2)
+        the reverse of the other ops, which read no state, seeded from the stored
+        values, down to the readers' cotangents (into DR): scalars per step, a loop
+        that vectorises over the steps; (3) the reverse of the readers: the state's
+        cotangent per step (GS) and the gradients of what they read, vectorised over
+        the state.  One loop for all held each step's long scalar chain (a sum over the
+        state, a division) in the loop's registers and reorder window."""
+        e, eb = self.e, self.op.emit.block
+        readers, rest = self.e_split
+        results = [r for o in readers for r in o.results]
+        if self.R is None:
+            self.R = [e.hoisted_alloca(MemRefType(r.type, [self.b.chunk])) for r in results]
+            self.DR = [e.hoisted_alloca(MemRefType(r.type, [self.b.chunk])) for r in results]
+
+        def inner_at(jj, with_state: bool):
+            inner = dict(self.vmap)
+            inner[eb.args[0]] = e.addi(s0, e.muli(jj, step))
+            if with_state:
+                e.copy_rows(self.shape, self.H, [e.addi(self.hb, e.addi(jj, e.iconst(1)))], self.row, [])
+                inner[eb.args[1]] = self.row
+            for v, buf in zip(self.e_kept, self.EINV):
+                inner[v] = e.load(buf, [jj])
+            return inner
+
+        def readers_forward(jj):
+            inner = inner_at(jj, True)
+            for o in self.e_inv:
+                if not (o.results and all(r in self.e_kept for r in o.results)):
+                    self.b.clone(e, o, inner)
+            for o in readers:
+                self.b.clone(e, o, inner)
+            for r, buf in zip(results, self.R):
+                e.store(inner[r], buf, [jj])
+
+        def rest_reverse(jj):
+            inner = inner_at(jj, False)
+            for r, buf in zip(results, self.R):
+                inner[r] = e.load(buf, [jj])
+            scope = Scope(cells=self.cells)
+            self.b.rev_ops(e, rest, inner, scope, preset=frozenset([*self.e_kept, *results]))
+            for r, buf in zip(results, self.DR):
+                d = scope.adj.get(r)
+                e.store(d if d is not None else e.fconst(0.0, r.type), buf, [jj])
+
+        def readers_reverse(jj):
+            inner = inner_at(jj, True)
+            for o in self.e_inv:
+                if not (o.results and all(r in self.e_kept for r in o.results)):
+                    self.b.clone(e, o, inner)
+            e.fill(self.shape, self.grow, [], self.zero)
+            self.b.shadow[eb.args[1]] = self.grow
+            seeds = [(r, e.load(buf, [jj])) for r, buf in zip(results, self.DR)]
+            self.b.rev_ops(e, readers, inner, Scope(cells=self.cells), seeds, forward=False)
+            e.copy_rows(self.shape, self.grow, [], self.GS, [jj])
+
+        e.for_(e.iconst(0), n, readers_forward, reverse=True)
+        e.for_(e.iconst(0), n, rest_reverse, reverse=True)
+        e.for_(e.iconst(0), n, readers_reverse, reverse=True)
 
     # 3. the adjoint recurrence, backwards over the chunk
     def adjoint(self, s0, step, n, base) -> None:

@@ -144,7 +144,7 @@ def selective_scan_bwd(
     last_scratch = np.empty((batch, Dn, N), dt)
     shared = [np.zeros_like(arrs[0]), np.zeros_like(arrs[1]), np.zeros_like(arrs[2])]
     tail = [np.zeros_like(a) for a in arrs[5:]]  # dD, [dz], dbias, [dh0]
-    threads, parts = _tasks(Dn, batch * Dn * L * N, 1)
+    threads, parts = _tasks(Dn, batch * Dn * L * N, 4)  # as the forward: a slowed core takes fewer
     # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
     private = [_kind(B) != "const", _kind(C) != "const"]
     dBC = [[np.zeros_like(arrs[3 + k]) for _ in parts] if private[k] else [np.zeros_like(arrs[3 + k])] * len(parts)
