@@ -19,9 +19,10 @@ from scanweaver.workloads.scans import affine_scan_ir
 CHUNK = 64
 
 
-def _vjp_only(ir_text: str) -> str:
+def _vjp_only(ir_text: str, read_only: tuple[str, ...] = ()) -> str:
     """The module with `@<name>_vjp` added by scanweaver-grad, and the forward dropped
-    (compiled separately): half the IR to lower."""
+    (compiled separately): half the IR to lower.  `read_only`: primal outputs whose
+    cotangent the VJP only reads (`_read_only_shadows`)."""
     from xdsl.dialects import func
 
     from scanweaver.ir import make_context, parse_ir, print_ir
@@ -33,8 +34,36 @@ def _vjp_only(ir_text: str) -> str:
     for op in list(module.ops):
         if isinstance(op, func.FuncOp) and not op.sym_name.data.endswith("_vjp"):
             module.body.block.erase_op(op)
+    if read_only:
+        _read_only_shadows(module, read_only)
     _polynomial_math_outside_scans(module)
     return print_ir(module)
+
+
+def _read_only_shadows(module, names: tuple[str, ...]) -> None:
+    """Drop the VJP's zeroing of the cotangents `d_<name>` as it consumes them, so the
+    caller passes the incoming cotangent without a copy.  Only for outputs the forward
+    writes once per element and never reads back (the selective scan's `out`): there
+    the zero (the cotangent of the contents before the forward) is never read, by the
+    VJP or by the caller.  ScanWeaverValueError when the VJP has no such argument or
+    zeroing store (the IR's names changed)."""
+    from xdsl.dialects import arith, func, memref
+
+    from scanweaver.errors import ScanWeaverValueError
+
+    vjp = next(op for op in module.ops if isinstance(op, func.FuncOp))
+    args = {a.name_hint: a for a in vjp.body.block.args}
+    for name in names:
+        shadow = args.get(f"d_{name}")
+        zeroing = [op for op in vjp.walk() if isinstance(op, memref.StoreOp) and op.memref is shadow
+                   and isinstance(op.value.owner, arith.ConstantOp) and op.value.owner.value.value.data == 0.0]
+        if shadow is None or not zeroing:
+            raise ScanWeaverValueError(f"VJP of @{vjp.sym_name.data}: no zeroing store of argument 'd_{name}'")
+        if any(isinstance(op, memref.StoreOp) and op.memref is shadow and op not in zeroing for op in vjp.walk()):
+            raise ScanWeaverValueError(f"VJP of @{vjp.sym_name.data}: 'd_{name}' is accumulated, not only read")
+        for op in zeroing:
+            op.detach()
+            op.erase()
 
 
 def mark_step_exp(module, scalef: bool | None = None) -> int:
@@ -121,9 +150,9 @@ def selective_forward(spec: SelectiveScanSpec, f64: bool) -> Kernel:
 #: The vector width LLVM's loop vectoriser may use in the VJP (bits; "" = LLVM's choice).
 #: LLVM prefers 256-bit vectors on AVX-512 CPUs, so the VJP's plain loops over the
 #: state (the coefficient fill, the emit's reverse) took two ymm halves and spilled
-#: their constants while its scan ops use 512-bit vectors; 512 makes them zmm loops
-#: (same bits at N = 16, where both reduce the state in the same tree).  A CPU
-#: without AVX-512 ignores it (its widest registers are 256 bits).
+#: their constants while its scan ops use 512-bit vectors; 512 makes them zmm loops.
+#: Elementwise results keep their bits; reassociable sums may differ in the last bits
+#: (their vectorised order).  A CPU without AVX-512 ignores it (256-bit registers).
 PREFER_VECTOR_WIDTH = "512"
 
 
@@ -154,9 +183,10 @@ def _compile_noalias(ir_text: str, name: str):
 
 @functools.lru_cache(maxsize=None)
 def selective_vjp(spec: SelectiveScanSpec, f64: bool) -> Kernel:
-    """`@selective_scan_vjp(forward arguments..., d_memrefs...)`: one cotangent per memref."""
+    """`@selective_scan_vjp(forward arguments..., d_memrefs...)`: one cotangent per memref;
+    d_out is only read (`_read_only_shadows`): the caller passes dout itself."""
     ir = selective_ir(spec, f64)
-    program = _compile_noalias(_vjp_only(ir.text), f"{ir.name}_vjp")
+    program = _compile_noalias(_vjp_only(ir.text, read_only=("out",)), f"{ir.name}_vjp")
     return Kernel(program, f"{ir.name}_vjp", [*ir.args, *selective_arg_ranks(spec)])
 
 
