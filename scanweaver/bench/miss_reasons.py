@@ -41,10 +41,12 @@ _RULES: list[tuple[str, str, str]] = [
      "three-stream copy loop reaches; the few-long-rows and single-row shapes run the time-chunked variant, "
      "which makes extra passes."),
     ("backward_over_forward", "",
-     "The VJP runs the checkpoint forward, the recompute of h outside its window, the adjoint scan and the "
-     "reverses of the producer (exp, softplus) and the emit (C, z); see `python -m scanweaver.bench.vjp_stages`. "
-     "The forward's exp(delta*A) takes the fused polynomial (with AVX-512 scaling where the CPU has it) and "
-     "the VJP's does not yet, so a faster forward raises this ratio without the backward getting slower."),
+     "The VJP makes about four passes over each channel's steps where the forward makes one: the "
+     "coefficient fill (exp(delta*A) of every state element, kept for the reverse), the recompute of h, "
+     "the reverse of the emit and the fused adjoint scan, plus a scalar loop per step for the reverse of "
+     "softplus that LLVM's cost model leaves unvectorised; the adjoint scan's two sums over the state per "
+     "step are reduced one step at a time, not a block of steps at a time as the forward's readout; see "
+     "`python -m scanweaver.bench.vjp_stages`."),
     ("jax-lax-scan", "",
      _SELECTIVE_KERNEL),
     ("torch-ref", "",

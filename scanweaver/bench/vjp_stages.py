@@ -1,6 +1,7 @@
 """Where the compiled selective-scan VJP spends its time, stage by stage (no profiler).
 
     python -m scanweaver.bench.vjp_stages [--L 2048] [--reps 9]
+    python -m scanweaver.bench.vjp_stages --ratio [--batch 2 --D 768]
 
 Each stage of `@selective_scan_vjp` (a loop or scan op of the channel body, or of the
 reverse chunk loop) is timed by compiling a variant of the VJP where that stage runs
@@ -8,6 +9,11 @@ twice in a row: its cost is the variant's median time minus the VJP's.  Removing
 instead would let LLVM delete the stages reading its (then undefined) buffers.  The
 variants' results are wrong, only their times are used.  One call over all channels on
 one thread, the forward kernel timed alongside; calls interleaved, medians printed.
+
+`--ratio`: the speed bar's `backward time / forward time` measured side by side, the
+public `selective_scan` (the harness's forward) and the `scanweaver::selective_scan_bwd`
+op, interleaved, on the threads the harness uses (`SCANWEAVER_NUM_THREADS=1`: one, and
+the calls' thread CPU time too, which another process's load inflates less).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ def _kernel(spec, twice: str | None):
 
     ir = _kernels.selective_ir(spec, False)
     module = parse_ir(ir.text)
+    _kernels.mark_step_exp(module)  # as _kernels._vjp_only: the forward's exp form
     ScanweaverGrad(chunk=_kernels.CHUNK).apply(make_context(), module)
     for op in list(module.ops):
         if isinstance(op, func.FuncOp) and not op.sym_name.data.endswith("_vjp"):
@@ -65,6 +72,49 @@ def _kernel(spec, twice: str | None):
     return [n for n, _ in named], kernel
 
 
+def ratio(batch: int, D: int, L: int, reps: int) -> None:
+    import os
+
+    import torch
+
+    import scanweaver.torch  # noqa: F401 - registers the scanweaver:: ops
+    from scanweaver import selective_scan
+    from scanweaver.bench.harness import make_inputs, selective_grad_case
+    from scanweaver.bench.peers import GRAD_ORDER
+
+    inp = make_inputs(selective_grad_case(batch, D, 16, L, True))
+    args = [torch.from_numpy(inp[k]) if inp.get(k) is not None else None for k in GRAD_ORDER]
+    g = torch.from_numpy(inp["g"])
+    _, last = torch.ops.scanweaver.selective_scan_fwd(*args, inp["delta_softplus"])
+    dlast = torch.zeros_like(last)
+    calls = {
+        "forward": lambda: selective_scan(*(inp.get(k) for k in GRAD_ORDER), inp["delta_softplus"]),
+        "backward": lambda: torch.ops.scanweaver.selective_scan_bwd(*args, inp["delta_softplus"], g, dlast),
+    }
+    for _ in range(3):
+        for call in calls.values():
+            call()
+    time.sleep(3)  # the forward's tile kernel builds in a child process after its first call
+    wall: dict[str, list[float]] = {k: [] for k in calls}
+    cpu: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(reps):
+        for name, call in calls.items():
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            call()
+            cpu[name].append(time.thread_time() - start_cpu)
+            wall[name].append(time.perf_counter() - start)
+    one = os.environ.get("SCANWEAVER_NUM_THREADS") == "1"
+    print(f"({batch}, {D}, 16, {L}), {'one thread' if one else 'all threads'}, {reps} interleaved calls")
+    for name in calls:
+        line = f"{name:9s} wall median {statistics.median(wall[name]) * 1e3:8.2f} min {min(wall[name]) * 1e3:8.2f} ms"
+        if one:
+            line += f" | thread CPU median {statistics.median(cpu[name]) * 1e3:8.2f} min {min(cpu[name]) * 1e3:8.2f} ms"
+        print(line)
+    r = lambda t, f: f(t["backward"]) / f(t["forward"])  # noqa: E731
+    line = f"backward / forward: wall median {r(wall, statistics.median):.2f} min {r(wall, min):.2f}"
+    print(line + (f" | thread CPU median {r(cpu, statistics.median):.2f} min {r(cpu, min):.2f}" if one else ""))
+
+
 def main(argv=None) -> None:
     import torch
 
@@ -76,7 +126,12 @@ def main(argv=None) -> None:
     parser.add_argument("--L", type=int, default=2048)
     parser.add_argument("--D", type=int, default=256)
     parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--batch", type=int, default=1, help="--ratio only")
+    parser.add_argument("--ratio", action="store_true", help="forward and backward op side by side")
     args = parser.parse_args(argv)
+    if args.ratio:
+        ratio(args.batch, args.D, args.L, args.reps)
+        return
     inp = make_inputs(selective_grad_case(1, args.D, 16, args.L, True))
     keys = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
     t = [torch.from_numpy(inp[k]) for k in keys]

@@ -287,9 +287,12 @@ def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAVa
 
 
 class VjpBuilder:
-    def __init__(self, fn: func.FuncOp, chunk: int, window: int = 8192, fuse: bool = True):
+    def __init__(self, fn: func.FuncOp, chunk: int, window: int = 8192, fuse: bool = True, staged: bool = True):
         self.fn = fn
         self.fuse = fuse  # scan.recurrence: the coefficients' reverse in the adjoint's emit
+        # the per-step scalar work of a scan.recurrence's reverse in loops of its own, and
+        # b computed again where cheap (see ScanweaverGrad.staged)
+        self.staged = staged
         self.name = fn.sym_name.data
         self.chunk = chunk
         self.window_chunks = max(1, window // chunk)  # chunks whose coefficients are kept
@@ -602,7 +605,8 @@ class VjpBuilder:
             s1 = e.mini(e.addi(s0, span), ub)
             if buffered:
                 base = e.muli(e.subi(c, info["split"]), K)
-                self.recompute_states(e, op, vmap, s0, s1, step, state, info["H"], info["AB"], base, base)
+                self.recompute_states(e, op, vmap, s0, s1, step, state, info["H"], info["AB"], base, base,
+                                      info["kept"], info["INV"])
             else:
                 new = self.clone(e, op, dict(vmap))
                 new.operands = [s0, s1, step, state]
@@ -611,7 +615,11 @@ class VjpBuilder:
         if isinstance(op, scan.RecurrenceOp):
             kept = self.kept_coefficients(op)
             rows = e.muli(e.mini(chunks, e.iconst(self.window_chunks)), K)  # <= window
-            AB = tuple(e.alloc(el, [DYNAMIC_INDEX, *shape], [rows]) for _ in range(2))
+            # b of a step is not kept when it is cheap to compute again from the kept
+            # values (dt*u*B[k]): the reads of the buffered recurrence recompute it
+            AB = (e.alloc(el, [DYNAMIC_INDEX, *shape], [rows]),
+                  None if self.staged and self.b_slice(op, kept) is not None
+                  else e.alloc(el, [DYNAMIC_INDEX, *shape], [rows]))
             INV = e.alloc(el, [len(kept), DYNAMIC_INDEX], [rows]) if kept else None
             H = e.alloc(el, [DYNAMIC_INDEX, *shape], [e.addi(rows, e.iconst(1))])  # states, as the reverse's H
             split = e.maxi(e.subi(chunks, e.iconst(self.window_chunks)), e.iconst(0))
@@ -632,7 +640,7 @@ class VjpBuilder:
         adj = _RecurrenceAdjoint(self, e, op, vmap, info)
         e.for_(e.iconst(0), info["chunks"], adj.chunk, reverse=True)
         self.read_cells(e, scope, adj.cells)
-        for buf in (info["ck"], *(info["AB"] or ()), info["INV"], info["H"]):
+        for buf in (info["ck"], *(info["AB"] or ()), info["INV"], info["H"]):  # (None: not allocated)
             if buf is not None:
                 e.dealloc(buf)
 
@@ -673,30 +681,61 @@ class VjpBuilder:
                 for o in dep:
                     self.clone(e, o, inner_k)
                 for v, buf in zip(cb.last_op.operands, AB):
-                    e.store(inner_k.get(v, v), buf, [row, *k])
+                    if buf is not None:
+                        e.store(inner_k.get(v, v), buf, [row, *k])
 
             e.for_static(shape, per_element)
 
         e.for_(e.iconst(0), n, step_fn)
 
-    def buffered_coeffs(self, e: Emit, op, s0, step, AB, base) -> Region:
-        """A coeffs region reading (a, b) from the buffers at base + (i - s0) / step."""
+    def b_slice(self, op, kept) -> list[Operation] | None:
+        """The coeffs ops that compute b from the kept values, the time and state
+        indices (in block order), when they are few loads and arithmetic ops: b is then
+        computed again where it is read instead of buffered.  None otherwise."""
+        cb = op.coeffs.block
+        need = {cb.last_op.operands[1]}
+        ops = []
+        for o in reversed([o for o in cb.ops if not isinstance(o, scan.YieldOp)]):
+            if not any(r in need for r in o.results) or all(r in kept for r in o.results):
+                continue
+            cheap = isinstance(o, (memref.LoadOp, arith.MulfOp, arith.AddfOp, arith.SubfOp, arith.ConstantOp)) or (
+                o.dialect_name() == "arith" and not any(is_float(r.type) for r in o.results))  # index arithmetic
+            if o.regions or not cheap:
+                return None
+            ops.append(o)
+            need |= {v for v in o.operands if v not in kept}
+        return list(reversed(ops)) if 0 < len(ops) <= 4 else None
+
+    def buffered_coeffs(self, e: Emit, op, vmap, s0, step, AB, base, kept=(), INV=None) -> Region:
+        """A coeffs region reading (a, b) from the buffers at base + (i - s0) / step
+        (b computed from the kept values in INV when AB has no b buffer)."""
         shape = list(op.state_type.get_shape())
+        cb = op.coeffs.block
         blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
         outer, e.block = e.block, blk
         jj = e.addi(base, e.divui(e.subi(blk.args[0], s0), step))
         a = e.load(AB[0], [jj, *blk.args[1:]])
-        b = e.load(AB[1], [jj, *blk.args[1:]])
+        if AB[1] is not None:
+            b = e.load(AB[1], [jj, *blk.args[1:]])
+        else:
+            inner = dict(vmap)
+            inner.update(zip(cb.args, blk.args))
+            for m, v in enumerate(kept):
+                inner[v] = e.load(INV, [e.iconst(m), jj])
+            for o in self.b_slice(op, kept):
+                self.clone(e, o, inner)
+            b = inner[cb.last_op.operands[1]]
         e.put(scan.YieldOp(a, b))
         e.block = outer
         return Region(blk)
 
-    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H, AB=None, base=None, hb=None) -> None:
+    def recompute_states(self, e: Emit, op, vmap, s0, s1, step, row, H, AB=None, base=None, hb=None,
+                         kept=(), INV=None) -> None:
         """The recurrence from s0 to s1 on `row`, its emit storing the state after step
         jj into H[hb + jj + 1] ((a, b) from AB at base + jj when given)."""
         shape = list(op.state_type.get_shape())
         if AB is not None:
-            coeffs = self.buffered_coeffs(e, op, s0, step, AB, base)
+            coeffs = self.buffered_coeffs(e, op, vmap, s0, step, AB, base, kept, INV)
         else:
             coeffs = Region()
             op.coeffs.clone_into(coeffs, value_mapper=dict(vmap))
@@ -875,6 +914,8 @@ class _RecurrenceAdjoint:
         # fused: the adjoint's state is lambda itself (LAM), no per-step buffer of it
         self.MU = None if self.fused else e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
         self.LAM = e.hoisted_alloca(st_t) if self.fused else None
+        self.TOT: list[SSAValue] | None = None  # the fused adjoint's per-step sums (coeffs_reverse_diagonal)
+        self.tot_values: list[SSAValue] = []
         self.H = info["H"] if info["H"] is not None else e.hoisted_alloca(MemRefType(el, [Kc + 1, *self.shape]))
         self.GS = e.hoisted_alloca(MemRefType(el, [Kc, *self.shape]))
         self.row, self.grow = (e.hoisted_alloca(st_t) for _ in range(2))
@@ -885,6 +926,9 @@ class _RecurrenceAdjoint:
         self.e_kept = [r for o in self.e_inv for r in o.results
                        if is_float(r.type) and not isinstance(o, arith.ConstantOp)]
         self.EINV = [e.hoisted_alloca(MemRefType(v.type, [Kc])) for v in self.e_kept]
+        self.e_split = self.emit_split() if builder.staged else None  # (emit_reverse_split)
+        self.R: list[SSAValue] | None = None
+        self.DR: list[SSAValue] = []
         self.mu = builder.shadow[op.state]  # cotangent of the final state; becomes that of the initial
         self.cells = builder.make_cells(e, free_float_values([op.coeffs, op.emit], op))
         self.zero = e.fconst(0.0, el)
@@ -921,7 +965,7 @@ class _RecurrenceAdjoint:
         e.copy_rows(self.shape, ck, [c], self.row, [])
         e.copy_rows(self.shape, ck, [c], self.H, [self.hb])  # (the same values in the window)
         self.b.recompute_states(e, self.op, self.vmap, s0, s1, step, self.row, self.H, self.info["AB"], base,
-                                self.hb)
+                                self.hb, self.info["kept"], self.info["INV"])
 
     # 2. the consumer's cotangent of the state at each step, last step first
     def emit_reverse(self, s0, step, n) -> None:
@@ -938,6 +982,10 @@ class _RecurrenceAdjoint:
         if self.e_kept:
             e.for_(e.iconst(0), n, time_only)
 
+        if self.e_split is not None:
+            self.emit_reverse_split(s0, step, n)
+            return
+
         def emit_step(jj):
             e.copy_rows(self.shape, self.H, [e.addi(self.hb, e.addi(jj, e.iconst(1)))], self.row, [])
             e.fill(self.shape, self.grow, [], self.zero)
@@ -951,6 +999,86 @@ class _RecurrenceAdjoint:
             e.copy_rows(self.shape, self.grow, [], self.GS, [jj])
 
         e.for_(e.iconst(0), n, emit_step, reverse=True)
+
+    def emit_split(self) -> tuple[list[Operation], list[Operation]] | None:
+        """(readers, rest): the emit's ops that read the state, when they are side-effect
+        free loops or ops with float results (sums such as sum_n C[n] * h[n]) computed
+        from the state, the time-only ops and indices only; the other ops, which do not
+        read the state.  None when the emit has no such split."""
+        eb = self.op.emit.block
+        ops = [o for o in eb.ops if not isinstance(o, scan.YieldOp)]
+        state = eb.args[1]
+        readers = [o for o in ops if any(v is state for w in o.walk() for v in w.operands)]
+        if not readers:
+            return None
+        own = {r for o in ops if o not in self.e_inv for r in o.results}
+        for o in readers:
+            if _memory_effects(o)[1] or not o.results or not all(is_float(r.type) for r in o.results):
+                return None
+            if any(v in own for w in o.walk() for v in w.operands):
+                return None
+        return readers, [o for o in ops if o not in readers]
+
+    def emit_reverse_split(self, s0, step, n) -> None:
+        """The emit's reverse in three loops over the chunk's steps, last step first:
+        (1) the readers' values (their sums over the state, one per step) into R; (2)
+        the reverse of the other ops, which read no state, seeded from the stored
+        values, down to the readers' cotangents (into DR): scalars per step, a loop
+        that vectorises over the steps; (3) the reverse of the readers: the state's
+        cotangent per step (GS) and the gradients of what they read, vectorised over
+        the state.  One loop for all held each step's long scalar chain (a sum over the
+        state, a division) in the loop's registers and reorder window."""
+        e, eb = self.e, self.op.emit.block
+        readers, rest = self.e_split
+        results = [r for o in readers for r in o.results]
+        if self.R is None:
+            self.R = [e.hoisted_alloca(MemRefType(r.type, [self.b.chunk])) for r in results]
+            self.DR = [e.hoisted_alloca(MemRefType(r.type, [self.b.chunk])) for r in results]
+
+        def inner_at(jj, with_state: bool):
+            inner = dict(self.vmap)
+            inner[eb.args[0]] = e.addi(s0, e.muli(jj, step))
+            if with_state:
+                e.copy_rows(self.shape, self.H, [e.addi(self.hb, e.addi(jj, e.iconst(1)))], self.row, [])
+                inner[eb.args[1]] = self.row
+            for v, buf in zip(self.e_kept, self.EINV):
+                inner[v] = e.load(buf, [jj])
+            return inner
+
+        def readers_forward(jj):
+            inner = inner_at(jj, True)
+            for o in self.e_inv:
+                if not (o.results and all(r in self.e_kept for r in o.results)):
+                    self.b.clone(e, o, inner)
+            for o in readers:
+                self.b.clone(e, o, inner)
+            for r, buf in zip(results, self.R):
+                e.store(inner[r], buf, [jj])
+
+        def rest_reverse(jj):
+            inner = inner_at(jj, False)
+            for r, buf in zip(results, self.R):
+                inner[r] = e.load(buf, [jj])
+            scope = Scope(cells=self.cells)
+            self.b.rev_ops(e, rest, inner, scope, preset=frozenset([*self.e_kept, *results]))
+            for r, buf in zip(results, self.DR):
+                d = scope.adj.get(r)
+                e.store(d if d is not None else e.fconst(0.0, r.type), buf, [jj])
+
+        def readers_reverse(jj):
+            inner = inner_at(jj, True)
+            for o in self.e_inv:
+                if not (o.results and all(r in self.e_kept for r in o.results)):
+                    self.b.clone(e, o, inner)
+            e.fill(self.shape, self.grow, [], self.zero)
+            self.b.shadow[eb.args[1]] = self.grow
+            seeds = [(r, e.load(buf, [jj])) for r, buf in zip(results, self.DR)]
+            self.b.rev_ops(e, readers, inner, Scope(cells=self.cells), seeds, forward=False)
+            e.copy_rows(self.shape, self.grow, [], self.GS, [jj])
+
+        e.for_(e.iconst(0), n, readers_forward, reverse=True)
+        e.for_(e.iconst(0), n, rest_reverse, reverse=True)
+        e.for_(e.iconst(0), n, readers_reverse, reverse=True)
 
     # 3. the adjoint recurrence, backwards over the chunk
     def adjoint(self, s0, step, n, base) -> None:
@@ -980,6 +1108,10 @@ class _RecurrenceAdjoint:
         e.put(scan.YieldOp())
         e.block = outer
         e.put(scan.RecurrenceOp(e.iconst(0), n, e.iconst(1), self.LAM, Region(blk), Region(eblk)))
+        # the steps' time-only reverse (softplus and the like), left out of the scan's
+        # emit: a loop over the chunk's steps of its own, which vectorises over them
+        if self.TOT:
+            e.for_(e.iconst(0), n, lambda jj: self.time_only_reverse(s0, step, jj, base), reverse=True)
         # to the chunk before: mu = a_{s0} * lambda_{s0}
         e.for_static(self.shape, lambda k: e.store(
             e.mul(e.load(AB[0], [base, *k]), e.load(self.LAM, k)), self.mu, k))
@@ -1047,7 +1179,7 @@ class _RecurrenceAdjoint:
             preset = set()
             for v, buf in zip(yielded, AB):
                 owner = getattr(v, "owner", None)
-                if owner in dep and not owner.regions and len(owner.results) == 1:
+                if buf is not None and owner in dep and not owner.regions and len(owner.results) == 1:
                     inner_k[v] = e.load(buf, [g, *k])
                     preset.add(v)
             seeds = [(yielded[0], e.mul(lv, hp)), (yielded[1], lv)]
@@ -1062,8 +1194,39 @@ class _RecurrenceAdjoint:
         e.for_static(self.shape, per_element)
         totals = e.for_static_sums(self.shape, zeros, lambda k, sums: [
             e.add_reassoc(acc, e.load(part, k)) for acc, part in zip(sums, parts)])
+        if lam is not None and b.staged:
+            # the fused adjoint's emit: the sums go to TOT[m][jj], and the reverse of
+            # the time-only ops runs after the scan (time_only_reverse).  In the emit,
+            # each step's long scalar chain (sums, softplus' reverse, a division) held
+            # the scan's registers and reorder window.  Only accumulations into the
+            # gradients move, which commute.
+            if self.TOT is None:
+                self.TOT = [e.hoisted_alloca(MemRefType(v.type, [b.chunk])) for v in inv_values]
+                self.tot_values = inv_values
+            for total, buf in zip(totals, self.TOT):
+                e.store(total, buf, [jj])
+            return
         for v, total in zip(inv_values, totals):
             b.add_adj(e, step_scope, v, total)
+        b.rev_ops(e, inv, inner, step_scope, forward=False)
+
+    def time_only_reverse(self, s0, step, jj, base) -> None:
+        """Step jj's reverse of the coeffs ops not depending on the state index, seeded
+        with the sums the fused adjoint's emit kept in TOT (see coeffs_reverse_diagonal)."""
+        e, b, cb = self.e, self.b, self.op.coeffs.block
+        INV, kept = self.info["INV"], self.info["kept"]
+        g = e.addi(base, jj)
+        inv, _ = split_by_state_index(cb)
+        inner = dict(self.vmap)
+        inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
+        for m, v in enumerate(kept):
+            inner[v] = e.load(INV, [e.iconst(m), g])
+        for o in inv:
+            if not (o.results and all(r in kept for r in o.results)):
+                b.clone(e, o, inner)
+        step_scope = Scope(cells=self.cells)
+        for v, buf in zip(self.tot_values, self.TOT):
+            b.add_adj(e, step_scope, v, e.load(buf, [jj]))
         b.rev_ops(e, inv, inner, step_scope, forward=False)
 
 
@@ -1194,9 +1357,10 @@ def _constant(v: SSAValue) -> int | None:
     return None
 
 
-def build_vjp(fn: func.FuncOp, chunk: int = 64, window: int = 8192, fuse: bool = True) -> func.FuncOp:
+def build_vjp(fn: func.FuncOp, chunk: int = 64, window: int = 8192, fuse: bool = True,
+              staged: bool = True) -> func.FuncOp:
     """`@<name>_vjp` of one function (see the module docstring); GradRefused if not."""
-    return VjpBuilder(fn, chunk, window, fuse).build()
+    return VjpBuilder(fn, chunk, window, fuse, staged).build()
 
 
 @dataclass(frozen=True)
@@ -1207,7 +1371,13 @@ class ScanweaverGrad(ModulePass):
     most, rounded down to whole chunks) whose recurrence coefficients are kept from the
     checkpoint run for the reverse (buffers of window x state per call); `fuse`: the
     producer's reverse of a `scan.recurrence` runs in the emit of its adjoint scan
-    (lambda in registers), else in a loop of its own after it."""
+    (lambda in registers), else in a loop of its own after it; `staged`: a
+    `scan.recurrence`'s per-step scalar work runs in loops over the chunk's steps of
+    its own (the fused adjoint's time-only reverse, and the emit's reverse split around
+    its sums over the state), and b is computed again from the kept values where that
+    is a few loads and products instead of buffered.  Only accumulations into
+    gradients move: the results differ from `staged=0` in the order of sums over time
+    (reassociable ones) at most."""
 
     name = "scanweaver-grad"
 
@@ -1215,6 +1385,7 @@ class ScanweaverGrad(ModulePass):
     functions: str = ""
     window: int = 8192
     fuse: bool = True
+    staged: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.chunk < 1:
@@ -1237,5 +1408,5 @@ class ScanweaverGrad(ModulePass):
             name = fn.sym_name.data + "_vjp"
             if name in funcs:
                 continue
-            vjp = build_vjp(fn, self.chunk, self.window, self.fuse)
+            vjp = build_vjp(fn, self.chunk, self.window, self.fuse, self.staged)
             op.body.block.insert_op_after(vjp, fn)

@@ -138,13 +138,15 @@ def selective_scan_bwd(
     dt, arrs = _arrays(u, delta, A, B, C, D, z, delta_bias, h0)
     kernel = _kernels.selective_vjp(_spec(N, B, C, z is not None, delta_softplus, h0 is not None),
                                     dt == np.float64)
-    g_out = _checks.view(dout, dt).copy()  # consumed by the VJP
+    g_out = _checks.view(dout, dt)  # only read by this VJP (_kernels.selective_vjp): no copy
     g_last = _checks.view(dlast, dt).copy()
     out_scratch = np.empty((batch, Dn, L), dt)  # primal outputs: never read by the VJP
     last_scratch = np.empty((batch, Dn, N), dt)
     shared = [np.zeros_like(arrs[0]), np.zeros_like(arrs[1]), np.zeros_like(arrs[2])]
     tail = [np.zeros_like(a) for a in arrs[5:]]  # dD, [dz], dbias, [dh0]
-    threads, parts = _tasks(Dn, batch * Dn * L * N, 1)
+    # several tasks per thread as the forward (a core another process slows takes fewer);
+    # on one thread one task (a task's binding and its private dB / dC cost)
+    threads, parts = _tasks(Dn, batch * Dn * L * N, 4 if num_threads() > 1 else 1)
     # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
     private = [_kind(B) != "const", _kind(C) != "const"]
     dBC = [[np.zeros_like(arrs[3 + k]) for _ in parts] if private[k] else [np.zeros_like(arrs[3 + k])] * len(parts)
