@@ -148,3 +148,23 @@ def test_linear_iir2_f32_on_and_off(bs, monkeypatch):
     _, _, off = _iir2(2 * bs * 2 + 3, "f32", False, monkeypatch, bs=bs, ipt=2)
     np.testing.assert_allclose(on[-1], ref[-1], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(on[-1], off[-1])
+
+
+@pytest.mark.parametrize("case", ["generic_one_block", "generic_time_blocks", "iir2"])
+def test_prefetching_kernels_assemble_without_spills(case):
+    """ptxas sm_80 and sm_90 on the prefetching kernels at the issue's sizes (default
+    block configuration): no spills."""
+    from scanweaver.bench import gpu_kernels as gk
+    from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
+
+    if not ptxas_available():
+        pytest.skip("ptxas not on PATH: register/spill figures need it")
+    name = {"generic_one_block": "generic_cumsum_i32_1024x4096", "generic_time_blocks": "generic_cumsum_i32_1x2p26",
+            "iir2": "iir2_f32_512x4096"}[case]
+    for chip in ("sm_80", "sm_90"):
+        module = gk._lower(gk.case_ir(name, "big"), small=False)
+        assert all(f.iter_args for f in _tile_loops(module)), "the tile loops carry the next tile"
+        out = export_gpu(module, chip=chip)
+        assert out["ptxas"], chip
+        for kernel, info in out["ptxas"].items():
+            assert info["spill_stores"] == 0 and info["spill_loads"] == 0, (chip, kernel, info)
