@@ -180,6 +180,12 @@ def cases() -> list[dict]:
         affine_case("affine_time_blocks_i32_4x2p20", (4, 1 << 20), "i32", final=True, reverse=True, time=True,
                     time_blocks=True),
     ]
+    # device views off a 16-byte boundary (1 f32, 1 f64 element in): the scalar path, timed
+    # against the aligned cases above
+    for el, offset in (("f32", 1), ("f64", 1)):
+        view = affine_case(f"affine_view_{el}", (256, 4096), el, final=True, time=True)
+        view["view_offset_elements"] = offset
+        out.append(view)
     for g, shape in (("pair_f32", (512, 4096)), ("cumsum_i32", (512, 4096))):
         types = GENERIC[g][0]
         args = [(f"x{j}", "in", shape, t) for j, t in enumerate(types)] + [
@@ -187,6 +193,8 @@ def cases() -> list[dict]:
         ]
         out.append({"name": f"generic_{g}", "family": "generic", "combine": g, "ir": generic_scan_ir(g),
                     "function": "f", "args": args, "time": True, "exact": g.endswith("i32")})
+    view = dict(out[-1], name="generic_view_cumsum_i32", view_offset_elements=3)  # 12 bytes in
+    out.append(view)
     shape = (2, 1 << 21)  # few long channels: scan-then-propagate across blocks
     args = [("x0", "in", shape, "i32"), ("y0", "out", shape, "i32")]
     out.append({"name": "generic_time_blocks_cumsum_i32_2x2p21", "family": "generic", "combine": "cumsum_i32",

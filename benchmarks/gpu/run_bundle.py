@@ -269,6 +269,22 @@ def torch_peers(case: dict, x: dict[str, np.ndarray], want: dict[str, np.ndarray
 # ---------------------------------------------------------------------------- cases
 
 
+class OffsetView:
+    """A device array that starts `offset` elements into a larger buffer (a view such as
+    `d[1:]`, off a 16-byte boundary): the kernels run it on their scalar path."""
+
+    def __init__(self, driver, host: np.ndarray, offset: int):
+        padded = np.concatenate([np.zeros(offset, host.dtype), host.reshape(-1)])
+        self.whole, self.offset, self.shape, self.dtype = driver.to_device(padded), offset, host.shape, host.dtype
+        self.__cuda_array_interface__ = {
+            "shape": tuple(host.shape), "typestr": host.dtype.str, "strides": None, "version": 3,
+            "data": (self.whole.buffer.ptr + offset * host.dtype.itemsize, False),
+        }
+
+    def to_host(self, driver) -> np.ndarray:
+        return driver.to_host(self.whole)[self.offset :].reshape(self.shape)
+
+
 def run_case(driver, bundle: Path, case: dict, reps: int, dry_run: bool) -> dict:
     entry: dict = {"name": case["name"], "family": case["family"], "ptxas": case.get("ptxas", {})}
     doc, image = read_artifact(bundle / case["artifact"])
@@ -279,9 +295,11 @@ def run_case(driver, bundle: Path, case: dict, reps: int, dry_run: bool) -> dict
     rng = np.random.default_rng(0)
     x = make_inputs(case, rng)
     outs = {a["name"]: a for a in case["args"] if a["role"] in ("out", "inout")}
-    dev_in = {k: driver.to_device(v) for k, v in x.items()}
+    off = case.get("view_offset_elements", 0)  # every array a view `off` elements into its buffer
+    place = (lambda v: OffsetView(driver, v, off)) if off else driver.to_device
+    dev_in = {k: place(v) for k, v in x.items()}
     # outputs start as NaN (or a fill integer); in/out arrays start as their inputs
-    dev_out = {k: dev_in[k] if a["role"] == "inout" else driver.to_device(prefilled(a)) for k, a in outs.items()}
+    dev_out = {k: dev_in[k] if a["role"] == "inout" else place(prefilled(a)) for k, a in outs.items()}
     order = [dev_in.get(a["name"]) or dev_out[a["name"]] for a in case["args"]]
     fn(*order)
     scratch: dict = {}  # multi-block scans: scratch buffers (host_args < -1), allocated once here
@@ -298,7 +316,8 @@ def run_case(driver, bundle: Path, case: dict, reps: int, dry_run: bool) -> dict
         entry["check"] = {"status": "dry-run", "reason": "launched on a fake driver: nothing checked"}
         return entry
     want = reference(case, x)
-    verdicts = {k: compare(driver.to_host(dev_out[k]), want[k], outs[k]["dtype"], case.get("check_rows"))
+    fetch = (lambda d: d.to_host(driver)) if off else driver.to_host
+    verdicts = {k: compare(fetch(dev_out[k]), want[k], outs[k]["dtype"], case.get("check_rows"))
                 for k in outs if k in want}
     entry["check"] = {"status": "ok" if all(v["ok"] for v in verdicts.values()) else "wrong", "outputs": verdicts}
     if not case.get("time") or entry["check"]["status"] != "ok":

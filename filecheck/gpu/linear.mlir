@@ -5,7 +5,8 @@
 // (M, v) components, the warps' totals through shared memory (one barrier), each thread
 // folding the warps before its own onto the register carry, its entering state from the
 // previous lane, replay s = M s + v + emit per step, the last thread's state through sC
-// (a second barrier). f32: the overflow guard (xor-butterfly warp flag, NaN-flagged warp
+// (a second barrier). Prefetch: the tile loop carries the next tile's pairs, produced
+// (loads included) at the top of each tile, before its shuffles. f32: the overflow guard (xor-butterfly warp flag, NaN-flagged warp
 // total, a flagged tile in the loop's order); i32 wraps: no guard.
 // Without a channel loop the state alloca, its setup and the final stores go into one block.
 
@@ -105,6 +106,18 @@ func.func @iir2_single(%x: memref<?xi32>, %k: memref<2xi32>, %y: memref<?xi32>, 
 // CHECK-NEXT:        "gpu.barrier"() : () -> ()
 // CHECK-NEXT:        %[[CR0:.*]] = memref.load %[[SC]][%{{.*}}] : memref<2xf32, 3 : i64>
 // CHECK-NEXT:        %[[CR1:.*]] = memref.load %[[SC]][%{{.*}}] : memref<2xf32, 3 : i64>
+//                    prefetch: tile 0's pairs before the loop (the coeffs clone, or the
+//                    identity pair past the end)
+// CHECK-NEXT:        %{{.*}} = arith.muli %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:        %[[PT0:.*]] = arith.addi %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:        %[[PIN0:.*]] = arith.cmpi ult, %[[PT0]], %n : index
+// CHECK:             %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} = scf.if %[[PIN0]] -> (f32, f32, f32, f32, f32, f32) {
+// CHECK-NEXT:          %[[PXV:.*]] = memref.load %x[%[[BID]], %[[PT0]]] : memref<3x?xf32>
+// CHECK-NEXT:          scf.yield %[[K1]], %[[K2]], %one, %zero, %[[PXV]], %zero : f32, f32, f32, f32, f32, f32
+// CHECK-NEXT:        } else {
+// CHECK-NEXT:          scf.yield %[[ONEF:.*]], %[[ZEROF:.*]], %[[ZEROF]], %[[ONEF]], %[[ZEROF]], %[[ZEROF]] : f32, f32, f32, f32, f32, f32
+// CHECK-NEXT:        }
+// CHECK-COUNT-3:     memref.load %x[%[[BID]], %{{.*}}] : memref<3x?xf32>
 // CHECK-DAG:         %[[ONE:.*]] = arith.constant 1 : i32
 // CHECK-DAG:         %[[W:.*]] = arith.constant 32 : i32
 // CHECK-DAG:         %[[O2:.*]] = arith.constant 2 : i32
@@ -113,17 +126,28 @@ func.func @iir2_single(%x: memref<?xi32>, %k: memref<2xi32>, %y: memref<?xi32>, 
 // CHECK-DAG:         %[[O16:.*]] = arith.constant 16 : i32
 // CHECK-DAG:         %[[NAN:.*]] = arith.constant 0x7fc00000 : f32
 // CHECK-NOT:         "gpu.barrier"
-// CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[R0:.*]] = %[[CR0]], %[[R1:.*]] = %[[CR1]]) -> (f32, f32) {
-//                      item 0: the coeffs clone, or the identity pair past the end
-// CHECK:               %[[IN0:.*]] = arith.cmpi ult, %[[T0:.*]], %n : index
-// CHECK-NEXT:          %[[A00:.*]], %[[A01:.*]], %[[A10:.*]], %[[A11:.*]], %[[AV0:.*]], %[[AV1:.*]] = scf.if %[[IN0]] -> (f32, f32, f32, f32, f32, f32) {
-// CHECK-NEXT:            %[[XV:.*]] = memref.load %x[%[[BID]], %[[T0]]] : memref<3x?xf32>
-// CHECK-NEXT:            scf.yield %[[K1]], %[[K2]], %one, %zero, %[[XV]], %zero : f32, f32, f32, f32, f32, f32
+//                    the loop carries the state, then this tile's four (M, v) pairs
+// CHECK:             scf.for %[[TL:[0-9a-z_]+]] = %{{.*}} to %{{.*}} step %[[STEP:[0-9a-z_]+]] iter_args(%[[R0:[0-9a-z_]+]] = %[[CR0]], %[[R1:[0-9a-z_]+]] = %[[CR1]], %[[A00:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[A01:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[A10:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[A11:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[AV0:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[AV1:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[B00:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[B01:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[B10:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[B11:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[BV0:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, %[[BV1:[0-9a-z_]+]] = %{{[0-9a-z_]+}}, {{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+// CHECK-NEXT:          %[[TB:.*]] = arith.muli %[[TL]], %{{.*}} : index
+// CHECK-NEXT:          %[[T0:.*]] = arith.addi %[[TB]], %{{.*}} : index
+//                      first the next tile's pairs (tile + 1: past the last tile every item
+//                      is the identity and nothing is loaded), before any shuffle
+// CHECK-NEXT:          %[[NTL:.*]] = arith.addi %[[TL]], %[[STEP]] : index
+// CHECK-NEXT:          %[[NTB:.*]] = arith.muli %[[NTL]], %{{.*}} : index
+// CHECK-NEXT:          %[[NT0:.*]] = arith.addi %[[NTB]], %{{.*}} : index
+// CHECK-NEXT:          %[[NIN0:.*]] = arith.cmpi ult, %[[NT0]], %n : index
+// CHECK-NEXT:          %[[N00:.*]], %[[N01:.*]], %[[N10:.*]], %[[N11:.*]], %[[NV0:.*]], %[[NV1:.*]] = scf.if %[[NIN0]] -> (f32, f32, f32, f32, f32, f32) {
+// CHECK-NEXT:            %[[NXV:.*]] = memref.load %x[%[[BID]], %[[NT0]]] : memref<3x?xf32>
+// CHECK-NEXT:            scf.yield %[[K1]], %[[K2]], %one, %zero, %[[NXV]], %zero : f32, f32, f32, f32, f32, f32
 // CHECK-NEXT:          } else {
-// CHECK-NEXT:            scf.yield %[[ONEF:.*]], %[[ZEROF:.*]], %[[ZEROF]], %[[ONEF]], %[[ZEROF]], %[[ZEROF]] : f32, f32, f32, f32, f32, f32
+// CHECK-NEXT:            scf.yield %[[ONEF]], %[[ZEROF]], %[[ZEROF]], %[[ONEF]], %[[ZEROF]], %[[ZEROF]] : f32, f32, f32, f32, f32, f32
 // CHECK-NEXT:          }
+// CHECK-COUNT-3:       memref.load %x[%[[BID]], %{{.*}}] : memref<3x?xf32>
+// CHECK-NOT:           "gpu.shuffle"
+//                      this tile's items: in range or not (their pairs came round the loop)
+// CHECK:               %[[IN0:.*]] = arith.cmpi ult, %[[T0]], %n : index
+// CHECK-NOT:           memref.load %x
 //                      fold item 1 into item 0: M = M1 M0 (row 0, col 0 first), v = M1 v0 + v1
-// CHECK:               %[[B00:.*]], %[[B01:.*]], %[[B10:.*]], %[[B11:.*]], %[[BV0:.*]], %[[BV1:.*]] = scf.if
 // CHECK:               %[[P0:.*]] = arith.mulf %[[B00]], %[[A00]] : f32
 // CHECK-NEXT:          %[[P1:.*]] = arith.mulf %[[B01]], %[[A10]] : f32
 // CHECK-NEXT:          %{{.*}} = arith.addf %[[P0]], %[[P1]] : f32
@@ -131,8 +155,6 @@ func.func @iir2_single(%x: memref<?xi32>, %k: memref<2xi32>, %y: memref<?xi32>, 
 // CHECK-NEXT:          %[[Q1:.*]] = arith.mulf %[[B01]], %[[AV1]] : f32
 // CHECK-NEXT:          %[[Q2:.*]] = arith.addf %[[Q0]], %[[Q1]] : f32
 // CHECK-NEXT:          %{{.*}} = arith.addf %[[Q2]], %[[BV0]] : f32
-//                      items 2 and 3 likewise
-// CHECK-COUNT-2:       scf.if %{{.*}} -> (f32, f32, f32, f32, f32, f32) {
 //                      Kogge-Stone in the warp, offset 1: all six components shuffled up,
 //                      (M, v) <- (M M', M v' + v) from the lower lane, kept without a source
 // CHECK-NOT:           "gpu.barrier"
@@ -293,7 +315,7 @@ func.func @iir2_single(%x: memref<?xi32>, %k: memref<2xi32>, %y: memref<?xi32>, 
 // CHECK-NEXT:          "gpu.barrier"() : () -> ()
 // CHECK-NEXT:          %[[NC0:.*]] = memref.load %[[SC]][%{{.*}}] : memref<2xf32, 3 : i64>
 // CHECK-NEXT:          %[[NC1:.*]] = memref.load %[[SC]][%{{.*}}] : memref<2xf32, 3 : i64>
-// CHECK-NEXT:          scf.yield %[[NC0]], %[[NC1]] : f32, f32
+// CHECK-NEXT:          scf.yield %[[NC0]], %[[NC1]], %[[N00]], %[[N01]], %[[N10]], %[[N11]], %[[NV0]], %[[NV1]], {{.*}} : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
 // CHECK-NEXT:        }
 // CHECK-NEXT:        "gpu.return"() : () -> ()
 // CHECK-NEXT:      }) {sym_name = "scan_linear_0", gpu.kernel, scanweaver.launch = {kernel_name = "scan_linear_0", module_name = "scanweaver_kernels", func_name = "iir2", grid = [3 : i64, 1 : i64, 1 : i64], block = [128 : i64, 1 : i64, 1 : i64], shared_bytes = 104 : i64
@@ -315,7 +337,7 @@ func.func @iir2_single(%x: memref<?xi32>, %k: memref<2xi32>, %y: memref<?xi32>, 
 // CHECK-NEXT:        "gpu.barrier"() : () -> ()
 // CHECK-NEXT:        %[[D0:.*]] = memref.load %[[SC1]][%{{.*}}] : memref<2xi32, 3 : i64>
 // CHECK-NEXT:        %[[D1:.*]] = memref.load %[[SC1]][%{{.*}}] : memref<2xi32, 3 : i64>
-// CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[E0:.*]] = %[[D0]], %[[E1:.*]] = %[[D1]]) -> (i32, i32) {
+// CHECK:             scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[E0:.*]] = %[[D0]], %[[E1:.*]] = %[[D1]], {{.*}}) -> (i32, i32, i32, {{.*}}) {
 // CHECK-NOT:           shuffle_mode xor
 // CHECK-COUNT-6:       "gpu.shuffle"(%{{.*}}, %{{.*}}, %{{.*}}) <{mode = #gpu<shuffle_mode up>}> : (i32, i32, i32) -> (i32, i1)
 // CHECK-NOT:           shuffle_mode xor
@@ -339,7 +361,7 @@ func.func @iir2_single(%x: memref<?xi32>, %k: memref<2xi32>, %y: memref<?xi32>, 
 // CHECK-NEXT:          "gpu.barrier"() : () -> ()
 // CHECK-NEXT:          %[[NE0:.*]] = memref.load %[[SC1]][%{{.*}}] : memref<2xi32, 3 : i64>
 // CHECK-NEXT:          %[[NE1:.*]] = memref.load %[[SC1]][%{{.*}}] : memref<2xi32, 3 : i64>
-// CHECK-NEXT:          scf.yield %[[NE0]], %[[NE1]] : i32, i32
+// CHECK-NEXT:          scf.yield %[[NE0]], %[[NE1]], {{.*}} : i32, i32, i32, {{.*}}
 // CHECK-NEXT:        }
 //                    after the tiles: thread 0 copies the carry into the state, runs the epilogue
 // CHECK-NEXT:        "gpu.barrier"() : () -> ()

@@ -110,3 +110,35 @@ func.func @reverse_init_final(%a: memref<4x?xf32>, %b: memref<4x?xf32>, %h0: mem
 // CHECK-NEXT:          memref.store %[[LAST]], %final[%[[BID]]] : memref<4xf32>
 // CHECK:             "gpu.return"() : () -> ()
 // CHECK:           }) {sym_name = "scan_affine_0", gpu.kernel, scanweaver.launch = {kernel_name = "scan_affine_0", module_name = "scanweaver_kernels", func_name = "reverse_init_final", grid = [4 : i64, 1 : i64, 1 : i64], block = [4 : i64, 1 : i64, 1 : i64], shared_bytes = 4 : i64
+
+// f64 with two items per thread: one 16-byte vector<2xf64> per run in full tiles, only where
+// the bases of a, b and h are all 16-byte aligned (one test per kernel; a device view off a
+// 16-byte boundary takes the guarded scalar path, loads and stores alike).
+func.func @vectors_f64(%a: memref<4x?xf64>, %b: memref<4x?xf64>, %h: memref<4x?xf64>) {
+  scan.affine %a, %b into %h axis 1 : memref<4x?xf64>, memref<4x?xf64> -> memref<4x?xf64>
+  func.return
+}
+
+// CHECK:           "gpu.func"() <{function_type = (memref<4x?xf64>, memref<4x?xf64>, memref<4x?xf64>) -> (), kernel}> ({
+// CHECK-NEXT:      ^{{.*}}(%a: memref<4x?xf64>, %b: memref<4x?xf64>, %h: memref<4x?xf64>):
+// CHECK-NEXT:        %[[PA:.*]] = "memref.extract_aligned_pointer_as_index"(%a) : (memref<4x?xf64>) -> index
+// CHECK-NEXT:        %[[PB:.*]] = "memref.extract_aligned_pointer_as_index"(%b) : (memref<4x?xf64>) -> index
+// CHECK-NEXT:        %[[PAB:.*]] = arith.ori %[[PA]], %[[PB]] : index
+// CHECK-NEXT:        %[[PH:.*]] = "memref.extract_aligned_pointer_as_index"(%h) : (memref<4x?xf64>) -> index
+// CHECK-NEXT:        %[[PALL:.*]] = arith.ori %[[PAB]], %[[PH]] : index
+// CHECK-NEXT:        %[[M15:.*]] = arith.constant 15 : index
+// CHECK-NEXT:        %[[Z:.*]] = arith.constant 0 : index
+// CHECK-NEXT:        %[[LOW:.*]] = arith.andi %[[PALL]], %[[M15]] : index
+// CHECK-NEXT:        %[[BASES:.*]] = arith.cmpi eq, %[[LOW]], %[[Z]] : index
+// CHECK:             scf.for
+// CHECK:               %[[LDV:.*]] = arith.andi %{{.*}}, %[[BASES]] : i1
+// CHECK-NEXT:          %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} = scf.if %[[LDV]] -> (f64, f64, f64, f64) {
+// CHECK-NEXT:            vector.load %a[%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<4x?xf64>, vector<2xf64>
+// CHECK:                 vector.load %b[%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<4x?xf64>, vector<2xf64>
+// CHECK:               } else {
+// CHECK-COUNT-2:         memref.load %a[%{{.*}}, %{{.*}}] : memref<4x?xf64>
+// CHECK:               %[[STV:.*]] = arith.andi %{{.*}}, %[[BASES]] : i1
+// CHECK-NEXT:          scf.if %[[STV]] {
+// CHECK:                 vector.store %{{.*}}, %h[%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<4x?xf64>, vector<2xf64>
+// CHECK-NEXT:          } else {
+// CHECK:                 memref.store %{{.*}}, %h[%{{.*}}, %{{.*}}] : memref<4x?xf64>

@@ -38,6 +38,7 @@ CASES = [
     ("affine_f32_8x1536x65536", "affine"),
     ("affine_f32_1x2p26", "affine"),
     ("generic_cumsum_i32_1x2p26", "generic"),
+    ("generic_cumsum_i32_1024x4096", "generic"),
     ("selective_N16_8x1536x2048", "selective"),
     ("iir2_f32_512x4096", "linear"),
 ]
@@ -72,10 +73,11 @@ def case_ir(name: str, size: str | int) -> str:
         return affine_scan_ir((8, 1536, 65536) if big else (1, 1, size), 2, "f32", "f32", final=True)
     if name == "affine_f32_1x2p26":
         return affine_scan_ir((1, 1 << 26) if big else (1, size), 1, "f32", "f32", init=True, final=True)
-    if name == "generic_cumsum_i32_1x2p26":
+    if name in ("generic_cumsum_i32_1x2p26", "generic_cumsum_i32_1024x4096"):
         from scanweaver.ir import print_ir
 
-        return print_ir(_sum_scan()((1, 1 << 26) if big else (1, size), 1, "i32"))
+        shape = (1, 1 << 26) if name.endswith("1x2p26") else (1024, 4096)
+        return print_ir(_sum_scan()(shape if big else (1, size), 1, "i32"))
     if name == "selective_N16_8x1536x2048":
         from scanweaver.runtime.cuda_scan import selective_scan_ir
 

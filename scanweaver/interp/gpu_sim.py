@@ -31,7 +31,12 @@
 * 1-D `vector.load` / `vector.store` of global or shared memory (a vector is a tuple
   of its elements), with `vector.extract`, `vector.insert` and `vector.broadcast` at
   static positions: the same bounds and race checks per element, and an error where a
-  vector access with `alignment = 16` is not 16-byte aligned (flat element offset).
+  vector access with `alignment = 16` is not 16-byte aligned (its buffer's base offset
+  plus the flat element offset).
+* Base addresses: `memref.extract_aligned_pointer_as_index` of a buffer gives a made-up
+  address, 256-byte aligned plus the byte offset `base_offsets` gives the host function
+  argument it came from (`simulate_launch`), 0 by default: so tests run kernels on
+  device views that start off a 16-byte boundary (`rewrites/gpu_aligned_bases.py`).
 * Inside a thread the executor walks `scf.for`, `scf.if`, `scf.yield`, `gpu.return`
   itself and runs every other op (arith, math, memref, ...) with the implementations
   registered in ScanWeaver's interpreter (`make_interpreter`), so f32 rounding and
@@ -46,7 +51,7 @@ import random
 from collections.abc import Generator
 from typing import Any
 
-from xdsl.dialects import gpu, memref, scf, vector
+from xdsl.dialects import func, gpu, memref, scf, vector
 from xdsl.dialects.builtin import (
     ComplexType,
     IntegerAttr,
@@ -64,7 +69,7 @@ from xdsl.interpreter import (
 from xdsl.interpreters.builtin import xtype_for_el_type
 from xdsl.interpreters.shaped_array import ShapedArray
 from xdsl.interpreters.utils.ptr import TypedPtr
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
 from scanweaver.dialects.gpu_shuffle import ShuffleOp
@@ -83,13 +88,17 @@ def _is_shared(t: MemRefType) -> bool:
 
 _DIMS = {"x": 0, "y": 1, "z": 2}
 WARP = 32
+#: the made-up address of every buffer's 256-byte-aligned base (`base_offsets` is added)
+_BASE_ADDRESS = 1 << 32
 
 
 class _Block:
     """State shared by the threads of one block."""
 
-    def __init__(self, block_id: tuple[int, int, int], block_dim, grid_dim, race_check: bool, glob=None):
+    def __init__(self, block_id: tuple[int, int, int], block_dim, grid_dim, race_check: bool, glob=None,
+                 bases: dict[int, int] | None = None):
         self.block_id = block_id
+        self.bases = bases or {}  # id(buffer) -> byte offset of its base past a 256-byte boundary
         self.glob = glob  # _GlobalAccesses of the launch (cross-block race check), or None
         self.barriers = 0  # barrier releases of this block
         self.global_bytes = [0, 0]  # bytes loaded from / stored to global memory
@@ -258,6 +267,8 @@ class _Thread:
                 glob = SymbolTable.lookup_symbol(op, op.name_)
                 assert isinstance(glob, memref.GlobalOp)
                 env[op.results[0]] = self.blk.shared_buffer(self.interp, glob)
+            elif kind is memref.ExtractAlignedPointerAsIndexOp:
+                env[op.results[0]] = _BASE_ADDRESS + self.blk.bases.get(id(env[op.operands[0]]), 0)
             elif kind is gpu.ThreadIdOp:
                 env[op.results[0]] = self.tid[_DIMS[op.dimension.data.value]]
             elif kind is gpu.BlockIdOp:
@@ -290,7 +301,7 @@ class _Thread:
                 flat = 0
                 for i, d in zip(idx, buf.shape):
                     flat = flat * d + i
-                if (flat * el_bytes) % align.value.data:  # type: ignore[attr-defined]
+                if (self.blk.bases.get(id(buf), 0) + flat * el_bytes) % align.value.data:  # type: ignore[attr-defined]
                     raise GpuSimError(
                         f"{op.name} at {idx} of a {list(buf.shape)} memref is not {align.value.data}-byte aligned "  # type: ignore[attr-defined]
                         f"(block {self.blk.block_id}, thread {self.tid})"
@@ -407,8 +418,10 @@ def run_kernel(
     race_check: bool = True,
     block_order: str | int = "forward",
     stats: dict | None = None,
+    bases: dict[int, int] | None = None,
 ) -> None:
     """Execute `kernel` over the whole grid; `args` are interpreter values (ShapedArrays).
+    `bases`: id(buffer) -> its base's byte offset past a 256-byte boundary (default 0).
     `block_order`: "forward", "reverse" or an int seed of a random permutation. `stats`
     (a dict) receives `blocks`, `max_barriers` (per block), `load_bytes`, `store_bytes`
     (global memory, summed over the grid), `vector_accesses` (vector loads and stores)."""
@@ -423,7 +436,7 @@ def run_kernel(
         raise GpuSimError(f"gpu simulator: unknown block order {block_order!r}")
     glob = _GlobalAccesses({id(a) for a in args if isinstance(a, ShapedArray)}) if race_check else None
     for bx, by, bz in order:
-        blk = _Block((bx, by, bz), block, grid, race_check, glob)
+        blk = _Block((bx, by, bz), block, grid, race_check, glob, bases)
         threads = []
         for tz, ty, tx in itertools.product(range(block[2]), range(block[1]), range(block[0])):
             th = _Thread(interp, blk, (tx, ty, tz))
@@ -478,6 +491,7 @@ class GpuLaunchFunctions(InterpreterFunctions):
     block_order: str | int = "forward"
     on_launch: Any = None  # called as on_launch(kernel name, grid, block, kernel args)
     stats: Any = None  # a list: one `run_kernel` stats dict per launch, with "kernel"
+    base_offsets: Any = None  # host argument position -> byte offset of its base
 
     @impl(gpu.LaunchFuncOp)
     def run_launch_func(self, interpreter: Interpreter, op: gpu.LaunchFuncOp, args: PythonValues):
@@ -491,7 +505,11 @@ class GpuLaunchFunctions(InterpreterFunctions):
         if self.on_launch is not None:
             self.on_launch(kernel.sym_name.data, grid, block, kargs)
         st = None if self.stats is None else {"kernel": kernel.sym_name.data, "grid": grid}
-        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check, self.block_order, st)
+        bases = {}
+        for v, a in zip(op.kernelOperands, kargs):
+            if self.base_offsets and isinstance(v, BlockArgument) and isinstance(v.block.parent_op(), func.FuncOp):
+                bases[id(a)] = self.base_offsets.get(v.index, 0)
+        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check, self.block_order, st, bases)
         if st is not None:
             self.stats.append(st)
         return ()
@@ -501,10 +519,13 @@ def simulate_launch(
     module: ModuleOp | str, name: str, *args: Any, race_check: bool = True, on_launch: Any = None,
     block_order: str | int = "forward",
     stats: list | None = None,
+    base_offsets: dict[int, int] | None = None,
 ) -> tuple[Any, ...]:
     """Run host `func.func @name` on numpy arrays (updated in place), kernels simulated.
     `on_launch(kernel name, grid, block, kernel args)` sees each launch before it runs;
-    `block_order` as in `run_kernel`; `stats` (a list) gets one dict per launch."""
+    `block_order` as in `run_kernel`; `stats` (a list) gets one dict per launch;
+    `base_offsets` (argument position -> bytes, each below 256) places that argument's
+    base off a 16-byte boundary, as a device view would be."""
     if isinstance(module, str):
         from scanweaver.ir import parse_ir
 
@@ -514,4 +535,5 @@ def simulate_launch(
     launcher.on_launch = on_launch
     launcher.block_order = block_order
     launcher.stats = stats
+    launcher.base_offsets = base_offsets
     return run_function(module, name, *args, extra_impls=[launcher])

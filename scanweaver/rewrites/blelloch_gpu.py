@@ -55,7 +55,11 @@ Kernel design
   `ld.global.v4` / `.v2`; without it LLVM splits the access) and writes h with
   `vector.store`, unguarded; other tiles take the guarded scalar path. With 4 f32
   items per thread (the default) a warp's loads cover 512 contiguous bytes, fully
-  coalesced without a staging pass through shared memory. Inputs no kernel writes
+  coalesced without a staging pass through shared memory. The row and tile tests count
+  from the base the runtime passes, so every vector branch also requires the bases of
+  the arrays it moves by vectors to be 16-byte aligned (one test per kernel, added last
+  by `gpu_aligned_bases.py`): a device view off a 16-byte boundary takes the scalar
+  path. Inputs no kernel writes
   are read through the read-only path (`ld.global.nc`: `toolchain/readonly_params.py`
   marks them at export).
 * Prefetch (warp-shuffle tiles of the time-block kernels, `prefetch=True`): the loop
@@ -65,7 +69,9 @@ Kernel design
   is all guarded identity: no access). Not in the one-block-per-channel kernel: there
   the 10 more registers (30 -> 40 for f32) would cut the resident warps from 64 to 48
   per SM, and with thousands of channels the other warps hide the latency (unmeasured:
-  no GPU run yet).
+  no GPU run yet). The generic `scan.scan` kernels (`scan_gpu.py`) and the
+  `scan.linear_recurrence` kernel (`linear_gpu.py`) prefetch the same way, also with
+  one block per channel, where the kernel table shows no occupancy cost.
 * Each thread then replays its registers sequentially, `h = a * h + b`, storing each
   in-range h. Identity padding keeps h unchanged past the end, so the last thread's
   final h is the tile's last state: it writes it to a one-slot shared buffer, a

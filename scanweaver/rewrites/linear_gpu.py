@@ -49,6 +49,12 @@ Kernel design
   entry of a product or of M v + w makes an entry of the result non-finite, so a
   finite verdict means every aggregate the tile used was finite. Shared memory:
   (K*K + K) * (block_size / 32) + K elements.
+* Prefetch (the warp-shuffle tile, `PREFETCH`): the tile loop carries the next
+  tile's pairs (the cloned step-dependent `coeffs`, loads included, identity past
+  the end); each tile produces those of tile k + 1 before its own scan and barriers,
+  so their load latency overlaps the scan; the tile after the last produces nothing.
+  On: `benchmarks/gpu/KERNELS.md` (generated) shows the registers and occupancy
+  with it against `main` without it (the iir2 case).
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root (M, v)
   is not finite in the root's M slot (never read by the down-sweep); such a tile takes
   its entering states in the loop's own order, thread after thread.
@@ -81,6 +87,8 @@ from scanweaver.rewrites.gpu_kernel import Unsupported, kernel_name, refuse_i1_m
 MAX_K = 4
 #: Keep the items' pairs for the replay when (K*K + K) * items_per_thread <= this.
 KEEP_PAIRS_REGISTERS = 32
+#: Prefetch of the next tile's pairs in the warp-shuffle tile (module doc, "Prefetch")
+PREFETCH = True
 
 
 # ---------------------------------------------------------------------------
@@ -145,7 +153,8 @@ class _LinearKernel:
     `build` runs the steps in order; each step emits its ops where the previous one
     stopped, so the order of the calls is the order of the IR."""
 
-    def __init__(self, nest: gpu_nest.Nest, name: str, bs: int, ipt: int, keep: bool) -> None:
+    def __init__(self, nest: gpu_nest.Nest, name: str, bs: int, ipt: int, keep: bool,
+                 prefetch: bool | None = None) -> None:
         rec = nest.rec
         assert isinstance(rec, scan.LinearRecurrenceOp)
         self.nest, self.rec, self.bs, self.ipt, self.keep = nest, rec, bs, ipt, keep
@@ -158,6 +167,8 @@ class _LinearKernel:
         self.zero, self.one = e.index(0), e.index(1)
         K = self.K
         self.warp = bg.shuffles(self.el)
+        #: the warp tile carries the next tile's pairs (module doc, "Prefetch")
+        self.prefetch = self.warp and (PREFETCH if prefetch is None else prefetch)
         #: entries per component in sM / sV: one per thread for the sweep, one per warp
         #: (none in a block of one warp) for the warp-shuffle tile
         self.stride = shared_stride(self.el, bs)
@@ -184,7 +195,9 @@ class _LinearKernel:
             self.lane, self.warp_id = bg.lane_and_warp(e, kk.tid)
             e.op(gpu.BarrierOp())  # thread 0 wrote the entering state to sC
             carry0 = [e.load(self.s_c, [e.index(c)]) for c in range(self.K)]
-            final = e.for_(self.zero, ntiles, self.one, carry0, self._warp_tile_body)
+            if self.prefetch:  # tile 0's pairs before the loop
+                carry0 += self._tile_pairs(e, self.zero)
+            final = list(e.for_(self.zero, ntiles, self.one, carry0, self._warp_tile_body))[: self.K]
             if bs <= bg.WARP:  # the carry moved by shuffles: sC gets the final state, once
                 e.op(gpu.BarrierOp())  # every thread is done with sC
 
@@ -292,21 +305,35 @@ class _LinearKernel:
         return items
 
     def _load_items(
-        self, le: Emitter, start: SSAValue
+        self, le: Emitter, start: SSAValue, pairs: Sequence[SSAValue] | None = None
     ) -> tuple[list[tuple[SSAValue, SSAValue, list[SSAValue]]], list[SSAValue]]:
         """This thread's (k, inside, pair) items, identity past the end, and their
-        aggregate in step order (registers)."""
+        aggregate in step order (registers). `pairs`: the items' pairs produced before
+        (prefetch, flat), else produced here."""
         items = []
         agg: list[SSAValue] = []
+        n = self.npair
         for j in range(self.ipt):
             k = le.add(start, le.index(j)) if j else start
             inside = le.cmp("ult", k, self.kk.trip)
-            pair = list(
-                le.if_(inside, [self.el] * self.npair, lambda ie, k=k: self.produce(ie, k), self.mat.identity)
-            )
+            if pairs is not None:
+                pair = list(pairs[j * n : (j + 1) * n])
+            else:
+                pair = list(le.if_(inside, [self.el] * n, lambda ie, k=k: self.produce(ie, k), self.mat.identity))
             items.append((k, inside, pair))
             agg = pair if j == 0 else self.mat.compose(le, agg, pair)
         return items, agg
+
+    def _tile_pairs(self, le: Emitter, tl: SSAValue) -> list[SSAValue]:
+        """Tile tl's pairs of this thread, flat; identity past the end (the tile after
+        the last produces nothing and loads nothing)."""
+        start = le.add(le.mul(tl, self.tile), self.thread_base)
+        out: list[SSAValue] = []
+        for j in range(self.ipt):
+            k = le.add(start, le.index(j)) if j else start
+            inside = le.cmp("ult", k, self.kk.trip)
+            out += le.if_(inside, [self.el] * self.npair, lambda ie, k=k: self.produce(ie, k), self.mat.identity)
+        return out
 
     # -- the warp-shuffle tile (blelloch_gpu's module doc, "In-tile scan") -----------------
 
@@ -314,10 +341,13 @@ class _LinearKernel:
         """The tile with warp shuffles: Kogge-Stone over each warp's (M, v) aggregates
         (every component shuffled), one barrier for the warp totals, and the next carry
         through `sC` behind a second one (1 barrier in a block of one warp)."""
-        carry = list(carried)
-        width, K, mat = self.width, self.K, self.mat
+        K = self.K
+        carry, pairs = list(carried[:K]), (list(carried[K:]) if self.prefetch else None)
+        width, mat = self.width, self.mat
         start = le.add(le.mul(tl, self.tile), self.thread_base)
-        items, agg = self._load_items(le, start)
+        # prefetch: tile tl + 1's pairs (their loads) first, to overlap this tile's scan
+        nxt = self._tile_pairs(le, le.add(tl, self.one)) if self.prefetch else []
+        items, agg = self._load_items(le, start, pairs)
         inc = bg.warp_inclusive_scan(le, mat.compose, agg, width)
         ex, has_prev = bg.warp_exclusive(le, inc, width)
         bad = bg.warp_any(le, bg.any_not_finite(le, inc), width) if self.guard else None
@@ -329,10 +359,10 @@ class _LinearKernel:
             h = self._exact_if_flagged(le, items, bad, h, carry)
         h = self._replay(le, items, h)
         if self.bs <= bg.WARP:  # the last lane's state, without shared memory
-            return [bg.shuffle(le, "idx", x, width - 1, width)[0] for x in h]
+            return [bg.shuffle(le, "idx", x, width - 1, width)[0] for x in h] + nxt
         self._publish(le, h)
         le.op(gpu.BarrierOp())  # the carry is posted; every thread read the totals
-        return [le.load(self.s_c, [le.index(c)]) for c in range(K)]
+        return [le.load(self.s_c, [le.index(c)]) for c in range(K)] + nxt
 
     def _warp_entry(
         self, le: Emitter, inc: Sequence[SSAValue], carry: list[SSAValue], bad: SSAValue | None

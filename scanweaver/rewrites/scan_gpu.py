@@ -39,6 +39,14 @@ Kernel design (that of the `scan.affine` kernel, `blelloch_gpu.py`)
   the vector) loads each thread's run with `vector.load` and stores the results with
   `vector.store` after the replay; other tiles (and seeded scans, which map their own
   loads) take the guarded scalar path.
+* Prefetch (warp-shuffle tiles: every operand f32/f64/i32/i64; `PREFETCH_ONE_BLOCK`,
+  `PREFETCH_TIME_BLOCKS`): the tile loop carries the next tile's k-tuples; tile 0's
+  are loaded before the loop, and each tile issues the loads of tile k + 1 (vectors
+  in a full tile, guarded scalars else) before its own scan and barriers, so their
+  latency overlaps the scan (k * items_per_thread more registers). The tile after
+  the last is all past the end: its guarded loads touch nothing. On in both
+  kernels: `benchmarks/gpu/KERNELS.md` (generated) shows their registers and
+  occupancy with it, against `main` without it (the cumsum cases).
 * Phase 1: each thread loads its k-tuples (guarded), folds its valid ones
   left to right into one aggregate, stores it to shared `s_j[tid]` (one array per
   operand, `memref.global` in address space 3).
@@ -104,6 +112,10 @@ from scanweaver.rewrites.gpu_kernel import (
 )
 
 _SCALARS = (IntegerType, IndexType, Float16Type, BFloat16Type, Float32Type, Float64Type)
+#: Prefetch of the next tile (module doc, "Prefetch") in the warp-shuffle tiles of the
+#: one-block-per-channel kernel and of the time-block chunk kernel (`scan_time_blocks.py`)
+PREFETCH_ONE_BLOCK = True
+PREFETCH_TIME_BLOCKS = True
 #: Ops a `scan.scan` may be nested in on the host (the launch replaces it in place).
 _HOST_PARENTS = (scf.ForOp, scf.IfOp, scf.WhileOp)
 class Combine:
@@ -258,6 +270,17 @@ class _TileSteps:
         for j in range(ipt):
             t = le.add(start, le.index(j)) if j else start
             items.append((t, le.cmp("ult", t, self.t_end), flat[j * k : (j + 1) * k]))
+        return items
+
+    def items_of(
+        self, le: Emitter, start: SSAValue, flat: Sequence[SSAValue]
+    ) -> list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]:
+        """`load_items`' items from elements loaded before (prefetch: `flat`, item-major)."""
+        k = len(self.types)
+        items = []
+        for j in range(self.ipt):
+            t = le.add(start, le.index(j)) if j else start
+            items.append((t, le.cmp("ult", t, self.t_end), list(flat[j * k : (j + 1) * k])))
         return items
 
     def _guarded_items(self, le: Emitter, start: SSAValue) -> list[tuple[SSAValue, SSAValue, Sequence[SSAValue]]]:
@@ -525,6 +548,7 @@ def _emit_kernel(
     load_fn: Callable[[Emitter, SSAValue], list[SSAValue]] | None = None,
     final_at: Sequence[Sequence[SSAValue] | None] = (),
     axis: int | None = None, channel: Sequence[SSAValue] | None = None,
+    prefetch: bool | None = None,
 ) -> None:
     """`chunk` > 0 (time blocks, `scan_time_blocks.py`): block = (channel, chunk k) and
     the tiles scan steps [k * chunk, (k + 1) * chunk) only, as if the scan started there;
@@ -537,7 +561,9 @@ def _emit_kernel(
     also for a partial last tile, which the seeded carry kernel needs).  `final_at[j]`
     (state kept in memory) stores final j to that element instead of a rank-0 result, and
     not for an empty axis (the state stays as it was).  `axis` / `channel` replace the
-    op's time axis / `ref`'s delinearised channel (a seeded scan over host channel loops)."""
+    op's time axis / `ref`'s delinearised channel (a seeded scan over host channel loops).
+    `prefetch` (warp-shuffle tiles; default `PREFETCH_TIME_BLOCKS` with `chunk`, else
+    `PREFETCH_ONE_BLOCK`): the loop carries the next tile's elements (module doc)."""
     axis = op.axis_value if axis is None else axis
     tid = thread_id(e)
     bid = block_id(e)
@@ -587,26 +613,46 @@ def _emit_kernel(
         e.op(gpu.BarrierOp())
 
     warp = all(bg.shuffles(t) for t in steps.types)
+    if prefetch is None:
+        prefetch = PREFETCH_TIME_BLOCKS if chunk else PREFETCH_ONE_BLOCK
+    prefetch = prefetch and warp
 
-    def tile_body(le: Emitter, kt: SSAValue, _: Sequence[SSAValue]) -> None:
+    def tile_range(le: Emitter, kt: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """(first step of tile kt, this thread's first step in it)."""
         tile_start = le.add(t_begin, le.mul(kt, tile)) if chunk else le.mul(kt, tile)
-        start = le.add(tile_start, thread_base)
+        return tile_start, le.add(tile_start, thread_base)
+
+    def tile_values(le: Emitter, kt: SSAValue) -> list[SSAValue]:
+        """Tile kt's elements of this thread, flat (item-major): vectors in a full tile,
+        guarded scalars else (zeros past the end: the tile after the last loads nothing)."""
+        tile_start, start = tile_range(le, kt)
+        return [v for _, _, vals in steps.load_items(le, start, steps.full_tile(le, tile_start)) for v in vals]
+
+    def tile_body(le: Emitter, kt: SSAValue, carried: Sequence[SSAValue]) -> list[SSAValue]:
+        tile_start, start = tile_range(le, kt)
         has_carry = _has_carry(le, kt, zero, seeds is not None, k_chunk if chunk else None)
+        nxt: list[SSAValue] = []
+        if prefetch:  # tile kt + 1's loads first: their latency overlaps this tile's scan
+            nxt = tile_values(le, le.add(kt, one))
         full = steps.full_tile(le, tile_start)
-        items = steps.load_items(le, start, full)
+        if prefetch:
+            items = steps.items_of(le, start, carried)
+        else:
+            items = steps.load_items(le, start, full)
         if warp:
             acc, prefix_valid = steps.warp_prefix(le, items, has_carry)
             last = steps.replay_from(le, items, acc, prefix_valid, start, full)
             le.op(gpu.BarrierOp())  # every thread read the totals and the carry
             steps.publish(le, last)
-            return
+            return nxt
         steps.fold(le, items)
         steps.up_sweep(le, tile_start)
         steps.seed(le, has_carry)
         steps.down_sweep(le, tile_start, has_carry)
         steps.publish(le, steps.replay(le, items, has_carry, start, full))
+        return []
 
-    e.for_(zero, ntiles, one, [], tile_body)
+    e.for_(zero, ntiles, one, tile_values(e, zero) if prefetch else [], tile_body)
     if chunk and aggs and load_fn is None:
         _store_chunk_aggregate(e, steps, aggs, k_chunk)
 

@@ -8,7 +8,9 @@ emit sums over: `gpu_state_matrix.py`), `scan.linear_recurrence` nests (`linear_
 first, channel nests whose body is a sequential program (VJPs) become one-thread-per-
 channel kernels (`gpu_channel_program.py`).
 Ops a lowering cannot take stay for the sequential lowering; why is noted on their
-function (`blelloch_gpu.record_refusals`).  Options: see `blelloch_gpu.py`.
+function (`blelloch_gpu.record_refusals`).  Last, every kernel's 16-byte vector
+branches also test that the bases are 16-byte aligned (`gpu_aligned_bases.py`), so
+device views that start anywhere run, on the scalar path.  Options: see `blelloch_gpu.py`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
 from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
 from scanweaver.rewrites.gpu_channel_program import buffers_to_scratch, lower_channel_programs, lower_loop_stages
+from scanweaver.rewrites.gpu_aligned_bases import guard_vector_paths
 from scanweaver.rewrites.gpu_kernel import Unsupported
 from scanweaver.rewrites.gpu_state_matrix import lower_state_matrices
 from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
@@ -91,6 +94,7 @@ class ScanToGpu(ModulePass):
         if scratch:
             fix_scratch_launches(op, scratch)
         buffers_to_scratch(op)  # temporaries between kernel stages (gpu_channel_program.py)
+        guard_vector_paths(op)  # a misaligned base (a device view) takes the scalar path
         record_refusals({**refused, **channel_refused}, diagnose=self.diagnose)
 
 

@@ -11,11 +11,13 @@ i64 strides[rank])`, strides in elements; a scalar argument is one value of its 
 Arrays are numpy arrays (copied to the device and back) or anything with
 `__cuda_array_interface__` (used in place).  The generated code indexes memrefs as
 C-contiguous (identity layout), so device arrays must be C-contiguous; overlapping
-arrays are refused like on the CPU.  Device arrays must also start on a 16-byte
-boundary (`DEVICE_ALIGNMENT`): full tiles use 16-byte vector accesses whose tile test
-counts offsets from the base pointer, so a view such as `d[1:]` of f32 would fault
-(misaligned address).  Host arrays never meet this: they are copied into fresh
-device allocations (256-byte aligned by the CUDA allocator).
+arrays are refused like on the CPU.  A device array may start anywhere its elements
+may (a view such as `d[:, 1:]` of a contiguous row, or `d[1:]`): every kernel tests its
+bases before its 16-byte vector accesses and takes the scalar path when one is off a
+`DEVICE_ALIGNMENT` boundary (`rewrites/gpu_aligned_bases.py`).  Only a base that is
+not a whole number of elements past an element boundary is refused (no scalar access
+could read it).  Host arrays are copied into fresh device allocations (256-byte
+aligned by the CUDA allocator), which take the vector paths.
 """
 
 from __future__ import annotations
@@ -131,21 +133,22 @@ class DeviceView:
         return self.pointer + lo * self.itemsize, self.pointer + (hi + 1) * self.itemsize
 
 
-#: Byte alignment every device array's data pointer must have: the widest access the
-#: kernels make (`vector.load/store` of 16 bytes: `rewrites/blelloch_gpu.py`).
+#: The widest access the kernels make (`vector.load/store` of 16 bytes:
+#: `rewrites/blelloch_gpu.py`); a base off this boundary runs the scalar path.
 DEVICE_ALIGNMENT = 16
 
 
 def check_alignment(what: str, view: DeviceView) -> None:
-    """Refuse a non-empty device array whose base is not `DEVICE_ALIGNMENT`-aligned
-    (an empty one is never read or written)."""
-    off = view.pointer % DEVICE_ALIGNMENT
+    """Refuse a non-empty device array whose base is not aligned to its element size
+    (no load of an element could be; an empty array is never read or written).  Bases
+    off a `DEVICE_ALIGNMENT` boundary are fine: the kernels test them."""
+    need = view.itemsize
+    off = view.pointer % need if need > 1 else 0
     if off and 0 not in view.shape:
         raise ScanWeaverValueError(
             f"{what}: device address 0x{view.pointer:x} is {off} bytes past a "
-            f"{DEVICE_ALIGNMENT}-byte boundary (address % {DEVICE_ALIGNMENT} = {off}); GPU kernels "
-            f"use {DEVICE_ALIGNMENT}-byte vector accesses: pass an aligned copy (e.g. x.copy() / "
-            "x.clone()), not a view that starts inside another array"
+            f"{need}-byte boundary (address % {need} = {off}), inside an element: "
+            "pass an array whose data starts on an element boundary"
         )
 
 
@@ -223,8 +226,8 @@ def kernel_params(launch: KernelLaunch, views: Sequence[Any]) -> list[Any]:
             )
         check_alignment(f"kernel {launch.kernel_name}: argument '{name}'", view)
         # The interface's data pointer already includes any view offset: pass it as
-        # the aligned pointer with offset 0, which is what the kernels assume
-        # (16-byte aligned: checked just above).
+        # the aligned pointer with offset 0, which is what the kernels assume (they
+        # test its 16-byte alignment themselves before any vector access).
         params += [ctypes.c_void_p(view.pointer), ctypes.c_void_p(view.pointer), ctypes.c_int64(0)]
         params += [ctypes.c_int64(s) for s in view.shape]
         params += [ctypes.c_int64(s) for s in view.strides]

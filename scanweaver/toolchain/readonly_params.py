@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from xdsl.dialects import gpu, memref, vector
+from xdsl.dialects import gpu, memref, scf, vector
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, MemRefType, ModuleOp, UnitAttr
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
@@ -43,7 +43,25 @@ def _only_read(value: SSAValue) -> bool:
             continue
         if isinstance(op, memref.DimOp | memref.ExtractStridedMetaDataOp):
             continue
+        if isinstance(op, memref.ExtractAlignedPointerAsIndexOp) and _arith_only(op.results[0]):
+            continue  # the base's address, tested for alignment (rewrites/gpu_aligned_bases.py)
         return False  # a store, a view, a call, an atomic: not provably read-only
+    return True
+
+
+def _arith_only(value: SSAValue, seen: set | None = None) -> bool:
+    """`value` (an address as an integer) only flows through arith ops into `scf.if`
+    conditions: never back into a pointer, so no access goes through it."""
+    seen = set() if seen is None else seen
+    for use in value.uses:
+        op = use.operation
+        if op in seen:
+            continue
+        seen.add(op)
+        if isinstance(op, scf.IfOp) and use.index == 0:
+            continue
+        if not op.name.startswith("arith.") or not all(_arith_only(r, seen) for r in op.results):
+            return False
     return True
 
 

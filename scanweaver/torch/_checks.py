@@ -8,7 +8,6 @@ import numpy as np
 import torch
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
-from scanweaver.runtime.cuda import DEVICE_ALIGNMENT
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -64,11 +63,11 @@ def view(x: torch.Tensor, dtype: np.dtype) -> np.ndarray:
 
 
 def device_aligned(x: torch.Tensor | None) -> torch.Tensor | None:
-    """x itself when its data starts on a `DEVICE_ALIGNMENT` boundary (or is empty),
-    else a fresh contiguous copy.  The GPU runtime refuses misaligned device arrays (its
-    kernels make 16-byte vector accesses) and a slice such as `t[1:]` is one: torch
-    callers get the copy instead of that error."""
-    if x is None or x.numel() == 0 or x.data_ptr() % DEVICE_ALIGNMENT == 0:
+    """x itself (no copy) when its data starts on an element boundary, as every torch
+    view's does, e.g. `t[1:]`: the kernels test their bases against `DEVICE_ALIGNMENT`
+    and run such a view on their scalar path.  Else (a byte-offset storage view) a
+    fresh contiguous copy, which the runtime would otherwise refuse."""
+    if x is None or x.numel() == 0 or x.data_ptr() % x.element_size() == 0:
         return x
     return x.clone(memory_format=torch.contiguous_format)
 
