@@ -36,6 +36,17 @@ func.func @ints(%a: memref<5x?xi32>, %b: memref<5x?xi32>, %h: memref<5x?xi32>) {
   scan.affine %a, %b into %h axis 1 : memref<5x?xi32>, memref<5x?xi32> -> memref<5x?xi32>
   func.return
 }
+// Integers take two steps per link of the chain: h1 = freeze(a1*a0)*h + (a1*b0 + b1),
+// and h0 = a0*h + b0 off the chain (the freeze keeps LLVM from factoring a1 back out).
 // CHECK-LABEL: func.func @ints
-// CHECK:         %[[M:.*]] = arith.muli %{{.*}}, %{{.*}} : vector<8xi32>
-// CHECK-NEXT:    arith.addi %[[M]], %{{.*}} : vector<8xi32>
+// CHECK:         %[[A2:.*]] = arith.muli %[[A1:.*]], %[[A0:.*]] : vector<8xi32>
+// CHECK-NEXT:    %[[F:.*]] = "llvm.freeze"(%[[A2]]) : (vector<8xi32>) -> vector<8xi32>
+// CHECK-NEXT:    %[[AB:.*]] = arith.muli %[[A1]], %[[B0:.*]] : vector<8xi32>
+// CHECK-NEXT:    %[[B2:.*]] = arith.addi %[[AB]], %{{.*}} : vector<8xi32>
+// CHECK-NEXT:    %[[P0:.*]] = arith.muli %[[A0]], %[[H:.*]] : vector<8xi32>
+// CHECK-NEXT:    %{{.*}} = arith.addi %[[P0]], %[[B0]] : vector<8xi32>
+// CHECK-NEXT:    %[[P1:.*]] = arith.muli %[[F]], %[[H]] : vector<8xi32>
+// CHECK-NEXT:    %[[H1:.*]] = arith.addi %[[P1]], %[[B2]] : vector<8xi32>
+// The next pair continues from h1, not from h0.
+// CHECK:         "llvm.freeze"
+// CHECK:         arith.muli %{{.*}}, %[[H1]] : vector<8xi32>

@@ -9,14 +9,21 @@ from dataclasses import dataclass, replace
 
 from xdsl.builder import Builder
 from xdsl.dialects import arith, memref, scf, vector
-from xdsl.dialects.builtin import BoolAttr, IntegerAttr, MemRefType, VectorType, i1, i32, i64
+from xdsl.dialects.builtin import BoolAttr, IntegerAttr, IntegerType, MemRefType, VectorType, i1, i32, i64
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites.cpu_aggregate_arith import _aggregate_block, _aggregate_init
 from scanweaver.rewrites.cpu_channel_groups import channel_groups_loop
-from scanweaver.rewrites.cpu_vector_builders import _B, _element_bits, _neutral, _step, transpose_rows
+from scanweaver.rewrites.cpu_vector_builders import (
+    _B,
+    _element_bits,
+    _mul,
+    _neutral,
+    _step,
+    transpose_rows,
+)
 from scanweaver.rewrites.loop_utils import dim_sizes, for_loop, loop_nest
 
 # ---------------------------------------------------------------------------
@@ -62,6 +69,12 @@ PREFETCH_LOCALITY = 2
 #: (program order holds for the storing thread itself).  No explicit sfence needed.
 NONTEMPORAL_MIN_BYTES = 8 << 20
 
+
+#: Integer tiles carry their state two steps at a time (see `_block_steps`): the
+#: multiply-add chain of a row group is the tiles' critical path where the multiply is
+#: slow (i32 vpmulld: 10 cycles, against 4 for a float multiply), and pairing halves
+#: its length for two more multiplies and an add per pair, off the chain.
+PAIRED_INT_STEPS = True
 
 @dataclass
 class _Tiles:
@@ -117,6 +130,41 @@ def _prefetch(b: Builder, ref: SSAValue, index: Sequence[SSAValue], write: bool 
             },
         )
     )
+
+
+def _opaque(b: Builder, v: SSAValue) -> SSAValue:
+    """v through `llvm.freeze` (the same value: v is never poison here), which LLVM's
+    reassociation cannot see through: else it factors a1 out of (a1*a0)*h + (a1*b0 + b1)
+    and reuses a0*h + b0, which puts both steps back on the chain."""
+    from scanweaver.rewrites.exp_polynomial import generic_op_class
+
+    cls = generic_op_class("llvm.freeze", ())
+    return b.insert(cls.create(operands=[v], result_types=[v.type])).results[0]
+
+
+def _block_steps(
+    b: Builder, a_t: list[SSAValue], b_t: list[SSAValue], h: SSAValue, steps: list[int], integer: bool
+) -> tuple[SSAValue, list[SSAValue]]:
+    """The steps of one sub-tile (columns `steps`, in time order) from state h: the last
+    state and the state after every column.
+
+    Integers (PAIRED_INT_STEPS): the carried state takes two steps at once,
+    h1 = (a1*a0)*h + (a1*b0 + b1), and h0 = a0*h + b0 branches off it; wrap-around
+    integer arithmetic is a ring, so these are the loop's values exactly.
+    """
+    states: list[SSAValue] = [h] * len(a_t)
+    if not (integer and PAIRED_INT_STEPS):
+        for j in steps:
+            h = _step(b, a_t[j], h, b_t[j])
+            states[j] = h
+        return h, states
+    for j0, j1 in zip(steps[::2], steps[1::2]):
+        a2 = _opaque(b, _mul(b, a_t[j1], a_t[j0]))
+        b2 = _step(b, a_t[j1], b_t[j0], b_t[j1])
+        states[j0] = _step(b, a_t[j0], h, b_t[j0])
+        h = _step(b, a2, h, b2)
+        states[j1] = h
+    return h, states
 
 
 def _tile_rows(bb: _B, tl: _Tiles) -> tuple[list[SSAValue], list[SSAValue | None]]:
@@ -207,12 +255,8 @@ def _tile_body(
         for p in range(tl.chains):
             a_t = transpose_rows(b, a_rows[q][p * G : (p + 1) * G], vt)
             b_t = transpose_rows(b, b_rows[q][p * G : (p + 1) * G], vt)
-            h = hs[p]
-            states: list[SSAValue] = [h] * G
-            for j in (range(G - 1, -1, -1) if tl.reverse else range(G)):
-                h = _step(b, a_t[j], h, b_t[j])
-                states[j] = h
-            hs[p] = h
+            steps = list(range(G - 1, -1, -1) if tl.reverse else range(G))
+            hs[p], states = _block_steps(b, a_t, b_t, hs[p], steps, isinstance(el, IntegerType))
             h_cols[q] += transpose_rows(b, states, vt)
     if tl.aggregate:
         return hs
