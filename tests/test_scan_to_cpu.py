@@ -552,10 +552,11 @@ def test_nontemporal_stores_bit_exact(monkeypatch, dtype, init, final, reverse):
         n = shape[0] * shape[1]
         aligned = cpu_scan.aligned_empty(shape, dtype)
         misaligned = cpu_scan.aligned_empty((n + 4,), dtype)[4:].reshape(shape)  # 16 bytes off
-        assert aligned.ctypes.data % 64 == 0 and misaligned.ctypes.data % 32 == 16
+        off_line = cpu_scan.aligned_empty((n + 8,), dtype)[8:].reshape(shape)  # 32 bytes off a line: ordinary stores
+        assert aligned.ctypes.data % 64 == 0 and misaligned.ctypes.data % 32 == 16 and off_line.ctypes.data % 64 == 32
         want = [np.full(shape, 7, dtype)] + ([np.full(shape[:1], 7, dtype)] if final else [])
         plain(*args, *want)
-        for out in (aligned, misaligned):
+        for out in (aligned, misaligned, off_line):
             out.fill(7)
             got = [out] + ([np.full(shape[:1], 7, dtype)] if final else [])
             nt(*args, *got)

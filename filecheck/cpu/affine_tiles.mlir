@@ -9,6 +9,14 @@ func.func @tiles(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %h0: memref<?xf32>, %
 }
 // CHECK-LABEL: func.func @tiles
 // CHECK-NOT:     scan.affine
+// Streaming stores only for rows on a cache line (the start and the row stride in
+// elements: 64 bytes, 16 f32); rows 32 bytes off a line would write partial lines.
+// CHECK:         %[[P:.*]] = "memref.extract_aligned_pointer_as_index"(%h)
+// CHECK:         %[[S:.*]] = arith.addi %[[P]], %{{.*}} : index
+// CHECK-NEXT:    %[[C64:.*]] = arith.constant 64 : index
+// CHECK-NEXT:    %{{.*}} = arith.remui %[[S]], %[[C64]] : index
+// CHECK:         %[[C16:.*]] = arith.constant 16 : index
+// CHECK-NEXT:    %{{.*}} = arith.remui %{{.*}}, %[[C16]] : index
 // CHECK:         %{{.*}} = vector.load %h0[%{{.*}}] : memref<?xf32>, vector<8xf32>
 // CHECK:         vector.maskedload %a[%{{.*}}, %{{.*}}], %{{.*}}, %{{.*}} : memref<?x?xf32>, vector<8xi1>, vector<8xf32> into vector<8xf32>
 // CHECK:         vector.shuffle %{{.*}}, %{{.*}} [0, 8, 1, 9, 4, 12, 5, 13] : vector<8xf32>, vector<8xf32>
