@@ -115,7 +115,7 @@ def test_affine_channels_innermost_bit_exact(dtype, reverse):
 
 
 def test_long_rows_match_sequential_lowering():
-    """Skewed, prefetched tiles (rows >= 512 steps) vs the sequential loops, compiled."""
+    """Skewed tiles (rows >= 512 steps; prefetched from 2048) vs the sequential loops, compiled."""
     text = cpu_scan.affine_ir("f32", 2, True, True, False)
     fast = cpu_scan.kernel(text, "affine", [2, 2, 1, 2, 1])
     from scanweaver.rewrites.scan_to_loops import ScanToLoops

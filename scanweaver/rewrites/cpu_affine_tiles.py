@@ -47,8 +47,12 @@ MEDIUM_ROW_BLOCKS = 32
 #: with two chains, 0.95-1.03 with one; 64x65536 1.18-1.63 vs 0.94-1.10.
 SCAN_CHAINS = {64: 2}
 
-#: Rows of at least this many time blocks get software prefetch.
-PREFETCH_MIN_BLOCKS = 32
+#: Rows of at least this many time blocks get software prefetch: the long rows.  Medium
+#: rows do better on the hardware prefetchers alone (measured here, one core, CPU time
+#: of interleaved calls: 1024x1024 f32 1.05-1.13x faster without, 512x1536 1.09x, i32
+#: 1024x1024 1.05x, f64 1.01-1.03x; 2048x512 unchanged).  Long rows keep it: see
+#: PREFETCH_LOCALITY (2 cores); on one core 1024x4096 f32 ran 1.02x without.
+PREFETCH_MIN_BLOCKS = LONG_ROW_BLOCKS
 
 #: memref.prefetch locality hint: 2 (prefetcht1, into L2) measured best: 1024x4096 f32
 #: on 2 cores 1.80 ms vs 2.06 ms with 3 (into L1) and 2.2 ms without prefetch; with
