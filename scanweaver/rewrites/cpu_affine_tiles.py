@@ -87,6 +87,7 @@ NONTEMPORAL_ALIGN = 64
 #: its length for two more multiplies and an add per pair, off the chain.
 PAIRED_INT_STEPS = True
 
+
 @dataclass
 class _Tiles:
     """Everything the tile bodies of one channel group need."""
