@@ -115,7 +115,7 @@ def test_affine_channels_innermost_bit_exact(dtype, reverse):
 
 
 def test_long_rows_match_sequential_lowering():
-    """Skewed, prefetched tiles (rows >= 512 steps) vs the sequential loops, compiled."""
+    """Skewed tiles (rows >= 512 steps; prefetched from 2048) vs the sequential loops, compiled."""
     text = cpu_scan.affine_ir("f32", 2, True, True, False)
     fast = cpu_scan.kernel(text, "affine", [2, 2, 1, 2, 1])
     from scanweaver.rewrites.scan_to_loops import ScanToLoops
@@ -552,10 +552,11 @@ def test_nontemporal_stores_bit_exact(monkeypatch, dtype, init, final, reverse):
         n = shape[0] * shape[1]
         aligned = cpu_scan.aligned_empty(shape, dtype)
         misaligned = cpu_scan.aligned_empty((n + 4,), dtype)[4:].reshape(shape)  # 16 bytes off
-        assert aligned.ctypes.data % 64 == 0 and misaligned.ctypes.data % 32 == 16
+        off_line = cpu_scan.aligned_empty((n + 8,), dtype)[8:].reshape(shape)  # 32 bytes off a line: ordinary stores
+        assert aligned.ctypes.data % 64 == 0 and misaligned.ctypes.data % 32 == 16 and off_line.ctypes.data % 64 == 32
         want = [np.full(shape, 7, dtype)] + ([np.full(shape[:1], 7, dtype)] if final else [])
         plain(*args, *want)
-        for out in (aligned, misaligned):
+        for out in (aligned, misaligned, off_line):
             out.fill(7)
             got = [out] + ([np.full(shape[:1], 7, dtype)] if final else [])
             nt(*args, *got)

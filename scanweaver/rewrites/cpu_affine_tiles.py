@@ -9,14 +9,21 @@ from dataclasses import dataclass, replace
 
 from xdsl.builder import Builder
 from xdsl.dialects import arith, memref, scf, vector
-from xdsl.dialects.builtin import BoolAttr, IntegerAttr, MemRefType, VectorType, i1, i32, i64
+from xdsl.dialects.builtin import BoolAttr, IntegerAttr, IntegerType, MemRefType, VectorType, i1, i32, i64
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites.cpu_aggregate_arith import _aggregate_block, _aggregate_init
 from scanweaver.rewrites.cpu_channel_groups import channel_groups_loop
-from scanweaver.rewrites.cpu_vector_builders import _B, _element_bits, _neutral, _step, transpose_rows
+from scanweaver.rewrites.cpu_vector_builders import (
+    _B,
+    _element_bits,
+    _mul,
+    _neutral,
+    _step,
+    transpose_rows,
+)
 from scanweaver.rewrites.loop_utils import dim_sizes, for_loop, loop_nest
 
 # ---------------------------------------------------------------------------
@@ -40,8 +47,12 @@ MEDIUM_ROW_BLOCKS = 32
 #: with two chains, 0.95-1.03 with one; 64x65536 1.18-1.63 vs 0.94-1.10.
 SCAN_CHAINS = {64: 2}
 
-#: Rows of at least this many time blocks get software prefetch.
-PREFETCH_MIN_BLOCKS = 32
+#: Rows of at least this many time blocks get software prefetch: the long rows.  Medium
+#: rows do better on the hardware prefetchers alone (measured here, one core, CPU time
+#: of interleaved calls: 1024x1024 f32 1.05-1.13x faster without, 512x1536 1.09x, i32
+#: 1024x1024 1.05x, f64 1.01-1.03x; 2048x512 unchanged).  Long rows keep it: see
+#: PREFETCH_LOCALITY (2 cores); on one core 1024x4096 f32 ran 1.02x without.
+PREFETCH_MIN_BLOCKS = LONG_ROW_BLOCKS
 
 #: memref.prefetch locality hint: 2 (prefetcht1, into L2) measured best: 1024x4096 f32
 #: on 2 cores 1.80 ms vs 2.06 ms with 3 (into L1) and 2.2 ms without prefetch; with
@@ -51,16 +62,30 @@ PREFETCH_LOCALITY = 2
 #: Non-temporal (streaming) stores of h in the unmasked steady loop: an h of at least
 #: NONTEMPORAL_MIN_BYTES (a runtime test on the memref passed in) is written with
 #: `vector.store {nontemporal = true, alignment = 32}` (vmovntps: no read-for-ownership
-#: of the stored lines, a third less DRAM traffic), when its rows are 32-byte aligned
-#: (aligned pointer + offset, and every outer stride, multiples of 32 bytes; another
-#: runtime test, else the ordinary stores).  Smaller outputs stay in cache for the
-#: reader: streaming them to DRAM would cost more than the saved read.
+#: of the stored lines, a third less DRAM traffic), when its rows start on a cache line
+#: (aligned pointer + offset, and every outer stride, multiples of NONTEMPORAL_ALIGN
+#: bytes; another runtime test, else the ordinary stores).  Smaller outputs stay in
+#: cache for the reader: streaming them to DRAM would cost more than the saved read.
 #: Ordering: NT stores are weakly ordered, but they are drained by any serialising
 #: event before another thread can observe h: the OpenMP barrier closing the parallel
 #: region and the thread-pool join (both locked read-modify-writes, which order
 #: earlier NT stores on x86), and the return to the caller on the same thread
 #: (program order holds for the storing thread itself).  No explicit sfence needed.
 NONTEMPORAL_MIN_BYTES = 8 << 20
+#: Row alignment for the NT stores: a cache line.  A tile's row segment is T steps, 64
+#: bytes; from a line boundary its two 32-byte NT stores fill one whole line, from a
+#: 32-byte one they fill halves of two, and the write-combining buffers then write
+#: partial lines: measured here, one core, 1024x4096 f32 with h 32 bytes past a line,
+#: 20.9 ms against 3.0 ms (i32 21.2 vs 3.1, f64 40.1 vs 5.3); rows of 4104 f32, every
+#: other one off a line, 4.1 ms against 2.9 for 4112.
+NONTEMPORAL_ALIGN = 64
+
+
+#: Integer tiles carry their state two steps at a time (see `_block_steps`): the
+#: multiply-add chain of a row group is the tiles' critical path where the multiply is
+#: slow (i32 vpmulld: 10 cycles, against 4 for a float multiply), and pairing halves
+#: its length for two more multiplies and an add per pair, off the chain.
+PAIRED_INT_STEPS = True
 
 
 @dataclass
@@ -83,7 +108,7 @@ class _Tiles:
     prefetch: int = 0  # software prefetch distance in time blocks (0: none)
     prefetch_h: bool = False  # also prefetch the output rows for writing
     long_rows: SSAValue | None = None  # i1: rows long enough to prefetch
-    nt_ok: SSAValue | None = None  # i1: h large and 32-byte aligned rows (NT stores allowed)
+    nt_ok: SSAValue | None = None  # i1: h large and line-aligned rows (NT stores allowed)
     nontemporal: bool = False  # this copy of the body stores h non-temporally
     prefetch_clamp: bool = True  # clamp prefetch addresses into the row (False: the loop range keeps them in)
     chains: int = 1  # independent groups of G rows in one tile (scans of full groups only)
@@ -117,6 +142,41 @@ def _prefetch(b: Builder, ref: SSAValue, index: Sequence[SSAValue], write: bool 
             },
         )
     )
+
+
+def _opaque(b: Builder, v: SSAValue) -> SSAValue:
+    """v through `llvm.freeze` (the same value: v is never poison here), which LLVM's
+    reassociation cannot see through: else it factors a1 out of (a1*a0)*h + (a1*b0 + b1)
+    and reuses a0*h + b0, which puts both steps back on the chain."""
+    from scanweaver.rewrites.exp_polynomial import generic_op_class
+
+    cls = generic_op_class("llvm.freeze", ())
+    return b.insert(cls.create(operands=[v], result_types=[v.type])).results[0]
+
+
+def _block_steps(
+    b: Builder, a_t: list[SSAValue], b_t: list[SSAValue], h: SSAValue, steps: list[int], integer: bool
+) -> tuple[SSAValue, list[SSAValue]]:
+    """The steps of one sub-tile (columns `steps`, in time order) from state h: the last
+    state and the state after every column.
+
+    Integers (PAIRED_INT_STEPS): the carried state takes two steps at once,
+    h1 = (a1*a0)*h + (a1*b0 + b1), and h0 = a0*h + b0 branches off it; wrap-around
+    integer arithmetic is a ring, so these are the loop's values exactly.
+    """
+    states: list[SSAValue] = [h] * len(a_t)
+    if not (integer and PAIRED_INT_STEPS):
+        for j in steps:
+            h = _step(b, a_t[j], h, b_t[j])
+            states[j] = h
+        return h, states
+    for j0, j1 in zip(steps[::2], steps[1::2]):
+        a2 = _opaque(b, _mul(b, a_t[j1], a_t[j0]))
+        b2 = _step(b, a_t[j1], b_t[j0], b_t[j1])
+        states[j0] = _step(b, a_t[j0], h, b_t[j0])
+        h = _step(b, a2, h, b2)
+        states[j1] = h
+    return h, states
 
 
 def _tile_rows(bb: _B, tl: _Tiles) -> tuple[list[SSAValue], list[SSAValue | None]]:
@@ -207,12 +267,8 @@ def _tile_body(
         for p in range(tl.chains):
             a_t = transpose_rows(b, a_rows[q][p * G : (p + 1) * G], vt)
             b_t = transpose_rows(b, b_rows[q][p * G : (p + 1) * G], vt)
-            h = hs[p]
-            states: list[SSAValue] = [h] * G
-            for j in (range(G - 1, -1, -1) if tl.reverse else range(G)):
-                h = _step(b, a_t[j], h, b_t[j])
-                states[j] = h
-            hs[p] = h
+            steps = list(range(G - 1, -1, -1) if tl.reverse else range(G))
+            hs[p], states = _block_steps(b, a_t, b_t, hs[p], steps, isinstance(el, IntegerType))
             h_cols[q] += transpose_rows(b, states, vt)
     if tl.aggregate:
         return hs
@@ -226,7 +282,7 @@ def _tile_body(
             elif tl.nontemporal:
                 st = b.insert(vector.StoreOp(h_cols[q][g], op.h, index, BoolAttr.from_bool(True)))
                 # Needed for LLVM to emit vmovntps (it is only legal aligned); the
-                # runtime test nt_ok guarantees it: rows are 32-byte aligned and the
+                # runtime test nt_ok guarantees it: rows are line aligned and the
                 # column cq is a multiple of G elements (32 bytes).
                 st.attributes["alignment"] = IntegerAttr(32, i64)
             else:
@@ -333,15 +389,15 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
 
 
 def _nontemporal_ok(bb: _B, h: SSAValue, sizes: Sequence[SSAValue], el_bytes: int) -> SSAValue:
-    """i1: h holds at least NONTEMPORAL_MIN_BYTES and every row starts 32-byte aligned."""
+    """i1: h holds at least NONTEMPORAL_MIN_BYTES and every row starts NONTEMPORAL_ALIGN-byte aligned."""
     meta = bb.b.insert(memref.ExtractStridedMetaDataOp(h))
     ptr = bb.ins(memref.ExtractAlignedPointerAsIndexOp.get(h))
     start = bb.add(ptr, bb.mul(meta.offset, bb.idx(el_bytes)))
-    lanes = 32 // el_bytes
-    rem = bb.ins(arith.RemUIOp(start, bb.idx(32)))
+    line = NONTEMPORAL_ALIGN // el_bytes  # elements
+    rem = bb.ins(arith.RemUIOp(start, bb.idx(NONTEMPORAL_ALIGN)))
     ok = bb.cmp(rem, bb.idx(0), "eq")
     for stride in list(meta.strides)[:-1]:
-        ok = bb.and_(ok, bb.cmp(bb.ins(arith.RemUIOp(stride, bb.idx(lanes))), bb.idx(0), "eq"))
+        ok = bb.and_(ok, bb.cmp(bb.ins(arith.RemUIOp(stride, bb.idx(line))), bb.idx(0), "eq"))
     total = sizes[0]
     for s_ in sizes[1:]:
         total = bb.mul(total, s_)
@@ -384,7 +440,7 @@ def lower_affine_tiled(
     own sequential order of operations, so any number gives the same bits.
 
     nontemporal: the steady loop stores h with streaming stores when h is large and
-    its rows 32-byte aligned (runtime tests, see NONTEMPORAL_MIN_BYTES).
+    its rows line aligned (runtime tests, see NONTEMPORAL_MIN_BYTES, NONTEMPORAL_ALIGN).
 
     parallel: the loop over the full channel groups is an `scf.parallel` (for
     `convert-scf-to-openmp`: an `omp.wsloop`) instead of an `scf.for`; same body.

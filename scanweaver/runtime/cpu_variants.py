@@ -157,8 +157,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64, reuse: bo
 
     numpy's large allocations typically start 16 bytes past a 64-byte boundary; the
     tiled affine kernel stores h with non-temporal (streaming) stores only when its
-    rows are 32-byte aligned, so outputs allocated here (and rows whose length is a
-    multiple of 32 bytes) take the faster path.  Buffers of OUTPUT_CACHE_MIN_BYTES
+    rows start on a 64-byte cache line, so outputs allocated here (and rows whose length
+    is a multiple of 64 bytes) take the faster path.  Buffers of OUTPUT_CACHE_MIN_BYTES
     and more come from `_OutputCache` (no page faults when the caller has dropped an
     earlier result of the same size); `reuse=False`: never from the cache.
     """
