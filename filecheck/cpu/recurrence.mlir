@@ -39,11 +39,15 @@ func.func @selective(%A: memref<16xf32>, %Bt: memref<?x16xf32>, %Ct: memref<?x16
 }
 // CHECK-LABEL: func.func @selective
 // CHECK-NOT:     scan.recurrence
-// CHECK:         %[[BUF:.*]] = memref.alloca() : memref<16xf32>
+// CHECK:         %[[BUF:.*]] = memref.alloca() {alignment = 64 : i64} : memref<16xf32>
 // CHECK:         %[[H0:.*]] = vector.load %h[%{{.*}}] : memref<16xf32>, vector<16xf32>
-// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %[[H0]]) -> (vector<16xf32>) {
+// The first block's prologue is computed before the loop (only when the loop has a block);
+// each iteration computes the next block's and stores the carried one for its steps.
+// CHECK:         %[[P0:.*]] = scf.if %{{.*}} -> (vector<16xf32>) {
 // CHECK:           vector.load %dl[%{{.*}}] : memref<?xf32>, vector<16xf32>
-// CHECK:           vector.store %{{.*}}, %[[BUF]][%{{.*}}] : memref<16xf32>, vector<16xf32>
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %[[H0]], %[[P:.*]] = %[[P0]]) -> (vector<16xf32>, vector<16xf32>) {
+// CHECK:           vector.load %dl[%{{.*}}] : memref<?xf32>, vector<16xf32>
+// CHECK:           vector.store %[[P]], %[[BUF]][%{{.*}}] : memref<16xf32>, vector<16xf32>
 // CHECK:           "llvm.load"(%{{.*}}) <{alignment = 4 : i64, volatile_}> : (!llvm.ptr) -> f32
 // CHECK:           vector.load %A[%{{.*}}] : memref<16xf32>, vector<16xf32>
 // CHECK:           arith.bitcast %{{.*}} : vector<16xf32> to vector<16xi32>

@@ -16,7 +16,8 @@
 // CHECK-NOT:     memref.load %B
 // CHECK:         scf.for
 // CHECK-NOT:       memref.load %B
-// CHECK:           scf.if %[[FULL:.*]] {
+// CHECK:           %[[VB:.*]] = arith.andi %[[FULL:.*]], %bases_aligned : i1
+// CHECK-NEXT:      scf.if %[[VB]] {
 // CHECK-NEXT:        %[[V0:.*]] = vector.load %B[%[[BB:.*]], %{{.*}}, %[[P:.*]]] {alignment = 16 : i64} : memref<1x8x64xf32>, vector<4xf32>
 // CHECK-NEXT:        %[[L0:.*]] = vector.extract %[[V0]][0] : f32 from vector<4xf32>
 // CHECK-COUNT-7:     vector.load %B[%[[BB]], %{{.*}}, %[[P]]] {alignment = 16 : i64} : memref<1x8x64xf32>, vector<4xf32>
@@ -28,7 +29,8 @@
 // CHECK-NEXT:      }
 // CHECK-NOT:       memref.load %B
 // CHECK-NOT:       vector.load %B
-// CHECK:           scf.if %[[FULL]] -> (f32
+// CHECK:           %[[VC:.*]] = arith.andi %[[FULL]], %bases_aligned : i1
+// CHECK-NEXT:      scf.if %[[VC]] -> (f32
 // CHECK-NEXT:        vector.load %C[%[[BB]], %{{.*}}, %[[P]]] {alignment = 16 : i64} : memref<1x8x64xf32>, vector<4xf32>
 // CHECK-COUNT-7:     vector.load %C[%[[BB]], %{{.*}}, %[[P]]] {alignment = 16 : i64} : memref<1x8x64xf32>, vector<4xf32>
 // CHECK:           } else {

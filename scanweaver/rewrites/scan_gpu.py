@@ -578,44 +578,21 @@ def _emit_kernel(
     tile = e.index(bs * ipt)
     ntiles = e.divu(e.add(e.sub(t_end, t_begin) if chunk else length, e.index(bs * ipt - 1)), tile)
     thread_base = e.mul(tid, e.index(ipt))
+    types = [v.type.element_type for v in op.inputs]  # type: ignore[attr-defined]
     steps = _TileSteps(
-        combine,
-        ins,
-        outs,
-        [v.type.element_type for v in op.inputs],  # type: ignore[attr-defined]
-        [s for s, _ in shared],
-        [c for _, c in shared],
-        tid,
-        zero,
-        channel,
-        axis,
-        op.is_reverse,
-        bs,
-        ipt,
-        t_end,
-        e.sub(length, one),
-        load_fn,
+        combine, ins, outs, types, [s for s, _ in shared], [c for _, c in shared], tid, zero,
+        channel, axis, op.is_reverse, bs, ipt, t_end, e.sub(length, one), load_fn,
     )
     steps.ends, rank0 = _end_stores(e, steps, finals, final_at, length)
     if chunk and aggs and load_fn is not None:
         steps.ends.append((e.sub(t_end, one), list(aggs), [*channel, k_chunk]))
 
     if seeds is not None:
-        # the seeds are the carry before the first tile: thread 0 reads them back at the
-        # seed step (and, for an empty axis, they are the results)
-        def init(ie: Emitter) -> None:
-            for v, c in zip(seeds, steps.c_arr):
-                ie.store(v, c, [ie.index(0)])
-            if any(f is not None for f in rank0):
-                ie.if_(ie.cmp("eq", length, zero), [], lambda je: store_all(je, seeds, rank0, []))
-
-        e.if_(e.cmp("eq", tid, zero), [], init)
-        e.op(gpu.BarrierOp())
+        _store_seeds(e, steps, seeds, rank0, length, tid, zero)
 
     warp = all(bg.shuffles(t) for t in steps.types)
-    if prefetch is None:
-        prefetch = PREFETCH_TIME_BLOCKS if chunk else PREFETCH_ONE_BLOCK
-    prefetch = prefetch and warp
+    default_prefetch = PREFETCH_TIME_BLOCKS if chunk else PREFETCH_ONE_BLOCK
+    prefetch = warp and (default_prefetch if prefetch is None else prefetch)
 
     def tile_range(le: Emitter, kt: SSAValue) -> tuple[SSAValue, SSAValue]:
         """(first step of tile kt, this thread's first step in it)."""
@@ -655,6 +632,23 @@ def _emit_kernel(
     e.for_(zero, ntiles, one, tile_values(e, zero) if prefetch else [], tile_body)
     if chunk and aggs and load_fn is None:
         _store_chunk_aggregate(e, steps, aggs, k_chunk)
+
+
+def _store_seeds(
+    e: Emitter, steps: "_TileSteps", seeds: Sequence[SSAValue], rank0: Sequence[SSAValue | None],
+    length: SSAValue, tid: SSAValue, zero: SSAValue,
+) -> None:
+    """The seeds are the carry before the first tile: thread 0 stores them where the seed
+    step reads them back (and, for an empty axis, they are the results)."""
+
+    def init(ie: Emitter) -> None:
+        for v, c in zip(seeds, steps.c_arr):
+            ie.store(v, c, [ie.index(0)])
+        if any(f is not None for f in rank0):
+            ie.if_(ie.cmp("eq", length, zero), [], lambda je: store_all(je, seeds, rank0, []))
+
+    e.if_(e.cmp("eq", tid, zero), [], init)
+    e.op(gpu.BarrierOp())
 
 
 def _has_carry(le: Emitter, kt: SSAValue, zero: SSAValue, seeded: bool, k_chunk: SSAValue | None) -> SSAValue:
