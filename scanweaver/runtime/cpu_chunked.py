@@ -183,14 +183,17 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
     `scan_kernel(el, rank, init, final, reverse)` and `aggregate_kernel(el, reverse)`
     the compiled kernels (cpu_scan's cached getters)."""
     C, L = a.shape
-    if a.dtype == np.float32 and not reverse and C >= threads:
-        # Rows split across threads: each thread's rows in L2-sized blocks, one pass
+    if a.dtype == np.float32 and not reverse and (C >= threads or C == 1):
+        # Each thread's rows (or parts of the one row) in L2-sized blocks, one pass
         # over memory (cpu_chunk_blocks.py).
-        from scanweaver.runtime.cpu_chunk_blocks import chunk_blocks_scan
+        from scanweaver.runtime.cpu_chunk_blocks import chunk_blocks_scan, row_parts_scan
 
         kernels = (aggregate_kernel(el, False), scan_kernel(el, 3, True, False, False), scan_kernel(el, 2, True, True, False))
-        chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK)
-        return
+        if C >= threads:
+            chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK)
+            return
+        if row_parts_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK):
+            return
     lanes = _lanes(a.dtype)
     K = _chunk_count(C, L, lanes, threads)
     Lc = L // K
