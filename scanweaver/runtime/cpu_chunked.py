@@ -1,5 +1,7 @@
 """The time-chunked affine scan (`chunked` variant of `affine_scan_cpu`): parallel in
-time for few channels and long rows (see cpu_scan's docstring for the three phases)."""
+time for few channels and long rows (see cpu_scan's docstring for the three phases).
+Forward f32 scans with at least as many rows as threads, or a single row, take the
+cache-blocked form of cpu_chunk_blocks.py (one pass over memory instead of two)."""
 
 from __future__ import annotations
 
