@@ -1,5 +1,5 @@
 """The cache-blocked time-chunked scan (runtime/cpu_chunk_blocks.py): f32 rows split
-across threads, and one row in parts on several threads.  Small blocks are forced
+across threads (forward and reverse), and one forward row in parts on several threads.  Small blocks are forced
 (`CHUNKED_TEST_MIN_CHUNK`) so that short rows cross many blocks, sub-chunks and parts;
 results are checked against the README Numerics bound (the `numerics` bench's check),
 finite where the loop is finite, the first sub-chunk and the final state exact."""
@@ -29,15 +29,15 @@ def _kernels():
             _affine_kernel("f32", 2, True, True, False))
 
 
-def _rows(kinds, L, seed):
+def _rows(kinds, L, seed, reverse=False):
     rng = np.random.default_rng(seed)
-    cols = [numerics._row(rng, k, L, np.dtype(np.float32), False) for k in kinds]
+    cols = [numerics._row(rng, k, L, np.dtype(np.float32), reverse) for k in kinds]
     return (np.stack([c[0] for c in cols]), np.stack([c[1] for c in cols]),
             np.array([c[2] for c in cols], np.float32))
 
 
-def _check(h, a, b, h0, kinds):
-    batch = numerics.Batch(np.dtype(np.float32), False, list(kinds), a, b, h0, None)
+def _check(h, a, b, h0, kinds, reverse=False):
+    batch = numerics.Batch(np.dtype(np.float32), reverse, list(kinds), a, b, h0, None)
     ref, mag = numerics.reference(batch)
     seq = numerics.run_sequential(batch)
     res = numerics.check_rows(h, seq, ref, mag, batch.dtype)
@@ -45,15 +45,22 @@ def _check(h, a, b, h0, kinds):
     return seq
 
 
+@pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("C, L", [(2, 256 * 7), (3, 256 * 5 + 37), (5, 100)])
-def test_rows_on_threads_within_the_bound(small_chunks, C, L):
+def test_rows_on_threads_within_the_bound(small_chunks, C, L, reverse):
     kinds = [numerics.KINDS[i % len(numerics.KINDS)] for i in range(C * 3)]
-    a, b, h0 = _rows(kinds, L, seed=C)
-    h, last = affine_scan_cpu(a, b, h0, False, True, variant="chunked", threads=2)
-    seq = _check(h, a, b, h0, kinds)
-    # The first sub-chunk starts from h0 by the loop's own steps; the last state is h's.
-    np.testing.assert_array_equal(h[:, :MIN_CHUNK], seq[:, :MIN_CHUNK])
-    np.testing.assert_array_equal(last, h[:, -1])
+    a, b, h0 = _rows(kinds, L, seed=C, reverse=reverse)
+    h, last = affine_scan_cpu(a, b, h0, reverse, True, variant="chunked", threads=2)
+    seq = _check(h, a, b, h0, kinds, reverse)
+    # The steps past the last full block (first when reversed) and the first sub-chunk
+    # in scan order start from h0 by the loop's own steps; the last state is h's.
+    if reverse:
+        exact = L % 256 + MIN_CHUNK
+        np.testing.assert_array_equal(h[:, -exact:], seq[:, -exact:])
+        np.testing.assert_array_equal(last, h[:, 0])
+    else:
+        np.testing.assert_array_equal(h[:, :MIN_CHUNK], seq[:, :MIN_CHUNK])
+        np.testing.assert_array_equal(last, h[:, -1])
     if L < 256:  # no full block: the sequential kernel only
         np.testing.assert_array_equal(h, seq)
 

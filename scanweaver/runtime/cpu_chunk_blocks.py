@@ -1,4 +1,5 @@
-"""The cache-blocked form of the time-chunked scan, for f32 rows split across threads.
+"""The cache-blocked form of the time-chunked scan, for f32 rows split across threads
+(forward and reverse) and for one forward row on several threads.
 
 `chunked` (cpu_chunked.py) reads every row twice from memory: all chunk aggregates
 first, then every chunk again to scan it.  Here each thread walks its own rows in
@@ -45,13 +46,15 @@ def _memref(ptr: str, sizes: list[str], strides: list[str]) -> str:
 
 
 def driver_ir() -> str:
-    """`void @chunk_blocks(agg, scan, seq, a, b, h, R, L, T, carry, tmp, A, E, B, st)`.
+    """`void @chunk_blocks(agg, scan, seq, a, b, h, R, L, T, carry, tmp, A, E, B, st, rev)`.
 
     agg, scan, seq: the addresses of `@aggregate` (rank 3, wide mode), of the rank-3
     scan from starts and of the rank-2 scan from starts with final state (cpu_scan's
     kernels).  a, b, h: R rows of L f32 steps (row stride L).  T: steps per block, a
     multiple of SUB_CHUNKS.  carry: R f32, the state entering row (in) and the last
-    state (out).  tmp: R f32.  A, E, B, st: R*S f64, i64, f64, f32 scratch.
+    state (out).  tmp: R f32.  A, E, B, st: R*S f64, i64, f64, f32 scratch.  rev: 1
+    for a reverse scan (the kernels then reverse ones): blocks, and sub-chunks inside
+    a block, from the end, the steps past the last full block first.
     """
     S = SUB_CHUNKS
     a3 = _memref("%pa", ["%R", str(S), "%Lc"], ["%L", "%Lc", "1"])
@@ -83,7 +86,7 @@ entry:
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 
 ; Sub-chunk starts of one block into st from carry; 1 when every combine is finite.
-define internal i1 @starts(i64 %R, ptr %carry, ptr %A, ptr %E, ptr %B, ptr %st) {{
+define internal i1 @starts(i64 %R, ptr %carry, ptr %A, ptr %E, ptr %B, ptr %st, i1 %isrev) {{
 entry:
   br label %row
 row:
@@ -98,7 +101,9 @@ sub:
   %k = phi i64 [0, %row], [%k1, %sub]
   %c = phi double [%c0, %row], [%cn, %sub]
   %ok = phi i1 [%okr, %row], [%ok1, %sub]
-  %i = add i64 %base, %k
+  %kr = sub i64 {S - 1}, %k
+  %kk = select i1 %isrev, i64 %kr, i64 %k
+  %i = add i64 %base, %kk
   %stp = getelementptr float, ptr %st, i64 %i
   %cf = fptrunc double %c to float
   store float %cf, ptr %stp
@@ -133,27 +138,39 @@ exit:
 }}
 
 define void @{_NAME}(ptr %agg, ptr %scan, ptr %seq, ptr %a, ptr %b, ptr %h, i64 %R, i64 %L, i64 %T,
-                     ptr %carry, ptr %tmp, ptr %A, ptr %E, ptr %B, ptr %st) {{
+                     ptr %carry, ptr %tmp, ptr %A, ptr %E, ptr %B, ptr %st, i64 %rev) {{
 entry:
   %Lc = udiv i64 %T, {S}
   %nb = udiv i64 %L, %T
+  %done = mul i64 %nb, %T
+  %rest = sub i64 %L, %done
+  %isrev = icmp ne i64 %rev, 0
+  %any = icmp ugt i64 %rest, 0
+  %pre = and i1 %isrev, %any
+  br i1 %pre, label %rest_first, label %head
+rest_first:  ; reversed: the steps past the last full block come first
+  call void @seq_part(ptr %seq, ptr %a, ptr %b, ptr %h, i64 %R, i64 %L, i64 %done, i64 %rest, ptr %carry, ptr %tmp)
   br label %head
 head:
-  %j = phi i64 [0, %entry], [%j1, %next]
+  %j = phi i64 [0, %entry], [0, %rest_first], [%j1, %next]
   %more = icmp ult i64 %j, %nb
   br i1 %more, label %block, label %tail
 block:
-  %t0 = mul i64 %j, %T
+  %jr0 = sub i64 %nb, 1
+  %jr = sub i64 %jr0, %j
+  %jj = select i1 %isrev, i64 %jr, i64 %j
+  %t0 = mul i64 %jj, %T
   %pa = getelementptr float, ptr %a, i64 %t0
   %pb = getelementptr float, ptr %b, i64 %t0
   %ph = getelementptr float, ptr %h, i64 %t0
   call void %agg({a3}, {b3}, {aggs})
-  %ok = call i1 @starts(i64 %R, ptr %carry, ptr %A, ptr %E, ptr %B, ptr %st)
+  %ok = call i1 @starts(i64 %R, ptr %carry, ptr %A, ptr %E, ptr %B, ptr %st, i1 %isrev)
   br i1 %ok, label %fast, label %slow
 fast:
   call void %scan({a3}, {b3}, {st2}, {h3})
   %tl = add i64 %t0, %T
-  %tlast = sub i64 %tl, 1
+  %tend = sub i64 %tl, 1
+  %tlast = select i1 %isrev, i64 %t0, i64 %tend  ; the block's last step in scan order
   br label %keep
 keep:
   %r = phi i64 [0, %fast], [%r1, %keep]
@@ -173,10 +190,9 @@ next:
   %j1 = add i64 %j, 1
   br label %head
 tail:
-  %done = mul i64 %nb, %T
-  %rest = sub i64 %L, %done
-  %any = icmp ugt i64 %rest, 0
-  br i1 %any, label %rest_scan, label %exit
+  %fwd = xor i1 %isrev, 1
+  %post = and i1 %fwd, %any
+  br i1 %post, label %rest_scan, label %exit
 rest_scan:
   call void @seq_part(ptr %seq, ptr %a, ptr %b, ptr %h, i64 %R, i64 %L, i64 %done, i64 %rest, ptr %carry, ptr %tmp)
   br label %exit
@@ -192,7 +208,7 @@ def _driver():
 
     program = CpuProgram(driver_ir())
     p, i64 = ctypes.c_void_p, ctypes.c_int64
-    fn = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, p, p, p, p, p, p)(program.address(_NAME))
+    fn = ctypes.CFUNCTYPE(None, p, p, p, p, p, p, i64, i64, i64, p, p, p, p, p, p, i64)(program.address(_NAME))
     return program, fn
 
 
@@ -211,7 +227,8 @@ def block_steps(rows: int, L: int, min_chunk: int | None = None) -> int:
     return T
 
 
-def _task(fn, addrs: list[int], a: np.ndarray, b: np.ndarray, h: np.ndarray, carry: np.ndarray, T: int):
+def _task(fn, addrs: list[int], a: np.ndarray, b: np.ndarray, h: np.ndarray, carry: np.ndarray, T: int,
+          reverse: bool = False):
     """The driver's call over rows a, b -> h from carry (in: the entering states, out:
     the last ones): R contiguous rows of a (C, L) array, or one piece of one row."""
     R, n = a.shape
@@ -220,6 +237,7 @@ def _task(fn, addrs: list[int], a: np.ndarray, b: np.ndarray, h: np.ndarray, car
                np.empty(R * SUB_CHUNKS), np.empty(R * SUB_CHUNKS, np.float32))
     assert L == n, "the driver's rows are contiguous"
     args = addrs + [x.ctypes.data for x in (a, b, h)] + [R, L, T, carry.ctypes.data] + [x.ctypes.data for x in scratch]
+    args.append(int(reverse))
     return functools.partial(_call, fn, args, a, b, h, carry, scratch)
 
 
@@ -233,16 +251,17 @@ def _kernel_addresses(kernels) -> list[int]:
 
 
 def chunk_blocks_scan(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, h: np.ndarray,
-                      final: np.ndarray | None, threads: int, kernels, min_chunk: int | None = None) -> None:
-    """h (and final) of the C-contiguous f32 (C, L) rows a, b, forward; rows split
-    across threads (one piece each).  kernels: (aggregate, rank-3 scan from starts,
-    rank-2 scan from starts with final) as cpu_scan's `Kernel`s."""
+                      final: np.ndarray | None, threads: int, kernels, min_chunk: int | None = None,
+                      reverse: bool = False) -> None:
+    """h (and final) of the C-contiguous f32 (C, L) rows a, b; rows split across
+    threads (one piece each).  kernels: (aggregate, rank-3 scan from starts, rank-2
+    scan from starts with final) as cpu_scan's `Kernel`s, reverse ones for `reverse`."""
     assert a.dtype == np.float32 and a.flags.c_contiguous and b.flags.c_contiguous and h.flags.c_contiguous
     C, L = a.shape
     _, fn = _driver()
     addrs = _kernel_addresses(kernels)
     carry = np.zeros(C, np.float32) if h0 is None else h0.astype(np.float32, copy=True)
-    tasks = [_task(fn, addrs, a[lo:hi], b[lo:hi], h[lo:hi], carry[lo:hi], block_steps(hi - lo, L, min_chunk))
+    tasks = [_task(fn, addrs, a[lo:hi], b[lo:hi], h[lo:hi], carry[lo:hi], block_steps(hi - lo, L, min_chunk), reverse)
              for lo, hi in split_range(C, threads)]
     parallel_for(tasks, threads=threads)
     if final is not None:

@@ -1,6 +1,6 @@
 """The time-chunked affine scan (`chunked` variant of `affine_scan_cpu`): parallel in
 time for few channels and long rows (see cpu_scan's docstring for the three phases).
-Forward f32 scans with at least as many rows as threads, or a single row, take the
+f32 scans with at least as many rows as threads, or a single forward row, take the
 cache-blocked form of cpu_chunk_blocks.py (one pass over memory instead of two)."""
 
 from __future__ import annotations
@@ -185,14 +185,15 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
     `scan_kernel(el, rank, init, final, reverse)` and `aggregate_kernel(el, reverse)`
     the compiled kernels (cpu_scan's cached getters)."""
     C, L = a.shape
-    if a.dtype == np.float32 and not reverse and (C >= threads or C == 1):
+    if a.dtype == np.float32 and (C >= threads or (C == 1 and not reverse)):
         # Each thread's rows (or parts of the one row) in L2-sized blocks, one pass
         # over memory (cpu_chunk_blocks.py).
         from scanweaver.runtime.cpu_chunk_blocks import chunk_blocks_scan, row_parts_scan
 
-        kernels = (aggregate_kernel(el, False), scan_kernel(el, 3, True, False, False), scan_kernel(el, 2, True, True, False))
+        kernels = (aggregate_kernel(el, reverse), scan_kernel(el, 3, True, False, reverse),
+                   scan_kernel(el, 2, True, True, reverse))
         if C >= threads:
-            chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK)
+            chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK, reverse)
             return
         if row_parts_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK):
             return
