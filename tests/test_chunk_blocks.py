@@ -1,6 +1,6 @@
 """The cache-blocked time-chunked scan (runtime/cpu_chunk_blocks.py): f32 rows split
-across threads (forward and reverse), and one forward row in parts on several threads.  Small blocks are forced
-(`CHUNKED_TEST_MIN_CHUNK`) so that short rows cross many blocks, sub-chunks and parts;
+across threads (forward and reverse).  Small blocks are forced
+(`CHUNKED_TEST_MIN_CHUNK`) so that short rows cross many blocks and sub-chunks;
 results are checked against the README Numerics bound (the `numerics` bench's check),
 finite where the loop is finite, the first sub-chunk and the final state exact."""
 
@@ -94,45 +94,3 @@ def test_rows_nonfinite_blocks_run_sequentially(small_chunks):
     np.testing.assert_array_equal(np.isinf(hg), np.isinf(sg))
     np.testing.assert_array_equal(np.isnan(hg), np.isnan(sg))
     assert np.isinf(hg[:, 601:900]).all() and np.isfinite(hg[:, :600]).all()
-
-
-@pytest.mark.parametrize("threads", [2, 3])
-def test_one_row_in_parts_within_the_bound(small_chunks, threads):
-    L = 256 * 40 + 11
-    for i, kind in enumerate(numerics.KINDS):
-        a, b, h0 = _rows([kind], L, seed=100 + i)
-        h = np.empty_like(a)
-        last = np.empty(1, np.float32)
-        assert cpu_chunk_blocks.row_parts_scan(a, b, h0, h, last, threads, _kernels(), MIN_CHUNK)
-        seq = _check(h, a, b, h0, [kind])
-        np.testing.assert_array_equal(h[:, :MIN_CHUNK], seq[:, :MIN_CHUNK])
-        np.testing.assert_array_equal(last, h[:, -1])
-        np.testing.assert_array_equal(h, affine_scan_cpu(a, b, h0, variant="chunked", threads=threads))
-
-
-def test_one_row_parts_cuts_and_refusal():
-    T = 256
-    cuts = cpu_chunk_blocks.part_cuts(256 * 40 + 11, 2, T)
-    assert cuts[0] == 0 and cuts[-1] == 256 * 40 + 11
-    assert all(c % T == 0 for c in cuts[1:-1])
-    # P1 shorter than the others (it is scanned while they are aggregated).
-    sizes = np.diff(cuts)
-    assert sizes[0] < sizes[1] and abs(sizes[1] - sizes[2]) <= T + 11
-    assert cpu_chunk_blocks.part_cuts(256 * 6, 2, T) is None  # parts under two blocks
-    a = np.ones((1, 256 * 6), np.float32)
-    h = np.empty_like(a)
-    assert not cpu_chunk_blocks.row_parts_scan(a, a, None, h, None, 2, _kernels(), MIN_CHUNK)
-
-
-def test_one_row_parts_nonfinite_aggregate_falls_back(small_chunks):
-    L = 256 * 40
-    rng = np.random.default_rng(9)
-    a = rng.uniform(0.5, 1.0, (1, L)).astype(np.float32)
-    b = rng.standard_normal((1, L)).astype(np.float32)
-    cuts = cpu_chunk_blocks.part_cuts(L, 2, 256)
-    b[0, cuts[1] + 5] = np.inf  # inside the aggregated part P2
-    h = affine_scan_cpu(a, b, variant="chunked", threads=2)
-    seq = affine_scan_cpu(a, b, variant="single")
-    np.testing.assert_array_equal(np.isinf(h), np.isinf(seq))
-    np.testing.assert_array_equal(np.isnan(h), np.isnan(seq))
-    assert np.isinf(h[0, cuts[1] + 5:]).all() and np.isfinite(h[0, :cuts[1] + 5]).all()

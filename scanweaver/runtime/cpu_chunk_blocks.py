@@ -1,5 +1,5 @@
 """The cache-blocked form of the time-chunked scan, for f32 rows split across threads
-(forward and reverse) and for one forward row on several threads.
+(forward and reverse; at least as many rows as threads).
 
 `chunked` (cpu_chunked.py) reads every row twice from memory: all chunk aggregates
 first, then every chunk again to scan it.  Here each thread walks its own rows in
@@ -228,14 +228,13 @@ def block_steps(rows: int, L: int, min_chunk: int | None = None) -> int:
 
 
 def _task(fn, addrs: list[int], a: np.ndarray, b: np.ndarray, h: np.ndarray, carry: np.ndarray, T: int,
-          reverse: bool = False):
-    """The driver's call over rows a, b -> h from carry (in: the entering states, out:
-    the last ones): R contiguous rows of a (C, L) array, or one piece of one row."""
-    R, n = a.shape
-    L = a.strides[0] // a.itemsize if R > 1 else n  # the row stride (one row: any)
+          reverse: bool):
+    """The driver's call over the C-contiguous rows a, b -> h from carry (in: the
+    entering states, out: the last ones)."""
+    R, L = a.shape
+    assert all(x.flags.c_contiguous and x.shape == (R, L) for x in (a, b, h)), "the driver's rows are contiguous"
     scratch = (np.empty(R, np.float32), np.empty(R * SUB_CHUNKS), np.empty(R * SUB_CHUNKS, np.int64),
                np.empty(R * SUB_CHUNKS), np.empty(R * SUB_CHUNKS, np.float32))
-    assert L == n, "the driver's rows are contiguous"
     args = addrs + [x.ctypes.data for x in (a, b, h)] + [R, L, T, carry.ctypes.data] + [x.ctypes.data for x in scratch]
     args.append(int(reverse))
     return functools.partial(_call, fn, args, a, b, h, carry, scratch)
@@ -267,77 +266,3 @@ def chunk_blocks_scan(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, h: np
     if final is not None:
         final[...] = carry
 
-
-# ---- One row on several threads: parts, no thread waiting on another mid-pass.
-#
-# Thread 0 scans the first part P1 (blocked, from h0) while threads 1..n-1 compute the
-# chunk aggregates of P2..Pn; then the carries into P2..P(n+1) follow one after the
-# other (P2: P1's last state; P(i+1): P_i's aggregates applied to P_i's carry, in
-# f64, rounded to f32 once), and n threads scan P2..P(n+1) from them.  An aggregate
-# reads its part once more (8 bytes per step), so P1 is shorter than the others by the
-# cost ratio of an aggregate step to a blocked scan step.
-
-#: An aggregate step's cost over a blocked scan step's (ad hoc, one core of this
-#: machine: about 0.45 against 0.95 ns per step).
-AGGREGATE_COST = 0.5
-#: Chunks per aggregated part (four tiles of lanes: independent chains).
-PART_CHUNKS = 32
-
-
-def part_cuts(L: int, n: int, T: int) -> list[int] | None:
-    """[0, end of P1, ..., L] for one row of L steps on n threads, the inner cuts
-    multiples of the block T; None when a part would be shorter than two blocks."""
-    y = L / (n + AGGREGATE_COST)
-    cuts = [0] + [round((AGGREGATE_COST * y + i * y) / T) * T for i in range(n)] + [L]
-    if any(hi - lo < 2 * T for lo, hi in zip(cuts, cuts[1:])):
-        return None
-    return cuts
-
-
-def row_parts_scan(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, h: np.ndarray,
-                   final: np.ndarray | None, threads: int, kernels, min_chunk: int | None = None) -> bool:
-    """`chunk_blocks_scan` of a single f32 row on `threads` threads (see above); False
-    (nothing done) when the row is too short for the parts."""
-    from scanweaver.runtime.cpu_chunked import _exponents, _wide_carries_scalar
-
-    assert a.shape[0] == 1 and a.dtype == np.float32 and a.flags.c_contiguous and h.flags.c_contiguous
-    L = a.shape[1]
-    T = block_steps(1, L, min_chunk)
-    cuts = part_cuts(L, threads, T)
-    if cuts is None or T % PART_CHUNKS:
-        return False
-    _, fn = _driver()
-    addrs = _kernel_addresses(kernels)
-    kagg = kernels[0]
-    parts = list(zip(cuts, cuts[1:]))
-
-    def piece(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        return x[:, lo:hi]
-
-    def chunks(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        return x[:, lo:hi].reshape(1, PART_CHUNKS, (hi - lo) // PART_CHUNKS)
-
-    carries = [np.zeros(1, np.float32) if h0 is None else h0.astype(np.float32, copy=True)]
-    aggs = [[np.empty((1, PART_CHUNKS)), np.empty((1, PART_CHUNKS), np.int64), np.empty((1, PART_CHUNKS))]
-            for _ in parts[1:-1]]
-    lo, hi = parts[0]
-    tasks = [_task(fn, addrs, piece(a, lo, hi), piece(b, lo, hi), piece(h, lo, hi), carries[0], T)]
-    tasks += [kagg.bind(chunks(a, lo, hi), chunks(b, lo, hi), *agg) for (lo, hi), agg in zip(parts[1:-1], aggs)]
-    parallel_for(tasks, threads=threads)
-    # carries[0] now holds P1's last state: the carry into P2.
-    starts = np.empty((1, PART_CHUNKS), np.float32)
-    for agg in aggs:
-        nxt = _wide_carries_scalar(carries[-1], [_exponents(x) if x.dtype == np.int64 else x for x in agg],
-                                   range(PART_CHUNKS), starts)
-        if nxt is None:  # a combine is not finite: the rest in order, on one thread
-            lo = parts[1][0]
-            _task(fn, addrs, piece(a, lo, L), piece(b, lo, L), piece(h, lo, L), carries[0], T)()
-            if final is not None:
-                final[...] = carries[0]
-            return True
-        carries.append(nxt.astype(np.float32))
-    parallel_for([_task(fn, addrs, piece(a, lo, hi), piece(b, lo, hi), piece(h, lo, hi), c, T)
-                  for (lo, hi), c in zip(parts[1:], carries)], threads=threads)
-    if final is not None:
-        final[...] = carries[-1]
-    return True

@@ -1,6 +1,6 @@
 """The time-chunked affine scan (`chunked` variant of `affine_scan_cpu`): parallel in
 time for few channels and long rows (see cpu_scan's docstring for the three phases).
-f32 scans with at least as many rows as threads, or a single forward row, take the
+f32 scans with at least as many rows as threads take the
 cache-blocked form of cpu_chunk_blocks.py (one pass over memory instead of two)."""
 
 from __future__ import annotations
@@ -185,18 +185,18 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
     `scan_kernel(el, rank, init, final, reverse)` and `aggregate_kernel(el, reverse)`
     the compiled kernels (cpu_scan's cached getters)."""
     C, L = a.shape
-    if a.dtype == np.float32 and (C >= threads or (C == 1 and not reverse)):
-        # Each thread's rows (or parts of the one row) in L2-sized blocks, one pass
-        # over memory (cpu_chunk_blocks.py).
-        from scanweaver.runtime.cpu_chunk_blocks import chunk_blocks_scan, row_parts_scan
+    if a.dtype == np.float32 and C >= threads:
+        # Each thread's rows in L2-sized blocks, one pass over memory (cpu_chunk_blocks.py).
+        # Fewer rows than threads (one row on two cores) stay with the chunks below: cut
+        # into parts, a row's per-thread work grows by the parts' aggregates, and that
+        # cost about what the saved pass gained (ad hoc, 1x2^24: about 10 ms of per-thread
+        # CPU time in parts against 9 ms here).
+        from scanweaver.runtime.cpu_chunk_blocks import chunk_blocks_scan
 
         kernels = (aggregate_kernel(el, reverse), scan_kernel(el, 3, True, False, reverse),
                    scan_kernel(el, 2, True, True, reverse))
-        if C >= threads:
-            chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK, reverse)
-            return
-        if row_parts_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK):
-            return
+        chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK, reverse)
+        return
     lanes = _lanes(a.dtype)
     K = _chunk_count(C, L, lanes, threads)
     Lc = L // K
