@@ -93,29 +93,3 @@ def test_time_lanes_both_vector_widths_match_interpreter(monkeypatch, bits, reve
             np.testing.assert_array_equal(f, want_f, err_msg=str(shape))
     finally:
         cpu_time_lanes._time_lanes_kernel.cache_clear()
-
-
-@pytest.mark.parametrize("threads", [2, 3])
-def test_one_row_in_parts_is_the_loop_bit_for_bit(threads):
-    """One long row cut into parts (one per thread; carries between parts from exact
-    chunk aggregates): the same bits as one thread's scan, which is the loop's."""
-    from scanweaver.runtime import cpu_time_lanes
-
-    rng = np.random.default_rng(24)
-    k = cpu_time_lanes._time_lanes_kernel("i32", False)
-    for L in (512 * 8, 512 * 11 + 7, 20001):
-        a, b = _full_range(rng, (1, L), np.int32), _full_range(rng, (1, L), np.int32)
-        h0 = _full_range(rng, (1,), np.int32)
-        want_h, want_f = cpu_scan.affine_scan_cpu(a, b, h0, False, True, variant="time_lanes", threads=1)
-        h, last = np.empty_like(a), np.empty(1, np.int32)
-        assert cpu_time_lanes._parts_scan(a, b, h0, h, last, threads, k, min_steps=1)
-        np.testing.assert_array_equal(h, want_h, err_msg=str(L))
-        np.testing.assert_array_equal(last, want_f, err_msg=str(L))
-    # Too short for the parts: refused, nothing written.
-    a = np.ones((1, 100), np.int32)
-    assert not cpu_time_lanes._parts_scan(a, a, np.zeros(1, np.int32), np.empty_like(a), np.empty(1, np.int32), 2, k)
-    # Through the variant (a row past the threshold), against the tiles (the loop's bits).
-    L = cpu_time_lanes.PARTS_MIN_STEPS_PER_THREAD * 2 + 5
-    a, b = _full_range(rng, (1, L), np.int32), _full_range(rng, (1, L), np.int32)
-    want = cpu_scan.affine_scan_cpu(a, b, variant="single")
-    np.testing.assert_array_equal(cpu_scan.affine_scan_cpu(a, b, variant="time_lanes", threads=2), want)
