@@ -69,3 +69,27 @@ def test_time_lanes_refuses_floats():
     x = np.ones((2, 16), np.float32)
     with pytest.raises(ScanWeaverTypeError, match="time_lanes.*float32"):
         cpu_scan.affine_scan_cpu(x, x, variant="time_lanes")
+
+
+@pytest.mark.parametrize("bits", [256, 512])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_time_lanes_both_vector_widths_match_interpreter(monkeypatch, bits, reverse):
+    """256-bit and 512-bit vectors (the host's choice is `vector_bits`; LLVM splits 512-bit
+    vectors where the CPU has no AVX-512): the same bits, every remainder of 16 lanes."""
+    from scanweaver.runtime import cpu_time_lanes
+
+    monkeypatch.setattr(cpu_time_lanes, "vector_bits", lambda: bits)
+    cpu_time_lanes._time_lanes_kernel.cache_clear()
+    try:
+        text = cpu_scan.affine_ir("i32", 2, True, True, reverse)
+        rng = np.random.default_rng(23)
+        for shape in ((2, 15), (2, 16), (3, 17), (2, 40), (1, 100)):
+            a, b = _full_range(rng, shape, np.int32), _full_range(rng, shape, np.int32)
+            h0 = _full_range(rng, shape[:1], np.int32)
+            want_h, want_f = np.zeros(shape, np.int32), np.zeros(shape[:1], np.int32)
+            run_function(text, "affine", a, b, h0, want_h, want_f)
+            h, f = cpu_scan.affine_scan_cpu(a, b, h0, reverse, True, variant="time_lanes", threads=2)
+            np.testing.assert_array_equal(h, want_h, err_msg=str(shape))
+            np.testing.assert_array_equal(f, want_f, err_msg=str(shape))
+    finally:
+        cpu_time_lanes._time_lanes_kernel.cache_clear()

@@ -62,12 +62,13 @@ def _scalar_step(b: Builder, a_ref, b_ref, h_ref, row, t, carry):
     return h
 
 
-def build_time_lanes_scan(el: IntegerType, reverse: bool = False) -> ModuleOp:
+def build_time_lanes_scan(el: IntegerType, reverse: bool = False, vector_bits: int = 256) -> ModuleOp:
     """`func.func @affine_time_lanes(a, b, h0, h, final)`: a, b, h `memref<?x?xT>` (rows,
     time innermost), h0 and final `memref<?xT>`; h[c, t] = a[c, t] * h[c, t-1] + b[c, t]
-    from h0[c] (reverse: from the end), final[c] the last state.  T: i32 or i64."""
+    from h0[c] (reverse: from the end), final[c] the last state.  T: i32 or i64.
+    vector_bits: the vectors' width (G = vector_bits / width of T steps each)."""
     assert isinstance(el, IntegerType), "time-lane scans are exact only for integers"
-    G = 256 // el.width.data
+    G = vector_bits // el.width.data
     vt = VectorType(el, [G])
     dyn2, dyn1 = MemRefType(el, [DYNAMIC_INDEX] * 2), MemRefType(el, [DYNAMIC_INDEX])
     arg_types = [dyn2, dyn2, dyn1, dyn2, dyn1]

@@ -1,9 +1,12 @@
 """The time-chunked affine scan (`chunked` variant of `affine_scan_cpu`): parallel in
-time for few channels and long rows (see cpu_scan's docstring for the three phases)."""
+time for few channels and long rows (see cpu_scan's docstring for the three phases).
+f32 scans with at least as many rows as threads take the
+cache-blocked form of cpu_chunk_blocks.py (one pass over memory instead of two)."""
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -115,6 +118,38 @@ def _carries_if_finite(start: np.ndarray, agg: list[np.ndarray], order: range, s
         return cr.start(starts.dtype)
 
 
+#: The wide-mode carries of at most this many (row, chunk) pairs run on Python floats
+#: (`_wide_carries_scalar`): numpy's per-call cost over one column of K columns is
+#: most of phase 2 at few rows (4x2^20 f32, 16 chunks: about 0.2 ms of a 4 ms call).
+SCALAR_CARRY_MAX_PAIRS = 4096
+
+
+def _wide_carries_scalar(start: np.ndarray, agg: list[np.ndarray], order: range,
+                         starts: np.ndarray) -> np.ndarray | None:
+    """`_carries_if_finite` for the wide mode (A, E, B in f64) on Python floats: the
+    same IEEE double operations (A * c, then * 2^E, then + B; one rounding to the
+    element type per start), so the same bits; None where a combine is not finite."""
+    A, E, B = (x.tolist() for x in agg)
+    rows = start.astype(np.float64).tolist()
+    el = starts.dtype.type
+    cols = list(order)
+    out = [[0.0] * len(cols) for _ in rows]
+    with np.errstate(over="ignore"):  # a start beyond the element range rounds to inf
+        for r, c in enumerate(rows):
+            Ar, Er, Br, o = A[r], E[r], B[r], out[r]
+            for k in cols:
+                o[k] = c
+                try:
+                    c = math.ldexp(Ar[k] * c, Er[k]) + Br[k]
+                except OverflowError:  # np.ldexp gives inf here: not finite
+                    return None
+                if not math.isfinite(c):
+                    return None
+            rows[r] = c
+        starts[...] = np.array(out, np.float64).astype(starts.dtype)
+        return np.array(rows, np.float64).astype(el)
+
+
 def _scan_chunk(seq: Kernel, av, bv, hv, k: int, start: np.ndarray) -> np.ndarray:
     """Chunk k scanned by the sequential loop's own steps from `start`: its last state."""
     last = np.empty(start.shape[0], av.dtype)
@@ -150,6 +185,18 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
     `scan_kernel(el, rank, init, final, reverse)` and `aggregate_kernel(el, reverse)`
     the compiled kernels (cpu_scan's cached getters)."""
     C, L = a.shape
+    if a.dtype == np.float32 and C >= threads:
+        # Each thread's rows in L2-sized blocks, one pass over memory (cpu_chunk_blocks.py).
+        # Fewer rows than threads (one row on two cores) stay with the chunks below: cut
+        # into parts, a row's per-thread work grows by the parts' aggregates, and that
+        # cost about what the saved pass gained (ad hoc, 1x2^24: about 10 ms of per-thread
+        # CPU time in parts against 9 ms here).
+        from scanweaver.runtime.cpu_chunk_blocks import chunk_blocks_scan
+
+        kernels = (aggregate_kernel(el, reverse), scan_kernel(el, 3, True, False, reverse),
+                   scan_kernel(el, 2, True, True, reverse))
+        chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK, reverse)
+        return
     lanes = _lanes(a.dtype)
     K = _chunk_count(C, L, lanes, threads)
     Lc = L // K
@@ -195,7 +242,10 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
         carry = c
     else:
         agg = [_exponents(x) if x.dtype == np.int64 else x for x in agg]
-        carry = _carries_if_finite(carry, agg, order, starts, mode == "dd")
+        if mode == "wide" and C * K <= SCALAR_CARRY_MAX_PAIRS:
+            carry = _wide_carries_scalar(carry, agg, order, starts)
+        else:
+            carry = _carries_if_finite(carry, agg, order, starts, mode == "dd")
         if carry is None:  # a combine was not finite: chunk by chunk, with the fallback
             seq = functools.partial(_scan_chunk, scan_kernel(el, 2, True, True, reverse), av, bv, hv)
             carry = _carries_checked(carry0, agg, order, starts, mode == "dd", seq, done)

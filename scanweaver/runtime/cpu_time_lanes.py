@@ -17,6 +17,19 @@ TIME_LANES_DTYPES = {"int32": "i32", "int64": "i64"}
 
 
 @functools.lru_cache(maxsize=None)
+def vector_bits() -> int:
+    """512 on a CPU with AVX-512F (as LLVM targets it): the log-step scan then takes
+    fewer instructions per step (measured here, one core, 2x2^20 i32: 0.80 against
+    1.06 ns per step, ad hoc); 256 otherwise."""
+    import llvmlite.binding as llvm
+
+    from scanweaver.runtime.cpu import _init_llvm
+
+    _init_llvm()
+    return 512 if llvm.get_host_cpu_features().get("avx512f") else 256
+
+
+@functools.lru_cache(maxsize=None)
 def _time_lanes_kernel(el: str, reverse: bool) -> Kernel:
     """Built already lowered, like the chunk aggregates: straight to MLIR's CPU lowering."""
     from xdsl.dialects.builtin import i32, i64
@@ -25,7 +38,7 @@ def _time_lanes_kernel(el: str, reverse: bool) -> Kernel:
     from scanweaver.rewrites.cpu_affine_time_lanes import build_time_lanes_scan
     from scanweaver.runtime.cpu import CpuProgram
 
-    llvm_ir, _ = cpu_llvm_ir(build_time_lanes_scan({"i32": i32, "i64": i64}[el], reverse))
+    llvm_ir, _ = cpu_llvm_ir(build_time_lanes_scan({"i32": i32, "i64": i64}[el], reverse, vector_bits()))
     return Kernel(CpuProgram(llvm_ir), "affine_time_lanes", [2, 2, 1, 2, 1])
 
 
