@@ -16,17 +16,21 @@ block is scanned by the sequential (bit-identical) kernel from the block's carry
 instead, as `chunked` does per chunk.  The steps after the last full block are scanned
 sequentially too.  So about 12 bytes of memory traffic per step instead of 20.
 
-The loop over blocks is compiled (`driver_ir`, LLVM IR calling the three kernels
-through their addresses with the expanded memref convention): driving each block from
-Python costs tens of microseconds per block, about what a block's work takes.
+The loop over blocks is compiled (`driver_ir`, LLVM IR built with llvmlite's IR builder,
+calling the three kernels through their addresses with the expanded memref convention):
+driving each block from Python costs tens of microseconds per block, about what a
+block's work takes.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import math
+from types import SimpleNamespace
 
 import numpy as np
+from llvmlite import ir
 
 from scanweaver.runtime.cpu_jit import on_clear_cache
 from scanweaver.runtime.cpu_parallel import parallel_for, split_range
@@ -39,10 +43,199 @@ BLOCK_BYTES = 1 << 20
 MIN_BLOCK_STEPS = SUB_CHUNKS * 64
 
 _NAME = "chunk_blocks"
+#: The clip of the aggregates' exponents (`_exponents`): beyond it 2^E is 0 or inf anyway.
+_EXP_CLIP = 1 << 20
+
+_VOID, _I1, _I32, _I64 = ir.VoidType(), ir.IntType(1), ir.IntType(32), ir.IntType(64)
+_F32, _F64, _PTR = ir.FloatType(), ir.DoubleType(), ir.PointerType()
 
 
-def _memref(ptr: str, sizes: list[str], strides: list[str]) -> str:
-    return ", ".join([f"ptr {ptr}", f"ptr {ptr}", "i64 0"] + [f"i64 {s}" for s in sizes + strides])
+def _memref(ptr: ir.Value, sizes: list, strides: list) -> list[ir.Value]:
+    """The expanded memref arguments of a (ptr, sizes, strides) view: allocated and
+    aligned pointer, offset 0, then the sizes and strides (ints become i64 constants)."""
+    dims = [d if isinstance(d, ir.Value) else _i64(d) for d in sizes + strides]
+    return [ptr, ptr, _i64(0)] + dims
+
+
+def _memref_types(rank: int) -> list[ir.Type]:
+    return [_PTR, _PTR, _I64] + [_I64] * (2 * rank)
+
+
+def _kernel_type(*ranks: int) -> ir.PointerType:
+    """The pointer to a kernel taking memrefs of these ranks: typed with its function
+    type so that llvmlite can call through it (printed as `void (...)*`, which LLVM's
+    parser reads as the opaque `ptr`)."""
+    params = [t for rank in ranks for t in _memref_types(rank)]
+    return ir.PointerType(ir.FunctionType(_VOID, params))
+
+
+#: aggregate(a, b, A, E, B), scan(a, b, starts, h), seq(a, b, carry, h, last).
+_AGG, _SCAN, _SEQ = _kernel_type(3, 3, 2, 2, 2), _kernel_type(3, 3, 2, 3), _kernel_type(2, 2, 1, 2, 1)
+
+
+def _i64(v: int) -> ir.Constant:
+    return ir.Constant(_I64, v)
+
+
+def _define(module: ir.Module, name: str, ret: ir.Type, params: dict[str, ir.Type], internal: bool = True):
+    """A function with named parameters; returns it and its arguments by name."""
+    fn = ir.Function(module, ir.FunctionType(ret, list(params.values())), name)
+    if internal:
+        fn.linkage = "internal"
+    for arg, pname in zip(fn.args, params):
+        arg.name = pname
+    return fn, SimpleNamespace(**dict(zip(params, fn.args)))
+
+
+def _blocks(fn: ir.Function, names: str) -> SimpleNamespace:
+    return SimpleNamespace(**{n: fn.append_basic_block(n) for n in names.split()})
+
+
+def _seq_part(module: ir.Module) -> ir.Function:
+    """The rows' steps [t0, t0 + n) scanned sequentially from carry; carry <- last state
+    (the kernel writes it to tmp: carry is also its input)."""
+    fn, x = _define(module, "seq_part", _VOID, dict(seq=_SEQ, a=_PTR, b=_PTR, h=_PTR, R=_I64, L=_I64, t0=_I64,
+                                                     n=_I64, carry=_PTR, tmp=_PTR))
+    memcpy = ir.Function(module, ir.FunctionType(_VOID, [_PTR, _PTR, _I64, _I1]), "llvm.memcpy.p0.p0.i64")
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    qa, qb, qh = (bld.gep(p, [x.t0], name=q, source_etype=_F32) for p, q in ((x.a, "qa"), (x.b, "qb"), (x.h, "qh")))
+    rows = [_memref(q, [x.R, x.n], [x.L, 1]) for q in (qa, qb, qh)]
+    bld.call(x.seq, rows[0] + rows[1] + _memref(x.carry, [x.R], [1]) + rows[2] + _memref(x.tmp, [x.R], [1]))
+    nbytes = bld.mul(x.R, _i64(4), name="bytes")
+    bld.call(memcpy, [x.carry, x.tmp, nbytes, ir.Constant(_I1, 0)])
+    bld.ret_void()
+    return fn
+
+
+def _combine(bld: ir.IRBuilder, x: SimpleNamespace, i: ir.Value, c: ir.Value) -> ir.Value:
+    """`A * c * 2^E + B` of sub-chunk i in f64 (as `_carries_if_finite`)."""
+    ptrs = [bld.gep(p, [i], name=n + "p", source_etype=t) for p, n, t in ((x.A, "A", _F64), (x.E, "E", _I64),
+                                                                          (x.B, "B", _F64))]
+    Av, Ev, Bv = (bld.load(p, name=n + "v", typ=t) for p, n, t in zip(ptrs, "AEB", (_F64, _I64, _F64)))
+    # the exponent clipped as _exponents does (beyond, 2^E is 0 or inf anyway)
+    El = bld.select(bld.icmp_signed("<", Ev, _i64(-_EXP_CLIP), name="lo"), _i64(-_EXP_CLIP), Ev, name="El")
+    Eh = bld.select(bld.icmp_signed(">", El, _i64(_EXP_CLIP), name="hi"), _i64(_EXP_CLIP), El, name="Eh")
+    E32 = bld.trunc(Eh, _I32, name="E32")
+    ldexp = bld.module.globals["llvm.ldexp.f64.i32"]
+    ps = bld.call(ldexp, [bld.fmul(Av, c, name="p"), E32], name="ps")
+    return bld.fadd(ps, Bv, name="cn")
+
+
+def _starts(module: ir.Module) -> ir.Function:
+    """Sub-chunk starts of one block into st from carry (the carries through the block's
+    sub-chunks, in scan order); 1 when every combine is finite."""
+    S = SUB_CHUNKS
+    fn, x = _define(module, "starts", _I1, dict(R=_I64, carry=_PTR, A=_PTR, E=_PTR, B=_PTR, st=_PTR, isrev=_I1))
+    blk = _blocks(fn, "entry row sub row_end exit")
+    bld = ir.IRBuilder(blk.entry)
+    bld.branch(blk.row)
+    bld.position_at_end(blk.row)
+    r, okr = bld.phi(_I64, name="r"), bld.phi(_I1, name="okr")
+    c0f = bld.load(bld.gep(x.carry, [r], name="cp", source_etype=_F32), name="c0f", typ=_F32)
+    c0 = bld.fpext(c0f, _F64, name="c0")
+    base = bld.mul(r, _i64(S), name="base")
+    bld.branch(blk.sub)
+    bld.position_at_end(blk.sub)
+    k, c, ok = bld.phi(_I64, name="k"), bld.phi(_F64, name="c"), bld.phi(_I1, name="ok")
+    kk = bld.select(x.isrev, bld.sub(_i64(S - 1), k, name="kr"), k, name="kk")
+    i = bld.add(base, kk, name="i")
+    stp = bld.gep(x.st, [i], name="stp", source_etype=_F32)
+    bld.store(bld.fptrunc(c, _F32, name="cf"), stp)
+    cn = _combine(bld, x, i, c)
+    mag = bld.call(module.globals["llvm.fabs.f64"], [cn], name="mag")
+    fin = bld.fcmp_ordered("<", mag, ir.Constant(_F64, math.inf), name="fin")
+    ok1 = bld.and_(ok, fin, name="ok1")
+    k1 = bld.add(k, _i64(1), name="k1")
+    bld.cbranch(bld.icmp_unsigned("==", k1, _i64(S), name="subdone"), blk.row_end, blk.sub)
+    bld.position_at_end(blk.row_end)
+    ok2 = bld.phi(_I1, name="ok2")
+    r1 = bld.add(r, _i64(1), name="r1")
+    bld.cbranch(bld.icmp_unsigned("==", r1, x.R, name="rowsdone"), blk.exit, blk.row)
+    bld.position_at_end(blk.exit)
+    bld.ret(ok2)
+    _incoming(r, (_i64(0), blk.entry), (r1, blk.row_end))
+    _incoming(okr, (ir.Constant(_I1, 1), blk.entry), (ok2, blk.row_end))
+    _incoming(k, (_i64(0), blk.row), (k1, blk.sub))
+    _incoming(c, (c0, blk.row), (cn, blk.sub))
+    _incoming(ok, (okr, blk.row), (ok1, blk.sub))
+    _incoming(ok2, (ok1, blk.sub))
+    return fn
+
+
+def _incoming(phi: ir.PhiInstr, *pairs) -> None:
+    for value, block in pairs:
+        phi.add_incoming(value, block)
+
+
+def _block_scan(bld: ir.IRBuilder, x: SimpleNamespace, blk: SimpleNamespace, fns: SimpleNamespace,
+                j: ir.Value, e: SimpleNamespace) -> None:
+    """Block j (from the end when reversed): its aggregates and starts, then either the
+    sub-chunks from their starts and the carry <- the block's last h, or (a combine not
+    finite) the whole block sequentially from the carry."""
+    S = SUB_CHUNKS
+    bld.position_at_end(blk.block)
+    jr = bld.sub(bld.sub(e.nb, _i64(1), name="jr0"), j, name="jr")
+    t0 = bld.mul(bld.select(e.isrev, jr, j, name="jj"), x.T, name="t0")
+    pa, pb, ph = (bld.gep(p, [t0], name=q, source_etype=_F32) for p, q in ((x.a, "pa"), (x.b, "pb"), (x.h, "ph")))
+    a3, b3, h3 = (_memref(p, [x.R, S, e.Lc], [x.L, e.Lc, 1]) for p in (pa, pb, ph))
+    aggs = [v for p in (x.A, x.E, x.B) for v in _memref(p, [x.R, S], [S, 1])]
+    bld.call(x.agg, a3 + b3 + aggs)
+    ok = bld.call(fns.starts, [x.R, x.carry, x.A, x.E, x.B, x.st, e.isrev], name="ok")
+    bld.cbranch(ok, blk.fast, blk.slow)
+    bld.position_at_end(blk.fast)
+    bld.call(x.scan, a3 + b3 + _memref(x.st, [x.R, S], [S, 1]) + h3)
+    tend = bld.sub(bld.add(t0, x.T, name="tl"), _i64(1), name="tend")
+    tlast = bld.select(e.isrev, t0, tend, name="tlast")  # the block's last step in scan order
+    bld.branch(blk.keep)
+    bld.position_at_end(blk.keep)
+    r = bld.phi(_I64, name="r")
+    off = bld.add(bld.mul(r, x.L, name="off0"), tlast, name="off")
+    hv = bld.load(bld.gep(x.h, [off], name="hp", source_etype=_F32), name="hv", typ=_F32)
+    bld.store(hv, bld.gep(x.carry, [r], name="cp", source_etype=_F32))
+    r1 = bld.add(r, _i64(1), name="r1")
+    bld.cbranch(bld.icmp_unsigned("==", r1, x.R, name="rdone"), blk.next, blk.keep)
+    _incoming(r, (_i64(0), blk.fast), (r1, blk.keep))
+    bld.position_at_end(blk.slow)
+    bld.call(fns.seq_part, [x.seq, x.a, x.b, x.h, x.R, x.L, t0, x.T, x.carry, x.tmp])
+    bld.branch(blk.next)
+
+
+def _chunk_blocks(module: ir.Module, fns: SimpleNamespace) -> ir.Function:
+    """The driver: the full blocks in order (reverse: from the end), the steps past the
+    last full block sequentially (reverse: first)."""
+    S = SUB_CHUNKS
+    fn, x = _define(module, _NAME, _VOID, dict(agg=_AGG, scan=_SCAN, seq=_SEQ, a=_PTR, b=_PTR, h=_PTR, R=_I64,
+                                                L=_I64, T=_I64, carry=_PTR, tmp=_PTR, A=_PTR, E=_PTR, B=_PTR,
+                                                st=_PTR, rev=_I64), internal=False)
+    blk = _blocks(fn, "entry rest_first head block fast keep slow next tail rest_scan exit")
+    bld = ir.IRBuilder(blk.entry)
+    e = SimpleNamespace(Lc=bld.udiv(x.T, _i64(S), name="Lc"), nb=bld.udiv(x.L, x.T, name="nb"))
+    e.done = bld.mul(e.nb, x.T, name="done")
+    rest = bld.sub(x.L, e.done, name="rest")
+    e.isrev = bld.icmp_unsigned("!=", x.rev, _i64(0), name="isrev")
+    anyrest = bld.icmp_unsigned(">", rest, _i64(0), name="any")
+    rest_args = [x.seq, x.a, x.b, x.h, x.R, x.L, e.done, rest, x.carry, x.tmp]
+    bld.cbranch(bld.and_(e.isrev, anyrest, name="pre"), blk.rest_first, blk.head)
+    bld.position_at_end(blk.rest_first)  # reversed: the steps past the last full block come first
+    bld.call(fns.seq_part, rest_args)
+    bld.branch(blk.head)
+    bld.position_at_end(blk.head)
+    j = bld.phi(_I64, name="j")
+    bld.cbranch(bld.icmp_unsigned("<", j, e.nb, name="more"), blk.block, blk.tail)
+    _block_scan(bld, x, blk, fns, j, e)
+    bld.position_at_end(blk.next)
+    j1 = bld.add(j, _i64(1), name="j1")
+    bld.branch(blk.head)
+    _incoming(j, (_i64(0), blk.entry), (_i64(0), blk.rest_first), (j1, blk.next))
+    bld.position_at_end(blk.tail)
+    fwd = bld.xor(e.isrev, ir.Constant(_I1, 1), name="fwd")
+    bld.cbranch(bld.and_(fwd, anyrest, name="post"), blk.rest_scan, blk.exit)
+    bld.position_at_end(blk.rest_scan)
+    bld.call(fns.seq_part, rest_args)
+    bld.branch(blk.exit)
+    bld.position_at_end(blk.exit)
+    bld.ret_void()
+    return fn
 
 
 def driver_ir() -> str:
@@ -56,150 +249,12 @@ def driver_ir() -> str:
     for a reverse scan (the kernels then reverse ones): blocks, and sub-chunks inside
     a block, from the end, the steps past the last full block first.
     """
-    S = SUB_CHUNKS
-    a3 = _memref("%pa", ["%R", str(S), "%Lc"], ["%L", "%Lc", "1"])
-    b3 = _memref("%pb", ["%R", str(S), "%Lc"], ["%L", "%Lc", "1"])
-    h3 = _memref("%ph", ["%R", str(S), "%Lc"], ["%L", "%Lc", "1"])
-    aggs = ", ".join(_memref(p, ["%R", str(S)], [str(S), "1"]) for p in ("%A", "%E", "%B"))
-    st2 = _memref("%st", ["%R", str(S)], [str(S), "1"])
-    a2 = _memref("%qa", ["%R", "%n"], ["%L", "1"])
-    b2 = _memref("%qb", ["%R", "%n"], ["%L", "1"])
-    h2 = _memref("%qh", ["%R", "%n"], ["%L", "1"])
-    c1 = _memref("%carry", ["%R"], ["1"])
-    t1 = _memref("%tmp", ["%R"], ["1"])
-    return f"""
-declare double @llvm.ldexp.f64.i32(double, i32)
-declare double @llvm.fabs.f64(double)
-
-; The rows' steps [t0, t0 + n) scanned sequentially from carry; carry <- last state.
-define internal void @seq_part(ptr %seq, ptr %a, ptr %b, ptr %h, i64 %R, i64 %L, i64 %t0, i64 %n,
-                               ptr %carry, ptr %tmp) {{
-entry:
-  %qa = getelementptr float, ptr %a, i64 %t0
-  %qb = getelementptr float, ptr %b, i64 %t0
-  %qh = getelementptr float, ptr %h, i64 %t0
-  call void %seq({a2}, {b2}, {c1}, {h2}, {t1})
-  %bytes = mul i64 %R, 4
-  call void @llvm.memcpy.p0.p0.i64(ptr %carry, ptr %tmp, i64 %bytes, i1 false)
-  ret void
-}}
-declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
-
-; Sub-chunk starts of one block into st from carry; 1 when every combine is finite.
-define internal i1 @starts(i64 %R, ptr %carry, ptr %A, ptr %E, ptr %B, ptr %st, i1 %isrev) {{
-entry:
-  br label %row
-row:
-  %r = phi i64 [0, %entry], [%r1, %row_end]
-  %okr = phi i1 [1, %entry], [%ok2, %row_end]
-  %cp = getelementptr float, ptr %carry, i64 %r
-  %c0f = load float, ptr %cp
-  %c0 = fpext float %c0f to double
-  %base = mul i64 %r, {S}
-  br label %sub
-sub:
-  %k = phi i64 [0, %row], [%k1, %sub]
-  %c = phi double [%c0, %row], [%cn, %sub]
-  %ok = phi i1 [%okr, %row], [%ok1, %sub]
-  %kr = sub i64 {S - 1}, %k
-  %kk = select i1 %isrev, i64 %kr, i64 %k
-  %i = add i64 %base, %kk
-  %stp = getelementptr float, ptr %st, i64 %i
-  %cf = fptrunc double %c to float
-  store float %cf, ptr %stp
-  %Ap = getelementptr double, ptr %A, i64 %i
-  %Ep = getelementptr i64, ptr %E, i64 %i
-  %Bp = getelementptr double, ptr %B, i64 %i
-  %Av = load double, ptr %Ap
-  %Ev = load i64, ptr %Ep
-  %Bv = load double, ptr %Bp
-  ; the exponent clipped as _exponents does (beyond, 2^E is 0 or inf anyway)
-  %lo = icmp slt i64 %Ev, -1048576
-  %El = select i1 %lo, i64 -1048576, i64 %Ev
-  %hi = icmp sgt i64 %El, 1048576
-  %Eh = select i1 %hi, i64 1048576, i64 %El
-  %E32 = trunc i64 %Eh to i32
-  %p = fmul double %Av, %c
-  %ps = call double @llvm.ldexp.f64.i32(double %p, i32 %E32)
-  %cn = fadd double %ps, %Bv
-  %mag = call double @llvm.fabs.f64(double %cn)
-  %fin = fcmp olt double %mag, 0x7FF0000000000000
-  %ok1 = and i1 %ok, %fin
-  %k1 = add i64 %k, 1
-  %subdone = icmp eq i64 %k1, {S}
-  br i1 %subdone, label %row_end, label %sub
-row_end:
-  %ok2 = phi i1 [%ok1, %sub]
-  %r1 = add i64 %r, 1
-  %rowsdone = icmp eq i64 %r1, %R
-  br i1 %rowsdone, label %exit, label %row
-exit:
-  ret i1 %ok2
-}}
-
-define void @{_NAME}(ptr %agg, ptr %scan, ptr %seq, ptr %a, ptr %b, ptr %h, i64 %R, i64 %L, i64 %T,
-                     ptr %carry, ptr %tmp, ptr %A, ptr %E, ptr %B, ptr %st, i64 %rev) {{
-entry:
-  %Lc = udiv i64 %T, {S}
-  %nb = udiv i64 %L, %T
-  %done = mul i64 %nb, %T
-  %rest = sub i64 %L, %done
-  %isrev = icmp ne i64 %rev, 0
-  %any = icmp ugt i64 %rest, 0
-  %pre = and i1 %isrev, %any
-  br i1 %pre, label %rest_first, label %head
-rest_first:  ; reversed: the steps past the last full block come first
-  call void @seq_part(ptr %seq, ptr %a, ptr %b, ptr %h, i64 %R, i64 %L, i64 %done, i64 %rest, ptr %carry, ptr %tmp)
-  br label %head
-head:
-  %j = phi i64 [0, %entry], [0, %rest_first], [%j1, %next]
-  %more = icmp ult i64 %j, %nb
-  br i1 %more, label %block, label %tail
-block:
-  %jr0 = sub i64 %nb, 1
-  %jr = sub i64 %jr0, %j
-  %jj = select i1 %isrev, i64 %jr, i64 %j
-  %t0 = mul i64 %jj, %T
-  %pa = getelementptr float, ptr %a, i64 %t0
-  %pb = getelementptr float, ptr %b, i64 %t0
-  %ph = getelementptr float, ptr %h, i64 %t0
-  call void %agg({a3}, {b3}, {aggs})
-  %ok = call i1 @starts(i64 %R, ptr %carry, ptr %A, ptr %E, ptr %B, ptr %st, i1 %isrev)
-  br i1 %ok, label %fast, label %slow
-fast:
-  call void %scan({a3}, {b3}, {st2}, {h3})
-  %tl = add i64 %t0, %T
-  %tend = sub i64 %tl, 1
-  %tlast = select i1 %isrev, i64 %t0, i64 %tend  ; the block's last step in scan order
-  br label %keep
-keep:
-  %r = phi i64 [0, %fast], [%r1, %keep]
-  %off0 = mul i64 %r, %L
-  %off = add i64 %off0, %tlast
-  %hp = getelementptr float, ptr %h, i64 %off
-  %hv = load float, ptr %hp
-  %cp = getelementptr float, ptr %carry, i64 %r
-  store float %hv, ptr %cp
-  %r1 = add i64 %r, 1
-  %rdone = icmp eq i64 %r1, %R
-  br i1 %rdone, label %next, label %keep
-slow:
-  call void @seq_part(ptr %seq, ptr %a, ptr %b, ptr %h, i64 %R, i64 %L, i64 %t0, i64 %T, ptr %carry, ptr %tmp)
-  br label %next
-next:
-  %j1 = add i64 %j, 1
-  br label %head
-tail:
-  %fwd = xor i1 %isrev, 1
-  %post = and i1 %fwd, %any
-  br i1 %post, label %rest_scan, label %exit
-rest_scan:
-  call void @seq_part(ptr %seq, ptr %a, ptr %b, ptr %h, i64 %R, i64 %L, i64 %done, i64 %rest, ptr %carry, ptr %tmp)
-  br label %exit
-exit:
-  ret void
-}}
-"""
+    module = ir.Module(name=_NAME)
+    ir.Function(module, ir.FunctionType(_F64, [_F64, _I32]), "llvm.ldexp.f64.i32")
+    ir.Function(module, ir.FunctionType(_F64, [_F64]), "llvm.fabs.f64")
+    fns = SimpleNamespace(seq_part=_seq_part(module), starts=_starts(module))
+    _chunk_blocks(module, fns)
+    return str(module)
 
 
 @functools.lru_cache(maxsize=None)
