@@ -1147,13 +1147,12 @@ class _RecurrenceAdjoint:
             seeds.append((yielded[size * size + j], lh[j][0]))
         self.b.rev_block(e, cb, inner, Scope(cells=self.cells), seeds)
 
-    def coeffs_reverse_diagonal(self, s0, step, jj, base, lam=None) -> None:
-        """The ops of coeffs that do not depend on the state index run once per step,
-        outside the loop over the state; their cotangents sum over it."""
+    def _step_values(self, s0, step, jj, base):
+        """Step jj's row g in AB / INV, the coeffs ops split by the state index (inv, dep),
+        and the value map with the kept values loaded and the other inv ops cloned."""
         e, b, cb = self.e, self.b, self.op.coeffs.block
-        AB, INV, kept = self.info["AB"], self.info["INV"], self.info["kept"]
-        g = e.addi(base, jj)  # the step's row in AB / INV
-        yielded = list(cb.last_op.operands)
+        INV, kept = self.info["INV"], self.info["kept"]
+        g = e.addi(base, jj)
         inv, dep = split_by_state_index(cb)
         inner = dict(self.vmap)
         inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
@@ -1162,6 +1161,15 @@ class _RecurrenceAdjoint:
         for o in inv:
             if not (o.results and all(r in kept for r in o.results)):
                 b.clone(e, o, inner)
+        return g, inv, dep, inner
+
+    def coeffs_reverse_diagonal(self, s0, step, jj, base, lam=None) -> None:
+        """The ops of coeffs that do not depend on the state index run once per step,
+        outside the loop over the state; their cotangents sum over it."""
+        e, b, cb = self.e, self.b, self.op.coeffs.block
+        AB = self.info["AB"]
+        yielded = list(cb.last_op.operands)
+        g, inv, dep, inner = self._step_values(s0, step, jj, base)
         step_scope = Scope(cells=self.cells)
         used = {v for o in dep for w in o.walk() for v in w.operands} | set(yielded)
         inv_values = [r for o in inv for r in o.results if r in used and is_float(r.type)
@@ -1213,17 +1221,8 @@ class _RecurrenceAdjoint:
     def time_only_reverse(self, s0, step, jj, base) -> None:
         """Step jj's reverse of the coeffs ops not depending on the state index, seeded
         with the sums the fused adjoint's emit kept in TOT (see coeffs_reverse_diagonal)."""
-        e, b, cb = self.e, self.b, self.op.coeffs.block
-        INV, kept = self.info["INV"], self.info["kept"]
-        g = e.addi(base, jj)
-        inv, _ = split_by_state_index(cb)
-        inner = dict(self.vmap)
-        inner[cb.args[0]] = e.addi(s0, e.muli(jj, step))
-        for m, v in enumerate(kept):
-            inner[v] = e.load(INV, [e.iconst(m), g])
-        for o in inv:
-            if not (o.results and all(r in kept for r in o.results)):
-                b.clone(e, o, inner)
+        e, b = self.e, self.b
+        _, inv, _, inner = self._step_values(s0, step, jj, base)
         step_scope = Scope(cells=self.cells)
         for v, buf in zip(self.tot_values, self.TOT):
             b.add_adj(e, step_scope, v, e.load(buf, [jj]))
