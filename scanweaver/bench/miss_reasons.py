@@ -30,16 +30,21 @@ _RULES: list[tuple[str, str, str]] = [
      "their ratio moves across the target between quiet runs by more than its margin. A kernel with fewer "
      "row streams per core is the open work."),
     ("best_peer", "f32 4x1048576",
-     "Few long rows take the time-chunked variant (chunk aggregates, carries, then the rescan), which "
-     "reads each chunk twice; numba's one row per thread reads it once and has enough rows for both cores."),
+     "Few long rows take the cache-blocked chunked form (each block's sub-chunk aggregates read from memory, "
+     "then the block scanned again from L2 once its carries are known): little more memory traffic than one "
+     "pass, but about twice the per-step work of a sequential scan, while numba's one row per thread does the "
+     "work once and has enough rows for both cores."),
     ("best_peer", "",
      "The margin over numba prange (fastmath) is real but under the target: the tiled kernel is limited by "
      "its access pattern (eight or more row streams per array per core), not by the multiply-add chain or "
      "the register transposes, which experiments ruled out."),
     ("roofline_fraction", "",
-     "The tiled kernels read many row streams at once and do not reach the all-core streaming rate that a "
-     "three-stream copy loop reaches; the few-long-rows and single-row shapes run the time-chunked variant, "
-     "which makes extra passes."),
+     "One core runs the f32 tiled kernel at about the same time per element whether its rows sit in L2 or "
+     "stream from memory, and that rate is about one core's share of the roofline: on two cores the kernel is "
+     "bound by its per-step work (loads, register transposes, the multiply-add chain kept bit-identical to the "
+     "loop), not by memory; f64 moves twice the bytes for the same work and comes closer. The few-long-rows "
+     "shapes take the cache-blocked chunked form and the single row the two-pass chunked form, which both do "
+     "about twice the per-step work."),
     ("backward_over_forward", "",
      "The VJP makes about four passes over each channel's steps where the forward makes one: the "
      "coefficient fill (exp(delta*A) of every state element, kept for the reverse), the recompute of h, "
