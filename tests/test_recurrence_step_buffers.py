@@ -21,13 +21,18 @@ from scanweaver.workloads.specs import SelectiveScanSpec
 SPEC = SelectiveScanSpec(16, "shared", "shared", True, True, True, True, True, True)
 
 
-def _program(step_buffers: bool, monkeypatch) -> tuple[CpuProgram, str]:
-    monkeypatch.setattr(cpu_recurrence_vectorizer._RecurrenceVectorizer, "STEP_BUFFERS", step_buffers)
+def vectorizer_program(switch: str, value: bool, monkeypatch) -> tuple[CpuProgram, str]:
+    """The tiled selective kernel compiled with the vectorizer's class switch `switch` set to `value`."""
+    monkeypatch.setattr(cpu_recurrence_vectorizer._RecurrenceVectorizer, switch, value)
     module = parse_ir(kernel_ir("selective_tiled", spec=SPEC).text)
     ScanToCpu().apply(make_context(), module)
     rewrite_marked(module)
     llvm_ir = lower_to_llvm_ir(print_ir(emit_c_interface(module)))
     return CpuProgram(llvm_ir), llvm_ir
+
+
+def _program(step_buffers: bool, monkeypatch) -> tuple[CpuProgram, str]:
+    return vectorizer_program("STEP_BUFFERS", step_buffers, monkeypatch)
 
 
 def test_step_buffers_give_the_extracts_bits(monkeypatch):

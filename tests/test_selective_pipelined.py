@@ -19,27 +19,18 @@ import textwrap
 
 import numpy as np
 
-from scanweaver.ir import make_context, parse_ir, print_ir
-from scanweaver.rewrites import cpu_recurrence_vectorizer
-from scanweaver.rewrites.exp_polynomial import rewrite_marked
-from scanweaver.rewrites.scan_to_cpu import ScanToCpu
 from scanweaver.runtime import cpu_scan
 from scanweaver.runtime.cpu import CpuProgram
 from scanweaver.runtime.cpu_jit import Kernel
 from scanweaver.runtime.kernel_ir import kernel_ir
-from scanweaver.toolchain.mlir import emit_c_interface, lower_to_llvm_ir
 from scanweaver.workloads.specs import SelectiveScanSpec
+from tests.test_recurrence_step_buffers import vectorizer_program
 
 SPEC = SelectiveScanSpec(16, "shared", "shared", True, True, True, True, True, True)
 
 
 def _program(pipelined: bool, monkeypatch) -> tuple[CpuProgram, str]:
-    monkeypatch.setattr(cpu_recurrence_vectorizer._RecurrenceVectorizer, "PIPELINED", pipelined)
-    module = parse_ir(kernel_ir("selective_tiled", spec=SPEC).text)
-    ScanToCpu().apply(make_context(), module)
-    rewrite_marked(module)
-    llvm_ir = lower_to_llvm_ir(print_ir(emit_c_interface(module)))
-    return CpuProgram(llvm_ir), llvm_ir
+    return vectorizer_program("PIPELINED", pipelined, monkeypatch)
 
 
 def test_pipelined_prologue_gives_the_same_bits(monkeypatch):
