@@ -388,8 +388,9 @@ def _tile_group(b: Builder, tl: _Tiles) -> None:
             b.insert(vector.StoreOp(h, out, index))
 
 
-def _nontemporal_ok(bb: _B, h: SSAValue, sizes: Sequence[SSAValue], el_bytes: int) -> SSAValue:
-    """i1: h holds at least NONTEMPORAL_MIN_BYTES and every row starts NONTEMPORAL_ALIGN-byte aligned."""
+def _nontemporal_ok(bb: _B, h: SSAValue, sizes: Sequence[SSAValue], el_bytes: int,
+                    min_bytes: int = NONTEMPORAL_MIN_BYTES) -> SSAValue:
+    """i1: h holds at least `min_bytes` and every row starts NONTEMPORAL_ALIGN-byte aligned."""
     meta = bb.b.insert(memref.ExtractStridedMetaDataOp(h))
     ptr = bb.ins(memref.ExtractAlignedPointerAsIndexOp.get(h))
     start = bb.add(ptr, bb.mul(meta.offset, bb.idx(el_bytes)))
@@ -401,7 +402,7 @@ def _nontemporal_ok(bb: _B, h: SSAValue, sizes: Sequence[SSAValue], el_bytes: in
     total = sizes[0]
     for s_ in sizes[1:]:
         total = bb.mul(total, s_)
-    big = bb.cmp(total, bb.idx(NONTEMPORAL_MIN_BYTES // el_bytes), "sge")
+    big = bb.cmp(total, bb.idx(min_bytes // el_bytes), "sge")
     return bb.and_(ok, big)
 
 
@@ -432,8 +433,13 @@ def lower_affine_tiled(
     nontemporal: bool = False,
     agg_mode: str = "exact",
     chains: int | None = None,
+    vector_bits: int = 256,
+    nontemporal_min_bytes: int = NONTEMPORAL_MIN_BYTES,
 ) -> None:
     """Channels (dim rank-2) in groups of G lanes, time (dim rank-1) in tiles of T = 2G.
+
+    vector_bits: the width of the lane vectors (G = vector_bits / element bits); 512
+    only where the CPU has AVX-512F (the chunk-block kernels, cpu_chunk_aggregates.py).
 
     chains: groups of G rows scanned together in one tile, each its own multiply-add
     chain (default: SCAN_CHAINS by element size; aggregates 1).  Each row keeps its
@@ -452,7 +458,7 @@ def lower_affine_tiled(
     el = h_t.element_type
     bits = _element_bits(el)
     assert bits is not None
-    G = 256 // bits
+    G = vector_bits // bits
     T = 2 * G
     vt = VectorType(el, [G])
     chains = 1 if aggregate else (SCAN_CHAINS.get(bits, 1) if chains is None else chains)
@@ -470,7 +476,8 @@ def lower_affine_tiled(
     medium_skew = bb.idx(min(skew, 1) if chains == 1 else 0)
     skew_v = bb.select(long_rows, bb.idx(skew), bb.select(medium_rows, medium_skew, bb.idx(0)))
     prefetch_rows = bb.cmp(nbt, bb.idx(PREFETCH_MIN_BLOCKS), "sge")
-    nt_ok = _nontemporal_ok(bb, op.h, sizes, bits // 8) if nontemporal and not aggregate else None
+    nt_ok = (_nontemporal_ok(bb, op.h, sizes, bits // 8, nontemporal_min_bytes)
+             if nontemporal and not aggregate else None)
 
     def per_outer(ob: Builder, outer: Sequence[SSAValue]) -> None:
         obb = _B(ob)

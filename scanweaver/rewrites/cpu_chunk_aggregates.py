@@ -37,3 +37,27 @@ def build_chunk_aggregate(el: Attribute, rank: int = 3, reverse: bool = False, s
     b.insert(func.ReturnOp())
     fn = func.FuncOp("aggregate", (arg_types, []), Region(block))
     return ModuleOp([fn])
+
+
+#: The block rescan's skew (as `scan-to-cpu`'s default: its sub-chunks are 4 KiB-strided
+#: rows when the block length is a power of two) and no software prefetch: the block's
+#: a and b were just read by the aggregates and sit in L2.
+BLOCK_SCAN_SKEW = 2
+
+
+def build_block_scan(el: Attribute, reverse: bool = False) -> ModuleOp:
+    """`func.func @affine(a, b, starts, h)` (ranks 3, 3, 2, 3): the rescan of the
+    cache-blocked chunked scan (runtime/cpu_chunk_blocks.py), each (row, sub-chunk) of
+    the block scanned from its start, the loop's own arithmetic (the tiles of
+    `scan.affine`, same bits).  h is stored with streaming stores whatever its size
+    (rows on a cache line, a runtime test): a block's h is not read again, so ordinary
+    stores would first read every line of h from memory (a third more traffic)."""
+    t3, t2 = MemRefType(el, [DYNAMIC_INDEX] * 3), MemRefType(el, [DYNAMIC_INDEX] * 2)
+    arg_types = [t3, t3, t2, t3]
+    block = Block(arg_types=arg_types)
+    a, x, starts, h = block.args
+    b = Builder(InsertPoint.at_end(block))
+    lower_affine_tiled(b, _AffineOperands(a, x, h, starts, None, reverse), BLOCK_SCAN_SKEW, nontemporal=True,
+                       nontemporal_min_bytes=0)
+    b.insert(func.ReturnOp())
+    return ModuleOp([func.FuncOp("affine", (arg_types, []), Region(block))])

@@ -9,8 +9,9 @@ blocks of T steps small enough to stay in its core's L2 cache, and per block:
   2. the carries sub-chunk to sub-chunk in f64 (`A * c * 2^E + B`, as
      `_carries_if_finite`), each rounded to f32 as a sub-chunk's start;
   3. the sub-chunks scanned from their starts (the loop's own arithmetic), read again
-     from L2; the state entering the next block is the block's last h (the loop's f32
-     state, nothing carried in more precision across blocks).
+     from L2, h written with streaming stores (`block_scan_kernel`: no read of h's
+     lines before they are written); the state entering the next block is the block's
+     last h (the loop's f32 state, nothing carried in more precision across blocks).
 Where a combine is not finite (Inf/NaN inputs, B or the carry overflows) the whole
 block is scanned by the sequential (bit-identical) kernel from the block's carry
 instead, as `chunked` does per chunk.  The steps after the last full block are scanned
@@ -41,6 +42,11 @@ SUB_CHUNKS = 8
 BLOCK_BYTES = 1 << 20
 #: Smallest block (steps): sub-chunks of at least 8 tiles of 8 steps.
 MIN_BLOCK_STEPS = SUB_CHUNKS * 64
+
+#: Pieces of rows per thread: each thread takes the next piece when done with one, so a
+#: core that another process slows down takes fewer rows (with one piece per thread the
+#: call waits for the slowest core's whole share).
+TASKS_PER_THREAD = 2
 
 _NAME = "chunk_blocks"
 #: The clip of the aggregates' exponents (`_exponents`): beyond it 2^E is 0 or inf anyway.
@@ -270,6 +276,24 @@ def _driver():
 on_clear_cache(_driver.cache_clear)
 
 
+@functools.lru_cache(maxsize=None)
+def block_scan_kernel(reverse: bool):
+    """The f32 rescan from starts (`build_block_scan`: the tiles of `scan.affine`, h
+    stored with streaming stores), a `Kernel` of ranks (3, 3, 2, 3)."""
+    from xdsl.dialects.builtin import f32
+
+    from scanweaver.compiler import cpu_llvm_ir
+    from scanweaver.rewrites.cpu_chunk_aggregates import build_block_scan
+    from scanweaver.runtime.cpu import CpuProgram
+    from scanweaver.runtime.cpu_jit import Kernel
+
+    llvm_ir, _ = cpu_llvm_ir(build_block_scan(f32, reverse))
+    return Kernel(CpuProgram(llvm_ir), "affine", [3, 3, 2, 3])
+
+
+on_clear_cache(block_scan_kernel.cache_clear)
+
+
 def block_steps(rows: int, L: int, min_chunk: int | None = None) -> int:
     """Steps per block for `rows` f32 rows on one thread: a and b of a block fill
     BLOCK_BYTES (a power of two, a multiple of SUB_CHUNKS); with `min_chunk` (tests)
@@ -307,16 +331,17 @@ def _kernel_addresses(kernels) -> list[int]:
 def chunk_blocks_scan(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, h: np.ndarray,
                       final: np.ndarray | None, threads: int, kernels, min_chunk: int | None = None,
                       reverse: bool = False) -> None:
-    """h (and final) of the C-contiguous f32 (C, L) rows a, b; rows split across
-    threads (one piece each).  kernels: (aggregate, rank-3 scan from starts, rank-2
-    scan from starts with final) as cpu_scan's `Kernel`s, reverse ones for `reverse`."""
+    """h (and final) of the C-contiguous f32 (C, L) rows a, b; rows split into up to
+    TASKS_PER_THREAD pieces per thread.  kernels: (aggregate, rank-3 scan from starts, rank-2
+    scan from starts with final) as cpu_scan's `Kernel`s, reverse ones for `reverse`
+    (the rescan: `block_scan_kernel`, or any scan from starts with the same bits)."""
     assert a.dtype == np.float32 and a.flags.c_contiguous and b.flags.c_contiguous and h.flags.c_contiguous
     C, L = a.shape
     _, fn = _driver()
     addrs = _kernel_addresses(kernels)
     carry = np.zeros(C, np.float32) if h0 is None else h0.astype(np.float32, copy=True)
     tasks = [_task(fn, addrs, a[lo:hi], b[lo:hi], h[lo:hi], carry[lo:hi], block_steps(hi - lo, L, min_chunk), reverse)
-             for lo, hi in split_range(C, threads)]
+             for lo, hi in split_range(C, TASKS_PER_THREAD * threads)]
     parallel_for(tasks, threads=threads)
     if final is not None:
         final[...] = carry
