@@ -433,20 +433,17 @@ def lower_affine_tiled(
     nontemporal: bool = False,
     agg_mode: str = "exact",
     chains: int | None = None,
-    vector_bits: int = 256,
     nontemporal_min_bytes: int = NONTEMPORAL_MIN_BYTES,
 ) -> None:
     """Channels (dim rank-2) in groups of G lanes, time (dim rank-1) in tiles of T = 2G.
-
-    vector_bits: the width of the lane vectors (G = vector_bits / element bits); 512
-    only where the CPU has AVX-512F (the chunk-block kernels, cpu_chunk_aggregates.py).
 
     chains: groups of G rows scanned together in one tile, each its own multiply-add
     chain (default: SCAN_CHAINS by element size; aggregates 1).  Each row keeps its
     own sequential order of operations, so any number gives the same bits.
 
     nontemporal: the steady loop stores h with streaming stores when h is large and
-    its rows line aligned (runtime tests, see NONTEMPORAL_MIN_BYTES, NONTEMPORAL_ALIGN).
+    its rows line aligned (runtime tests, see NONTEMPORAL_MIN_BYTES, NONTEMPORAL_ALIGN);
+    nontemporal_min_bytes: that size threshold (the chunk-block rescan: 0).
 
     parallel: the loop over the full channel groups is an `scf.parallel` (for
     `convert-scf-to-openmp`: an `omp.wsloop`) instead of an `scf.for`; same body.
@@ -458,7 +455,7 @@ def lower_affine_tiled(
     el = h_t.element_type
     bits = _element_bits(el)
     assert bits is not None
-    G = vector_bits // bits
+    G = 256 // bits
     T = 2 * G
     vt = VectorType(el, [G])
     chains = 1 if aggregate else (SCAN_CHAINS.get(bits, 1) if chains is None else chains)
