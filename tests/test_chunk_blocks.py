@@ -94,3 +94,27 @@ def test_rows_nonfinite_blocks_run_sequentially(small_chunks):
     np.testing.assert_array_equal(np.isinf(hg), np.isinf(sg))
     np.testing.assert_array_equal(np.isnan(hg), np.isnan(sg))
     assert np.isinf(hg[:, 601:900]).all() and np.isfinite(hg[:, :600]).all()
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("offset", [0, 8])  # h on a cache line (streaming stores) or 32 bytes off it
+def test_block_rescan_kernel_same_bits_as_the_tiles(reverse, offset):
+    # The chunk blocks' rescan (streaming stores whatever the size) against the rank-3
+    # scan.affine kernel from starts: the same arithmetic, so the same bits.
+    from scanweaver.runtime.cpu_variants import aligned_empty
+
+    rng = np.random.default_rng(21 + offset)
+    R, S, Lc = 2, 8, 16 * 37
+    a = rng.uniform(0.5, 1.1, (R, S, Lc)).astype(np.float32)
+    b = rng.standard_normal((R, S, Lc)).astype(np.float32)
+    starts = rng.standard_normal((R, S)).astype(np.float32)
+    raw = aligned_empty((R * S * Lc + offset,), np.float32, reuse=False)
+    h = raw[offset:].reshape(R, S, Lc)
+    cpu_chunk_blocks.block_scan_kernel(reverse)(a, b, starts, h)
+    ref = np.empty_like(h)
+    _affine_kernel("f32", 3, True, False, reverse)(a, b, starts, ref)
+    np.testing.assert_array_equal(h, ref)
+    seq = np.empty((R * S, Lc), np.float32)
+    _affine_kernel("f32", 2, True, True, reverse)(a.reshape(R * S, Lc), b.reshape(R * S, Lc), starts.ravel(),
+                                                  seq, np.empty(R * S, np.float32))
+    np.testing.assert_array_equal(h.reshape(R * S, Lc), seq)
