@@ -31,9 +31,10 @@ _RULES: list[tuple[str, str, str]] = [
      "row streams per core is the open work."),
     ("best_peer", "f32 4x1048576",
      "Few long rows take the cache-blocked chunked form (each block's sub-chunk aggregates read from memory, "
-     "then the block scanned again from L2 once its carries are known): little more memory traffic than one "
-     "pass, but about twice the per-step work of a sequential scan, while numba's one row per thread does the "
-     "work once and has enough rows for both cores."),
+     "then the block scanned again from L2 once its carries are known, h written by streaming stores): the "
+     "memory traffic of one pass, but about twice the per-step work of a sequential scan (both passes at the "
+     "tiled kernel's rate per element), while numba's one row per thread does the work once and has enough "
+     "rows for both cores."),
     ("best_peer", "",
      "The margin over numba prange (fastmath) is real but under the target: the tiled kernel is limited by "
      "its access pattern (eight or more row streams per array per core), not by the multiply-add chain or "
