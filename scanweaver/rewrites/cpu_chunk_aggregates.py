@@ -44,7 +44,7 @@ def build_chunk_aggregate(el: Attribute, rank: int = 3, reverse: bool = False, s
 #: a and b were just read by the aggregates and sit in L2.  Tried and slower (ad hoc,
 #: one core, CPU time of the whole blocked scan at 4x2^20 f32, interleaved): 16
 #: sub-chunks in two chains per tile (1.2x), no skew with sub-chunks padded off 4 KiB
-#: (1.1x), 16-lane (512-bit) tiles (1.3x); software prefetch made no difference.
+#: (1.1x), 16-lane (512-bit) tiles (1.4x); software prefetch made no difference.
 BLOCK_SCAN_SKEW = 2
 
 
