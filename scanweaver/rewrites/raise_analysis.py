@@ -298,9 +298,13 @@ _REASSOC_SUM = (
 
 
 def _is_reassoc_sum(new: SSAValue, prev: list[SSAValue]) -> bool:
-    """`new = prev + x` (either order) by an arith.addf carrying fastmath reassoc."""
+    """`new = prev + x` (either order) by an arith.addf carrying fastmath reassoc, and
+    a pure reduction: `prev` feeds only that add and `new` only its yield or store (a
+    running sum read in the loop, a prefix sum, is still raised: a scan parallelises it)."""
     op = new.owner
     if not isinstance(op, arith.AddfOp) or arith.FastMathFlag.REASSOC not in op.fastmath.data:
+        return False
+    if len(list(new.uses)) != 1 or any(u.operation is not op for p in prev for u in p.uses):
         return False
     return any(x is p for x in (op.lhs, op.rhs) for p in prev)
 
@@ -339,7 +343,8 @@ def _find_memref_state(loop: scf.ForOp) -> RaisePlan | None:
     m = store.memref
     in_chan = bool(_channel_chain(store.parent_block(), loop))
     kind = "vector" if in_chan else "memref"
-    if _is_reassoc_sum(store.value, [ld.res for ld in loads]):
+    other_reads = any(isinstance(o, memref.LoadOp) and o.memref is m and o not in loads for o in loop.body.walk())
+    if not other_reads and _is_reassoc_sum(store.value, [ld.res for ld in loads]):
         raise _Reject(_REASSOC_SUM, kind)
     written = _check_body(loop, kind)
     el = m.type.element_type  # type: ignore[attr-defined]
