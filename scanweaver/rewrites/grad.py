@@ -287,6 +287,10 @@ def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAVa
 
 
 class VjpBuilder:
+    #: staged: the buffered recurrence computes (a, b) and stores them for the reverse,
+    #: instead of a fill loop before it (`buffered_coeffs`; the same bits)
+    FUSED_FILL = True
+
     def __init__(self, fn: func.FuncOp, chunk: int, window: int = 8192, fuse: bool = True, staged: bool = True):
         self.fn = fn
         self.fuse = fuse  # scan.recurrence: the coefficients' reverse in the adjoint's emit
@@ -686,7 +690,8 @@ class VjpBuilder:
 
             e.for_static(shape, per_element)
 
-        e.for_(e.iconst(0), n, step_fn)
+        if not (self.staged and self.FUSED_FILL):  # else the buffered recurrence computes and stores them (buffered_coeffs)
+            e.for_(e.iconst(0), n, step_fn)
 
     def b_slice(self, op, kept) -> list[Operation] | None:
         """The coeffs ops that compute b from the kept values, the time and state
@@ -714,6 +719,25 @@ class VjpBuilder:
         blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
         outer, e.block = e.block, blk
         jj = e.addi(base, e.divui(e.subi(blk.args[0], s0), step))
+        if self.staged and self.FUSED_FILL:
+            # staged: (a, b) computed here, from the kept values, and stored for the
+            # reverse: the exp(dt*A) of each state element runs beside the recurrence's
+            # step-to-step chain instead of in a fill loop of its own before it
+            inner = dict(vmap)
+            inner.update(zip(cb.args, blk.args))
+            for m, v in enumerate(kept):
+                inner[v] = e.load(INV, [e.iconst(m), jj])
+            for o in cb.ops:
+                if isinstance(o, scan.YieldOp) or (o.results and all(r in kept for r in o.results)):
+                    continue
+                self.clone(e, o, inner)
+            ab = [inner.get(v, v) for v in cb.last_op.operands]
+            for v, buf in zip(ab, AB):
+                if buf is not None:
+                    e.store(v, buf, [jj, *blk.args[1:]])
+            e.put(scan.YieldOp(*ab))
+            e.block = outer
+            return Region(blk)
         a = e.load(AB[0], [jj, *blk.args[1:]])
         if AB[1] is not None:
             b = e.load(AB[1], [jj, *blk.args[1:]])
