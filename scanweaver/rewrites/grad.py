@@ -650,7 +650,9 @@ class VjpBuilder:
 
     def fill_coefficients(self, e: Emit, op, vmap, s0, step, n, AB, kept, INV, base) -> None:
         """A[base + jj, k], B[base + jj, k] = coeffs(s0 + jj*step, k) for n steps; the ops
-        not depending on k once per step, their `kept` float results in INV[m, base + jj]."""
+        not depending on k once per step, their `kept` float results in INV[m, base + jj].
+        Staged (FUSED_FILL): INV only; the buffered recurrence over the same steps
+        computes and stores A and B (`buffered_coeffs`)."""
         shape = list(op.state_type.get_shape())
         cb = op.coeffs.block
         inv, dep = split_by_state_index(cb)
@@ -713,7 +715,8 @@ class VjpBuilder:
 
     def buffered_coeffs(self, e: Emit, op, vmap, s0, step, AB, base, kept=(), INV=None) -> Region:
         """A coeffs region reading (a, b) from the buffers at base + (i - s0) / step
-        (b computed from the kept values in INV when AB has no b buffer)."""
+        (b computed from the kept values in INV when AB has no b buffer); staged
+        (FUSED_FILL): computing them from the kept values and storing them there."""
         shape = list(op.state_type.get_shape())
         cb = op.coeffs.block
         blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
