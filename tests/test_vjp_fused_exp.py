@@ -57,8 +57,17 @@ def test_only_the_step_exp_is_marked_and_the_vjp_keeps_the_marks(scalef):
     assert len(step) >= 4 and other
     assert all(FUSED_MARK in op.attributes and (SCALEF_MARK in op.attributes) == scalef for op in step)
     assert not any(FUSED_MARK in op.attributes or SCALEF_MARK in op.attributes for op in other)
-    # the VJP's step exps lie both inside scan ops (lowered by scan-to-cpu) and in plain loops
+    # staged (the default): the VJP's step exps all lie inside scan ops (lowered by
+    # scan-to-cpu: the buffered recurrences compute a); staged=false fills the
+    # coefficient buffers in plain loops too
     inside = [any(isinstance(p, scan.RecurrenceOp) for p in _parents(op)) for op in step]
+    assert all(inside)
+    plain = parse_ir(_kernels.selective_ir(SPEC, False).text)
+    _kernels.mark_step_exp(plain, scalef=scalef)
+    ScanweaverGrad(chunk=_kernels.CHUNK, staged=False).apply(make_context(), plain)
+    plain_step = [op for is_step, op in _exps(plain) if is_step]
+    assert all(FUSED_MARK in op.attributes and (SCALEF_MARK in op.attributes) == scalef for op in plain_step)
+    inside = [any(isinstance(p, scan.RecurrenceOp) for p in _parents(op)) for op in plain_step]
     assert any(inside) and not all(inside)
 
 
@@ -75,9 +84,13 @@ def test_f64_and_affine_irs_get_no_mark():
     assert _kernels.mark_step_exp(parse_ir(affine), scalef=True) == 0
 
 
-def test_vjp_text_expands_plain_loop_step_exps_fused():
+def test_vjp_text_expands_plain_loop_step_exps_fused(monkeypatch):
     """Outside scan ops the marked exps are expanded here (fused multiply-adds); inside
-    them the marks stay for scan-to-cpu's marked-only expansion."""
+    them the marks stay for scan-to-cpu's marked-only expansion.  (With the coefficient
+    fill in plain loops: by default the buffered recurrences compute a.)"""
+    from scanweaver.rewrites.grad import VjpBuilder
+
+    monkeypatch.setattr(VjpBuilder, "FUSED_FILL", False)
     text = _kernels._vjp_only(_kernels.selective_ir(SPEC, False).text)
     module = parse_ir(text)
     exps = _exps(module)

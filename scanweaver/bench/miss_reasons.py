@@ -48,10 +48,11 @@ _RULES: list[tuple[str, str, str]] = [
      "about twice the per-step work."),
     ("backward_over_forward", "",
      "The VJP makes about four passes over each channel's steps where the forward makes one: the "
-     "coefficient fill (exp(delta*A) of every state element, kept for the reverse), the recompute of h, "
-     "the reverse of the emit and the fused adjoint scan, plus a scalar loop per step for the reverse of "
-     "softplus that LLVM's cost model leaves unvectorised; the adjoint scan's two sums over the state per "
-     "step are reduced one step at a time, not a block of steps at a time as the forward's readout; see "
+     "coefficient fill (exp(delta*A) of every state element, kept for the reverse), the forward scan that "
+     "keeps every state, the reverse of the emit (with the readout sum_n C[n] h[n] again) and the fused "
+     "adjoint scan, whose two sums over the state per step are reduced one step at a time (not a block of "
+     "steps at a time as the forward's readout); the two scans run at their step-to-step latency; and it "
+     "writes three fresh (batch, D, L) gradients where the forward writes one; see "
      "`python -m scanweaver.bench.vjp_stages`."),
     ("jax-lax-scan", "",
      _SELECTIVE_KERNEL),

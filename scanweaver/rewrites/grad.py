@@ -287,6 +287,10 @@ def free_float_values(regions: Iterable[Region], owner: Operation) -> list[SSAVa
 
 
 class VjpBuilder:
+    #: staged: the buffered recurrence computes (a, b) and stores them for the reverse,
+    #: instead of a fill loop before it (`buffered_coeffs`; the same bits)
+    FUSED_FILL = True
+
     def __init__(self, fn: func.FuncOp, chunk: int, window: int = 8192, fuse: bool = True, staged: bool = True):
         self.fn = fn
         self.fuse = fuse  # scan.recurrence: the coefficients' reverse in the adjoint's emit
@@ -646,7 +650,9 @@ class VjpBuilder:
 
     def fill_coefficients(self, e: Emit, op, vmap, s0, step, n, AB, kept, INV, base) -> None:
         """A[base + jj, k], B[base + jj, k] = coeffs(s0 + jj*step, k) for n steps; the ops
-        not depending on k once per step, their `kept` float results in INV[m, base + jj]."""
+        not depending on k once per step, their `kept` float results in INV[m, base + jj].
+        Staged (FUSED_FILL): INV only; the buffered recurrence over the same steps
+        computes and stores A and B (`buffered_coeffs`)."""
         shape = list(op.state_type.get_shape())
         cb = op.coeffs.block
         inv, dep = split_by_state_index(cb)
@@ -686,7 +692,8 @@ class VjpBuilder:
 
             e.for_static(shape, per_element)
 
-        e.for_(e.iconst(0), n, step_fn)
+        if not (self.staged and self.FUSED_FILL):  # else the buffered recurrence computes and stores them (buffered_coeffs)
+            e.for_(e.iconst(0), n, step_fn)
 
     def b_slice(self, op, kept) -> list[Operation] | None:
         """The coeffs ops that compute b from the kept values, the time and state
@@ -708,12 +715,32 @@ class VjpBuilder:
 
     def buffered_coeffs(self, e: Emit, op, vmap, s0, step, AB, base, kept=(), INV=None) -> Region:
         """A coeffs region reading (a, b) from the buffers at base + (i - s0) / step
-        (b computed from the kept values in INV when AB has no b buffer)."""
+        (b computed from the kept values in INV when AB has no b buffer); staged
+        (FUSED_FILL): computing them from the kept values and storing them there."""
         shape = list(op.state_type.get_shape())
         cb = op.coeffs.block
         blk = Block(arg_types=[IndexType()] * (1 + len(shape)))
         outer, e.block = e.block, blk
         jj = e.addi(base, e.divui(e.subi(blk.args[0], s0), step))
+        if self.staged and self.FUSED_FILL:
+            # staged: (a, b) computed here, from the kept values, and stored for the
+            # reverse: the exp(dt*A) of each state element runs beside the recurrence's
+            # step-to-step chain instead of in a fill loop of its own before it
+            inner = dict(vmap)
+            inner.update(zip(cb.args, blk.args))
+            for m, v in enumerate(kept):
+                inner[v] = e.load(INV, [e.iconst(m), jj])
+            for o in cb.ops:
+                if isinstance(o, scan.YieldOp) or (o.results and all(r in kept for r in o.results)):
+                    continue
+                self.clone(e, o, inner)
+            ab = [inner.get(v, v) for v in cb.last_op.operands]
+            for v, buf in zip(ab, AB):
+                if buf is not None:
+                    e.store(v, buf, [jj, *blk.args[1:]])
+            e.put(scan.YieldOp(*ab))
+            e.block = outer
+            return Region(blk)
         a = e.load(AB[0], [jj, *blk.args[1:]])
         if AB[1] is not None:
             b = e.load(AB[1], [jj, *blk.args[1:]])

@@ -213,6 +213,8 @@ def _plan_iter_args(loop: scf.ForOp, kind: str) -> RaisePlan:
             "would only add work",
             kind,
         )
+    if all(_is_reassoc_sum(v, [a]) for v, a in zip(new, body.args[1:])):
+        raise _Reject(_REASSOC_SUM, kind)
     escapes: list[SSAValue] = []
     forms = _compute_forms(loop, sources, new, {body}, kind, escapes)
     if escapes:
@@ -289,6 +291,24 @@ def _check_guards(plan: RaisePlan, guards: list[scf.IfOp]) -> None:
                 todo.extend(op.operands)
 
 
+_REASSOC_SUM = (
+    "a sum whose adds are marked reorderable (fastmath reassoc, e.g. the VJP's sums over "
+    "time) is left as a loop: LLVM may vectorise it, and a scan would run it in order "
+    "without the mark")
+
+
+def _is_reassoc_sum(new: SSAValue, prev: list[SSAValue]) -> bool:
+    """`new = prev + x` (either order) by an arith.addf carrying fastmath reassoc, and
+    a pure reduction: `prev` feeds only that add and `new` only its yield or store (a
+    running sum read in the loop, a prefix sum, is still raised: a scan parallelises it)."""
+    op = new.owner
+    if not isinstance(op, arith.AddfOp) or arith.FastMathFlag.REASSOC not in op.fastmath.data:
+        return False
+    if len(list(new.uses)) != 1 or any(u.operation is not op for p in prev for u in p.uses):
+        return False
+    return any(x is p for x in (op.lhs, op.rhs) for p in prev)
+
+
 def _is_nested_reduction(loop: scf.ForOp) -> bool:
     """A loop inside another scf.for whose body has no side effects and whose carried
     values are used only by its own scf.yield: only the final value matters."""
@@ -323,6 +343,9 @@ def _find_memref_state(loop: scf.ForOp) -> RaisePlan | None:
     m = store.memref
     in_chan = bool(_channel_chain(store.parent_block(), loop))
     kind = "vector" if in_chan else "memref"
+    other_reads = any(isinstance(o, memref.LoadOp) and o.memref is m and o not in loads for o in loop.body.walk())
+    if not other_reads and _is_reassoc_sum(store.value, [ld.res for ld in loads]):
+        raise _Reject(_REASSOC_SUM, kind)
     written = _check_body(loop, kind)
     el = m.type.element_type  # type: ignore[attr-defined]
     if not is_supported_state_type(el):
