@@ -103,17 +103,27 @@ def _affine_options(el: str, rank: int, init: bool, final: bool, reverse: bool) 
                 init=init, final=final, reverse=reverse, name="affine")
 
 
-def affine_ir(el: str, rank: int = 2, init: bool = False, final: bool = False, reverse: bool = False) -> str:
-    """IR text: `func.func @affine(a, b, [h0], h, [hT])` holding one dynamic-shape scan.affine."""
-    return kernel_ir("affine", **_affine_options(el, rank, init, final, reverse)).text
+def affine_ir(el: str, rank: int = 2, init: bool = False, final: bool = False, reverse: bool = False,
+              cached_only: bool = False) -> str | None:
+    """IR text: `func.func @affine(a, b, [h0], h, [hT])` holding one dynamic-shape scan.affine
+    (cached_only: None where it is not in the disk cache yet)."""
+    ir = kernel_ir("affine", cached_only=cached_only, **_affine_options(el, rank, init, final, reverse))
+    return None if ir is None else ir.text
 
 
 @functools.lru_cache(maxsize=None)
 def _affine_kernel(el: str, rank: int, init: bool, final: bool, reverse: bool) -> Kernel:
+    real = el in ("f32", "f64", "i32", "i64")
+    if real:
+        # A cold first call runs the sequential loop built without xDSL (same bits) while
+        # the tile kernel compiles in the background (cpu_tiers.py).
+        from scanweaver.runtime.cpu_tiers import affine_loop_tier
+
+        first = affine_loop_tier(el, rank, init, final, reverse)
+        if first is not None:
+            return first
     ir = kernel_ir("affine", **_affine_options(el, rank, init, final, reverse))
-    # Real scans: a cold first call runs the sequential loops (same bits) while the
-    # tile kernel compiles in the background (cpu_tiers.py).
-    return kernel(ir.text, ir.name, ir.args, tiered=el in ("f32", "f64", "i32", "i64"))
+    return kernel(ir.text, ir.name, ir.args, tiered=real)
 
 
 @functools.lru_cache(maxsize=None)

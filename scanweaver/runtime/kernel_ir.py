@@ -75,8 +75,18 @@ def _parse_entry(payload: bytes) -> KernelIR:
     return KernelIR(text, name, tuple(args))
 
 
-def kernel_ir(workload: str, **options: Any) -> KernelIR:
-    """The IR of `workload` built with `options` (see `BUILDERS`), cached."""
+class _NotCached(Exception):
+    """A lookup (`cached_only`) found no entry."""
+
+
+def _not_cached() -> bytes:
+    raise _NotCached
+
+
+def kernel_ir(workload: str, cached_only: bool = False, **options: Any) -> KernelIR | None:
+    """The IR of `workload` built with `options` (see `BUILDERS`), cached.
+    cached_only: None when it is neither in this process nor in the disk cache (nothing
+    is built, xDSL is not imported)."""
     from scanweaver.compiler import built_workload
 
     if workload not in BUILDERS:
@@ -88,7 +98,11 @@ def kernel_ir(workload: str, **options: Any) -> KernelIR:
         found = _MEMO.get(key)
     if found is not None:
         return found
-    found = built_workload(material, lambda: _build_entry(workload, options), _parse_entry)
+    try:
+        found = built_workload(material, _not_cached if cached_only else lambda: _build_entry(workload, options),
+                               _parse_entry)
+    except _NotCached:
+        return None
     with _LOCK:
         _MEMO[key] = found
     return found
