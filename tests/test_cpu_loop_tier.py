@@ -16,7 +16,7 @@ import pytest
 
 from scanweaver.interp.run import run_function
 from scanweaver.runtime import cpu_jit, cpu_native, cpu_scan, cpu_tiers
-from scanweaver.runtime.cpu_loop_tier import OPT_LEVEL, affine_loop_ir, affine_spec, loop_symbol
+from scanweaver.runtime.cpu_loop_tier import LoopProgram, affine_loop_ir, affine_spec, loop_symbol
 from scanweaver.runtime.kernel_ir import kernel_ir
 
 pytestmark = pytest.mark.skipif(not cpu_native.available() or cpu_native._linker() is None,
@@ -27,9 +27,7 @@ RNG = np.random.default_rng(16)
 
 
 def _loop_kernel(el, rank, init, final, reverse):
-    text = affine_loop_ir(el, rank, init, final, reverse, "affine")
-    library = cpu_native._load(cpu_native.shared_object(text, OPT_LEVEL))
-    program = cpu_native.NativeProgram(library, False, lambda: text, OPT_LEVEL)
+    program = LoopProgram(affine_loop_ir(el, rank, init, final, reverse, "affine"))
     return cpu_jit.Kernel(program, loop_symbol("affine"), affine_spec(rank, init, final))
 
 

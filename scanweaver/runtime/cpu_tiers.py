@@ -329,12 +329,11 @@ def affine_loop_tier(el: str, rank: int, init: bool, final: bool, reverse: bool)
     """The affine kernel (`cpu_scan._affine_kernel`'s arguments) as a `Kernel` of a
     TieredProgram whose first tier is the sequential loop of `cpu_loop_tier.py` (no
     xDSL, no MLIR tool: LLVM only) and whose full build, the tile kernel, compiles in a
-    child process; None when no tier is needed (tiers off, the full build in the disk
-    cache: then loaded by the caller) or possible (no linker)."""
+    child process; None when no tier is needed or possible (tiers off, the full build
+    in the disk cache: then loaded by the caller)."""
     from scanweaver.errors import ToolFailedError
     from scanweaver.runtime.cpu_jit import Kernel, compiled_now
-    from scanweaver.runtime.cpu_loop_tier import OPT_LEVEL, affine_loop_ir, affine_spec
-    from scanweaver.runtime.cpu_native import _load, shared_object
+    from scanweaver.runtime.cpu_loop_tier import LoopProgram, affine_loop_ir, affine_spec
 
     if not enabled():
         return None
@@ -343,13 +342,11 @@ def affine_loop_tier(el: str, rank: int, init: bool, final: bool, reverse: bool)
     if text is not None and compiled_now(text):
         return None
     name, spec = "affine", affine_spec(rank, init, final)
-    # The loop and the dispatch in one shared object (one LLVM run, one link).
-    llvm_ir = affine_loop_ir(el, rank, init, final, reverse, name) + "\n" + dispatch_ir(name, spec)
+    # The loop and the dispatch in one module (one LLVM run).
     try:
-        library = _load(shared_object(llvm_ir, OPT_LEVEL))
-    except (ValueError, OSError, ToolFailedError):  # no linker here: the full build on this call
+        first = LoopProgram(affine_loop_ir(el, rank, init, final, reverse, name) + dispatch_ir(name, spec))
+    except (ToolFailedError, RuntimeError):  # (a bug of this tier only): the full build, on this call
         return None
-    first = NativeProgram(library, False, lambda: llvm_ir, OPT_LEVEL)
     program = TieredProgram(name, first, _LoopTier(first, name), text if text is not None else full)
     _STARTED.append(program)
     return Kernel(program, name, spec)
@@ -357,9 +354,9 @@ def affine_loop_tier(el: str, rank: int, init: bool, final: bool, reverse: bool)
 
 class _LoopTier:
     """The first tier's program: `name` is the loop function (the dispatch, in the same
-    shared object, has the kernel's name)."""
+    module, has the kernel's name)."""
 
-    def __init__(self, program: NativeProgram, name: str):
+    def __init__(self, program, name: str):
         self.program, self.name = program, name
         self.cache_hit = False
 
