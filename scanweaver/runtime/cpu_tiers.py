@@ -2,11 +2,14 @@
 runs a quickly compiled first tier while the full build compiles in the background.
 
 The affine scan's full CPU build (the tile kernel: a few thousand ops through the xDSL
-passes, mlir-opt, LLVM O3) costs seconds cold; the sequential-loop lowering of the
-same IR (`scanweaver-lower{target=loops}`) a fraction of that.  For the real affine
-scans both compute every step as the loop does (a multiply, then an add, in the
-element type, no contraction), so the tiers' results are bit-identical
-(`tests/test_cpu_tiers.py`); only their speed differs.
+passes, mlir-opt, LLVM O3) costs seconds cold.  Its first tier (`affine_loop_tier`) is
+the sequential loop written as LLVM IR text (`cpu_loop_tier.py`): no xDSL, no MLIR
+tool, not even the kernel's IR in this process (the child builds it, `FullIR`).  IR
+text of another kind can take the sequential-loop lowering of the same IR
+(`tiered_program`, `scanweaver-lower{target=loops}`).  For the real affine scans the
+tiers compute every step as the loop does (a multiply, then an add, in the element
+type, no contraction), so their results are bit-identical (`tests/test_cpu_tiers.py`,
+`tests/test_cpu_loop_tier.py`); only their speed differs.
 
 The kernel's callers get the address of a small dispatch function (`dispatch_ir`):
 it loads the current tier's address from a global and calls it.  The first tier's
