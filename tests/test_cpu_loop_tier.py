@@ -163,3 +163,18 @@ def test_import_and_a_cold_first_call_import_no_xdsl(cold_cache):
     # (the child process built the IR and the tile kernel; this one read them from the disk cache)
     assert run == {"after_import": [], "first_call": [], "kind": "TieredProgram", "upgraded": True,
                    "xdsl_after_upgrade": False, "h": pytest.approx(1.0)}
+
+
+def test_the_small_call_trampoline_waits_for_the_full_build(cold_cache):
+    """On the first tier a small call takes the ordinary path (no trampoline linked on
+    the first call); once the full build is in, the trampoline, with the same bits."""
+    a, b = _inputs(np.float32, (3, 40))
+    ref = _reference(a, b, None, False)[0]
+    assert cpu_scan.small_affine_scan(a, b, False, False) is None
+    k = cpu_scan._affine_kernel("f32", 2, False, False, False)
+    assert isinstance(k.program, cpu_tiers.TieredProgram)
+    np.testing.assert_array_equal(_bits(cpu_scan.affine_scan_cpu(a, b)), _bits(ref))
+    assert cpu_tiers.wait_all(600) and k.program.upgraded, "the full build failed"
+    h = cpu_scan.small_affine_scan(a, b, False, False)
+    assert h is not None and callable(cpu_scan._SMALL_CALLS[(a.dtype, b.dtype, False, False)])
+    np.testing.assert_array_equal(_bits(h), _bits(ref))

@@ -173,9 +173,13 @@ def small_affine_scan(a: np.ndarray, b: np.ndarray, reverse: bool, return_final:
         call = False
         el = mlir_element(a.dtype, ("f32", "f64", "i32", "i64"))  # real scans only: one element per item
         if a.dtype == b.dtype and el is not None:
+            k = _affine_kernel(el, 2, False, return_final, reverse)
+            if getattr(k.program, "upgraded", True) is False:
+                # On a cold first tier (cpu_tiers.py): the ordinary path for now; the
+                # trampoline (a linked shared object: ld, subprocess) once the full build is in.
+                return None
             from scanweaver.runtime.cpu_object_call import object_caller
 
-            k = _affine_kernel(el, 2, False, return_final, reverse)
             call = object_caller(k.program.address("affine"), k.spec, [a.itemsize] * len(k.spec)) or False
             if call:
                 call.kernel = k  # type: ignore[attr-defined]  # keeps the kernel's program alive
