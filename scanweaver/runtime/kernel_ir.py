@@ -61,7 +61,23 @@ def _build_entry(workload: str, options: dict[str, Any]) -> bytes:
     module = build(workload, **options)
     (fn,) = [op for op in module.body.block.ops if isinstance(op, func.FuncOp)]
     entry = {"text": print_ir(module), "name": fn.sym_name.data, "args": list(kernel_arguments(fn))}
+    with _LOCK:
+        _JUST_BUILT[entry["text"]] = module
     return json.dumps(entry).encode()
+
+
+#: Modules built in this process, by their printed text, until one compile takes each
+#: (`take_built`): a cold first call then lowers the module it has just built instead
+#: of parsing its text again (the parse of the selective kernel is a tenth of its cold
+#: build; the module is the one its text was printed from).
+_JUST_BUILT: dict[str, Any] = {}
+
+
+def take_built(text: str):
+    """The module whose printed text is `text` if this process built it and no compile
+    has taken it yet (the caller may change it), else None."""
+    with _LOCK:
+        return _JUST_BUILT.pop(text, None)
 
 
 def _parse_entry(payload: bytes) -> KernelIR:
@@ -108,4 +124,4 @@ def kernel_ir(workload: str, cached_only: bool = False, **options: Any) -> Kerne
     return found
 
 
-__all__ = ["BUILDERS", "KernelIR", "build", "kernel_ir"]
+__all__ = ["BUILDERS", "KernelIR", "build", "kernel_ir", "take_built"]
