@@ -79,8 +79,9 @@ def lower(
 def _lower(text, target, source, progress, keep_stages, openmp, verify=True, cleanup=True, skip_idle=False) -> Lowered:
     from scanweaver.ir import make_context, parse_ir, print_ir
     from scanweaver.rewrites.pipeline import stages_for
+    from scanweaver.runtime.kernel_ir import take_built
 
-    module = parse_ir(text, source)
+    module = take_built(text) or parse_ir(text, source)  # (a kernel built just now: not parsed again)
     _refuse_nested_modules(module, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
     ctx = make_context()

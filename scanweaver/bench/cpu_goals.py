@@ -200,6 +200,19 @@ def neighbours(shape: tuple[int, int] = (1024, 4096), rounds: int = 15) -> dict[
 # First call in a new process
 # ---------------------------------------------------------------------------
 
+# The inputs of each first call, made before it is timed (sys.argv[1]: which call).
+_FIRST_CALL_INPUTS = r"""
+rng = np.random.default_rng(0)
+if what == "linear_scan":
+    a = rng.uniform(0.5, 1, (64, 1024)).astype(np.float32); b = rng.standard_normal((64, 1024)).astype(np.float32)
+else:
+    bt, D, N, L = 1, 64, 16, 256
+    u, dl = rng.standard_normal((bt, D, L)).astype(np.float32), rng.uniform(0, .1, (bt, D, L)).astype(np.float32)
+    A = -rng.uniform(.5, 2, (D, N)).astype(np.float32)
+    B, C = rng.standard_normal((bt, N, L)).astype(np.float32), rng.standard_normal((bt, N, L)).astype(np.float32)
+"""
+_FIRST_CALLS = {"linear_scan": "sw.linear_scan(a, b)", "selective_scan": "sw.selective_scan(u, dl, A, B, C)"}
+
 _FIRST_CALL = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -207,17 +220,10 @@ import numpy as np
 t1 = time.perf_counter()
 import scanweaver as sw
 t2 = time.perf_counter()
-rng = np.random.default_rng(0)
-what = sys.argv[1]
-if what == "linear_scan":
-    a = rng.uniform(0.5, 1, (64, 1024)).astype(np.float32); b = rng.standard_normal((64, 1024)).astype(np.float32)
-    t3 = time.perf_counter(); sw.linear_scan(a, b)
-else:
-    bt, D, N, L = 1, 64, 16, 256
-    u, dl = rng.standard_normal((bt, D, L)).astype(np.float32), rng.uniform(0, .1, (bt, D, L)).astype(np.float32)
-    A = -rng.uniform(.5, 2, (D, N)).astype(np.float32)
-    B, C = rng.standard_normal((bt, N, L)).astype(np.float32), rng.standard_normal((bt, N, L)).astype(np.float32)
-    t3 = time.perf_counter(); sw.selective_scan(u, dl, A, B, C)
+what, inputs, call = sys.argv[1:4]
+exec(inputs)
+t3 = time.perf_counter()
+exec(call)
 t4 = time.perf_counter()
 print(json.dumps({"import_numpy_s": t1 - t0, "import_scanweaver_s": t2 - t1, "first_call_s": t4 - t3,
                   "total_s": t4 - t0 - (t3 - t2)}))
@@ -235,14 +241,75 @@ def _one_process(what: str, cache_dir: str, bytecode_in_cache_dir: bool = True) 
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("SCANWEAVER_TIERED", None)  # the default a user gets (the harness turns tiers off for itself)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _FIRST_CALL, what], capture_output=True, text=True, env=env,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", _FIRST_CALL, what, _FIRST_CALL_INPUTS, _FIRST_CALLS[what]],
+                          capture_output=True, text=True, env=env, timeout=600)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1:] or ["failed"]}
     row = json.loads(done.stdout.strip().splitlines()[-1])
     row["process_wall_s"] = wall
     return row
+
+
+# The same first call under cProfile (another cold process: the profiler slows Python
+# code, so the timed rows above run without it): the profiled seconds of `import
+# scanweaver` + the call, by where they were spent (each function's own time, so the
+# stages add up to the whole), and the call's heaviest packages loaded.
+_BREAKDOWN = r"""
+import cProfile, json, pstats, sys
+import numpy as np
+what, inputs, call = sys.argv[1:4]
+exec(inputs)
+profile = cProfile.Profile()
+profile.enable()
+import scanweaver as sw
+exec(call)
+profile.disable()
+from scanweaver.bench.cpu_goals import first_call_stage
+stages = {}
+for (path, _, function), (_, _, own, _, _) in pstats.Stats(profile).stats.items():
+    stage = first_call_stage(path, function)
+    stages[stage] = stages.get(stage, 0.0) + own
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"xdsl", "llvmlite", "numba", "torch", "jax"})
+print(json.dumps({"stages_s": stages, "profiled_s": sum(stages.values()), "packages": heavy}))
+"""
+
+#: (stage, test on (file, function) of the profiled function) in order: the first that matches.
+FIRST_CALL_STAGES: list[tuple[str, Callable[[str, str], bool]]] = [
+    ("compiling Python sources to bytecode", lambda p, f: f == "<built-in method builtins.compile>"),
+    ("xDSL (its import, IR building, passes, printing)", lambda p, f: "/xdsl/" in p),
+    ("LLVM through llvmlite (its import, optimisation, code generation)", lambda p, f: "/llvmlite/" in p),
+    ("waiting for subprocesses (mlir-opt, mlir-translate, ld)",
+     lambda p, f: any(w in f for w in ("'poll' of 'select.poll'", "posix.waitpid", "fork_exec", "posix.read"))),
+    ("loading native libraries and extension modules",
+     lambda p, f: any(w in f for w in ("exec_dynamic", "create_dynamic", "dlopen")) or p.endswith("ctypes/__init__.py")),
+    ("ScanWeaver's own Python (IR text, keys, the call)", lambda p, f: "/scanweaver/" in p),
+    ("the import machinery (finding, reading, running modules)",
+     lambda p, f: "importlib" in p or p.startswith("<frozen") or f in ("<built-in method builtins.exec>",
+                                                                       "<built-in method marshal.loads>")),
+]
+
+
+def first_call_stage(path: str, function: str) -> str:
+    """The stage a profiled function's own time belongs to (FIRST_CALL_STAGES)."""
+    for stage, test in FIRST_CALL_STAGES:
+        if test(path, function):
+            return stage
+    return "other (numpy, the standard library, the disk cache's files)"
+
+
+def _breakdown_process(what: str) -> dict[str, Any]:
+    """Where a cold first call's time goes: a new process on an empty disk cache with
+    no bytecode, the call under cProfile."""
+    with tempfile.TemporaryDirectory(prefix="scanweaver-first-call-") as cache:
+        env = dict(os.environ, SCANWEAVER_CACHE_DIR=cache, PYTHONPYCACHEPREFIX=os.path.join(cache, "pyc"))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.pop("SCANWEAVER_TIERED", None)
+        done = subprocess.run([sys.executable, "-c", _BREAKDOWN, what, _FIRST_CALL_INPUTS, _FIRST_CALLS[what]],
+                              capture_output=True, text=True, env=env, timeout=600)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1:] or ["failed"]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def first_call() -> dict[str, Any]:
@@ -260,6 +327,7 @@ def first_call() -> dict[str, Any]:
             with tempfile.TemporaryDirectory(prefix="scanweaver-first-call-") as fresh:
                 installed = _one_process(what, fresh, bytecode_in_cache_dir=False)
             out["rows"][what] = {"cold": cold, "warm": warm, "cold_installed_bytecode": installed}
+            out.setdefault("breakdown", {})[what] = _breakdown_process(what)
     return out
 
 

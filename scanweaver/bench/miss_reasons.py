@@ -7,6 +7,8 @@ Each rule is (goal kind, test on the case label, reason); the first match wins.
 
 from __future__ import annotations
 
+from typing import Any
+
 #: What the CPU selective kernel spends its time on (the selective goals' reasons).
 _SELECTIVE_KERNEL = (
     "The selective scan is compute-bound on this CPU (see the state-updates/s table against the compute "
@@ -69,9 +71,11 @@ _RULES: list[tuple[str, str, str]] = [
      "oversubscribed machine (load above twice the CPUs: libgomp's spinning barriers then cost more), and "
      "its libomp workers sleep as soon as a region ends; see each row's policy above."),
     ("first_call_cold", "",
-     "A cold linear_scan runs its first call on the sequential-loop tier (the tile kernel compiles in a "
-     "child process once that call has returned); that first tier still imports xDSL, builds the kernel's IR and runs mlir-opt, "
-     "mlir-translate, LLVM and the linker, and the cold process also compiles every module's bytecode."),
+     "A cold linear_scan runs its first call on the sequential loop written as LLVM IR text and JIT-compiled "
+     "(runtime/cpu_loop_tier.py: no xDSL, no MLIR tool; the tile kernel compiles in a child process once that "
+     "call has returned); a cold selective_scan has no first tier: its first call builds the full kernel "
+     "(xDSL, mlir-opt, mlir-translate, LLVM O3). A cold process also compiles every module it imports to "
+     "bytecode."),
 ]
 
 
@@ -81,6 +85,23 @@ def reason_for(measure: str, label: str = "") -> str:
         if kind == measure and part in label:
             return why
     return "Not analysed yet."
+
+
+def first_call_cold_reason(breakdown: dict[str, Any], top: int = 3) -> str:
+    """The cold first-call reason (`first_call_cold`) followed by what the harness's
+    breakdown measured (cpu_goals.first_call's "breakdown": per function, profiled
+    seconds by stage): the largest stages' shares, and the heavy packages loaded."""
+    parts = []
+    for what, row in breakdown.items():
+        stages, total = row.get("stages_s") or {}, row.get("profiled_s") or 0.0
+        if "error" in row or total <= 0:
+            continue
+        largest = sorted(stages.items(), key=lambda kv: -kv[1])[:top]
+        shares = ", ".join(f"{name} {100 * sec / total:.0f}%" for name, sec in largest)
+        loaded = ", ".join(row.get("packages") or []) or "none of xdsl, llvmlite, numba, torch, jax"
+        parts.append(f"{what}: {shares} (packages loaded: {loaded})")
+    measured = (" Measured (the breakdown below, cProfile of a cold process): " + "; ".join(parts) + ".") if parts else ""
+    return reason_for("first_call_cold") + measured
 
 
 def shortfall(measured: float, target: float, at_most: bool) -> str:

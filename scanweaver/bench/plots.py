@@ -97,6 +97,23 @@ _FIRST_CALL_KINDS = {"cold": "cold", "warm": "warm",
                      "cold_installed_bytecode": "cold, with the installed package's bytecode"}
 
 
+def _first_call_breakdown(breakdown: dict) -> list[str]:
+    """The table of where a cold first call's time goes (cpu_goals._breakdown_process)."""
+    rows = [(what, r) for what, r in breakdown.items() if "stages_s" in r and r.get("profiled_s")]
+    if not rows:
+        return [f"First-call breakdown: {what}: error: {r['error']}" for what, r in breakdown.items() if "error" in r]
+    lines = ["Where a cold first call's time goes (import scanweaver + the call in another cold process, under "
+             "cProfile: each function's own time, by stage; the profiler slows Python code, so these seconds "
+             "exceed the rows above; `bench/cpu_goals.py` FIRST_CALL_STAGES):", "",
+             "| function | stage | profiled s | share |", "|---|---|---|---|"]
+    for what, r in rows:
+        for stage, sec in sorted(r["stages_s"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"| {what} | {stage} | {sec:.3f} | {100 * sec / r['profiled_s']:.0f}% |")
+        lines.append(f"| {what} | total (packages loaded: {', '.join(r.get('packages') or []) or 'none'}) | "
+                     f"{r['profiled_s']:.3f} | 100% |")
+    return lines + [""]
+
+
 def _process_text(row: dict) -> str:
     wall = row.get("process_wall_s")
     return "" if wall is None else f"{wall:.3f}"
@@ -108,7 +125,7 @@ def _verdict(ok: bool | None) -> str:
 
 def goals_text(result: dict[str, Any]) -> list[str]:
     """The CPU goals section (cpu_goals.py measurements), empty when not measured."""
-    from scanweaver.bench.miss_reasons import reason_for
+    from scanweaver.bench.miss_reasons import first_call_cold_reason, reason_for
 
     goals = result.get("cpu_goals") or {}
     if not goals:
@@ -173,7 +190,8 @@ def goals_text(result: dict[str, Any]) -> list[str]:
                 missed_cold |= kind == "cold" and total > t[kind]
         lines.append("")
         if missed_cold:
-            lines += ["Why (cold): " + reason_for("first_call_cold"), ""]
+            lines += ["Why (cold): " + first_call_cold_reason(fc.get("breakdown", {})), ""]
+        lines += _first_call_breakdown(fc.get("breakdown", {}))
     pm = goals.get("peak_memory", {})
     if pm.get("rows"):
         lines += ["Peak extra memory (" + pm["note"] + "):", "",

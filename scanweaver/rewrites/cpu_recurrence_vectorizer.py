@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.builder import Builder
-from xdsl.dialects import arith, func, llvm, memref, scf, vector
+from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import Float32Type, Float64Type, IndexType, IntegerAttr, UnitAttr, VectorType, i64
 from xdsl.dialects.utils.fast_math import FastMathFlag
 from xdsl.ir import Block, Operation, Region, SSAValue
@@ -533,6 +533,8 @@ class _RecurrenceVectorizer:
         """Element j of the buffer as a volatile load: the load stays a load, which x86
         folds into its use as a broadcast from memory (an extract of the vector, or a
         plain load that LLVM forwards from the block's store, is a permute per step)."""
+        from xdsl.dialects import llvm  # (here: its module is large, and no cold first call gets here)
+
         _, base = buffer
         offset = j * _element_bits(v.type) // 8
         address = bb.ins(arith.AddiOp(base, bb.ins(arith.ConstantOp(IntegerAttr(offset, i64))))) if j else base

@@ -103,17 +103,27 @@ def _affine_options(el: str, rank: int, init: bool, final: bool, reverse: bool) 
                 init=init, final=final, reverse=reverse, name="affine")
 
 
-def affine_ir(el: str, rank: int = 2, init: bool = False, final: bool = False, reverse: bool = False) -> str:
-    """IR text: `func.func @affine(a, b, [h0], h, [hT])` holding one dynamic-shape scan.affine."""
-    return kernel_ir("affine", **_affine_options(el, rank, init, final, reverse)).text
+def affine_ir(el: str, rank: int = 2, init: bool = False, final: bool = False, reverse: bool = False,
+              cached_only: bool = False) -> str | None:
+    """IR text: `func.func @affine(a, b, [h0], h, [hT])` holding one dynamic-shape scan.affine
+    (cached_only: None where it is not in the disk cache yet)."""
+    ir = kernel_ir("affine", cached_only=cached_only, **_affine_options(el, rank, init, final, reverse))
+    return None if ir is None else ir.text
 
 
 @functools.lru_cache(maxsize=None)
 def _affine_kernel(el: str, rank: int, init: bool, final: bool, reverse: bool) -> Kernel:
+    real = el in ("f32", "f64", "i32", "i64")
+    if real:
+        # A cold first call runs the sequential loop built without xDSL (same bits) while
+        # the tile kernel compiles in the background (cpu_tiers.py).
+        from scanweaver.runtime.cpu_tiers import affine_loop_tier
+
+        first = affine_loop_tier(el, rank, init, final, reverse)
+        if first is not None:
+            return first
     ir = kernel_ir("affine", **_affine_options(el, rank, init, final, reverse))
-    # Real scans: a cold first call runs the sequential loops (same bits) while the
-    # tile kernel compiles in the background (cpu_tiers.py).
-    return kernel(ir.text, ir.name, ir.args, tiered=el in ("f32", "f64", "i32", "i64"))
+    return kernel(ir.text, ir.name, ir.args, tiered=real)
 
 
 @functools.lru_cache(maxsize=None)
@@ -163,9 +173,13 @@ def small_affine_scan(a: np.ndarray, b: np.ndarray, reverse: bool, return_final:
         call = False
         el = mlir_element(a.dtype, ("f32", "f64", "i32", "i64"))  # real scans only: one element per item
         if a.dtype == b.dtype and el is not None:
+            k = _affine_kernel(el, 2, False, return_final, reverse)
+            if getattr(k.program, "upgraded", True) is False:
+                # On a cold first tier (cpu_tiers.py): the ordinary path for now; the
+                # trampoline (a linked shared object: ld, subprocess) once the full build is in.
+                return None
             from scanweaver.runtime.cpu_object_call import object_caller
 
-            k = _affine_kernel(el, 2, False, return_final, reverse)
             call = object_caller(k.program.address("affine"), k.spec, [a.itemsize] * len(k.spec)) or False
             if call:
                 call.kernel = k  # type: ignore[attr-defined]  # keeps the kernel's program alive

@@ -2,11 +2,14 @@
 runs a quickly compiled first tier while the full build compiles in the background.
 
 The affine scan's full CPU build (the tile kernel: a few thousand ops through the xDSL
-passes, mlir-opt, LLVM O3) costs seconds cold; the sequential-loop lowering of the
-same IR (`scanweaver-lower{target=loops}`) a fraction of that.  For the real affine
-scans both compute every step as the loop does (a multiply, then an add, in the
-element type, no contraction), so the tiers' results are bit-identical
-(`tests/test_cpu_tiers.py`); only their speed differs.
+passes, mlir-opt, LLVM O3) costs seconds cold.  Its first tier (`affine_loop_tier`) is
+the sequential loop written as LLVM IR text (`cpu_loop_tier.py`): no xDSL, no MLIR
+tool, not even the kernel's IR in this process (the child builds it, `FullIR`).  IR
+text of another kind can take the sequential-loop lowering of the same IR
+(`tiered_program`, `scanweaver-lower{target=loops}`).  For the real affine scans the
+tiers compute every step as the loop does (a multiply, then an add, in the element
+type, no contraction), so their results are bit-identical (`tests/test_cpu_tiers.py`,
+`tests/test_cpu_loop_tier.py`); only their speed differs.
 
 The kernel's callers get the address of a small dispatch function (`dispatch_ir`):
 it loads the current tier's address from a global and calls it.  The first tier's
@@ -43,6 +46,7 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from scanweaver.runtime.cpu_native import NativeProgram, available, native_program
 
@@ -110,13 +114,39 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 def build_from_stdin() -> None:
-    """The child process's work: `compile_cpu` of the IR text on standard input (its
-    length in bytes on the first line: a process forked from the parent meanwhile holds
-    the pipe's other end too, so the end of the input is never seen)."""
+    """The child process's work: `compile_cpu` of the IR on standard input, a JSON
+    `{"text": IR text}` or `{"recipe": [module, function, args]}` (`FullIR`: the child
+    builds the IR itself, into the disk cache too); its length in bytes on the first
+    line: a process forked from the parent meanwhile holds the pipe's other end too,
+    so the end of the input is never seen."""
+    import json
+
     from scanweaver.runtime.cpu_jit import compile_cpu
 
     size = int(sys.stdin.buffer.readline())
-    compile_cpu(sys.stdin.buffer.read(size).decode())
+    request = json.loads(sys.stdin.buffer.read(size))
+    text = request["text"] if "text" in request else FullIR(*request["recipe"][:2], tuple(request["recipe"][2])).text()
+    compile_cpu(text)
+
+
+@dataclass(frozen=True)
+class FullIR:
+    """The full build's IR text, not built yet: `module.function(*args)` returns it
+    (and with `cached_only=True`, None where the disk cache does not hold it).  A first
+    tier that needs no IR (`affine_loop_tier`) leaves the building to the child process:
+    this process then reads the IR from the disk cache and never imports xDSL."""
+
+    module: str
+    function: str
+    args: tuple
+
+    def text(self, cached_only: bool = False) -> str | None:
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.function)(*self.args, cached_only=cached_only)
+
+    def request(self) -> dict:
+        return {"recipe": [self.module, self.function, list(self.args)]}
 
 
 #: Held while a build's child process starts (`_build_in_child`) and by a fork
@@ -125,14 +155,15 @@ def build_from_stdin() -> None:
 _SPAWN_LOCK = threading.Lock()
 
 
-def _build_in_child(ir_text: str) -> bool:
-    """Whether a child process built `ir_text` into the disk cache (exit status 0; a
-    failure is reported by the build in this process that follows)."""
+def _build_in_child(full: str | FullIR) -> bool:
+    """Whether a child process built `full` (IR text, or how to get it) into the disk
+    cache (exit status 0; a failure is reported by the build in this process that follows)."""
+    import json
     import subprocess
 
     if not sys.executable:  # (an embedded interpreter): no Python to start
         return False
-    data = ir_text.encode()
+    data = json.dumps(full.request() if isinstance(full, FullIR) else {"text": full}).encode()
     try:
         # (its own session: a Ctrl-C at the terminal stops this process, while the build
         # finishes into the disk cache for the next one)
@@ -151,13 +182,13 @@ class TieredProgram:
     build if it has not started and blocks until it is in place (True) or has failed
     (False)."""
 
-    def __init__(self, name: str, dispatch: NativeProgram, first: NativeProgram, ir_text: str):
+    def __init__(self, name: str, dispatch: NativeProgram, first: NativeProgram, full: str | FullIR):
         self.name = name
         self.dispatch = dispatch
         self.tiers: list = [first]
         self.cache_hit = False
         self.upgraded = False
-        self._ir_text = ir_text
+        self._full = full  # the full build's IR text, or how to get it (`FullIR`)
         self._slot = ctypes.c_void_p.from_address(dispatch.address(_SLOT))
         self._slot.value = first.address(name)
         # Called by the dispatch, once, when the first call returns (ctypes takes the GIL).
@@ -184,14 +215,24 @@ class TieredProgram:
         threading.Thread(target=self._take_parents_build, args=(parent,), daemon=True,
                          name=f"scanweaver-follow-{self.name}").start()
 
+    def _ir_text(self, cached_only: bool = False) -> str | None:
+        """The full build's IR text (cached_only: None where it must be built first)."""
+        if isinstance(self._full, FullIR):
+            text = self._full.text(cached_only=cached_only)
+            if text is None:
+                return None
+            self._full = text
+        return self._full
+
     def _take_parents_build(self, parent: int) -> None:
         from scanweaver.runtime.cpu_jit import compile_cpu, compiled_now
 
         try:
             while self._state[0] == _BUILDING and os.getppid() == parent:  # (a parent gone: its build too)
                 time.sleep(0.05)
-            if self._state[0] == _UPGRADED and compiled_now(self._ir_text):  # (not there: the cache is off)
-                self._switch(compile_cpu(self._ir_text))
+            text = self._ir_text(cached_only=True) if self._state[0] == _UPGRADED else None
+            if text is not None and compiled_now(text):  # (not there: the cache is off)
+                self._switch(compile_cpu(text))
         finally:
             self._done.set()
 
@@ -223,8 +264,8 @@ class TieredProgram:
             if not main.is_alive():  # exiting, the kernel never called: build for the next process
                 break
         try:
-            _build_in_child(self._ir_text)
-            self._switch(compile_cpu(self._ir_text))  # from the disk cache; where it is not there, built here
+            _build_in_child(self._full)
+            self._switch(compile_cpu(self._ir_text()))  # from the disk cache; where it is not there, built here
         except Exception as e:  # the first tier stays: correct results, slower
             warnings.warn(f"scanweaver: the full build of @{self.name} failed, the sequential loops stay: {e}",
                           RuntimeWarning, stacklevel=1)
@@ -287,4 +328,49 @@ def tiered_program(ir_text: str, name: str, spec: Sequence[int | str]) -> Tiered
     return program
 
 
-__all__ = ["ENV_SWITCH", "TieredProgram", "build_from_stdin", "dispatch_ir", "enabled", "tiered_program", "wait_all"]
+def affine_loop_tier(el: str, rank: int, init: bool, final: bool, reverse: bool):
+    """The affine kernel (`cpu_scan._affine_kernel`'s arguments) as a `Kernel` of a
+    TieredProgram whose first tier is the sequential loop of `cpu_loop_tier.py` (no
+    xDSL, no MLIR tool: LLVM only) and whose full build, the tile kernel, compiles in a
+    child process; None when no tier is needed or possible (tiers off, the full build
+    in the disk cache: then loaded by the caller)."""
+    from scanweaver.errors import ToolFailedError
+    from scanweaver.runtime.cpu_jit import Kernel, compiled_now
+    from scanweaver.runtime.cpu_loop_tier import LoopProgram, affine_loop_ir, affine_spec
+
+    if not enabled():
+        return None
+    full = FullIR("scanweaver.runtime.cpu_scan", "affine_ir", (el, rank, init, final, reverse))
+    text = full.text(cached_only=True)
+    if text is not None and compiled_now(text):
+        return None
+    name, spec = "affine", affine_spec(rank, init, final)
+    # The loop and the dispatch in one module (one LLVM run).
+    try:
+        first = LoopProgram(affine_loop_ir(el, rank, init, final, reverse, name) + dispatch_ir(name, spec))
+    except (ToolFailedError, RuntimeError):  # (a bug of this tier only): the full build, on this call
+        return None
+    program = TieredProgram(name, first, _LoopTier(first, name), text if text is not None else full)
+    _STARTED.append(program)
+    return Kernel(program, name, spec)
+
+
+class _LoopTier:
+    """The first tier's program: `name` is the loop function (the dispatch, in the same
+    module, has the kernel's name)."""
+
+    def __init__(self, program, name: str):
+        self.program, self.name = program, name
+        self.cache_hit = False
+
+    def address(self, symbol: str) -> int:
+        from scanweaver.runtime.cpu_loop_tier import loop_symbol
+
+        return self.program.address(loop_symbol(self.name) if symbol == self.name else symbol)
+
+    def optimized_ir(self) -> str:
+        return self.program.optimized_ir()
+
+
+__all__ = ["ENV_SWITCH", "FullIR", "TieredProgram", "affine_loop_tier", "build_from_stdin", "dispatch_ir", "enabled",
+           "tiered_program", "wait_all"]

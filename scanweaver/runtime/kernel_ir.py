@@ -61,7 +61,23 @@ def _build_entry(workload: str, options: dict[str, Any]) -> bytes:
     module = build(workload, **options)
     (fn,) = [op for op in module.body.block.ops if isinstance(op, func.FuncOp)]
     entry = {"text": print_ir(module), "name": fn.sym_name.data, "args": list(kernel_arguments(fn))}
+    with _LOCK:
+        _JUST_BUILT[entry["text"]] = module
     return json.dumps(entry).encode()
+
+
+#: Modules built in this process, by their printed text, until one compile takes each
+#: (`take_built`): a cold first call then lowers the module it has just built instead
+#: of parsing its text again (the parse of the selective kernel is a tenth of its cold
+#: build; the module is the one its text was printed from).
+_JUST_BUILT: dict[str, Any] = {}
+
+
+def take_built(text: str):
+    """The module whose printed text is `text` if this process built it and no compile
+    has taken it yet (the caller may change it), else None."""
+    with _LOCK:
+        return _JUST_BUILT.pop(text, None)
 
 
 def _parse_entry(payload: bytes) -> KernelIR:
@@ -75,8 +91,18 @@ def _parse_entry(payload: bytes) -> KernelIR:
     return KernelIR(text, name, tuple(args))
 
 
-def kernel_ir(workload: str, **options: Any) -> KernelIR:
-    """The IR of `workload` built with `options` (see `BUILDERS`), cached."""
+class _NotCached(Exception):
+    """A lookup (`cached_only`) found no entry."""
+
+
+def _not_cached() -> bytes:
+    raise _NotCached
+
+
+def kernel_ir(workload: str, cached_only: bool = False, **options: Any) -> KernelIR | None:
+    """The IR of `workload` built with `options` (see `BUILDERS`), cached.
+    cached_only: None when it is neither in this process nor in the disk cache (nothing
+    is built, xDSL is not imported)."""
     from scanweaver.compiler import built_workload
 
     if workload not in BUILDERS:
@@ -88,10 +114,14 @@ def kernel_ir(workload: str, **options: Any) -> KernelIR:
         found = _MEMO.get(key)
     if found is not None:
         return found
-    found = built_workload(material, lambda: _build_entry(workload, options), _parse_entry)
+    try:
+        found = built_workload(material, _not_cached if cached_only else lambda: _build_entry(workload, options),
+                               _parse_entry)
+    except _NotCached:
+        return None
     with _LOCK:
         _MEMO[key] = found
     return found
 
 
-__all__ = ["BUILDERS", "KernelIR", "build", "kernel_ir"]
+__all__ = ["BUILDERS", "KernelIR", "build", "kernel_ir", "take_built"]
