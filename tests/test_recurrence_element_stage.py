@@ -6,14 +6,20 @@ interpreter on the original loops, and the bytes the kernel reads."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
-from test_recurrence_element_loads import TILE, VEC, _load_bytes, _selective, parse
+from test_recurrence_element_loads import TILE, VEC, _load_bytes, _reloads, _replay_reloads, _selective, parse
 from test_recurrence_gpu import check, lowered
 
 from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
 from scanweaver.rewrites import recurrence_gpu as rg
+from scanweaver.rewrites import recurrence_vector_io as vio
 
 
 def _budget_for(N: int, staged: int, ipt: int = VEC["items_per_thread"], bs: int = VEC["block_size"]) -> int:
@@ -34,18 +40,19 @@ def test_prefix_stage_lengths(monkeypatch, N, L, staged):
     check(module, "selective_scan", args, **VEC)
 
 
-@pytest.mark.parametrize("staged", [0, 10, 24])
-def test_prefix_stage_saves_one_read_per_staged_element(monkeypatch, staged):
+def test_prefix_stage_saves_one_read_per_staged_element(monkeypatch):
     """Each staged element saves exactly one read of B[b, n, t] per step (4 bytes); C
     keeps its scalar loads beyond 16 elements, so only B comes by vectors (full tiles)."""
     N, L = 24, 2 * TILE + 4
     module, args = _selective(N, L)
     monkeypatch.setattr(rg, "STAGE_ELEMENT_LOADS_BUDGET", 0)
     again, none = _load_bytes(module, args, **VEC)
-    monkeypatch.setattr(rg, "STAGE_ELEMENT_LOADS_BUDGET", _budget_for(N, staged))
-    got, vectors = _load_bytes(module, args, **VEC)
-    assert again - got == 4 * staged * L
-    assert none == 0 and vectors == VEC["block_size"] * (L // TILE) * staged
+    assert none == 0
+    for staged in (10, 24):
+        monkeypatch.setattr(rg, "STAGE_ELEMENT_LOADS_BUDGET", _budget_for(N, staged))
+        got, vectors = _load_bytes(module, args, **VEC)
+        assert again - got == 4 * staged * L
+        assert vectors == VEC["block_size"] * (L // TILE) * staged
 
 
 def test_prefix_stage_variants_and_overflow(monkeypatch):
@@ -108,3 +115,44 @@ def test_n64_stage_by_elements_when_allowed(monkeypatch):
     assert again - base == 4 * N * L
     monkeypatch.setattr(rg, "STAGE_ELEMENT_LOADS_BUDGET", 48 * 1024)
     check(module, "selective_scan", args, block_size=8, items_per_thread=4)
+
+
+# -- filecheck/gpu/recurrence_element_stage_scalar.mlir fails on broken kernels ------------------
+
+STAGE_FILE = Path(__file__).resolve().parent.parent / "filecheck" / "gpu" / "recurrence_element_stage_scalar.mlir"
+
+
+def _stage_filecheck_rc() -> int:
+    from scanweaver.ir import make_context, parse_ir, print_ir
+    from scanweaver.rewrites.blelloch_gpu import ScanToGpu
+
+    tool = shutil.which("filecheck") or str(Path(sys.executable).parent / "filecheck")
+    m = parse_ir(STAGE_FILE.read_text())
+    ScanToGpu(block_size=8, items_per_thread=2).apply(make_context(), m)
+    return subprocess.run([tool, str(STAGE_FILE)], input=print_ir(m), text=True, capture_output=True).returncode
+
+
+def _no_scalar_runs(find):
+    def patched(*a, scalar=False, **k):
+        return find(*a, **k)
+
+    return patched
+
+
+STAGE_BROKEN = {
+    "no stage": lambda mp: mp.setattr(rg, "STAGE_ELEMENT_LOADS_BUDGET", 0),
+    "no runs of width 1": lambda mp: mp.setattr(vio, "_element_run_loads", _no_scalar_runs(vio._element_run_loads)),
+    "replay reloads B": lambda mp: mp.setattr(rg._KernelGen, "_b_values", _replay_reloads(rg._KernelGen._b_values)),
+    "phase 1 reloads B": lambda mp: mp.setattr(rg._KernelGen, "_step_pairs",
+                                               _reloads(rg._KernelGen._step_pairs, "phase 1")),
+}
+
+
+def test_stage_filecheck_passes_on_the_kernel():
+    assert _stage_filecheck_rc() == 0
+
+
+@pytest.mark.parametrize("name", sorted(STAGE_BROKEN))
+def test_stage_filecheck_fails_on_a_broken_kernel(monkeypatch, name):
+    STAGE_BROKEN[name](monkeypatch)
+    assert _stage_filecheck_rc() != 0, name
