@@ -11,7 +11,10 @@ with non-bare pointers"). So the promise is made in two steps:
    binds to the memory of an argument the kernel may write;
 2. `add_noalias_to_readonly_params` (text, on the LLVM-dialect kernels between
    `convert-gpu-to-nvvm` and `gpu-module-to-binary`, see `mlir.gpu_to_ptx`):
-   `llvm.noalias` next to each `llvm.readonly` pointer parameter of a `gpu.kernel`.
+   `llvm.noalias` next to each `llvm.readonly` pointer parameter of a `gpu.kernel`;
+3. `mark_readonly_loads_invariant` (text, same place): `invariant` on the loads whose
+   address is such a parameter or a `getelementptr` chain on one (NVPTX's own test of
+   the parameter gives up on long chains).
 
 Why `noalias` holds: LLVM's `noalias` only constrains memory that is modified during
 the call, and a read-only argument's memory is modified by the kernel only if a written
