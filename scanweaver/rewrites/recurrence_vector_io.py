@@ -30,7 +30,9 @@ vectors. This module finds those accesses and emits them per tile:
   is a run of its own (`StepRun.elem`, the element variables substituted by constants
   in `StepRun.subst`); the kernel clones that emit loop unrolled (`unrolled_emit_loop`)
   so that each iteration takes its preloaded value. Per item, the values are keyed by
-  `(op, elem)` instead of the op.
+  `(op, elem)` instead of the op. Where no vector divides the items (one or two per
+  thread), B's runs have width 1: a full tile loads them element by element, unguarded,
+  for the kernel's shared stage only (recurrence_gpu `_stage_element_loads`).
 
 A full tile reads and writes exactly the elements its steps' scalar accesses would
 (every step of it is in range); different memrefs are assumed not to overlap, as the
