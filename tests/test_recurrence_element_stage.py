@@ -30,7 +30,7 @@ def _budget_for(N: int, staged: int, ipt: int = VEC["items_per_thread"], bs: int
 
 @pytest.mark.parametrize("N,L,staged", [(24, 0, 24), (24, TILE + 1, 24), (24, 3 * TILE + 4, 24),
                                         (24, 1, 10), (24, TILE - 1, 10), (24, TILE, 10), (24, 3 * TILE + 4, 10),
-                                        (32, TILE + 1, 7)])
+                                        (32, 3 * TILE + 4, 32), (32, TILE + 1, 7)])
 def test_prefix_stage_lengths(monkeypatch, N, L, staged):
     """All of B staged, or only its first `staged` elements (the rest read again by the
     replay): lengths 0, 1, tile - 1, tile, tile + 1, several tiles."""
