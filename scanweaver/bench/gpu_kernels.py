@@ -40,6 +40,11 @@ CASES = [
     ("generic_cumsum_i32_1x2p26", "generic"),
     ("generic_cumsum_i32_1024x4096", "generic"),
     ("selective_N16_8x1536x2048", "selective"),
+    # B/C once per tile: not staged (N = 4), partly staged (24, 32), one item per thread (64)
+    ("selective_N4_8x1536x2048", "selective"),
+    ("selective_N24_8x1536x2048", "selective"),
+    ("selective_N32_8x1536x2048", "selective"),
+    ("selective_N64_8x1536x2048", "selective"),
     ("iir2_f32_512x4096", "linear"),
 ]
 
@@ -78,10 +83,11 @@ def case_ir(name: str, size: str | int) -> str:
 
         shape = (1, 1 << 26) if name.endswith("1x2p26") else (1024, 4096)
         return print_ir(_sum_scan()(shape if big else (1, size), 1, "i32"))
-    if name == "selective_N16_8x1536x2048":
+    if name.startswith("selective_N"):
         from scanweaver.runtime.cuda_scan import selective_scan_ir
 
-        b, d, n, length = (8, 1536, 16, 2048) if big else (1, 1, 16, size)
+        state = int(name.split("_")[1][1:])
+        b, d, n, length = (8, 1536, state, 2048) if big else (1, 1, state, size)
         shapes = {"u": (b, d, length), "delta": (b, d, length), "A": (d, n), "B": (b, n, length),
                   "C": (b, n, length), "D": (d,), "z": (b, d, length), "delta_bias": (d,)}
         return selective_scan_ir(shapes, {"delta_softplus": True, "return_last_state": True})

@@ -111,7 +111,7 @@ Kernel design
   64: no spills that way). Full tiles read the per-step operands (u, delta, z) with
   16-byte vector loads and write the emit's step outputs with vector stores, for
   states of at most `VECTOR_STEP_IO_MAX_STATE` elements (`recurrence_vector_io.py`).
-* B and C once per tile (`VECTOR_ELEMENT_IO`, states of at most 16 elements): the
+* B and C once per tile (`VECTOR_ELEMENT_IO`, states of 8 to 32 elements): the
   per-element step operands (Mamba's B[b, n, t] in coeffs, C[b, n, t] in the emit's
   dot product over the state) are one 16-byte vector per element and thread in a full
   tile (coalesced: a warp reads 512 consecutive bytes of a row), guarded scalars in the
@@ -121,11 +121,14 @@ Kernel design
   twice; C is read just before the replay, the emit's loop over the state unrolled so
   each term takes its lane. ptxas, selective scan N = 16, 128 x 4: 128 registers as
   before, 0 spills, 32 KiB more shared memory (still 4 resident blocks, limited by
-  registers). Not staged where it would pass 48 KiB of static shared memory (256
-  threads at N = 16) or below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers): there B
-  keeps its scalar loads, read again by the replay (B vectors whose values leave the
-  load branch cost 40 registers at N = 16 and spill at N = 32). Larger states keep
-  scalar B and C loads (`VECTOR_ELEMENT_IO_MAX_STATE`).
+  registers). Where the whole stage would pass 48 KiB of static shared memory (N = 24,
+  32 at 128 x 4; 256 threads at N = 16) the elements that fit are staged (N = 24: 23
+  of 24, N = 32: 23 of 32), the others keep their scalar loads, read again by the
+  replay. Not staged below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers) or above
+  `STAGE_MAX_ELEMENTS` (N = 64, one item per thread: 37 more registers): there B keeps
+  its scalar loads (B vectors whose values leave the load branch cost 40 registers at
+  N = 16 and spill at N = 32). C is loaded by vectors up to
+  `VECTOR_ELEMENT_IO_MAX_STATE` elements, by scalars (once per tile all the same) beyond.
 * Overflow guard (blelloch_gpu, "Numerics"): thread 0 flags a tile whose root
   aggregates are not finite; such a tile takes its entering states in the loop's own
   order (thread after thread), its pairs recomputed from the loads (kept values would
@@ -207,7 +210,8 @@ VECTOR_STEP_IO_MAX_STATE = 4
 #: dot product) by 16-byte vectors in full tiles, once per tile (`recurrence_vector_io`,
 #: element runs); False: cloned scalar loads per item (and B again in the replay).
 VECTOR_ELEMENT_IO = True
-#: ... for states of at most this many elements: the C vectors' 4 N values are live at
+#: ... for states of at most this many elements (C; B is staged up to
+#: `STAGE_MAX_ELEMENTS`, `_stage_element_loads`): the C vectors' 4 N values are live at
 #: the replay's start (ptxas, selective scan, 128 x 4: N = 16 128 registers either way;
 #: N = 20 151 to 168; N = 24 168 to 194, 3 resident blocks to 2).
 VECTOR_ELEMENT_IO_MAX_STATE = 16
@@ -217,6 +221,9 @@ VECTOR_ELEMENT_IO_MAX_STATE = 16
 STAGE_ELEMENT_LOADS_BUDGET = 48 * 1024
 #: ... for states of at least this many elements (module doc, `_stage_element_loads`).
 STAGE_MIN_ELEMENTS = 8
+#: ... and at most this many (ptxas sm_90, selective scan N = 64, one item per thread:
+#: staging the 31 elements that fit costs 168 to 205 registers, 3 resident blocks to 2).
+STAGE_MAX_ELEMENTS = 32
 
 
 #: the value of element load `op` for element n (None: the load is cloned)
@@ -305,11 +312,14 @@ class _KernelGen:
         self.b_runs: list[vio.StepRun] = []
         self.unroll_emit: set = set()
         self.stage_rows = 0
-        if VECTOR_ELEMENT_IO and self.element_runs and self.n <= VECTOR_ELEMENT_IO_MAX_STATE:
+        self.keep_b_vectors = True  # kept pairs: B's vectors used by phase 1 directly
+        if VECTOR_ELEMENT_IO and self.element_runs:
             elements = [self.elem_ints(n) for n in range(self.n)]
             self.b_runs, c_runs, self.unroll_emit = vio.find_element_runs(
                 self.nest, self.cs.per_step, self.cs.per_both, self.es.per_step, self.t_c, self.k_c, elements,
-                self.t_e, self.ipt)
+                self.t_e, self.ipt, emit=self.n <= VECTOR_ELEMENT_IO_MAX_STATE)
+            if self.n > VECTOR_ELEMENT_IO_MAX_STATE or any(r.vec == 1 for r in self.b_runs):
+                self.keep_b_vectors = False  # staged or scalar (module doc)
             self.load_runs = self.load_runs + self.b_runs
             self.emit_runs = self.emit_runs + c_runs
             self._stage_element_loads()
@@ -319,22 +329,30 @@ class _KernelGen:
         read from global memory once per tile: in shared `sS`, each thread's values at
         `(run * ipt + item) * bs + tid` (its own slots: no barrier; conflict-free),
         written from inside the load branches (not all the tile's values live at once)
-        and read by phase 1, the replay and the overflow fallback. Where that does not
-        fit (N = 32), or with fewer than `STAGE_MIN_ELEMENTS` elements, B keeps its
+        and read by phase 1, the replay and the overflow fallback. Where not all runs
+        fit, the first ones that do (element order; N = 24, 32); outside
+        `STAGE_MIN_ELEMENTS`..`STAGE_MAX_ELEMENTS` elements none, and B keeps its
         scalar loads, read again by the replay: vectors whose values flow out of the
         load branch spill (ptxas, N = 32: 124 spill stores), kept in registers or staged
         they cost registers at N = 4 (56 to 72 / 68). With kept pairs B is not needed
         after phase 1: its vectors are used there directly."""
         runs = self.b_runs
-        if not runs or self.keep:
+        if not runs or (self.keep and self.keep_b_vectors):
             return
         el = runs[0].el
-        rows = len(runs) * self.ipt * self.bs
-        total = shared_layout_bytes([self.shared_bytes, rows * bg.byte_size(el)])
-        if len({r.el for r in runs}) != 1 or total > STAGE_ELEMENT_LOADS_BUDGET or self.n < STAGE_MIN_ELEMENTS:
-            self.load_runs = [r for r in self.load_runs if r.elem is None]
-            self.b_runs = []
+        per_run = self.ipt * self.bs
+        # the runs (one per element, in element order) that fit; a prefix where all do not
+        # (N = 24, 32, 64: the others keep their scalar loads, read again by the replay)
+        room = (STAGE_ELEMENT_LOADS_BUDGET - shared_layout_bytes([self.shared_bytes, 0])) // (per_run * bg.byte_size(el))
+        runs = runs[: max(0, room)]
+        if len({r.el for r in self.b_runs}) != 1 or self.keep or not STAGE_MIN_ELEMENTS <= self.n <= STAGE_MAX_ELEMENTS:
+            runs = []
+        self.load_runs = [r for r in self.load_runs if r.elem is None] + runs
+        self.b_runs = runs
+        if not runs:
             return
+        rows = len(runs) * per_run
+        total = shared_layout_bytes([self.shared_bytes, rows * bg.byte_size(el)])
         self.stage_rows, self.stage_el, self.shared_bytes = rows, el, total
         self.s_stage = self.e.val(memref.GetGlobalOp(f"{self.name}_sS",
                                                      MemRefType(el, [rows], memory_space=bg.SHARED_SPACE)))

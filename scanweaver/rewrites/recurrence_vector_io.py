@@ -30,7 +30,9 @@ vectors. This module finds those accesses and emits them per tile:
   is a run of its own (`StepRun.elem`, the element variables substituted by constants
   in `StepRun.subst`); the kernel clones that emit loop unrolled (`unrolled_emit_loop`)
   so that each iteration takes its preloaded value. Per item, the values are keyed by
-  `(op, elem)` instead of the op.
+  `(op, elem)` instead of the op. Where no vector divides the items (one or two per
+  thread), B's runs have width 1: a full tile loads them element by element, unguarded,
+  for the kernel's shared stage only (recurrence_gpu `_stage_element_loads`).
 
 A full tile reads and writes exactly the elements its steps' scalar accesses would
 (every step of it is in range); different memrefs are assumed not to overlap, as the
@@ -136,9 +138,12 @@ def find_step_runs(
 
 
 def _element_run_loads(ops: Sequence[Operation], t: SSAValue, elem_vars: Sequence[SSAValue],
-                       inside: set[SSAValue], nest: Nest, ipt: int) -> list[tuple[memref.LoadOp, int]]:
+                       inside: set[SSAValue], nest: Nest, ipt: int,
+                       scalar: bool = False) -> list[tuple[memref.LoadOp, int]]:
     """The loads of `ops` reading `ref[*others, t]` with some of `others` in `elem_vars`
-    and the rest step-invariant (not in `inside`), with their vector widths."""
+    and the rest step-invariant (not in `inside`), with their vector widths; with
+    `scalar`, also those whose vector does not divide the items (width 1: element by
+    element, unguarded in a full tile)."""
     found = []
     for op in ops:
         if not isinstance(op, memref.LoadOp) or op.memref in nest.stored_args:
@@ -149,6 +154,8 @@ def _element_run_loads(ops: Sequence[Operation], t: SSAValue, elem_vars: Sequenc
         if any(v is t or (v in inside and v not in elem_vars) for v in idx[:-1]):
             continue
         vec = _vector_elements(op.memref, nest, ipt)
+        if not vec and scalar and _vector_elements(op.memref, nest, 16 // bg.byte_size(op.memref.type.element_type)):
+            vec = 1
         if vec:
             found.append((op, vec))
     return found
@@ -174,15 +181,17 @@ MAX_UNROLLED_TRIPS = 64
 def find_element_runs(
     nest: Nest, coeffs_step: Sequence[Operation], coeffs_both: Sequence[Operation], emit_step: Sequence[Operation],
     t_c: SSAValue, k_c: Sequence[SSAValue], elements: Sequence[Sequence[int]], t_e: SSAValue, ipt: int,
+    emit: bool = True,
 ) -> tuple[list[StepRun], list[StepRun], set[Operation]]:
     """The element loads (module doc) of coeffs (per element: `elements[n]` is element
-    n's index) and of emit, and the emit loops to unroll for them; none when the loop
-    step is not 1."""
+    n's index; runs of width 1 where the vector does not divide the items: these are
+    only staged) and, with `emit`, of emit, and the emit loops to unroll for them; none
+    when the loop step is not 1."""
     if const_int(nest.rec.step) != 1:
         return [], [], set()
     inside_c = _defined(list(coeffs_step) + list(coeffs_both)) | {t_c}
     coeffs_runs: list[StepRun] = []
-    loads = _element_run_loads(coeffs_both, t_c, k_c, inside_c, nest, ipt)
+    loads = _element_run_loads(coeffs_both, t_c, k_c, inside_c, nest, ipt, scalar=True)
     for n, elem in enumerate(elements):
         runs: dict[tuple, StepRun] = {}
         subst = tuple(zip(k_c, elem))
@@ -197,7 +206,7 @@ def find_element_runs(
     inside_e = _defined(emit_step) | {t_e}
     emit_runs: list[StepRun] = []
     loops: set[Operation] = set()
-    for loop in emit_step:
+    for loop in emit_step if emit else ():
         its = _unrollable_loop(loop)
         if its is None:
             continue
@@ -270,6 +279,9 @@ def load_runs(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValu
         for r in runs:
             ref = vmap[r.ref]
             vt = VectorType(r.el, [r.vec])
+            if r.vec == 1:  # a run staged element by element (no vector divides the items)
+                out += [ie.load(ref, r.indices(ie, vmap, i)) for i, _ in steps]
+                continue
             for c in range(ipt // r.vec):
                 i = ie.add(p_start, ie.index(c * r.vec)) if c else p_start
                 op = vector.LoadOp(ref, r.indices(ie, vmap, i), vt)

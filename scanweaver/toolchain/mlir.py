@@ -286,11 +286,12 @@ def GPU_PIPELINE_STAGES(
 def _lower_gpu(mlir_text: str, chip: str, features: str | None, fmt: str, env: dict[str, str] | None = None) -> str:
     """The GPU pipeline in its two stages, with the read-only kernel parameters made
     `noalias` in between (`ld.global.nc` for them; see `readonly_params`)."""
-    from scanweaver.toolchain.readonly_params import add_noalias_to_readonly_params
+    from scanweaver.toolchain.readonly_params import add_noalias_to_readonly_params, mark_readonly_loads_invariant
 
     head, tail = GPU_PIPELINE_STAGES(chip, features, fmt)
     kernels = run_tool("mlir-opt", [head], stdin=mlir_text, env=env)
-    return run_tool("mlir-opt", [tail], stdin=add_noalias_to_readonly_params(kernels), env=env)
+    kernels = mark_readonly_loads_invariant(add_noalias_to_readonly_params(kernels))
+    return run_tool("mlir-opt", [tail], stdin=kernels, env=env)
 
 
 _BINARY = re.compile(r"gpu\.binary\s+@([\w$.-]+)")

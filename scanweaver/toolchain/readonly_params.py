@@ -11,7 +11,10 @@ with non-bare pointers"). So the promise is made in two steps:
    binds to the memory of an argument the kernel may write;
 2. `add_noalias_to_readonly_params` (text, on the LLVM-dialect kernels between
    `convert-gpu-to-nvvm` and `gpu-module-to-binary`, see `mlir.gpu_to_ptx`):
-   `llvm.noalias` next to each `llvm.readonly` pointer parameter of a `gpu.kernel`.
+   `llvm.noalias` next to each `llvm.readonly` pointer parameter of a `gpu.kernel`;
+3. `mark_readonly_loads_invariant` (text, same place): `invariant` on the loads whose
+   address is such a parameter or a `getelementptr` chain on one (NVPTX's own test of
+   the parameter gives up on long chains).
 
 Why `noalias` holds: LLVM's `noalias` only constrains memory that is modified during
 the call, and a read-only argument's memory is modified by the kernel only if a written
@@ -139,3 +142,39 @@ def add_noalias_to_readonly_params(llvm_text: str) -> str:
         return head + _READONLY_PTR.sub(r"\1llvm.noalias, llvm.readonly}", rest)
 
     return _KERNEL_HEAD.sub(one, llvm_text)
+
+
+_FUNC_START = re.compile(r"^\s*llvm\.func @", re.M)
+_PARAM = re.compile(r"(%[\w$.-]+): !llvm\.ptr(?:<\d+>)? \{[^}]*\bllvm\.readonly\b[^}]*\}")
+_GEP = re.compile(r"^\s*(%[\w$.-]+) = llvm\.getelementptr (?:[\w|]+ )?(%[\w$.-]+)\[")
+_LOAD = re.compile(r"^(\s*%[\w$.-]+ = llvm\.load )(%[\w$.-]+)( (?!invariant\b))")
+
+
+def mark_readonly_loads_invariant(llvm_text: str) -> str:
+    """Loads of `gpu.kernel` functions in printed LLVM-dialect MLIR whose address is a
+    `{llvm.readonly}` pointer parameter or a chain of `llvm.getelementptr` on one become
+    `invariant` (`!invariant.load`): the promise `noalias readonly` makes (module doc),
+    spelled on the load, so NVPTX selects `ld.global.nc` for it however long the chain.
+    Its own test of the parameters (`getUnderlyingObjects`) gives up after 6 steps, and
+    LLVM builds the addresses of a kernel's consecutive rows (the selective scan's B and
+    C) one from the previous: the last rows lost `.nc`."""
+    starts = [m.start() for m in _FUNC_START.finditer(llvm_text)] + [len(llvm_text)]
+    out = [llvm_text[: starts[0]]]
+    for begin, end in zip(starts, starts[1:]):
+        body = llvm_text[begin:end]
+        head = body.split("\n", 1)[0]
+        if "gpu.kernel" not in head:
+            out.append(body)
+            continue
+        readonly = set(_PARAM.findall(head))
+        lines = body.split("\n")
+        for i, line in enumerate(lines):
+            gep = _GEP.match(line)
+            if gep and gep.group(2) in readonly:
+                readonly.add(gep.group(1))
+                continue
+            load = _LOAD.match(line)
+            if load and load.group(2) in readonly:
+                lines[i] = load.group(1) + load.group(2) + " invariant" + line[load.end(2):]
+        out.append("\n".join(lines))
+    return "".join(out)
