@@ -260,8 +260,8 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
         parallel_for(tasks, threads=threads)
         return
     parallel_for(tasks, threads=threads)
-    if final is not None:
-        final[...] = carry
+    if final is not None:  # the state h ends with (the carry past the last chunk is its f64 value, rounded once)
+        final[...] = h[:, 0] if reverse else h[:, -1]
 
 
 def _runs_without(done: np.ndarray, parts: list[tuple[int, int]]) -> list[tuple[int, int]]:

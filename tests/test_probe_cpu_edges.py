@@ -1,0 +1,34 @@
+"""Corner cases found by the outside-user probe of the newest CPU paths
+(`scanweaver/bench/fuzz_cpu.py` is the longer seeded driver): each test is the
+minimal failing case of one bug, kept as a regression test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scanweaver.runtime import cpu_chunked
+from scanweaver.runtime.cpu_scan import affine_scan_cpu
+
+
+@pytest.fixture
+def small_chunks():
+    old = cpu_chunked.CHUNKED_TEST_MIN_CHUNK
+    cpu_chunked.CHUNKED_TEST_MIN_CHUNK = 16
+    yield
+    cpu_chunked.CHUNKED_TEST_MIN_CHUNK = old
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("L", [256, 256 + 5])
+def test_chunked_final_state_is_the_last_step_of_h(small_chunks, dtype, reverse, L):
+    # Fewer rows than threads: the time-chunked form (not the cache-blocked one).  The
+    # final state returned was the f64 carry after the last chunk rounded once, not the
+    # last state the scan wrote into h (1 ulp apart; linear_scan of a 1 x 2^21 f32 row).
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0.5, 1.0, (2, L)).astype(dtype)
+    b = rng.standard_normal((2, L)).astype(dtype)
+    h, last = affine_scan_cpu(a, b, None, reverse, True, variant="chunked", threads=3)
+    edge = h[:, 0] if reverse else h[:, -1]
+    assert last.tobytes() == edge.tobytes(), (last, edge)
