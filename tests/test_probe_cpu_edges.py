@@ -32,3 +32,11 @@ def test_chunked_final_state_is_the_last_step_of_h(small_chunks, dtype, reverse,
     h, last = affine_scan_cpu(a, b, None, reverse, True, variant="chunked", threads=3)
     edge = h[:, 0] if reverse else h[:, -1]
     assert last.tobytes() == edge.tobytes(), (last, edge)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chunked_of_no_rows_is_empty(dtype):
+    # variant="chunked" with 0 rows raised numpy's "could not broadcast" ValueError.
+    a = np.ones((0, 8192), dtype)
+    h, last = affine_scan_cpu(a, a, None, False, True, variant="chunked", threads=2)
+    assert h.shape == (0, 8192) and last.shape == (0,)
