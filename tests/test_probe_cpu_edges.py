@@ -40,3 +40,16 @@ def test_chunked_of_no_rows_is_empty(dtype):
     a = np.ones((0, 8192), dtype)
     h, last = affine_scan_cpu(a, a, None, False, True, variant="chunked", threads=2)
     assert h.shape == (0, 8192) and last.shape == (0,)
+
+
+def test_linear_scan_takes_numpy_bool_flags():
+    # _check_flag accepts np.bool_, but the kernel cache's key refused it: a raw
+    # "TypeError: cannot key a workload option of type bool" for reverse=np.True_.
+    import scanweaver
+    from scanweaver.runtime.cpu_jit import clear_cache
+
+    a = np.full((2, 5), 0.5, np.float32)
+    clear_cache()  # the in-process kernel getters, whose keys take np.True_ as True
+    got = scanweaver.linear_scan(a, a, 1.0, axis=0, reverse=np.bool_(True))
+    want = scanweaver.linear_scan(a, a, 1.0, axis=0, reverse=True)
+    assert got.tobytes() == want.tobytes()
