@@ -53,3 +53,15 @@ def test_linear_scan_takes_numpy_bool_flags():
     got = scanweaver.linear_scan(a, a, 1.0, axis=0, reverse=np.bool_(True))
     want = scanweaver.linear_scan(a, a, 1.0, axis=0, reverse=True)
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("name", ["SCANWEAVER_NUM_THREADS", "SCANWEAVER_OUTPUT_CACHE_MB"])
+def test_a_non_integer_thread_or_cache_variable_is_one_clear_error(monkeypatch, name):
+    # int("abc") escaped as a bare ValueError from deep inside the call.
+    import scanweaver
+    from scanweaver.errors import ScanWeaverValueError
+
+    monkeypatch.setenv(name, "abc")
+    a = np.full((4, 1 << 19), 0.5, np.float32)  # large enough for the thread count and the output cache
+    with pytest.raises(ScanWeaverValueError, match=f"{name} must be an integer, got 'abc'"):
+        scanweaver.linear_scan(a, a)
