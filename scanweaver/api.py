@@ -212,6 +212,7 @@ def linear_scan(
         raise ScanWeaverTypeError(f"axis must be an integer, got {axis!r}") from None
     _check_flag("reverse", reverse)
     _check_flag("return_final_state", return_final_state)
+    reverse, return_final_state = bool(reverse), bool(return_final_state)  # numpy bools key no kernel cache
     if backend == "auto" and any(map(_is_complex, (a, b))) and not any(map(_is_cuda_array, (a, b, h0))):
         # complex host arrays stay on the CPU unless backend="cuda" asks: the GPU's
         # complex kernel runs one block per channel (no time blocks)

@@ -185,6 +185,8 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
     `scan_kernel(el, rank, init, final, reverse)` and `aggregate_kernel(el, reverse)`
     the compiled kernels (cpu_scan's cached getters)."""
     C, L = a.shape
+    if C == 0:  # no rows: nothing to scan (the carries' numpy code would not take (0, K))
+        return
     if a.dtype == np.float32 and C >= threads:
         # Each thread's rows in L2-sized blocks, one pass over memory (cpu_chunk_blocks.py).
         # Fewer rows than threads (one row on two cores) stay with the chunks below: cut
@@ -259,8 +261,8 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
         parallel_for(tasks, threads=threads)
         return
     parallel_for(tasks, threads=threads)
-    if final is not None:
-        final[...] = carry
+    if final is not None:  # the state h ends with (the carry past the last chunk is its f64 value, rounded once)
+        final[...] = h[:, 0] if reverse else h[:, -1]
 
 
 def _runs_without(done: np.ndarray, parts: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -66,11 +66,21 @@ _POOL: _Workers | None = None
 _POOL_LOCK = threading.Lock()
 
 
+def env_int(name: str, value: str) -> int:
+    """An integer environment variable's value; one clear error where it is not one."""
+    try:
+        return int(value)
+    except ValueError:
+        from scanweaver.errors import ScanWeaverValueError
+
+        raise ScanWeaverValueError(f"environment variable {name} must be an integer, got {value!r}") from None
+
+
 def num_threads() -> int:
     """Worker count: SCANWEAVER_NUM_THREADS, else the CPUs this process may use."""
     env = os.environ.get("SCANWEAVER_NUM_THREADS")
     if env:
-        return max(1, int(env))
+        return max(1, env_int("SCANWEAVER_NUM_THREADS", env))
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux

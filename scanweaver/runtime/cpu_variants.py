@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.runtime.cpu_parallel import gnu_neighbour_parallel, num_threads, openmp_available
+from scanweaver.runtime.cpu_parallel import env_int, gnu_neighbour_parallel, num_threads, openmp_available
 
 #: Lanes per vector group of the tiled kernel, by element size (256-bit vectors).
 def _lanes(dtype: np.dtype) -> int:
@@ -89,7 +89,7 @@ OUTPUT_CACHE_BYTES = 256 << 20
 
 def _output_cache_cap() -> int:
     env = os.environ.get("SCANWEAVER_OUTPUT_CACHE_MB")
-    return OUTPUT_CACHE_BYTES if not env else max(0, int(env)) << 20
+    return OUTPUT_CACHE_BYTES if not env else max(0, env_int("SCANWEAVER_OUTPUT_CACHE_MB", env)) << 20
 
 
 def _refs(bufs: list, i: int) -> int:
