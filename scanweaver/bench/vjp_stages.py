@@ -2,6 +2,7 @@
 
     python -m scanweaver.bench.vjp_stages [--L 2048] [--reps 9]
     python -m scanweaver.bench.vjp_stages --ratio [--batch 2 --D 768]
+    python -m scanweaver.bench.vjp_stages --buffers [--batch 2 --D 768]
 
 Each stage of `@selective_scan_vjp` (a loop or scan op of the channel body, or of the
 reverse chunk loop) is timed by compiling a variant of the VJP where that stage runs
@@ -14,6 +15,9 @@ one thread, the forward kernel timed alongside; calls interleaved, medians print
 public `selective_scan` (the harness's forward) and the `scanweaver::selective_scan_bwd`
 op, interleaved, on the threads the harness uses (`SCANWEAVER_NUM_THREADS=1`: one, and
 the calls' thread CPU time too, which another process's load inflates less).
+
+`--buffers`: the backward op with its gradient buffers from `np.zeros_like` (malloc and a
+memset pass) and from the op's `_zeros` (np.zeros: calloc), interleaved, same bits checked.
 """
 
 from __future__ import annotations
@@ -115,6 +119,41 @@ def ratio(batch: int, D: int, L: int, reps: int) -> None:
     print(line + (f" | thread CPU median {r(cpu, statistics.median):.2f} min {r(cpu, min):.2f}" if one else ""))
 
 
+def buffers(batch: int, D: int, L: int, reps: int) -> None:
+    import torch
+
+    from scanweaver.bench.harness import make_inputs, selective_grad_case
+    from scanweaver.bench.peers import GRAD_ORDER
+    from scanweaver.torch import selective
+
+    inp = make_inputs(selective_grad_case(batch, D, 16, L, True))
+    args = [torch.from_numpy(inp[k]) if inp.get(k) is not None else None for k in GRAD_ORDER]
+    _, last = torch.ops.scanweaver.selective_scan_fwd(*args, inp["delta_softplus"])
+    call = lambda: torch.ops.scanweaver.selective_scan_bwd(  # noqa: E731
+        *args, inp["delta_softplus"], torch.from_numpy(inp["g"]), torch.zeros_like(last))
+    ops_zeros = selective._zeros
+    variants = {"np.zeros_like": np.zeros_like, "_zeros": ops_zeros}
+    grads = {}
+    try:
+        for name, alloc in variants.items():
+            selective._zeros = alloc
+            grads[name] = [g.clone() for g in call()]
+        if not all(torch.equal(a, b) for a, b in zip(*grads.values())):
+            raise SystemExit("gradients differ between the buffer variants")
+        cpu: dict[str, list[float]] = {k: [] for k in variants}
+        for _ in range(reps):
+            for name, alloc in variants.items():
+                selective._zeros = alloc
+                start = time.thread_time()
+                call()
+                cpu[name].append(time.thread_time() - start)
+    finally:
+        selective._zeros = ops_zeros
+    print(f"({batch}, {D}, 16, {L}), backward op, {reps} interleaved calls, same bits")
+    for name in variants:
+        print(f"{name:14s} thread CPU median {statistics.median(cpu[name]) * 1e3:8.2f} min {min(cpu[name]) * 1e3:8.2f} ms")
+
+
 def main(argv=None) -> None:
     import torch
 
@@ -128,7 +167,11 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--batch", type=int, default=1, help="--ratio only")
     parser.add_argument("--ratio", action="store_true", help="forward and backward op side by side")
+    parser.add_argument("--buffers", action="store_true", help="backward op: zeros_like vs its own buffers")
     args = parser.parse_args(argv)
+    if args.buffers:
+        buffers(args.batch, args.D, args.L, args.reps)
+        return
     if args.ratio:
         ratio(args.batch, args.D, args.L, args.reps)
         return

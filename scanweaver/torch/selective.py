@@ -68,6 +68,14 @@ def _tasks(Dn: int, size: int, per_thread: int) -> tuple[int, list[tuple[int, in
     return threads, split_range(Dn, min(Dn, threads * per_thread))
 
 
+def _zeros(like: np.ndarray) -> np.ndarray:
+    """A zeroed buffer shaped like `like`.  np.zeros (calloc), not np.zeros_like (malloc
+    then a memset pass): a fresh large buffer comes from the OS already zero, so its only
+    pass is the VJP's own, which accumulates into it (it reads before it writes: np.empty
+    would be wrong)."""
+    return np.zeros(like.shape, like.dtype)
+
+
 def _require_cuda() -> None:
     from scanweaver.runtime.cuda import cuda_available, why_no_cuda
 
@@ -142,14 +150,14 @@ def selective_scan_bwd(
     g_last = _checks.view(dlast, dt).copy()
     out_scratch = np.empty((batch, Dn, L), dt)  # primal outputs: never read by the VJP
     last_scratch = np.empty((batch, Dn, N), dt)
-    shared = [np.zeros_like(arrs[0]), np.zeros_like(arrs[1]), np.zeros_like(arrs[2])]
-    tail = [np.zeros_like(a) for a in arrs[5:]]  # dD, [dz], dbias, [dh0]
+    shared = [_zeros(arrs[0]), _zeros(arrs[1]), _zeros(arrs[2])]
+    tail = [_zeros(a) for a in arrs[5:]]  # dD, [dz], dbias, [dh0]
     # several tasks per thread as the forward (a core another process slows takes fewer);
     # on one thread one task (a task's binding and its private dB / dC cost)
     threads, parts = _tasks(Dn, batch * Dn * L * N, 4 if num_threads() > 1 else 1)
     # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
     private = [_kind(B) != "const", _kind(C) != "const"]
-    dBC = [[np.zeros_like(arrs[3 + k]) for _ in parts] if private[k] else [np.zeros_like(arrs[3 + k])] * len(parts)
+    dBC = [[_zeros(arrs[3 + k]) for _ in parts] if private[k] else [_zeros(arrs[3 + k])] * len(parts)
            for k in range(2)]
     tasks = []
     for p, (lo, hi) in enumerate(parts):
