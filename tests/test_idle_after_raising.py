@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from scanweaver.compiler import lower
-from scanweaver.ir import parse_ir
+from scanweaver.ir import make_context, parse_ir
 from scanweaver.rewrites.pipeline import idle_after_raising
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
-from scanweaver.ir import make_context
 from scanweaver.runtime.kernel_ir import kernel_ir
 from scanweaver.workloads.specs import SelectiveScanSpec
 
