@@ -78,19 +78,33 @@ def lower(
 
 def _lower(text, target, source, progress, keep_stages, openmp, verify=True, cleanup=True, skip_idle=False) -> Lowered:
     from scanweaver.ir import make_context, parse_ir, print_ir
-    from scanweaver.rewrites.pipeline import stages_for
+    from scanweaver.rewrites.pipeline import _idle_on, stages_for
     from scanweaver.runtime.kernel_ir import take_built
 
     module = take_built(text) or parse_ir(text, source)  # (a kernel built just now: not parsed again)
     _refuse_nested_modules(module, source)
     result = Lowered(module, [Stage("input", text)] if keep_stages else [])
     ctx = make_context()
-    for stage in stages_for(target, openmp=openmp, cleanup=cleanup, text=text if skip_idle else None):
+
+    def run(stage) -> None:
         if progress:
             progress(stage.name)
         stage.apply(ctx, module)
         if keep_stages:
             result.stages.append(Stage(stage.name, print_ir(module)))
+
+    idle = None
+    if skip_idle and target != "gpu" and "scanweaver-raise" not in _idle_on(text, target):
+        # Raise first (it is the first stage), then leave out the stages with nothing to
+        # do on the raised module: a raised real kernel (selective_scan) has no pairs or
+        # complex values, so the complex stages are not even imported.
+        from scanweaver.rewrites.pipeline import idle_after_raising
+        from scanweaver.rewrites.raise_affine import RaiseRecurrences
+
+        run(RaiseRecurrences())
+        idle = {"scanweaver-raise"} | idle_after_raising(module)
+    for stage in stages_for(target, openmp=openmp, cleanup=cleanup, text=text if skip_idle else None, idle=idle):
+        run(stage)
     if verify:
         try:
             module.verify()

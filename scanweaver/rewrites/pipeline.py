@@ -40,7 +40,44 @@ def _idle_on(text: str, target: str) -> set[str]:
     return idle
 
 
-def stages_for(target: str, openmp: bool = False, cleanup: bool = True, text: str | None = None) -> list[ModulePass]:
+def _holds_complex(attr: object) -> bool:
+    """Whether an attribute or type is or holds a complex type (inside memrefs, function
+    types, arrays, dictionaries, ...)."""
+    from xdsl.dialects.builtin import ComplexType
+    from xdsl.ir import Data, ParametrizedAttribute
+
+    if isinstance(attr, ComplexType):
+        return True
+    if isinstance(attr, ParametrizedAttribute):
+        return any(_holds_complex(p) for p in attr.parameters)
+    if isinstance(attr, Data):
+        data = attr.data
+        parts = data.values() if isinstance(data, dict) else data if isinstance(data, (tuple, list)) else ()
+        return any(_holds_complex(p) for p in parts)
+    return False
+
+
+def idle_after_raising(module: ModuleOp) -> set[str]:
+    """`_idle_on` for a module already raised (`compiler.lower(skip_idle=True)` raises
+    first): the pair rewrite with no `scan.linear_recurrence` op, then the complex
+    stages with no complex op or type anywhere (results, operands, block arguments,
+    attributes and properties)."""
+    pairs = complex_seen = False
+    for op in module.walk():
+        pairs = pairs or op.name == "scan.linear_recurrence"
+        complex_seen = complex_seen or op.name.startswith("complex.") or any(
+            _holds_complex(a) for a in (*op.result_types, *op.operand_types,
+                                        *op.attributes.values(), *op.properties.values())
+        ) or any(_holds_complex(arg.type) for region in op.regions for block in region.blocks for arg in block.args)
+        if pairs and complex_seen:
+            break
+    if pairs:
+        return set()
+    return {"scan-pairs-to-complex"} | (set() if complex_seen else {"scan-complex-affine-to-loops", "scan-complex-to-real"})
+
+
+def stages_for(target: str, openmp: bool = False, cleanup: bool = True, text: str | None = None,
+               idle: set[str] | None = None) -> list[ModulePass]:
     """The passes `scanweaver-lower{target=...}` runs, in order.
 
     openmp: on the CPU, make loops over independent channel groups `scf.parallel`
@@ -50,13 +87,15 @@ def stages_for(target: str, openmp: bool = False, cleanup: bool = True, text: st
     the same LLVM IR, without xDSL's canonicalize, ~0.7 s on the affine tile kernel).
     text: the input IR; the stages that have nothing to do on it (`_idle_on`) are left
     out, and their modules not imported (`compiler.build_cpu`: a cold first call).
+    idle: those stages' names given instead of found in `text` (`compiler.lower`).
     """
     if target not in TARGETS:
         raise ScanWeaverError(
             f"scanweaver-lower: unknown target '{target}' (expected one of "
             f"{', '.join(TARGETS)})"
         )
-    idle = _idle_on(text, target) if text is not None else set()
+    if idle is None:
+        idle = _idle_on(text, target) if text is not None else set()
     stages: list[ModulePass] = []
     if "scanweaver-raise" not in idle:
         from scanweaver.rewrites.raise_affine import RaiseRecurrences

@@ -78,10 +78,6 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from scanweaver.dialects import scan
-from scanweaver.rewrites.cpu_affine_channels import lower_affine_channels
-from scanweaver.rewrites.cpu_affine_tiles import lower_affine_tiled
-from scanweaver.rewrites.cpu_aggregate_arith import AGGREGATE_MODES, aggregate_mode
-from scanweaver.rewrites.cpu_chunk_aggregates import build_chunk_aggregate
 from scanweaver.rewrites.cpu_recurrence_vectorizer import MAX_STATE_LANES, _RecurrenceVectorizer, _Unsupported
 from scanweaver.rewrites.cpu_vector_builders import _element_bits, _identity_layout, transpose_rows
 from scanweaver.rewrites.scan_to_loops import LowerAffine, LowerRecurrence, LowerScan
@@ -132,7 +128,11 @@ class LowerAffineCpu(RewritePattern):
         if path is None:
             return  # left for the sequential fallback
         b = Builder(InsertPoint.before(op))
+        # The affine strategies are imported where they are used: a selective
+        # scan's build never gets here (its cold first call skips their modules).
         if path == "tiled":
+            from scanweaver.rewrites.cpu_affine_tiles import lower_affine_tiled
+
             lower_affine_tiled(
                 b,
                 op,
@@ -143,6 +143,8 @@ class LowerAffineCpu(RewritePattern):
                 nontemporal=self.nontemporal,
             )
         else:
+            from scanweaver.rewrites.cpu_affine_channels import lower_affine_channels
+
             lower_affine_channels(b, op)
         rewriter.erase(op)
 
@@ -230,6 +232,20 @@ class ScanToCpu(ModulePass):
             GreedyRewritePatternApplier([LowerAffine(), LowerScan(), LowerRecurrence()]),
             apply_recursively=False,
         ).rewrite_module(op)
+
+
+def __getattr__(name: str) -> object:
+    # The chunk-aggregate builders, re-exported here, are loaded on first use (not
+    # when a selective scan's build imports this module).
+    if name in ("AGGREGATE_MODES", "aggregate_mode"):
+        from scanweaver.rewrites import cpu_aggregate_arith
+
+        return getattr(cpu_aggregate_arith, name)
+    if name == "build_chunk_aggregate":
+        from scanweaver.rewrites.cpu_chunk_aggregates import build_chunk_aggregate
+
+        return build_chunk_aggregate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

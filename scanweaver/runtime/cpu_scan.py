@@ -51,8 +51,6 @@ import numpy as np
 from scanweaver.dtypes import COMPLEX_ELEMENTS, mlir_element
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cpu import CpuProgram
-from scanweaver.runtime.cpu_chunked import _chunked
-from scanweaver.runtime.cpu_time_lanes import time_lanes_scan
 from scanweaver.runtime.cpu_jit import STATS, CompileStats, Kernel, clear_cache, compile_cpu, kernel, on_clear_cache
 from scanweaver.runtime.cpu_selective_exp import scalef_exp
 from scanweaver.runtime.cpu_parallel import (
@@ -254,9 +252,15 @@ def affine_scan_cpu(
                 f"(complex scans run as {' or '.join(map(repr, COMPLEX_VARIANTS))})"
             )
     variant = variant or choose_affine_variant(C, L, a.dtype, threads)
+    # The chunked and time-lane variants are imported where chosen (a selective
+    # scan's cold first call does not load them).
     if variant == "chunked" and L >= 2:
+        from scanweaver.runtime.cpu_chunked import _chunked
+
         _chunked(a, b, h0, h, final, reverse, threads, el, _affine_kernel, _aggregate_kernel)
     elif variant == "time_lanes":
+        from scanweaver.runtime.cpu_time_lanes import time_lanes_scan
+
         time_lanes_scan(a, b, h0, h, final, reverse, threads)
     elif variant == "openmp":
         k = _openmp_affine_kernel(el, h0 is not None, final is not None, reverse)
