@@ -234,25 +234,8 @@ class ScanToCpu(ModulePass):
         ).rewrite_module(op)
 
 
-def __getattr__(name: str) -> object:
-    # The chunk-aggregate builders, re-exported here, are loaded on first use (not
-    # when a selective scan's build imports this module).
-    if name in ("AGGREGATE_MODES", "aggregate_mode"):
-        from scanweaver.rewrites import cpu_aggregate_arith
-
-        return getattr(cpu_aggregate_arith, name)
-    if name == "build_chunk_aggregate":
-        from scanweaver.rewrites.cpu_chunk_aggregates import build_chunk_aggregate
-
-        return build_chunk_aggregate
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
-    "AGGREGATE_MODES",
     "ScanToCpu",
     "affine_fast_path",
-    "aggregate_mode",
-    "build_chunk_aggregate",
     "transpose_rows",
 ]

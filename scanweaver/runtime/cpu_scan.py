@@ -131,7 +131,8 @@ def _aggregate_kernel(el: str, reverse: bool) -> Kernel:
     from xdsl.dialects.builtin import f32, f64, i32, i64
 
     from scanweaver.compiler import cpu_llvm_ir
-    from scanweaver.rewrites.scan_to_cpu import AGGREGATE_MODES, aggregate_mode, build_chunk_aggregate
+    from scanweaver.rewrites.cpu_aggregate_arith import AGGREGATE_MODES, aggregate_mode
+    from scanweaver.rewrites.cpu_chunk_aggregates import build_chunk_aggregate
 
     t = {"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el]
     llvm_ir, _ = cpu_llvm_ir(build_chunk_aggregate(t, 3, reverse))
