@@ -49,9 +49,9 @@ _RULES: list[tuple[str, str, str]] = [
      "shapes take the cache-blocked chunked form and the single row the two-pass chunked form, which both do "
      "about twice the per-step work."),
     ("backward_over_forward", "",
-     "The VJP makes about four passes over each channel's steps where the forward makes one: the "
-     "coefficient fill (exp(delta*A) of every state element, kept for the reverse), the forward scan that "
-     "keeps every state, the reverse of the emit (with the readout sum_n C[n] h[n] again) and the fused "
+     "The VJP makes about three passes over each channel's steps where the forward makes one: the "
+     "forward scan that keeps every state (and stores exp(delta*A) of every state element for the "
+     "reverse), the reverse of the emit (with the readout sum_n C[n] h[n] again) and the fused "
      "adjoint scan, whose two sums over the state per step are reduced one step at a time (not a block of "
      "steps at a time as the forward's readout); the two scans run at their step-to-step latency; and it "
      "writes three fresh (batch, D, L) gradients where the forward writes one; see "
