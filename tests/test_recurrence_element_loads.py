@@ -152,14 +152,15 @@ def test_ptxas_selective_n16_vectors_no_spills(chip):
 FILECHECK_FILE = Path(__file__).resolve().parent.parent / "filecheck" / "gpu" / "recurrence_element_loads.mlir"
 
 
-def _filecheck_rc() -> int:
+def _filecheck_rc(path: Path = FILECHECK_FILE, items_per_thread: int = 4) -> int:
+    """FileCheck's exit status on `path` lowered by ScanToGpu (block 8): 0 when every check holds."""
     from scanweaver.ir import make_context, parse_ir, print_ir
     from scanweaver.rewrites.blelloch_gpu import ScanToGpu
 
     tool = shutil.which("filecheck") or str(Path(sys.executable).parent / "filecheck")
-    m = parse_ir(FILECHECK_FILE.read_text())
-    ScanToGpu(block_size=8, items_per_thread=4).apply(make_context(), m)
-    return subprocess.run([tool, str(FILECHECK_FILE)], input=print_ir(m), text=True, capture_output=True).returncode
+    m = parse_ir(path.read_text())
+    ScanToGpu(block_size=8, items_per_thread=items_per_thread).apply(make_context(), m)
+    return subprocess.run([tool, str(path)], input=print_ir(m), text=True, capture_output=True).returncode
 
 
 def _no_c_runs(find):

@@ -6,14 +6,11 @@ interpreter on the original loops, and the bytes the kernel reads."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_recurrence_element_loads import TILE, VEC, _load_bytes, _reloads, _replay_reloads, _selective, parse
+from test_recurrence_element_loads import TILE, VEC, _filecheck_rc, _load_bytes, _reloads, _replay_reloads, _selective, parse
 from test_recurrence_gpu import check, lowered
 
 from scanweaver.interp.gpu_sim import simulate_launch
@@ -123,13 +120,7 @@ STAGE_FILE = Path(__file__).resolve().parent.parent / "filecheck" / "gpu" / "rec
 
 
 def _stage_filecheck_rc() -> int:
-    from scanweaver.ir import make_context, parse_ir, print_ir
-    from scanweaver.rewrites.blelloch_gpu import ScanToGpu
-
-    tool = shutil.which("filecheck") or str(Path(sys.executable).parent / "filecheck")
-    m = parse_ir(STAGE_FILE.read_text())
-    ScanToGpu(block_size=8, items_per_thread=2).apply(make_context(), m)
-    return subprocess.run([tool, str(STAGE_FILE)], input=print_ir(m), text=True, capture_output=True).returncode
+    return _filecheck_rc(STAGE_FILE, items_per_thread=2)
 
 
 def _no_scalar_runs(find):
