@@ -102,7 +102,12 @@ def test_overflowing_tile_replays_from_the_stage():
     """exp(delta * A) of A = 40 overflows the tile's products while u = 0 but at the last
     step keeps the loop's states finite (0, then one value): the flagged tile takes the
     loop's order thread after thread, its pairs from the staged B."""
-    N, L = 9, TILE
+    check_overflowing_tile(9, TILE)
+
+
+def check_overflowing_tile(N: int, L: int) -> None:
+    """The simulator against the interpreter on a tile whose products overflow (A = 40)
+    while the loop's states stay finite (u = 0 but at the last step)."""
     module, args = _selective(N, L, with_delta_bias=False, delta_softplus=False)
     u, delta, A = args[0], args[1], args[2]
     u[:] = 0

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_recurrence_element_loads import TILE, VEC, _filecheck_rc, _load_bytes, _reloads, _replay_reloads, _selective, parse
-from test_recurrence_gpu import check, lowered
+from test_recurrence_element_loads import TILE, VEC, _filecheck_rc, _load_bytes, _reloads, _replay_reloads, _selective, check_overflowing_tile
+from test_recurrence_gpu import check
 
-from scanweaver.interp.gpu_sim import simulate_launch
-from scanweaver.interp.run import run_function
 from scanweaver.rewrites import recurrence_gpu as rg
 from scanweaver.rewrites import recurrence_vector_io as vio
 
@@ -66,19 +64,7 @@ def test_prefix_stage_variants_and_overflow(monkeypatch):
     args = ssm_args(np.random.default_rng(3), 1, 2, L, N, **opts)
     check(loops.selective_scan_loops(1, 2, L, N, **opts), "selective_scan", args, **VEC)
 
-    module, args = _selective(N, TILE, with_delta_bias=False, delta_softplus=False)
-    u, delta, A = args[0], args[1], args[2]
-    u[:] = 0
-    u[..., -1] = 0.5
-    delta[:] = 1.0
-    A[:] = 40.0
-    _, m = lowered(module, **VEC)
-    ref, got = [a.copy() for a in args], [a.copy() for a in args]
-    run_function(parse(module), "selective_scan", *ref)
-    simulate_launch(m, "selective_scan", *got)
-    assert np.all(np.isfinite(ref[-2]))
-    for r, g in zip(ref, got):
-        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    check_overflowing_tile(N, TILE)
 
 
 @pytest.mark.parametrize("L", [0, 7, 8, 3 * 16 + 5])
