@@ -7,8 +7,9 @@ mostly the xDSL import and its bytecode.  This module gives the same function (t
 expanded memref arguments) in a few milliseconds of LLVM, through llvmlite's MCJIT:
 no linker subprocess, no disk cache entry (a later process loads the full build);
 the full build (the tile kernel) compiles in the background (`cpu_tiers.py`).  The IR
-is plain text, not llvmlite's IR builder: a cold process would compile the builder's
-modules to bytecode first (measured: about as long as the rest of this tier).
+is plain text, like `cpu_tiers.dispatch_ir` that shares its module.  llvmlite's IR
+builder would cost nothing more at import (`llvmlite.binding` imports `llvmlite.ir`
+already): moving both functions to it is a change still to make.
 
 The loop computes exactly what the interpreter's loop computes: per row, in time order
 (reversed with `reverse`), a multiply then an add in the element type, each rounded
