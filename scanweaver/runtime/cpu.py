@@ -23,6 +23,7 @@ import glob
 import os
 import platform
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -235,8 +236,27 @@ def _result_value(value: Any, spec: Scalar) -> Any:
 # ------------------------------------------------------------------ native libraries
 
 
-@functools.cache
+#: `_init_llvm` runs on whichever thread needs LLVM first: the caller's, a tier's
+#: background build, or `cpu_native.target_machine_meanwhile` beside a build.
+_LLVM_INIT_LOCK = threading.Lock()
+
+
+def _new_init_lock() -> None:  # a forked child: the lock may have been held by a thread it does not have
+    global _LLVM_INIT_LOCK
+    _LLVM_INIT_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_init_lock)
+
+
 def _init_llvm() -> None:
+    with _LLVM_INIT_LOCK:  # (functools.cache alone may run it twice at once)
+        _init_llvm_once()
+
+
+@functools.cache
+def _init_llvm_once() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     # MCJIT resolves external symbols in the process; libm is normally there via
