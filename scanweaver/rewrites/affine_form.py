@@ -223,7 +223,8 @@ class Materializer:
             key = "c-0" if v == 0 and math.copysign(1.0, v) < 0 else v
             if key not in self._consts:
                 part = float(v)
-                op = _complex_dialect().ConstantOp.from_floats((part, part if key == "c-0" else 0.0), self.type.element_type)
+                parts = (part, part if key == "c-0" else 0.0)
+                op = _complex_dialect().ConstantOp.from_floats(parts, self.type.element_type)
                 self._consts[key] = self.builder.insert(op).complex
             return self._consts[key]
         if v not in self._consts:

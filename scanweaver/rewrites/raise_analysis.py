@@ -943,7 +943,7 @@ def _transfer(
         return v in dep
 
     name = op.name
-    if op.name in _COMPLEX_AFFINE:
+    if name in _COMPLEX_AFFINE:
         return _complex_transfer(op, form, is_dep)
     if isinstance(op, arith.AddfOp | arith.AddiOp | arith.SubfOp | arith.SubiOp):
         x, y = form(op.lhs), form(op.rhs)

@@ -329,7 +329,8 @@ def fp_control_ir(machine: str) -> str:
     put_fn = ir.Function(module, ir.FunctionType(void, [i64]), "sw_set_fp_control")
     put = ir.IRBuilder(put_fn.append_basic_block("entry"))
     if machine == "x86_64":
-        store, load = (ir.Function(module, ir.FunctionType(void, [ptr]), f"llvm.x86.sse.{op}mxcsr") for op in ("st", "ld"))
+        mxcsr = ir.FunctionType(void, [ptr])
+        store, load = (ir.Function(module, mxcsr, f"llvm.x86.sse.{op}mxcsr") for op in ("st", "ld"))
         p = get.alloca(i32, name="p")
         get.call(store, [p])
         get.ret(get.zext(get.load(p, typ=i32, name="v"), i64, name="w"))

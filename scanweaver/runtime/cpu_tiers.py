@@ -395,5 +395,5 @@ class _LoopTier:
         return self.program.optimized_ir()
 
 
-__all__ = ["ENV_SWITCH", "FullIR", "TieredProgram", "add_dispatch", "affine_loop_tier", "build_from_stdin", "dispatch_ir", "enabled",
-           "tiered_program", "wait_all"]
+__all__ = ["ENV_SWITCH", "FullIR", "TieredProgram", "add_dispatch", "affine_loop_tier", "build_from_stdin",
+           "dispatch_ir", "enabled", "tiered_program", "wait_all"]
