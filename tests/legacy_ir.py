@@ -1,6 +1,7 @@
 """The IR text generators the drivers used before the xDSL builders (issue 9), kept
 as the oracle of tests/test_workload_builders.py: the builders must print exactly what
-these texts parse and print to.  Only tests use them."""
+these texts parse and print to; and the LLVM IR text of the CPU first tier before
+llvmlite's IR builder (tests/test_cpu_loop_tier.py).  Only tests use them."""
 
 from __future__ import annotations
 
@@ -315,3 +316,162 @@ def generic_cumsum_ir(shape) -> str:
         "  ^bb0(%a0: i32, %b0: i32):\n    %r = arith.addi %a0, %b0 : i32\n    scan.yield %r : i32\n  }\n"
         "  func.return\n}\n"
     )
+
+
+# ------------------------------------------------ the CPU first tier's LLVM IR text
+# (runtime/cpu_loop_tier.py and cpu_tiers.py wrote these before llvmlite's IR builder:
+# tests/test_cpu_loop_tier.py checks the built modules optimise to the same code)
+
+from scanweaver.runtime.cpu_loop_tier import affine_spec  # noqa: E402 (unchanged)
+
+_LOOP = "sw_loop_"  # prefix of the loop function's symbol (the dispatch takes the name)
+_TYPES = {"f32": "float", "f64": "double", "i32": "i32", "i64": "i64"}
+
+
+def affine_loop_ir(el: str, rank: int, init: bool, final: bool, reverse: bool, name: str) -> str:
+    """LLVM IR text of `void @sw_loop_<name>(a, b, [h0], h, [hT])` (expanded memrefs:
+    allocated and aligned pointer, offset, sizes, strides), the scan along the last axis
+    of the rank-`rank` arrays (the loop bounds are a's sizes)."""
+    t = _TYPES[el]
+    floats = el in ("f32", "f64")
+    keys = ["a", "b"] + (["h0"] if init else []) + ["h"] + (["hT"] if final else [])
+    params = []
+    for key, r in zip(keys, affine_spec(rank, init, final)):
+        params += [f"ptr %{key}.allocated", f"ptr %{key}", f"i64 %{key}.offset"]
+        params += [f"i64 %{key}.n{d}" for d in range(r)] + [f"i64 %{key}.s{d}" for d in range(r)]
+    out = [f"define void @{_LOOP}{name}({', '.join(params)}) {{", "entry:"]
+    block = "entry"
+    for d in range(rank - 1):  # the rows: one loop per leading dimension
+        out += [f"  br label %row{d}", f"row{d}:",
+                f"  %i{d} = phi i64 [0, %{block}], [%i{d}.next, %row{d}.latch]",
+                f"  %i{d}.more = icmp slt i64 %i{d}, %a.n{d}",
+                f"  br i1 %i{d}.more, label %row{d}.body, label %row{d}.exit", f"row{d}.body:"]
+        block = f"row{d}.body"
+    for key in keys:  # each array's row start: offset + sum(i_d * stride_d)
+        base = f"%{key}.offset"
+        for d in range(rank - 1):
+            out += [f"  %{key}.i{d} = mul i64 %i{d}, %{key}.s{d}", f"  %{key}.b{d} = add i64 {base}, %{key}.i{d}"]
+            base = f"%{key}.b{d}"
+        out.append(f"  %{key}.row = add i64 {base}, 0")
+    if init:
+        out += ["  %h0.p = getelementptr " + t + ", ptr %h0, i64 %h0.row", f"  %start = load {t}, ptr %h0.p"]
+    start = "%start" if init else ("0.0" if floats else "0")
+    last = rank - 1
+    out += [f"  %last = sub i64 %a.n{last}, 1", "  br label %time", "time:",
+            f"  %k = phi i64 [0, %{block}], [%k.next, %step]",
+            f"  %state = phi {t} [{start}, %{block}], [%state.next, %step]",
+            f"  %k.more = icmp slt i64 %k, %a.n{last}",
+            "  br i1 %k.more, label %step, label %row.end", "step:",
+            "  %t = sub i64 %last, %k" if reverse else "  %t = add i64 %k, 0"]
+    for key in ("a", "b", "h"):
+        out += [f"  %{key}.tk = mul i64 %t, %{key}.s{last}", f"  %{key}.at = add i64 %{key}.row, %{key}.tk",
+                f"  %{key}.p = getelementptr {t}, ptr %{key}, i64 %{key}.at"]
+    mul, add = ("fmul", "fadd") if floats else ("mul", "add")
+    out += [f"  %av = load {t}, ptr %a.p", f"  %bv = load {t}, ptr %b.p",
+            f"  %product = {mul} {t} %av, %state", f"  %state.next = {add} {t} %product, %bv",
+            f"  store {t} %state.next, ptr %h.p", "  %k.next = add i64 %k, 1", "  br label %time", "row.end:"]
+    if final:
+        out += [f"  %hT.p = getelementptr {t}, ptr %hT, i64 %hT.row", f"  store {t} %state, ptr %hT.p"]
+    for d in reversed(range(rank - 1)):
+        out += [f"  br label %row{d}.latch", f"row{d}.latch:", f"  %i{d}.next = add i64 %i{d}, 1",
+                f"  br label %row{d}", f"row{d}.exit:"]
+    out += ["  ret void", "}", ""]
+    return "\n".join(out)
+
+
+_LLVM_SCALARS = {"index": "i64", "i64": "i64", "i32": "i32", "f32": "float", "f64": "double"}
+_SLOT, _RETURNED = "sw_tier_target", "sw_tier_returned"
+
+
+def dispatch_ir(name: str, spec: Sequence[int | str]) -> str:
+    """LLVM IR of `void @name(...)` with the expanded memref convention of `spec` (as
+    `cpu_jit.Kernel`), forwarding its arguments to the function whose address is in
+    the global `@sw_tier_target`; after the call, the function in `@sw_tier_returned`
+    (when set) is taken out of it and called, so exactly once."""
+    params: list[str] = []
+    for i, s in enumerate(spec):
+        if isinstance(s, int):
+            params += [f"ptr %m{i}a", f"ptr %m{i}b", f"i64 %m{i}o"]
+            params += [f"i64 %m{i}n{d}" for d in range(s)] + [f"i64 %m{i}s{d}" for d in range(s)]
+        else:
+            params.append(f"{_LLVM_SCALARS[s]} %x{i}")
+    args = ", ".join(params)
+    return (
+        f"@{_SLOT} = global ptr null, align 8\n"
+        f"@{_RETURNED} = global ptr null, align 8\n"
+        f"define void @{name}({args}) {{\n"
+        f"  %f = load atomic ptr, ptr @{_SLOT} acquire, align 8\n"
+        f"  call void %f({args})\n"
+        f"  %n = load atomic ptr, ptr @{_RETURNED} monotonic, align 8\n"
+        "  %none = icmp eq ptr %n, null\n"
+        "  br i1 %none, label %done, label %first\n"
+        "first:\n"
+        f"  %g = atomicrmw xchg ptr @{_RETURNED}, ptr null acq_rel, align 8\n"
+        "  %taken = icmp eq ptr %g, null\n"
+        "  br i1 %taken, label %done, label %notify\n"
+        "notify:\n"
+        "  call void %g()\n"
+        "  br label %done\n"
+        "done:\n"
+        "  ret void\n}\n"
+    )
+
+
+# ------------------------------------------------ runtime/cpu.py's denormal helpers
+
+_DENORMAL_HELPERS = {
+    "x86_64": (
+        0x8040,
+        """
+declare void @llvm.x86.sse.stmxcsr(ptr)
+declare void @llvm.x86.sse.ldmxcsr(ptr)
+define i64 @sw_get_fp_control() {
+  %p = alloca i32
+  call void @llvm.x86.sse.stmxcsr(ptr %p)
+  %v = load i32, ptr %p
+  %w = zext i32 %v to i64
+  ret i64 %w
+}
+define void @sw_set_fp_control(i64 %w) {
+  %p = alloca i32
+  %v = trunc i64 %w to i32
+  store i32 %v, ptr %p
+  call void @llvm.x86.sse.ldmxcsr(ptr %p)
+  ret void
+}
+""",
+    ),
+    "aarch64": (
+        1 << 24,
+        """
+declare i64 @llvm.aarch64.get.fpcr()
+declare void @llvm.aarch64.set.fpcr(i64)
+define i64 @sw_get_fp_control() {
+  %v = call i64 @llvm.aarch64.get.fpcr()
+  ret i64 %v
+}
+define void @sw_set_fp_control(i64 %v) {
+  call void @llvm.aarch64.set.fpcr(i64 %v)
+  ret void
+}
+""",
+    ),
+}
+
+
+def canonical_llvm_ir(llvm_ir: str, opt_level: int) -> dict[str, str]:
+    """Each global and function of the module after the O`opt_level` pipeline (O0: parsed
+    and verified), by name, with its local value names renamed in order of appearance
+    (a builder names arguments and blocks its own way; an unnamed first block prints
+    no label, a named one `entry:`), and without the comments LLVM prints."""
+    import re
+
+    from scanweaver.runtime.cpu import host_target_machine, optimized_module
+
+    module = optimized_module(llvm_ir, host_target_machine(opt_level), opt_level)
+    out = {}
+    for value in [*module.global_variables, *module.functions]:
+        lines = [line.split(";")[0].rstrip() for line in str(value).splitlines() if line != "entry:"]
+        names: dict[str, str] = {}
+        out[value.name] = re.sub(r"%[\w.\"]+", lambda m: names.setdefault(m.group(), f"%v{len(names)}"), "\n".join(lines))
+    return out

@@ -6,17 +6,19 @@ this tier import no xDSL, and the full build still replaces it."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 
+import legacy_ir
 import numpy as np
 import pytest
 
 from scanweaver.interp.run import run_function
 from scanweaver.runtime import cpu_jit, cpu_native, cpu_scan, cpu_tiers
-from scanweaver.runtime.cpu_loop_tier import LoopProgram, affine_loop_ir, affine_spec, loop_symbol
+from scanweaver.runtime.cpu_loop_tier import OPT_LEVEL, LoopProgram, affine_loop_ir, affine_spec, loop_symbol
 from scanweaver.runtime.kernel_ir import kernel_ir
 
 pytestmark = pytest.mark.skipif(not cpu_native.available() or cpu_native._linker() is None,
@@ -178,3 +180,31 @@ def test_the_small_call_trampoline_waits_for_the_full_build(cold_cache):
     h = cpu_scan.small_affine_scan(a, b, False, False)
     assert h is not None and callable(cpu_scan._SMALL_CALLS[(a.dtype, b.dtype, False, False)])
     np.testing.assert_array_equal(_bits(h), _bits(ref))
+
+
+# ------------------------------------------- the builder's IR against the old IR text
+
+_canonical = legacy_ir.canonical_llvm_ir
+
+
+LOOP_VARIANTS = list(itertools.product(DTYPES, (1, 2, 3, 4), (False, True), (False, True), (False, True)))
+
+
+@pytest.mark.parametrize("el", DTYPES)
+def test_the_built_loop_optimises_to_the_old_texts_code(el):
+    """Every rank 1-4, init, final, reverse: the same optimised IR (O2, as the tier
+    compiles it) as the LLVM IR text the tier wrote before the builder."""
+    for _, rank, init, final, reverse in (v for v in LOOP_VARIANTS if v[0] == el):
+        old = legacy_ir.affine_loop_ir(el, rank, init, final, reverse, "affine")
+        new = affine_loop_ir(el, rank, init, final, reverse, "affine")
+        assert _canonical(new, OPT_LEVEL) == _canonical(old, OPT_LEVEL), (rank, init, final, reverse)
+
+
+@pytest.mark.parametrize("spec", [[2, 2, 2], [1, 1, 0, 1, 0], [3, 3, 2, 3, 2], [4, 2, "index", "i32", "f32", "f64", "i64"]],
+                         ids=str)
+def test_the_built_dispatch_is_the_old_texts(spec):
+    """The dispatch as written (O0: parsed, verified) and optimised (O2, as compiled):
+    the same as the old text's."""
+    for level in (0, 2):
+        assert _canonical(cpu_tiers.dispatch_ir("affine", spec), level) == \
+            _canonical(legacy_ir.dispatch_ir("affine", spec), level)

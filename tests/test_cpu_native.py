@@ -191,3 +191,21 @@ def test_a_library_that_does_not_load_is_remembered(cache_dir, monkeypatch):
     assert cpu_native.native_program("missing", lambda: missing) is None
     assert cpu_native.native_program("missing", lambda: missing) is None
     assert len(builds) == 1
+
+
+def test_the_target_machine_made_meanwhile_builds_the_same_object():
+    """`native_program` makes the target machine on a thread while the IR is built: the
+    shared object is the same bytes as with one made on the caller's thread."""
+    meanwhile = cpu_native.target_machine_meanwhile(3)
+    assert cpu_native.shared_object(LLVM_IR, 3, meanwhile) == cpu_native.shared_object(LLVM_IR, 3)
+
+
+def test_a_failure_on_the_thread_is_raised_to_the_caller(monkeypatch):
+    from scanweaver.runtime import cpu
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no target here")
+
+    monkeypatch.setattr(cpu, "host_target_machine", broken)
+    with pytest.raises(RuntimeError, match="no target here"):
+        cpu_native.target_machine_meanwhile(3)()

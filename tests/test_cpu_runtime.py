@@ -315,6 +315,21 @@ def test_flush_denormals(program):
         set_flush_denormals(previous)
 
 
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_built_fp_control_helpers_are_the_old_texts(machine):
+    """The helpers built with llvmlite.ir parse (O0) to the functions of the LLVM IR
+    text they replaced (`tests/legacy_ir.py`)."""
+    import legacy_ir
+    from scanweaver.runtime.cpu import fp_control_ir
+
+    old = legacy_ir._DENORMAL_HELPERS[machine]
+    try:
+        expected = legacy_ir.canonical_llvm_ir(old[1], 0)
+    except ScanWeaverError:  # (an LLVM built without this target may not know its intrinsics)
+        pytest.skip(f"this LLVM does not parse {machine}'s intrinsics")
+    assert legacy_ir.canonical_llvm_ir(fp_control_ir(machine), 0) == expected
+
+
 def test_openmp_parallel_loop():
     try:
         load_openmp_runtime()

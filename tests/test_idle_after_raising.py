@@ -62,3 +62,30 @@ def test_the_stages_kept_are_recorded_in_order():
     stages = [s.name for s in lower(_selective(), "cpu", keep_stages=True, cleanup=False, skip_idle=True).stages]
     assert stages[:2] == ["input", "scanweaver-raise"]
     assert not {"scan-pairs-to-complex", *COMPLEX} & set(stages)
+
+
+COLD_SELECTIVE = """
+import json, sys
+import numpy as np, scanweaver as sw
+rng = np.random.default_rng(0)
+u, dl = rng.standard_normal((1, 8, 64)).astype(np.float32), rng.uniform(0, .1, (1, 8, 64)).astype(np.float32)
+A = -rng.uniform(.5, 2, (8, 4)).astype(np.float32)
+B, C = rng.standard_normal((1, 4, 64)).astype(np.float32), rng.standard_normal((1, 4, 64)).astype(np.float32)
+y = sw.selective_scan(u, dl, A, B, C)
+print(json.dumps({"finite": bool(np.isfinite(y).all()), "complex": "xdsl.dialects.complex" in sys.modules}))
+"""
+
+
+def test_a_cold_real_selective_call_imports_no_complex_dialect(tmp_path):
+    """The raise and the lowering of a real kernel never touch complex ops: the complex
+    dialect's import (about 40 ms of a cold first call, `python -X importtime`) is left
+    to the kernels that have them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SCANWEAVER_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", COLD_SELECTIVE], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"finite": True, "complex": False}

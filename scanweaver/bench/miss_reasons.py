@@ -71,7 +71,7 @@ _RULES: list[tuple[str, str, str]] = [
      "oversubscribed machine (load above twice the CPUs: libgomp's spinning barriers then cost more), and "
      "its libomp workers sleep as soon as a region ends; see each row's policy above."),
     ("first_call_cold", "",
-     "A cold linear_scan runs its first call on the sequential loop written as LLVM IR text and JIT-compiled "
+     "A cold linear_scan runs its first call on the sequential loop built directly as LLVM IR and JIT-compiled "
      "(runtime/cpu_loop_tier.py: no xDSL, no MLIR tool; the tile kernel compiles in a child process once that "
      "call has returned); a cold selective_scan has no first tier: its first call builds the full kernel "
      "(xDSL, mlir-opt, mlir-translate, LLVM O3). A cold process also compiles every module it imports to "

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 from xdsl.builder import Builder
 from xdsl.dialects import arith, scf
-from xdsl.dialects import complex as cx
 from xdsl.dialects.builtin import ComplexType, FloatAttr, IntegerAttr, IntegerType
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.rewriter import InsertPoint
@@ -127,6 +126,14 @@ def leaves(t: Term) -> list[SSAValue]:
     return out
 
 
+def _complex_dialect():
+    """xDSL's complex dialect, imported where a complex form is emitted: a real
+    kernel's cold build does not pay its import (about 40 ms, `python -X importtime`)."""
+    from xdsl.dialects import complex as cx
+
+    return cx
+
+
 @dataclass
 class AffineForm:
     """`sum_k coefs[k] * h_k + const`; absent keys are ZERO."""
@@ -216,7 +223,8 @@ class Materializer:
             key = "c-0" if v == 0 and math.copysign(1.0, v) < 0 else v
             if key not in self._consts:
                 part = float(v)
-                op = cx.ConstantOp.from_floats((part, part if key == "c-0" else 0.0), self.type.element_type)
+                parts = (part, part if key == "c-0" else 0.0)
+                op = _complex_dialect().ConstantOp.from_floats(parts, self.type.element_type)
                 self._consts[key] = self.builder.insert(op).complex
             return self._consts[key]
         if v not in self._consts:
@@ -278,7 +286,7 @@ class Materializer:
         if kind == "neg":
             x = self.emit(t[1])
             if self.is_complex:
-                return b.insert(cx.NegOp(x)).result
+                return b.insert(_complex_dialect().NegOp(x)).result
             if ints:
                 return b.insert(arith.SubiOp(self._const(0), x)).result
             return b.insert(arith.NegfOp(x)).result
@@ -290,6 +298,7 @@ class Materializer:
             return self._emit_if(t, addend=False)
         x, y = self.emit(t[1]), self.emit(t[2])
         if self.is_complex:
+            cx = _complex_dialect()
             cop = {"add": cx.AddOp, "sub": cx.SubOp, "mul": cx.MulOp, "div": cx.DivOp}[kind]
             return b.insert(cop(x, y)).result
         op_type = {

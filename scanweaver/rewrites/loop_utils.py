@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 
 from xdsl.builder import Builder
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects import complex as complex_d
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BFloat16Type,
@@ -32,6 +31,8 @@ def const_index(b: Builder, value: int) -> SSAValue:
 
 def const_scalar(b: Builder, value: float | int, t: Attribute) -> SSAValue:
     if isinstance(t, ComplexType):  # value + 0i
+        from xdsl.dialects import complex as complex_d  # (here: its import is 40 ms of a real kernel's cold build)
+
         return b.insert(complex_d.ConstantOp.from_floats((float(value), 0.0), t.element_type)).complex
     attr = IntegerAttr(int(value), t) if isinstance(t, IntegerType) else FloatAttr(value, t)
     return b.insert(arith.ConstantOp(attr)).result
@@ -55,6 +56,8 @@ def mul_add(b: Builder, a: SSAValue, h: SSAValue, x: SSAValue) -> SSAValue:
     if isinstance(a.type, IntegerType):
         return b.insert(arith.AddiOp(b.insert(arith.MuliOp(a, h)).result, x)).result
     if isinstance(a.type, ComplexType):
+        from xdsl.dialects import complex as complex_d
+
         return b.insert(complex_d.AddOp(b.insert(complex_d.MulOp(a, h)).result, x)).result
     return b.insert(arith.AddfOp(b.insert(arith.MulfOp(a, h)).result, x)).result
 

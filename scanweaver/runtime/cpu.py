@@ -23,6 +23,7 @@ import glob
 import os
 import platform
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -235,8 +236,27 @@ def _result_value(value: Any, spec: Scalar) -> Any:
 # ------------------------------------------------------------------ native libraries
 
 
-@functools.cache
+#: `_init_llvm` runs on whichever thread needs LLVM first: the caller's, a tier's
+#: background build, or `cpu_native.target_machine_meanwhile` beside a build.
+_LLVM_INIT_LOCK = threading.Lock()
+
+
+def _new_init_lock() -> None:  # a forked child: the lock may have been held by a thread it does not have
+    global _LLVM_INIT_LOCK
+    _LLVM_INIT_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_init_lock)
+
+
 def _init_llvm() -> None:
+    with _LLVM_INIT_LOCK:  # (functools.cache alone may run it twice at once)
+        _init_llvm_once()
+
+
+@functools.cache
+def _init_llvm_once() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     # MCJIT resolves external symbols in the process; libm is normally there via
@@ -294,56 +314,47 @@ def load_openmp_runtime() -> str:
 
 # x86: MXCSR bit 15 = flush-to-zero, bit 6 = denormals-are-zero.
 # AArch64: FPCR bit 24 = FZ.
-_DENORMAL_HELPERS = {
-    "x86_64": (
-        0x8040,
-        """
-declare void @llvm.x86.sse.stmxcsr(ptr)
-declare void @llvm.x86.sse.ldmxcsr(ptr)
-define i64 @sw_get_fp_control() {
-  %p = alloca i32
-  call void @llvm.x86.sse.stmxcsr(ptr %p)
-  %v = load i32, ptr %p
-  %w = zext i32 %v to i64
-  ret i64 %w
-}
-define void @sw_set_fp_control(i64 %w) {
-  %p = alloca i32
-  %v = trunc i64 %w to i32
-  store i32 %v, ptr %p
-  call void @llvm.x86.sse.ldmxcsr(ptr %p)
-  ret void
-}
-""",
-    ),
-    "aarch64": (
-        1 << 24,
-        """
-declare i64 @llvm.aarch64.get.fpcr()
-declare void @llvm.aarch64.set.fpcr(i64)
-define i64 @sw_get_fp_control() {
-  %v = call i64 @llvm.aarch64.get.fpcr()
-  ret i64 %v
-}
-define void @sw_set_fp_control(i64 %v) {
-  call void @llvm.aarch64.set.fpcr(i64 %v)
-  ret void
-}
-""",
-    ),
-}
+_DENORMAL_BITS = {"x86_64": 0x8040, "aarch64": 1 << 24}
+
+
+def fp_control_ir(machine: str) -> str:
+    """LLVM IR of `i64 @sw_get_fp_control()` and `void @sw_set_fp_control(i64)`: the
+    floating-point control register of `machine` (x86_64: MXCSR through memory, 32
+    bits; aarch64: FPCR), read and written whole."""
+    from llvmlite import ir
+
+    i32, i64, void, ptr = ir.IntType(32), ir.IntType(64), ir.VoidType(), ir.PointerType()
+    module = ir.Module()
+    get = ir.IRBuilder(ir.Function(module, ir.FunctionType(i64, []), "sw_get_fp_control").append_basic_block("entry"))
+    put_fn = ir.Function(module, ir.FunctionType(void, [i64]), "sw_set_fp_control")
+    put = ir.IRBuilder(put_fn.append_basic_block("entry"))
+    if machine == "x86_64":
+        mxcsr = ir.FunctionType(void, [ptr])
+        store, load = (ir.Function(module, mxcsr, f"llvm.x86.sse.{op}mxcsr") for op in ("st", "ld"))
+        p = get.alloca(i32, name="p")
+        get.call(store, [p])
+        get.ret(get.zext(get.load(p, typ=i32, name="v"), i64, name="w"))
+        p = put.alloca(i32, name="p")
+        put.store(put.trunc(put_fn.args[0], i32, name="v"), p)
+        put.call(load, [p])
+    else:
+        read = ir.Function(module, ir.FunctionType(i64, []), "llvm.aarch64.get.fpcr")
+        write = ir.Function(module, ir.FunctionType(void, [i64]), "llvm.aarch64.set.fpcr")
+        get.ret(get.call(read, [], name="v"))
+        put.call(write, [put_fn.args[0]])
+    put.ret_void()
+    return str(module)
 
 
 @functools.cache
 def _fp_control() -> tuple[int, Callable[[], int], Callable[[int], None], Any]:
     machine = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
-    if machine not in _DENORMAL_HELPERS:
+    if machine not in _DENORMAL_BITS:
         raise BackendUnavailableError(f"flushing denormals is not implemented for {machine}")
-    bits, ir = _DENORMAL_HELPERS[machine]
-    program = CpuProgram(ir)
+    program = CpuProgram(fp_control_ir(machine))
     get = ctypes.CFUNCTYPE(ctypes.c_int64)(program.address("sw_get_fp_control"))
     put = ctypes.CFUNCTYPE(None, ctypes.c_int64)(program.address("sw_set_fp_control"))
-    return bits, get, put, program  # program kept alive with the functions
+    return _DENORMAL_BITS[machine], get, put, program  # program kept alive with the functions
 
 
 def set_flush_denormals(enable: bool = True) -> bool:

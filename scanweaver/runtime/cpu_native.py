@@ -79,8 +79,36 @@ class NativeProgram:
         return str(optimized_module(self._llvm_ir(), tm, self._opt_level))
 
 
-def shared_object(llvm_ir: str, opt_level: int) -> bytes:
-    """LLVM IR → O`opt_level` → position-independent object → `ld -shared` → bytes."""
+def target_machine_meanwhile(opt_level: int) -> Callable[[], object]:
+    """Start making the target machine of `shared_object` (llvmlite's import, LLVM's
+    initialisation: 20-45 ms cold, mostly in C, where the GIL is free) on a thread, while
+    this one builds the IR (xDSL's passes, then waiting for mlir-opt and mlir-translate);
+    the returned function waits for it.  (A failure there: made again here, to raise.)"""
+    import threading
+
+    from scanweaver.runtime.cpu import host_target_machine
+
+    made: list = []
+
+    def make() -> None:
+        try:
+            made.append(host_target_machine(opt_level, shared_object=True))
+        except Exception:  # raised again on this thread
+            pass
+
+    thread = threading.Thread(target=make, name="scanweaver-llvm-init", daemon=True)
+    thread.start()
+
+    def wait() -> object:
+        thread.join()
+        return made[0] if made else host_target_machine(opt_level, shared_object=True)
+
+    return wait
+
+
+def shared_object(llvm_ir: str, opt_level: int, target_machine: Callable[[], object] | None = None) -> bytes:
+    """LLVM IR → O`opt_level` → position-independent object → `ld -shared` → bytes.
+    target_machine: returns the target machine (`target_machine_meanwhile`)."""
     import subprocess
     import tempfile
 
@@ -90,7 +118,7 @@ def shared_object(llvm_ir: str, opt_level: int) -> bytes:
     linker = _linker()
     if linker is None:
         raise ToolFailedError("no linker (ld) on PATH to make a shared object")
-    tm = host_target_machine(opt_level, shared_object=True)
+    tm = target_machine() if target_machine is not None else host_target_machine(opt_level, shared_object=True)
     obj = tm.emit_object(optimized_module(llvm_ir, tm, opt_level))
     with tempfile.TemporaryDirectory(prefix="scanweaver-so-") as tmp:
         src, out = os.path.join(tmp, "code.o"), os.path.join(tmp, "code.so")
@@ -169,7 +197,8 @@ def native_program(key_text: str, llvm_ir: Callable[[], str], opt_level: int = 3
     built: list[ctypes.CDLL] = []
 
     def build() -> bytes:
-        payload = shared_object(ir(), opt_level)
+        tm = target_machine_meanwhile(opt_level) if not memo else None  # (the IR to build first: LLVM meanwhile)
+        payload = shared_object(ir(), opt_level, tm)
         try:
             built.append(_load(payload))
         except ValueError:  # e.g. a symbol no loaded library defines: remembered, so

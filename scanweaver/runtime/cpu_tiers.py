@@ -3,7 +3,7 @@ runs a quickly compiled first tier while the full build compiles in the backgrou
 
 The affine scan's full CPU build (the tile kernel: a few thousand ops through the xDSL
 passes, mlir-opt, LLVM O3) costs seconds cold.  Its first tier (`affine_loop_tier`) is
-the sequential loop written as LLVM IR text (`cpu_loop_tier.py`): no xDSL, no MLIR
+the sequential loop built as LLVM IR (`cpu_loop_tier.py`): no xDSL, no MLIR
 tool, not even the kernel's IR in this process (the child builds it, `FullIR`).  IR
 text of another kind can take the sequential-loop lowering of the same IR
 (`tiered_program`, `scanweaver-lower{target=loops}`).  For the real affine scans the
@@ -52,7 +52,6 @@ from scanweaver.runtime.cpu_native import NativeProgram, available, native_progr
 
 #: Set to "0" to compile the full build on the first call (no first tier).
 ENV_SWITCH = "SCANWEAVER_TIERED"
-_LLVM_SCALARS = {"index": "i64", "i64": "i64", "i32": "i32", "f32": "float", "f64": "double"}
 _SLOT = "sw_tier_target"
 _RETURNED = "sw_tier_returned"
 _BUILDING, _UPGRADED, _FAILED = 0, 1, 2  # TieredProgram._state
@@ -62,38 +61,55 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0" and available()
 
 
-def dispatch_ir(name: str, spec: Sequence[int | str]) -> str:
-    """LLVM IR of `void @name(...)` with the expanded memref convention of `spec` (as
-    `cpu_jit.Kernel`), forwarding its arguments to the function whose address is in
-    the global `@sw_tier_target`; after the call, the function in `@sw_tier_returned`
-    (when set) is taken out of it and called, so exactly once."""
-    params: list[str] = []
+def add_dispatch(module, name: str, spec: Sequence[int | str]) -> None:
+    """Add to `module` (an `llvmlite.ir.Module`) `void @name(...)` with the expanded
+    memref convention of `spec` (as `cpu_jit.Kernel`), forwarding its arguments to the
+    function whose address is in the global `@sw_tier_target`; after the call, the
+    function in `@sw_tier_returned` (when set) is taken out of it and called, so
+    exactly once."""
+    from llvmlite import ir
+
+    from scanweaver.runtime.cpu_loop_tier import memref_parameters
+
+    ptr, i64 = ir.PointerType(), ir.IntType(64)
+    scalars = {"index": i64, "i64": i64, "i32": ir.IntType(32), "f32": ir.FloatType(), "f64": ir.DoubleType()}
+    types, names = [], []
     for i, s in enumerate(spec):
-        if isinstance(s, int):
-            params += [f"ptr %m{i}a", f"ptr %m{i}b", f"i64 %m{i}o"]
-            params += [f"i64 %m{i}n{d}" for d in range(s)] + [f"i64 %m{i}s{d}" for d in range(s)]
-        else:
-            params.append(f"{_LLVM_SCALARS[s]} %x{i}")
-    args = ", ".join(params)
-    return (
-        f"@{_SLOT} = global ptr null, align 8\n"
-        f"@{_RETURNED} = global ptr null, align 8\n"
-        f"define void @{name}({args}) {{\n"
-        f"  %f = load atomic ptr, ptr @{_SLOT} acquire, align 8\n"
-        f"  call void %f({args})\n"
-        f"  %n = load atomic ptr, ptr @{_RETURNED} monotonic, align 8\n"
-        "  %none = icmp eq ptr %n, null\n"
-        "  br i1 %none, label %done, label %first\n"
-        "first:\n"
-        f"  %g = atomicrmw xchg ptr @{_RETURNED}, ptr null acq_rel, align 8\n"
-        "  %taken = icmp eq ptr %g, null\n"
-        "  br i1 %taken, label %done, label %notify\n"
-        "notify:\n"
-        "  call void %g()\n"
-        "  br label %done\n"
-        "done:\n"
-        "  ret void\n}\n"
-    )
+        memref = memref_parameters([f"m{i}"], [s]) if isinstance(s, int) else ([scalars[s]], [f"x{i}"])
+        types += memref[0]
+        names += memref[1]
+    signature = ir.FunctionType(ir.VoidType(), types)
+    slot, returned = (ir.GlobalVariable(module, ptr, symbol) for symbol in (_SLOT, _RETURNED))
+    for variable in (slot, returned):
+        variable.initializer, variable.align = ir.Constant(ptr, None), 8
+    fn = ir.Function(module, signature, name)
+    for value, label in zip(fn.args, names):
+        value.name = label
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    first, notify, done = (fn.append_basic_block(label) for label in ("first", "notify", "done"))
+    # (loaded as a pointer to the signature: the builder's calls need the callee's type;
+    # the text says `void (...)*`, which LLVM reads as `ptr`)
+    b.call(b.load_atomic(slot, "acquire", 8, name="f", typ=signature.as_pointer()), fn.args)
+    n = b.load_atomic(returned, "monotonic", 8, name="n", typ=ptr)
+    b.cbranch(b.icmp_unsigned("==", n, ir.Constant(ptr, None), name="none"), done, first)
+    b.position_at_end(first)
+    callback = ir.Constant(ir.FunctionType(ir.VoidType(), []).as_pointer(), None)  # (typed: as the call above)
+    g = b.atomic_rmw("xchg", returned, callback, "acq_rel", name="g")
+    b.cbranch(b.icmp_unsigned("==", g, callback, name="taken"), done, notify)
+    b.position_at_end(notify)
+    b.call(g, [])
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
+
+
+def dispatch_ir(name: str, spec: Sequence[int | str]) -> str:
+    """LLVM IR text of a module holding only `add_dispatch`'s function and globals."""
+    from llvmlite import ir
+
+    module = ir.Module()
+    add_dispatch(module, name, spec)
+    return str(module)
 
 
 def _lower_priority() -> None:
@@ -336,7 +352,6 @@ def affine_loop_tier(el: str, rank: int, init: bool, final: bool, reverse: bool)
     in the disk cache: then loaded by the caller)."""
     from scanweaver.errors import ToolFailedError
     from scanweaver.runtime.cpu_jit import Kernel, compiled_now
-    from scanweaver.runtime.cpu_loop_tier import LoopProgram, affine_loop_ir, affine_spec
 
     if not enabled():
         return None
@@ -344,10 +359,18 @@ def affine_loop_tier(el: str, rank: int, init: bool, final: bool, reverse: bool)
     text = full.text(cached_only=True)
     if text is not None and compiled_now(text):
         return None
+    # (only now: a warm process, which loads the full build, imports no IR builder)
+    from llvmlite import ir
+
+    from scanweaver.runtime.cpu_loop_tier import LoopProgram, add_affine_loop, affine_spec
+
     name, spec = "affine", affine_spec(rank, init, final)
     # The loop and the dispatch in one module (one LLVM run).
     try:
-        first = LoopProgram(affine_loop_ir(el, rank, init, final, reverse, name) + dispatch_ir(name, spec))
+        module = ir.Module()
+        add_affine_loop(module, el, rank, init, final, reverse, name)
+        add_dispatch(module, name, spec)
+        first = LoopProgram(str(module))
     except (ToolFailedError, RuntimeError):  # (a bug of this tier only): the full build, on this call
         return None
     program = TieredProgram(name, first, _LoopTier(first, name), text if text is not None else full)
@@ -372,5 +395,5 @@ class _LoopTier:
         return self.program.optimized_ir()
 
 
-__all__ = ["ENV_SWITCH", "FullIR", "TieredProgram", "affine_loop_tier", "build_from_stdin", "dispatch_ir", "enabled",
-           "tiered_program", "wait_all"]
+__all__ = ["ENV_SWITCH", "FullIR", "TieredProgram", "add_dispatch", "affine_loop_tier", "build_from_stdin",
+           "dispatch_ir", "enabled", "tiered_program", "wait_all"]
