@@ -1,7 +1,7 @@
-"""The fused polynomial exp's AVX-512 form (`SCALEF_MARK`: 2^k by `vscalefps`, NaN
-through the clamps): the fused form's bits at 4, 8 and 16 lanes over the whole range,
+"""The fused polynomial exp's AVX-512 form (`SCALEF_MARK`: 2^k by `vscalefps`, the
+reduced argument bounded by `vrangeps`): the fused form's bits at 4, 8 and 16 lanes over the whole range,
 subnormal results, overflow and special values included; the selective kernel takes
-it exactly when this CPU has AVX-512F and VL; other lane counts keep the fused form."""
+it exactly when this CPU has AVX-512F, VL and DQ; other lane counts keep the fused form."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from scanweaver.workloads.selective import selective_scan_tiled
 from scanweaver.workloads.specs import SelectiveScanSpec
 
 needs_scalef = pytest.mark.skipif(not cpu_selective_exp._host_has_scalef(),
-                                  reason="this CPU has no AVX-512F/VL (vscalefps)")
+                                  reason="this CPU has no AVX-512F/VL/DQ (vscalefps, vrangeps)")
 
 
 def _map_ir(lanes: int, marks: str) -> str:
@@ -51,9 +51,12 @@ def _inputs() -> np.ndarray:
     rng = np.random.default_rng(5)
     special = [0.0, -0.0, np.inf, -np.inf, np.nan, 89.0, 88.9, 89.5, 1e38, -1e38, 1e-30,
                88.72283935546875, 88.72283172607421875, -87.3, -103.9, -104.0, -104.5, -200.0,
-               -126 * np.log(2), -149 * np.log(2), 1.0, -1.0, 2.0, 10.0]
+               -126 * np.log(2), -149 * np.log(2), 1.0, -1.0, 2.0, 10.0,
+               -104.3, -104.33, -104.4, 104.0, 1e4, -1e4, 2.9e6, -2.9e6, -1e7, 1e7, -3e14, 3e14, -1e20, 1e20,
+               -3.4e38, 3.4e38, np.finfo(np.float32).max, -np.finfo(np.float32).max]
+    wide = rng.choice([-1.0, 1.0], 1 << 16) * 10.0 ** rng.uniform(-40, 38.5, 1 << 16)  # every magnitude
     x = np.concatenate([rng.uniform(-110, 92, 1 << 18), rng.uniform(-1, 1, 1 << 16),
-                        rng.uniform(-104, -87, 1 << 16), special])  # (-104, -87): subnormal results
+                        rng.uniform(-104, -87, 1 << 16), wide, special])  # (-104, -87): subnormal results
     return np.resize(x, -(-x.size // 16) * 16).astype(np.float32)
 
 

@@ -323,7 +323,7 @@ def selective_scan_tiled(spec: SelectiveScanSpec, scalef: bool = False) -> Modul
     `selective_scan_recurrence`'s CPU form, its exps (exp(delta*A), softplus's, silu's)
     marked for the polynomial's fused form, so the results are the bits of that form
     with the same marks; no (batch, L, N) copy of B or C is made.  `scalef`: the kernel
-    is for a CPU with AVX-512F and VL, and its exps take the fused form's scalef
+    is for a CPU with AVX-512F, VL and DQ, and its exps take the fused form's scalef
     variant (the same bits; `rewrites/exp_polynomial.py`)."""
     if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
         raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
