@@ -99,7 +99,7 @@ def test_vjp_text_expands_plain_loop_step_exps_fused(monkeypatch):
     assert any(isinstance(op, mathd.FmaOp) for op in module.walk())
 
 
-@pytest.mark.skipif(not scalef_exp(), reason="the scalef exp needs AVX-512F and VL (and SCANWEAVER_SCALEF_EXP != 0)")
+@pytest.mark.skipif(not scalef_exp(), reason="the scalef exp needs AVX-512F, VL and DQ (and SCANWEAVER_SCALEF_EXP != 0)")
 def test_scalef_and_fused_vjp_give_the_same_bits(monkeypatch):
     """The scalef form's claim (same bits as the fused form) holds through the VJP."""
     from scanweaver.runtime.cpu_scan import Kernel

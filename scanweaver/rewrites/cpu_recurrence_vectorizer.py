@@ -102,8 +102,15 @@ def _const_int(v: SSAValue) -> int | None:
 
 class _RecurrenceVectorizer:
     #: Whether the blocked loop reads time-vectorised values through `_step_buffers`
-    #: (else by a vector.extract per step; the same bits, tests compare the two).
-    STEP_BUFFERS = True
+    #: (else by a vector.extract per step; the same bits, tests compare the two).  Off:
+    #: the extracts (a permute per step and value, 3 more instructions per selective
+    #: step) ran the selective kernel 8-14% faster than the buffers' volatile loads
+    #: (thread CPU time, medians of 7-11 interleaved calls in one process, at
+    #: (2, 1536, 16, 1024) and (1, 256, 16, 2048) on one thread, (2, 768, 16, 2048) and
+    #: (2, 1536, 16, 1024) on two; load 5-6 on this 2-core machine).  A double-buffered
+    #: variant (each block's values stored one block ahead, plain or volatile loads) was
+    #: slower than either.
+    STEP_BUFFERS = False
     #: Whether each time block's prologue is computed one block ahead, in the previous
     #: iteration (software pipelining; the same ops and bits, tests compare the two).
     PIPELINED = True

@@ -37,8 +37,8 @@ scan.recurrence with a rank-1 static state `memref<N x f32|f64|i32|i64>` (the Ma
     is kept up to date every step.  Work that depends on time only (softplus of delta,
     silu(z), D*u: loads whose last index is the step) is vectorised over TIME_BLOCK = 16
     steps at a time, in a prologue of each block of unrolled steps, when it contains
-    math functions or divisions (the steps read these values from a small stack buffer
-    by volatile loads, which x86 folds into broadcast operands); each block's prologue
+    math functions or divisions (each step takes its element by a vector.extract; a
+    stack buffer read by volatile loads, `STEP_BUFFERS`, measured slower); each block's prologue
     runs in the iteration before it (software pipelining, the same bits), so its long
     dependency chains overlap the previous block's steps.  `math.exp` and `math.log1p` inside are marked
     (`scanweaver.poly_exp`) for the next stage, `math-exp-to-polynomial{marked_only}`,

@@ -1,8 +1,8 @@
 """Which form of exp(delta*A) the CPU selective kernel takes on this machine.
 
-With AVX-512F and AVX-512VL the kernel's fused polynomial exp applies 2^k with
-`vscalefps` (`SCALEF_MARK` in `rewrites/exp_polynomial.py`): the same bits, about a
-quarter fewer instructions per step.  The choice is an option of the kernel's builder,
+With AVX-512F, VL and DQ the kernel's fused polynomial exp applies 2^k with
+`vscalefps` and bounds its reduced argument with `vrangeps` (`SCALEF_MARK` in
+`rewrites/exp_polynomial.py`): the same bits, about a third fewer instructions per step.  The choice is an option of the kernel's builder,
 so it is part of the kernel's IR text and of every cache key made from it.
 
 Also here: `state_update_kernel`, the selective scan's state update h = exp(d*a)*h + x
@@ -26,13 +26,13 @@ ENV_SWITCH = "SCANWEAVER_SCALEF_EXP"
 
 @functools.cache
 def _host_has_scalef() -> bool:
-    """AVX-512F and AVX-512VL in this CPU's flags (/proc/cpuinfo, as LLVM sees them)."""
+    """AVX-512F, VL and DQ in this CPU's flags (/proc/cpuinfo, as LLVM sees them)."""
     info = host_cpu() or ""
     flags = set()
     for line in info.splitlines():
         if line.split(":", 1)[0].strip() == "flags":
             flags.update(line.split(":", 1)[1].split())
-    return {"avx512f", "avx512vl"} <= flags
+    return {"avx512f", "avx512vl", "avx512dq"} <= flags
 
 
 def scalef_exp() -> bool:

@@ -34,7 +34,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites.cpu_blocked_dot import BLOCKED_DOT_MARK
-from scanweaver.rewrites.exp_polynomial import FUSED_MARK, SCALEF_MARK
+from scanweaver.rewrites.exp_polynomial import FUSED_MARK, SCALEF_MARK, SOFTPLUS_LOG1P_MARK
 from scanweaver.workloads.loops import element_type
 from scanweaver.workloads.specs import SelectiveScanSpec
 from scanweaver.workloads.types import kernel_arguments, memref_of
@@ -249,6 +249,8 @@ def step_size(e: _Body, spec, v, k, b, d, i, bd, fused: bool = False, scalef: bo
         # softplus(x) = log1p(exp(x)), = x for x > 20 (as torch and Mamba do)
         ex = _mark_exp(e.op(mathd.ExpOp, dt, hint="ex"), fused, scalef)
         lp = e.op(mathd.Log1pOp, ex, hint="lp")
+        if fused:  # (the kernels whose exps are marked fused: the log1p of an exp, then a select)
+            lp.owner.attributes[SOFTPLUS_LOG1P_MARK] = UnitAttr()  # type: ignore[union-attr]
         big = _named(arith.CmpfOp(dt, k["twenty"], "ogt").result, "big")
         dt = _named(arith.SelectOp(big, dt, lp).result, "sp")
     return dt
@@ -323,7 +325,7 @@ def selective_scan_tiled(spec: SelectiveScanSpec, scalef: bool = False) -> Modul
     `selective_scan_recurrence`'s CPU form, its exps (exp(delta*A), softplus's, silu's)
     marked for the polynomial's fused form, so the results are the bits of that form
     with the same marks; no (batch, L, N) copy of B or C is made.  `scalef`: the kernel
-    is for a CPU with AVX-512F and VL, and its exps take the fused form's scalef
+    is for a CPU with AVX-512F, VL and DQ, and its exps take the fused form's scalef
     variant (the same bits; `rewrites/exp_polynomial.py`)."""
     if spec.b_kind not in BC_KINDS or spec.c_kind not in BC_KINDS:
         raise ValueError(f"B/C kinds must be among {BC_KINDS}, got {spec.b_kind!r}, {spec.c_kind!r}")
