@@ -193,9 +193,9 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
         # into parts, a row's per-thread work grows by the parts' aggregates, and that
         # cost about what the saved pass gained (ad hoc, 1x2^24: about 10 ms of per-thread
         # CPU time in parts against 9 ms here).
-        from scanweaver.runtime.cpu_chunk_blocks import block_scan_kernel, chunk_blocks_scan
+        from scanweaver.runtime.cpu_chunk_blocks import block_aggregate_kernel, block_scan_kernel, chunk_blocks_scan
 
-        kernels = (aggregate_kernel(el, reverse), block_scan_kernel(reverse), scan_kernel(el, 2, True, True, reverse))
+        kernels = (block_aggregate_kernel(reverse), block_scan_kernel(reverse), scan_kernel(el, 2, True, True, reverse))
         chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK, reverse)
         return
     lanes = _lanes(a.dtype)

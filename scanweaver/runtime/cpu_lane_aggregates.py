@@ -1,0 +1,220 @@
+"""The sub-chunk aggregates of the cache-blocked chunked scan (cpu_chunk_blocks.py)
+without the tiles' transposes: `@aggregate` with the chunk-aggregate kernel's
+arguments and outputs (wide mode: A = A_m * 2^E, E, B in f64), for blocks of exactly
+LANES sub-chunks per row.
+
+Lane j of every vector is sub-chunk j.  Each step of the loop reads eight consecutive
+f32 steps of every sub-chunk (one vector per sub-chunk, a contiguous load), widens them
+to f64, and combines them in a tree of shuffles: pairs of steps, then fours, so that
+after two levels the vectors hold the aggregates of steps [t, t+4) and [t+4, t+8) of
+every sub-chunk, one sub-chunk per lane.  Those two are applied to the lane's running
+(A, B) in time order (from the end when reversed).  The tile kernel instead transposes
+8x8 blocks of a and b and takes eight lane-wise steps, each a dependent multiply and
+add: here there is no transpose and a quarter of the chain.
+
+Numerics (README, Numerics: the chunk aggregates in f64): the same quantities in
+another association, every operation in f64.  The product of two f32 is exact in f64,
+the product of four a normal f64 (|a| < 2^128, nonzero |a| >= 2^-149) or zero, inf or
+NaN where an input is; B is combined with those true products of at most four steps,
+as the sequential aggregate multiplies by one step, so it never forms a product of a
+that the per-step form would not.  The running product is kept as a mantissa in
+[1, 2) times the fours' mantissas, its exponents summed in E (i64).  Where the inputs
+hold Inf/NaN or B overflows the result is not finite, and the driver scans that block
+sequentially (as before).
+"""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+from llvmlite import ir
+
+from scanweaver.runtime.cpu_jit import on_clear_cache
+
+#: Sub-chunks per block row: the lanes of a vector of f64.
+LANES = 8
+_NAME = "aggregate"
+
+_VOID, _I32, _I64 = ir.VoidType(), ir.IntType(32), ir.IntType(64)
+_F32, _F64, _PTR = ir.FloatType(), ir.DoubleType(), ir.PointerType()
+_VF, _VD, _VI = ir.VectorType(_F32, LANES), ir.VectorType(_F64, LANES), ir.VectorType(_I64, LANES)
+
+
+def _i64(v: int) -> ir.Constant:
+    return ir.Constant(_I64, v)
+
+
+def _splat(t: ir.VectorType, v) -> ir.Constant:
+    return ir.Constant(t, [v] * t.count)
+
+
+def _mask(idx) -> ir.Constant:
+    return ir.Constant(ir.VectorType(_I32, LANES), list(idx))
+
+
+_EVENS, _ODDS = _mask(range(0, 2 * LANES, 2)), _mask(range(1, 2 * LANES, 2))
+
+
+def _memref_params(prefix: str, rank: int) -> dict[str, ir.Type]:
+    names = ["alloc", "ptr", "off"] + [f"size{i}" for i in range(rank)] + [f"stride{i}" for i in range(rank)]
+    return {f"{prefix}_{n}": (_PTR if n in ("alloc", "ptr") else _I64) for n in names}
+
+
+def _declare(module: ir.Module) -> SimpleNamespace:
+    fma = ir.Function(module, ir.FunctionType(_VD, [_VD, _VD, _VD]), "llvm.fma.v8f64")
+    smin = ir.Function(module, ir.FunctionType(_VI, [_VI, _VI]), "llvm.smin.v8i64")
+    smax = ir.Function(module, ir.FunctionType(_VI, [_VI, _VI]), "llvm.smax.v8i64")
+    return SimpleNamespace(fma=fma, smin=smin, smax=smax)
+
+
+def _exponent_split(bld: ir.IRBuilder, f: SimpleNamespace, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(2^-k, k) per lane, k the unbiased exponent of x clamped to [-1023, 1022], as
+    cpu_aggregate_arith's: x * 2^-k is exact, in [1, 2) for normal x; 0 stays 0, inf
+    and NaN stay non-finite."""
+    bits = bld.bitcast(x, _VI)
+    field = bld.and_(bld.lshr(bits, _splat(_VI, 52)), _splat(_VI, 0x7FF))
+    k = bld.sub(field, _splat(_VI, 1023))
+    k = bld.call(f.smax, [bld.call(f.smin, [k, _splat(_VI, 1022)]), _splat(_VI, -1023)])
+    inv = bld.bitcast(bld.shl(bld.sub(_splat(_VI, 1023), k), _splat(_VI, 52)), _VD)
+    return inv, k
+
+
+def _combine(bld: ir.IRBuilder, f: SimpleNamespace, first: tuple, then: tuple) -> tuple[ir.Value, ir.Value]:
+    """(A, B) of `first` followed by `then` (lane-wise): (A1 A2, A2 B1 + B2)."""
+    return bld.fmul(first[0], then[0]), bld.call(f.fma, [then[0], first[1], then[1]])
+
+
+def _pair_level(bld: ir.IRBuilder, f: SimpleNamespace, lo: tuple, hi: tuple, reverse: bool) -> tuple:
+    """Adjacent lanes of (lo, hi) (a 16-lane sequence) combined: even lane with the odd
+    one after it in memory, in scan order.  Lane i of the result: lanes 2i, 2i + 1."""
+    ev = tuple(bld.shuffle_vector(x, y, _EVENS) for x, y in zip(lo, hi))
+    od = tuple(bld.shuffle_vector(x, y, _ODDS) for x, y in zip(lo, hi))
+    return _combine(bld, f, od, ev) if reverse else _combine(bld, f, ev, od)
+
+
+def _group_step(bld: ir.IRBuilder, f: SimpleNamespace, x: SimpleNamespace, t: ir.Value, acc: list, reverse: bool):
+    """Steps [t, t + 8) of every sub-chunk applied to the running (A_m, E, B)."""
+    pairs = []
+    for j in range(LANES):
+        off = bld.add(bld.mul(x.sub, _i64(j)), t)
+        loads = [bld.load(bld.gep(p, [off], source_etype=_F32), align=4, typ=_VF) for p in (x.pa, x.pb)]
+        pairs.append(tuple(bld.fpext(v, _VD) for v in loads))
+    # Two levels: pairs of steps, then fours; lanes [2q, 2q + 1] = sub-chunk q's fours.
+    twos = [_pair_level(bld, f, pairs[i], pairs[i + 1], reverse) for i in range(0, LANES, 2)]
+    fours = [_pair_level(bld, f, twos[i], twos[i + 1], reverse) for i in range(0, len(twos), 2)]
+    ev = tuple(bld.shuffle_vector(u, v, _EVENS) for u, v in zip(*fours))  # steps [t, t+4), lane = sub-chunk
+    od = tuple(bld.shuffle_vector(u, v, _ODDS) for u, v in zip(*fours))  # steps [t+4, t+8)
+    am, e, bacc = acc
+    for four in ((od, ev) if reverse else (ev, od)):
+        bacc = bld.call(f.fma, [four[0], bacc, four[1]])
+    # The running mantissa renormalised from its value here (off the B chain), times
+    # the fours' mantissas (in [1, 2) each: their product below 8).
+    parts = [_exponent_split(bld, f, v) for v in (am, ev[0], od[0])]
+    mant = bld.fmul(bld.fmul(ev[0], parts[1][0]), bld.fmul(od[0], parts[2][0]))
+    am = bld.fmul(bld.fmul(am, parts[0][0]), mant)
+    for _, k in parts:
+        e = bld.add(e, k)
+    return [am, e, bacc]
+
+
+def _single_step(bld: ir.IRBuilder, f: SimpleNamespace, x: SimpleNamespace, t: ir.Value, acc: list, reverse: bool):
+    """Step t of every sub-chunk (the steps past the last group of eight): a gather."""
+    vecs = []
+    for p in (x.pa, x.pb):
+        v = ir.Constant(_VF, None)
+        for j in range(LANES):
+            off = bld.add(bld.mul(x.sub, _i64(j)), t)
+            v = bld.insert_element(v, bld.load(bld.gep(p, [off], source_etype=_F32), typ=_F32), _I32(j))
+        vecs.append(bld.fpext(v, _VD))
+    am, e, bacc = acc
+    inv, k = _exponent_split(bld, f, vecs[0])
+    return [bld.fmul(am, bld.fmul(vecs[0], inv)), bld.add(e, k), bld.call(f.fma, [vecs[0], bacc, vecs[1]])]
+
+
+def _counted_loop(fn: ir.Function, bld: ir.IRBuilder, count: ir.Value, acc: list, body, name: str) -> list:
+    """`for i in range(count): acc = body(bld, i, acc)`; returns the final acc (bld at the exit)."""
+    pre = bld.block
+    head, loop, done = (fn.append_basic_block(f"{name}_{s}") for s in ("head", "body", "done"))
+    bld.branch(head)
+    bld.position_at_end(head)
+    i = bld.phi(_I64, name=f"{name}_i")
+    phis = [bld.phi(v.type) for v in acc]
+    bld.cbranch(bld.icmp_unsigned("<", i, count), loop, done)
+    bld.position_at_end(loop)
+    new = body(bld, i, list(phis))
+    i1 = bld.add(i, _i64(1))
+    end = bld.block
+    bld.branch(head)
+    i.add_incoming(_i64(0), pre)
+    i.add_incoming(i1, end)
+    for phi, v0, v1 in zip(phis, acc, new):
+        phi.add_incoming(v0, pre)
+        phi.add_incoming(v1, end)
+    bld.position_at_end(done)
+    return list(phis)
+
+
+def _row_aggregates(fn, bld, f, x, reverse: bool) -> list:
+    """The LANES aggregates of the row at x.pa, x.pb (sub-chunks x.Lc steps apart)."""
+    groups = bld.udiv(x.Lc, _i64(LANES))
+    main = bld.mul(groups, _i64(LANES))
+    rest = bld.sub(x.Lc, main)
+    acc = [_splat(_VD, 1.0), _splat(_VI, 0), _splat(_VD, 0.0)]
+
+    def group(b, i, a):
+        g = b.sub(b.sub(groups, _i64(1)), i) if reverse else i
+        return _group_step(b, f, x, b.mul(g, _i64(LANES)), a, reverse)
+
+    def single(b, i, a):
+        t = b.sub(b.sub(x.Lc, _i64(1)), i) if reverse else b.add(main, i)
+        return _single_step(b, f, x, t, a, reverse)
+
+    if reverse:  # the steps past the last group come first
+        acc = _counted_loop(fn, bld, rest, acc, single, "rest")
+        return _counted_loop(fn, bld, groups, acc, group, "groups")
+    acc = _counted_loop(fn, bld, groups, acc, group, "groups")
+    return _counted_loop(fn, bld, rest, acc, single, "rest")
+
+
+def aggregate_ir(reverse: bool) -> str:
+    """`void @aggregate(a, b, A, E, B)`: memrefs a, b (R, LANES, Lc) f32 (innermost
+    stride 1), A, E, B (R, LANES) f64, i64, f64 with innermost stride 1, in the
+    expanded MLIR convention (the chunk-aggregate kernel's signature)."""
+    module = ir.Module(name="lane_aggregate")
+    f = _declare(module)
+    params = {**_memref_params("a", 3), **_memref_params("b", 3)}
+    for out in "AEB":
+        params.update(_memref_params(out, 2))
+    fn = ir.Function(module, ir.FunctionType(_VOID, list(params.values())), _NAME)
+    args = SimpleNamespace(**{n: arg for arg, n in zip(fn.args, params)})
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    base = [bld.gep(getattr(args, f"{p}_ptr"), [getattr(args, f"{p}_off")], source_etype=t)
+            for p, t in (("a", _F32), ("b", _F32), ("A", _F64), ("E", _I64), ("B", _F64))]
+
+    def row(b, r, _acc):
+        pa, pb = (b.gep(base[i], [b.mul(r, getattr(args, f"{p}_stride0"))], source_etype=_F32)
+                  for i, p in ((0, "a"), (1, "b")))
+        x = SimpleNamespace(pa=pa, pb=pb, sub=args.a_stride1, Lc=args.a_size2)
+        res = _row_aggregates(fn, b, f, x, reverse)
+        for i, (p, v) in enumerate(zip("AEB", res)):
+            t = _I64 if p == "E" else _F64
+            q = b.gep(base[2 + i], [b.mul(r, getattr(args, f"{p}_stride0"))], source_etype=t)
+            b.store(v, q, align=8)
+        return []
+
+    _counted_loop(fn, bld, args.a_size0, [], row, "rows")
+    bld.ret_void()
+    return str(module)
+
+
+@functools.lru_cache(maxsize=None)
+def lane_aggregate_kernel(reverse: bool):
+    """The compiled `@aggregate` (a `Kernel` of ranks (3, 3, 2, 2, 2))."""
+    from scanweaver.runtime.cpu import CpuProgram
+    from scanweaver.runtime.cpu_jit import Kernel
+
+    return Kernel(CpuProgram(aggregate_ir(reverse)), _NAME, [3, 3, 2, 2, 2])
+
+
+on_clear_cache(lane_aggregate_kernel.cache_clear)
