@@ -53,7 +53,13 @@ def _mask(idx) -> ir.Constant:
     return ir.Constant(ir.VectorType(_I32, LANES), list(idx))
 
 
-_EVENS, _ODDS = _mask(range(0, 2 * LANES, 2)), _mask(range(1, 2 * LANES, 2))
+#: The tree's shuffles, as pairs (earlier steps, later steps) of masks over two vectors:
+#: first the even and odd f64 of every 128-bit block (unpcklpd / unpckhpd), then the even
+#: and odd 128-bit blocks (vshuff64x2).  Both take two sources and write a third, so no
+#: register copies (the even/odd lanes of the whole vector, vpermt2pd, overwrite a source:
+#: a copy per shuffle pair).  Lane layouts: see `_group_step`.
+_WITHIN_BLOCKS = (_mask([0, 8, 2, 10, 4, 12, 6, 14]), _mask([1, 9, 3, 11, 5, 13, 7, 15]))
+_OF_BLOCKS = (_mask([0, 1, 4, 5, 8, 9, 12, 13]), _mask([2, 3, 6, 7, 10, 11, 14, 15]))
 
 
 def _memref_params(prefix: str, rank: int) -> dict[str, ir.Type]:
@@ -85,12 +91,15 @@ def _combine(bld: ir.IRBuilder, f: SimpleNamespace, first: tuple, then: tuple) -
     return bld.fmul(first[0], then[0]), bld.call(f.fma, [then[0], first[1], then[1]])
 
 
-def _pair_level(bld: ir.IRBuilder, f: SimpleNamespace, lo: tuple, hi: tuple, reverse: bool) -> tuple:
-    """Adjacent lanes of (lo, hi) (a 16-lane sequence) combined: even lane with the odd
-    one after it in memory, in scan order.  Lane i of the result: lanes 2i, 2i + 1."""
-    ev = tuple(bld.shuffle_vector(x, y, _EVENS) for x, y in zip(lo, hi))
-    od = tuple(bld.shuffle_vector(x, y, _ODDS) for x, y in zip(lo, hi))
-    return _combine(bld, f, od, ev) if reverse else _combine(bld, f, ev, od)
+def _split(bld: ir.IRBuilder, u: tuple, v: tuple, masks: tuple) -> tuple[tuple, tuple]:
+    """((A, B) of the earlier steps, (A, B) of the later ones) picked from u and v."""
+    return tuple(tuple(bld.shuffle_vector(x, y, m) for x, y in zip(u, v)) for m in masks)
+
+
+def _pair_level(bld: ir.IRBuilder, f: SimpleNamespace, u: tuple, v: tuple, masks: tuple, reverse: bool) -> tuple:
+    """The earlier and later steps that `masks` pick from u and v combined, in scan order."""
+    early, late = _split(bld, u, v, masks)
+    return _combine(bld, f, late, early) if reverse else _combine(bld, f, early, late)
 
 
 def _group_step(bld: ir.IRBuilder, f: SimpleNamespace, x: SimpleNamespace, t: ir.Value, acc: list, reverse: bool):
@@ -100,11 +109,12 @@ def _group_step(bld: ir.IRBuilder, f: SimpleNamespace, x: SimpleNamespace, t: ir
         off = bld.add(bld.mul(x.sub, _i64(j)), t)
         loads = [bld.load(bld.gep(p, [off], source_etype=_F32), align=4, typ=_VF) for p in (x.pa, x.pb)]
         pairs.append(tuple(bld.fpext(v, _VD) for v in loads))
-    # Two levels: pairs of steps, then fours; lanes [2q, 2q + 1] = sub-chunk q's fours.
-    twos = [_pair_level(bld, f, pairs[i], pairs[i + 1], reverse) for i in range(0, LANES, 2)]
-    fours = [_pair_level(bld, f, twos[i], twos[i + 1], reverse) for i in range(0, len(twos), 2)]
-    ev = tuple(bld.shuffle_vector(u, v, _EVENS) for u, v in zip(*fours))  # steps [t, t+4), lane = sub-chunk
-    od = tuple(bld.shuffle_vector(u, v, _ODDS) for u, v in zip(*fours))  # steps [t+4, t+8)
+    # Sub-chunks x, y (vectors j, j + 1; lane = step): pairs of steps, lanes
+    # [x01 y01 x23 y23 x45 y45 x67 y67]; with z, w: fours, [x0-3 y0-3 x4-7 y4-7 z0-3 w0-3
+    # z4-7 w4-7]; then the first and the last four steps of sub-chunk j in lane j.
+    twos = [_pair_level(bld, f, pairs[i], pairs[i + 1], _WITHIN_BLOCKS, reverse) for i in range(0, LANES, 2)]
+    fours = [_pair_level(bld, f, twos[i], twos[i + 1], _OF_BLOCKS, reverse) for i in range(0, len(twos), 2)]
+    ev, od = _split(bld, fours[0], fours[1], _OF_BLOCKS)  # steps [t, t+4), [t+4, t+8)
     am, e, bacc = acc
     for four in ((od, ev) if reverse else (ev, od)):
         bacc = bld.call(f.fma, [four[0], bacc, four[1]])
