@@ -79,3 +79,32 @@ def test_nonfinite_inputs_give_nonfinite_lanes(reverse):
     bad = [~(np.isfinite(A) & np.isfinite(B)) for A, _, B in results]
     np.testing.assert_array_equal(bad[1], bad[0])
     assert bad[1].sum() == 5
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("L, lanes_used", [(32 * 40 + 13, True), (20 * 40, False)])
+def test_single_row_chunks_take_the_lane_kernel(monkeypatch, reverse, L, lanes_used):
+    # One f32 row on two threads: the two-pass chunks (not the blocked form), whose
+    # aggregates go to the lane kernel where every thread's part of the chunks is a
+    # whole number of lane vectors (32 chunks: two parts of 16), else to the tiles' (20).
+    from scanweaver.bench import numerics
+    from scanweaver.runtime import cpu_chunked, cpu_lane_aggregates
+    from scanweaver.runtime.cpu_scan import affine_scan_cpu
+
+    monkeypatch.setattr(cpu_chunked, "CHUNKED_TEST_MIN_CHUNK", 40)
+    used = []
+    real = cpu_lane_aggregates.lane_aggregate_kernel
+    monkeypatch.setattr(cpu_lane_aggregates, "lane_aggregate_kernel", lambda rev: used.append(rev) or real(rev))
+    rng = np.random.default_rng(L)
+    kinds = ["mixed"]
+    a, b, h0 = (np.stack([x]) if i < 2 else np.float32([x])
+                for i, x in enumerate(numerics._row(rng, kinds[0], L, np.dtype(np.float32), reverse)))
+    h, last = affine_scan_cpu(a, b, h0, reverse, True, variant="chunked", threads=2)
+    assert used == ([reverse] if lanes_used else [])
+    batch = numerics.Batch(np.dtype(np.float32), reverse, kinds, a, b, h0, None)
+    ref, mag = numerics.reference(batch)
+    seq = numerics.run_sequential(batch)
+    res = numerics.check_rows(h, seq, ref, mag, batch.dtype)
+    assert res["pass"].all(), (res["err_par"], res["err_seq"])
+    assert not np.array_equal(h, seq)  # chunked: reassociated
+    np.testing.assert_array_equal(last[0], h[0, 0] if reverse else h[0, -1])
