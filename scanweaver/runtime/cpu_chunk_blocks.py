@@ -325,20 +325,31 @@ def _task(fn, addrs: list[int], a: np.ndarray, b: np.ndarray, h: np.ndarray, car
     entering states, out: the last ones)."""
     R, L = a.shape
     assert all(x.flags.c_contiguous and x.shape == (R, L) for x in (a, b, h)), "the driver's rows are contiguous"
-    scratch = (np.empty(R, np.float32), np.empty(R * SUB_CHUNKS), np.empty(R * SUB_CHUNKS, np.int64),
-               np.empty(R * SUB_CHUNKS), np.empty(R * SUB_CHUNKS, np.float32))
-    args = addrs + [x.ctypes.data for x in (a, b, h)] + [R, L, T, carry.ctypes.data] + [x.ctypes.data for x in scratch]
-    args.append(int(reverse))
+    # One buffer for tmp (R f32), A, E, B (R*S f64, i64, f64) and st (R*S f32), the
+    # 8-byte ones first: fewer numpy calls per task (Python costs tens of us per call).
+    n = R * SUB_CHUNKS
+    scratch = np.empty(3 * n * 8 + n * 4 + R * 4, np.uint8)
+    base = _address(scratch)
+    A, E, B, st, tmp = (base + off for off in (0, 8 * n, 16 * n, 24 * n, 28 * n))
+    args = addrs + [_address(x) for x in (a, b, h)] + [R, L, T, _address(carry), tmp, A, E, B, st, int(reverse)]
     return functools.partial(_call, fn, args, a, b, h, carry, scratch)
+
+
+def _address(x: np.ndarray) -> int:
+    return x.__array_interface__["data"][0]
 
 
 def _call(fn, args, *keep) -> None:
     fn(*args)  # `keep`: the arrays behind the pointers, alive during the call
 
 
+@functools.lru_cache(maxsize=64)
 def _kernel_addresses(kernels) -> list[int]:
     kagg, kscan, kseq = kernels
     return [kagg.program.address("aggregate"), kscan.program.address("affine"), kseq.program.address("affine")]
+
+
+on_clear_cache(_kernel_addresses.cache_clear)
 
 
 def chunk_blocks_scan(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, h: np.ndarray,
@@ -351,7 +362,7 @@ def chunk_blocks_scan(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, h: np
     assert a.dtype == np.float32 and a.flags.c_contiguous and b.flags.c_contiguous and h.flags.c_contiguous
     C, L = a.shape
     _, fn = _driver()
-    addrs = _kernel_addresses(kernels)
+    addrs = list(_kernel_addresses(tuple(kernels)))
     carry = np.zeros(C, np.float32) if h0 is None else h0.astype(np.float32, copy=True)
     tasks = [_task(fn, addrs, a[lo:hi], b[lo:hi], h[lo:hi], carry[lo:hi], block_steps(hi - lo, L, min_chunk), reverse)
              for lo, hi in split_range(C, TASKS_PER_THREAD * threads)]
