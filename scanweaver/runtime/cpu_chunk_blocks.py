@@ -284,8 +284,9 @@ def block_aggregate_kernel(reverse: bool):
     """The blocks' sub-chunk aggregates (`@aggregate`, ranks (3, 3, 2, 2, 2), wide mode):
     cpu_lane_aggregates' kernel, one sub-chunk per lane, no transposes.  Measured here
     (one thread, thread CPU time, one call over 64 blocks of 8 x 8192 f32 steps, median
-    of 25 interleaved rounds, load 3 on 2 cores): 0.31 ns per step from L2 and 0.38
-    from memory, against 0.43 for the tiles' aggregate kernel (cpu_chunk_aggregates)."""
+    of 21-25 interleaved rounds, load 3-6 on 2 cores): 0.33 ns per step from L2 and
+    0.35-0.38 from memory, against 0.43-0.49 for the tiles' aggregate kernel
+    (cpu_chunk_aggregates), either way."""
     from scanweaver.runtime.cpu_lane_aggregates import LANES, lane_aggregate_kernel
 
     assert SUB_CHUNKS == LANES, "one sub-chunk per lane"

@@ -226,7 +226,7 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
     agg_dtype = a.dtype if mode == "exact" else np.dtype(np.float64)
     agg = [np.empty((C, K), np.int64 if name == "E" else agg_dtype) for name in AGGREGATE_MODES[mode]]
     parts = split_range(K, threads, lanes)
-    parallel_for(_aggregate_tasks(aggregate_kernel(el, reverse), av, bv, agg, parts, reverse), threads=threads)
+    parallel_for(_aggregate_tasks(lambda: aggregate_kernel(el, reverse), av, bv, agg, parts, reverse), threads=threads)
     # Phase 2: carries, chunk to chunk.
     starts = np.empty((C, K), a.dtype)
     order = range(K - 1, -1, -1) if reverse else range(K)
@@ -277,10 +277,12 @@ def _lanes_view(x: np.ndarray) -> np.ndarray | None:
     return v
 
 
-def _aggregate_tasks(kagg: Kernel, av, bv, agg: list[np.ndarray], parts, reverse: bool) -> list[Callable[[], None]]:
+def _aggregate_tasks(tiles: Callable[[], Kernel], av, bv, agg: list[np.ndarray], parts,
+                     reverse: bool) -> list[Callable[[], None]]:
     """Phase 1's calls, one per part of the chunks.  A single f32 row takes
     cpu_lane_aggregates' kernel (same outputs, its chunks eight to a vector: no
-    transposes), where every part is a whole number of vectors."""
+    transposes), where every part is a whole number of vectors; the others the tiles'
+    kernel (`tiles()`, built only then)."""
     if av.dtype == np.float32 and len(agg) == 3:
         from scanweaver.runtime.cpu_lane_aggregates import lane_aggregate_kernel
 
@@ -288,6 +290,7 @@ def _aggregate_tasks(kagg: Kernel, av, bv, agg: list[np.ndarray], parts, reverse
         if all(v is not None for vs in views for v in vs):
             klane = lane_aggregate_kernel(reverse)
             return [klane.bind(*vs) for vs in views]
+    kagg = tiles()
     return [kagg.bind(av[:, lo:hi], bv[:, lo:hi], *(x[:, lo:hi] for x in agg)) for lo, hi in parts]
 
 
