@@ -11,7 +11,7 @@ import pytest
 
 from scanweaver.bench import numerics
 from scanweaver.runtime import cpu_chunk_blocks, cpu_chunked
-from scanweaver.runtime.cpu_scan import _affine_kernel, _aggregate_kernel, affine_scan_cpu
+from scanweaver.runtime.cpu_scan import _affine_kernel, affine_scan_cpu
 
 MIN_CHUNK = 32  # sub-chunks of 32 steps: blocks of 256
 
@@ -25,7 +25,7 @@ def small_chunks():
 
 
 def _kernels():
-    return (_aggregate_kernel("f32", False), _affine_kernel("f32", 3, True, False, False),
+    return (cpu_chunk_blocks.block_aggregate_kernel(False), _affine_kernel("f32", 3, True, False, False),
             _affine_kernel("f32", 2, True, True, False))
 
 

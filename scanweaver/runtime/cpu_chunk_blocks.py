@@ -4,8 +4,9 @@
 `chunked` (cpu_chunked.py) reads every row twice from memory: all chunk aggregates
 first, then every chunk again to scan it.  Here each thread walks its own rows in
 blocks of T steps small enough to stay in its core's L2 cache, and per block:
-  1. the aggregates of its S sub-chunks (the chunk-aggregate kernel: f64, the product
-     renormalised, exactly as in `chunked`), read from memory;
+  1. the aggregates of its S sub-chunks (`block_aggregate_kernel`: f64, the product
+     renormalised, as in `chunked`, but one sub-chunk per vector lane and eight steps
+     combined in a tree, cpu_lane_aggregates.py), read from memory;
   2. the carries sub-chunk to sub-chunk in f64 (`A * c * 2^E + B`, as
      `_carries_if_finite`), each rounded to f32 as a sub-chunk's start;
   3. the sub-chunks scanned from their starts (the loop's own arithmetic), read again
@@ -37,6 +38,9 @@ from scanweaver.runtime.cpu_jit import on_clear_cache
 from scanweaver.runtime.cpu_parallel import parallel_for, split_range
 
 #: Sub-chunks per block (the lanes of the tiles: with R rows, R*S (row, sub-chunk) pairs).
+#: The rescan of one row's block is not bound by its one chain of eight lanes: measured
+#: here (one thread, thread CPU time, 64 rescans of one 2^16-step block from L2, load
+#: 3.7) 16 and 32 sub-chunks took 4-5% and 12-18% longer than 8.
 SUB_CHUNKS = 8
 #: Bytes of a and b per block and thread: the block's a, b and h stay in a 2 MiB L2.
 BLOCK_BYTES = 1 << 20
@@ -276,6 +280,19 @@ def _driver():
 on_clear_cache(_driver.cache_clear)
 
 
+def block_aggregate_kernel(reverse: bool):
+    """The blocks' sub-chunk aggregates (`@aggregate`, ranks (3, 3, 2, 2, 2), wide mode):
+    cpu_lane_aggregates' kernel, one sub-chunk per lane, no transposes.  Measured here
+    (one thread, thread CPU time, one call over 64 blocks of 8 x 8192 f32 steps, median
+    of 21-25 interleaved rounds, load 3-6 on 2 cores): 0.33 ns per step from L2 and
+    0.35-0.38 from memory, against 0.43-0.49 for the tiles' aggregate kernel
+    (cpu_chunk_aggregates), either way."""
+    from scanweaver.runtime.cpu_lane_aggregates import LANES, lane_aggregate_kernel
+
+    assert SUB_CHUNKS == LANES, "one sub-chunk per lane"
+    return lane_aggregate_kernel(reverse)
+
+
 @functools.lru_cache(maxsize=None)
 def block_scan_kernel(reverse: bool):
     """The f32 rescan from starts (`build_block_scan`: the tiles of `scan.affine`, h
@@ -312,20 +329,31 @@ def _task(fn, addrs: list[int], a: np.ndarray, b: np.ndarray, h: np.ndarray, car
     entering states, out: the last ones)."""
     R, L = a.shape
     assert all(x.flags.c_contiguous and x.shape == (R, L) for x in (a, b, h)), "the driver's rows are contiguous"
-    scratch = (np.empty(R, np.float32), np.empty(R * SUB_CHUNKS), np.empty(R * SUB_CHUNKS, np.int64),
-               np.empty(R * SUB_CHUNKS), np.empty(R * SUB_CHUNKS, np.float32))
-    args = addrs + [x.ctypes.data for x in (a, b, h)] + [R, L, T, carry.ctypes.data] + [x.ctypes.data for x in scratch]
-    args.append(int(reverse))
+    # One buffer for tmp (R f32), A, E, B (R*S f64, i64, f64) and st (R*S f32), the
+    # 8-byte ones first: fewer numpy calls per task (Python costs tens of us per call).
+    n = R * SUB_CHUNKS
+    scratch = np.empty(3 * n * 8 + n * 4 + R * 4, np.uint8)
+    base = _address(scratch)
+    A, E, B, st, tmp = (base + off for off in (0, 8 * n, 16 * n, 24 * n, 28 * n))
+    args = addrs + [_address(x) for x in (a, b, h)] + [R, L, T, _address(carry), tmp, A, E, B, st, int(reverse)]
     return functools.partial(_call, fn, args, a, b, h, carry, scratch)
+
+
+def _address(x: np.ndarray) -> int:
+    return x.__array_interface__["data"][0]
 
 
 def _call(fn, args, *keep) -> None:
     fn(*args)  # `keep`: the arrays behind the pointers, alive during the call
 
 
+@functools.lru_cache(maxsize=64)
 def _kernel_addresses(kernels) -> list[int]:
     kagg, kscan, kseq = kernels
     return [kagg.program.address("aggregate"), kscan.program.address("affine"), kseq.program.address("affine")]
+
+
+on_clear_cache(_kernel_addresses.cache_clear)
 
 
 def chunk_blocks_scan(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, h: np.ndarray,
@@ -338,7 +366,7 @@ def chunk_blocks_scan(a: np.ndarray, b: np.ndarray, h0: np.ndarray | None, h: np
     assert a.dtype == np.float32 and a.flags.c_contiguous and b.flags.c_contiguous and h.flags.c_contiguous
     C, L = a.shape
     _, fn = _driver()
-    addrs = _kernel_addresses(kernels)
+    addrs = list(_kernel_addresses(tuple(kernels)))
     carry = np.zeros(C, np.float32) if h0 is None else h0.astype(np.float32, copy=True)
     tasks = [_task(fn, addrs, a[lo:hi], b[lo:hi], h[lo:hi], carry[lo:hi], block_steps(hi - lo, L, min_chunk), reverse)
              for lo, hi in split_range(C, TASKS_PER_THREAD * threads)]

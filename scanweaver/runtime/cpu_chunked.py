@@ -193,9 +193,9 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
         # into parts, a row's per-thread work grows by the parts' aggregates, and that
         # cost about what the saved pass gained (ad hoc, 1x2^24: about 10 ms of per-thread
         # CPU time in parts against 9 ms here).
-        from scanweaver.runtime.cpu_chunk_blocks import block_scan_kernel, chunk_blocks_scan
+        from scanweaver.runtime.cpu_chunk_blocks import block_aggregate_kernel, block_scan_kernel, chunk_blocks_scan
 
-        kernels = (aggregate_kernel(el, reverse), block_scan_kernel(reverse), scan_kernel(el, 2, True, True, reverse))
+        kernels = (block_aggregate_kernel(reverse), block_scan_kernel(reverse), scan_kernel(el, 2, True, True, reverse))
         chunk_blocks_scan(a, b, h0, h, final, threads, kernels, CHUNKED_TEST_MIN_CHUNK, reverse)
         return
     lanes = _lanes(a.dtype)
@@ -225,10 +225,8 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
     mode = aggregate_mode({"f32": f32, "f64": f64, "i32": i32, "i64": i64}[el])
     agg_dtype = a.dtype if mode == "exact" else np.dtype(np.float64)
     agg = [np.empty((C, K), np.int64 if name == "E" else agg_dtype) for name in AGGREGATE_MODES[mode]]
-    kagg = aggregate_kernel(el, reverse)
     parts = split_range(K, threads, lanes)
-    parallel_for([kagg.bind(av[:, lo:hi], bv[:, lo:hi], *(x[:, lo:hi] for x in agg)) for lo, hi in parts],
-                 threads=threads)
+    parallel_for(_aggregate_tasks(lambda: aggregate_kernel(el, reverse), av, bv, agg, parts, reverse), threads=threads)
     # Phase 2: carries, chunk to chunk.
     starts = np.empty((C, K), a.dtype)
     order = range(K - 1, -1, -1) if reverse else range(K)
@@ -263,6 +261,37 @@ def _chunked(a, b, h0, h, final, reverse: bool, threads: int, el: str,
     parallel_for(tasks, threads=threads)
     if final is not None:  # the state h ends with (the carry past the last chunk is its f64 value, rounded once)
         final[...] = h[:, 0] if reverse else h[:, -1]
+
+
+def _lanes_view(x: np.ndarray) -> np.ndarray | None:
+    """x (one row: (1, n, ...)) as (n / LANES, LANES, ...) without a copy, or None."""
+    from scanweaver.runtime.cpu_lane_aggregates import LANES
+
+    if x.shape[0] != 1 or x.shape[1] % LANES:
+        return None
+    v = x[0].view()
+    try:
+        v.shape = (x.shape[1] // LANES, LANES) + x.shape[2:]  # raises where it would copy
+    except AttributeError:
+        return None
+    return v
+
+
+def _aggregate_tasks(tiles: Callable[[], Kernel], av, bv, agg: list[np.ndarray], parts,
+                     reverse: bool) -> list[Callable[[], None]]:
+    """Phase 1's calls, one per part of the chunks.  A single f32 row takes
+    cpu_lane_aggregates' kernel (same outputs, its chunks eight to a vector: no
+    transposes), where every part is a whole number of vectors; the others the tiles'
+    kernel (`tiles()`, built only then)."""
+    if av.dtype == np.float32 and len(agg) == 3:
+        from scanweaver.runtime.cpu_lane_aggregates import lane_aggregate_kernel
+
+        views = [[_lanes_view(x[:, lo:hi]) for x in (av, bv, *agg)] for lo, hi in parts]
+        if all(v is not None for vs in views for v in vs):
+            klane = lane_aggregate_kernel(reverse)
+            return [klane.bind(*vs) for vs in views]
+    kagg = tiles()
+    return [kagg.bind(av[:, lo:hi], bv[:, lo:hi], *(x[:, lo:hi] for x in agg)) for lo, hi in parts]
 
 
 def _runs_without(done: np.ndarray, parts: list[tuple[int, int]]) -> list[tuple[int, int]]:
