@@ -10,10 +10,12 @@ scan.affine, time axis innermost (`(..., C, L)`, the usual row-major layout)
     Channels go in groups of G lanes (G = 256 bits / element width: 8 for f32/i32,
     4 for f64/i64).  Each time loop iteration loads a tile of G rows x T = 2G columns
     (64 bytes per row: one cache line), transposes it in registers with
-    `vector.shuffle` (the classic unpack/shuffle/permute network), runs T steps of
+    `vector.shuffle` (the classic unpack/shuffle/permute network; in the unmasked loop
+    the loads pair half rows across the 128-bit lanes, leaving in-lane shuffles only
+    for a and b), runs T steps of
     `h = a*h + b` on vector<G> (G chains in the lanes), transposes the states back and
     stores the rows.  Long rows are *skewed*: lane g works on time block k - s*g at
-    iteration k (s = 2 by default), so that the G rows of a tile do not all hit the same
+    iteration k (s = SKEW_BLOCKS = 1 by default), so that the G rows of a tile do not all hit the same
     cache set when the row length is a power of two (without the skew, 4 KiB-strided
     rows thrash L1 and alias in the store buffer: measured 2x slower).  The skewed edges, the time
     remainder (L mod T) and a partial channel group run a masked variant of the same
