@@ -252,12 +252,10 @@ def _tile_body(
         col = bb.mul(blk, bb.idx(T))
         cols.append(col)
         row_masks = []
-        if masked:
+        if masked:  # rows loaded under masks (the unmasked loop: `_lane_paired_columns`)
             n = bb.select(valid, bb.min(bb.sub(tl.L, col), bb.idx(T)), zero_i)
-        for q in range(Q):
-            cq = bb.add(col, bb.idx(q * G)) if q else col
-            index = [*tl.outer, rows[g], cq]
-            if masked:
+            for q in range(Q):
+                index = [*tl.outer, rows[g], bb.add(col, bb.idx(q * G)) if q else col]
                 nq = bb.min(bb.max(bb.sub(n, bb.idx(q * G)) if q else n, zero_i), bb.idx(G))
                 mq = bb.ins(vector.CreateMaskOp([nq], mask_t))
                 row_masks.append(mq)
