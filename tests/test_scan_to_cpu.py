@@ -124,7 +124,7 @@ def test_long_rows_match_sequential_lowering():
     ScanToLoops().apply(make_context(), module)
     slow = cpu_scan.Kernel(CpuProgram(lower_to_llvm_ir(print_ir(module))), "affine", [2, 2, 1, 2, 1])
     rng = np.random.default_rng(6)
-    for shape in ((19, 2100), (8, 4096), (11, 700)):  # skew 2, 2, 1
+    for shape in ((19, 2100), (8, 4096), (11, 700)):  # skew SKEW_BLOCKS, SKEW_BLOCKS, 1
         a, b = inputs(rng, shape, np.float32)
         h0 = inputs(rng, shape[:1], np.float32)[1]
         got = [np.empty(shape, np.float32), np.empty(shape[0], np.float32)]
@@ -509,7 +509,7 @@ def test_openmp_variant_equals_single(dtype):
                 np.testing.assert_array_equal(got, base)
 
 
-def _tiled_kernel(text: str, spec, nontemporal: bool, parallel: bool) -> cpu_scan.Kernel:
+def _tiled_kernel(text: str, spec, nontemporal: bool, parallel: bool, **options) -> cpu_scan.Kernel:
     """The CPU pipeline with chosen scan-to-cpu options, compiled without the disk cache
     (tests below change NONTEMPORAL_MIN_BYTES, which the cache key does not see)."""
     from dataclasses import replace
@@ -520,12 +520,33 @@ def _tiled_kernel(text: str, spec, nontemporal: bool, parallel: bool) -> cpu_sca
     ctx = make_context()
     for stage in stages_for("cpu"):
         if isinstance(stage, ScanToCpu):
-            stage = replace(stage, nontemporal=nontemporal, parallel_channels=parallel)
+            stage = replace(stage, nontemporal=nontemporal, parallel_channels=parallel, **options)
         stage.apply(ctx, module)
     module.verify()
     emit_c_interface(module)
     program = CpuProgram(lower_to_llvm_ir(print_ir(module), openmp=parallel), openmp=parallel)
     return cpu_scan.Kernel(program, "affine", spec)
+
+
+@pytest.mark.parametrize("skew", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_other_skews_bit_exact(skew, dtype):
+    """Skews other than the default (the `skew` option): the same bits as the default."""
+    el = EL[dtype]
+    text = cpu_scan.affine_ir(el, 2, True, True, False)
+    spec = [2, 2, 1, 2, 1]
+    default = _tiled_kernel(text, spec, False, False)
+    other = _tiled_kernel(text, spec, False, False, skew=skew)
+    rng = np.random.default_rng(skew)
+    for shape in ((19, 2100), (8, 4096), (11, 700), (21, 1000)):  # long, long, medium, medium
+        a, b = inputs(rng, shape, dtype)
+        h0 = inputs(rng, shape[:1], dtype)[1]
+        got = [np.empty(shape, dtype), np.empty(shape[0], dtype)]
+        want = [np.empty(shape, dtype), np.empty(shape[0], dtype)]
+        other(a, b, h0, *got)
+        default(a, b, h0, *want)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])

@@ -26,7 +26,11 @@ func.func @tiles(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %h0: memref<?xf32>, %
 // The steady loop: plain loads and stores, software prefetch for long rows.
 // CHECK:         scf.if
 // CHECK:         "memref.prefetch"(%a, %{{.*}}, %{{.*}})
-// CHECK:         vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<8xf32>
+// Its loads: half vectors paired across the two 128-bit lanes (rows g and g+4), so the
+// transpose needs only in-lane shuffles.
+// CHECK:         %[[LO:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<4xf32>
+// CHECK-NEXT:    %[[HI:.*]] = vector.load %a[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<4xf32>
+// CHECK-NEXT:    vector.shuffle %[[LO]], %[[HI]] [0, 1, 2, 3, 4, 5, 6, 7] : vector<4xf32>, vector<4xf32>
 // CHECK:         vector.store %{{.*}}, %h[%{{.*}}, %{{.*}}] : memref<?x?xf32>, vector<8xf32>
 // CHECK:         vector.store %{{.*}}, %hT[%{{.*}}] : memref<?xf32>, vector<8xf32>
 // CHECK-NOT:     math.fma

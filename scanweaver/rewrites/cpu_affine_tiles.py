@@ -22,6 +22,8 @@ from scanweaver.rewrites.cpu_vector_builders import (
     _mul,
     _neutral,
     _step,
+    load_lane_pairs,
+    transpose_lane_tiles,
     transpose_rows,
 )
 from scanweaver.rewrites.loop_utils import dim_sizes, for_loop, loop_nest
@@ -193,6 +195,28 @@ def _tile_rows(bb: _B, tl: _Tiles) -> tuple[list[SSAValue], list[SSAValue | None
     return rows, valid
 
 
+def _lane_paired_columns(b: Builder, tl: _Tiles, ref: SSAValue, rows, cols, q: int, p: int) -> list[SSAValue]:
+    """The G columns of sub-tile q of chain p (one per time step, lane g = row p*G + g)
+    of the full blocks at `cols`, transposed with half-vector loads paired across the
+    two 128-bit lanes (`load_lane_pairs`) and in-lane shuffles only.
+
+    The transpose of a whole tile of rows (`transpose_rows`) spends a third of its
+    shuffles crossing lanes, all on port 5, the port the steps' adds and the other
+    shuffles also need.  Same values, same columns: the same bits."""
+    bb = _B(b)
+    G, half = tl.G, tl.G // 2
+    columns: list[SSAValue] = []
+    for part in range(2):  # steps q*G .. +half, then the next half
+        step0 = q * G + part * half
+        pairs = []
+        for i in range(half):
+            lo, hi = p * G + i, p * G + i + half
+            at = [[*tl.outer, rows[g], bb.add(cols[g], bb.idx(step0)) if step0 else cols[g]] for g in (lo, hi)]
+            pairs.append(load_lane_pairs(b, ref, at[0], at[1], tl.vt))
+        columns += transpose_lane_tiles(b, pairs, tl.vt)
+    return columns
+
+
 def _tile_body(
     b: Builder, tl: _Tiles, k: SSAValue, hs: list[SSAValue], masked: bool, rows, row_valid, shifts
 ) -> list[SSAValue]:
@@ -228,20 +252,15 @@ def _tile_body(
         col = bb.mul(blk, bb.idx(T))
         cols.append(col)
         row_masks = []
-        if masked:
+        if masked:  # rows loaded under masks (the unmasked loop: `_lane_paired_columns`)
             n = bb.select(valid, bb.min(bb.sub(tl.L, col), bb.idx(T)), zero_i)
-        for q in range(Q):
-            cq = bb.add(col, bb.idx(q * G)) if q else col
-            index = [*tl.outer, rows[g], cq]
-            if masked:
+            for q in range(Q):
+                index = [*tl.outer, rows[g], bb.add(col, bb.idx(q * G)) if q else col]
                 nq = bb.min(bb.max(bb.sub(n, bb.idx(q * G)) if q else n, zero_i), bb.idx(G))
                 mq = bb.ins(vector.CreateMaskOp([nq], mask_t))
                 row_masks.append(mq)
                 a_rows[q].append(bb.ins(vector.MaskedLoadOp(op.a, index, mq, ones_v)))
                 b_rows[q].append(bb.ins(vector.MaskedLoadOp(op.b, index, mq, negz_v)))
-            else:
-                a_rows[q].append(bb.ins(vector.LoadOp(op.a, index, vt)))
-                b_rows[q].append(bb.ins(vector.LoadOp(op.b, index, vt)))
         masks.append(row_masks)
         if tl.prefetch and not masked:
             # Software prefetch of this row `prefetch` blocks ahead (clamped into the row
@@ -253,20 +272,24 @@ def _tile_body(
                 _prefetch(b, ref, [*tl.outer, rows[g], ahead])
             if tl.prefetch_h and not tl.aggregate:
                 _prefetch(b, op.h, [*tl.outer, rows[g], ahead], write=True)
+
+    def columns(ref: SSAValue, row_vs: list[list[SSAValue]], q: int, p: int) -> list[SSAValue]:
+        if masked:
+            return transpose_rows(b, row_vs[q][p * G : (p + 1) * G], vt)
+        return _lane_paired_columns(b, tl, ref, rows, cols, q, p)
+
     # Time steps: sub-tile q holds steps q*G .. q*G+G-1 of the block, one per column.
     order = range(Q - 1, -1, -1) if tl.reverse else range(Q)
     h_cols: dict[int, list[SSAValue]] = {}  # per q: the h vector of each lane's row
     for q in order:
         if tl.aggregate:
-            a_t = transpose_rows(b, a_rows[q], vt)
-            b_t = transpose_rows(b, b_rows[q], vt)
+            a_t, b_t = columns(op.a, a_rows, q, 0), columns(op.b, b_rows, q, 0)
             steps = range(G - 1, -1, -1) if tl.reverse else range(G)
             hs = _aggregate_block(b, tl.agg_mode, [a_t[j] for j in steps], [b_t[j] for j in steps], hs)
             continue
         h_cols[q] = []
         for p in range(tl.chains):
-            a_t = transpose_rows(b, a_rows[q][p * G : (p + 1) * G], vt)
-            b_t = transpose_rows(b, b_rows[q][p * G : (p + 1) * G], vt)
+            a_t, b_t = columns(op.a, a_rows, q, p), columns(op.b, b_rows, q, p)
             steps = list(range(G - 1, -1, -1) if tl.reverse else range(G))
             hs[p], states = _block_steps(b, a_t, b_t, hs[p], steps, isinstance(el, IntegerType))
             h_cols[q] += transpose_rows(b, states, vt)

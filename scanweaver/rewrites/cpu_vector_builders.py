@@ -102,22 +102,11 @@ def transpose_rows(b: Builder, rows: Sequence[SSAValue], vt: VectorType) -> list
     if n == 1:
         return list(rows)
     if n == 8:
-        u0, u1 = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
-        s0, s1 = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+        s = transpose_lane_tiles(b, rows, vt)
         p0, p1 = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
-        t: list[SSAValue] = []
-        for i in range(0, 8, 2):
-            t += [sh(rows[i], rows[i + 1], u0), sh(rows[i], rows[i + 1], u1)]
-        s: list[SSAValue] = [rows[0]] * 8
-        for i in (0, 4):
-            s[i + 0] = sh(t[i], t[i + 2], s0)
-            s[i + 1] = sh(t[i], t[i + 2], s1)
-            s[i + 2] = sh(t[i + 1], t[i + 3], s0)
-            s[i + 3] = sh(t[i + 1], t[i + 3], s1)
         return [sh(s[i], s[i + 4], p0) for i in range(4)] + [sh(s[i], s[i + 4], p1) for i in range(4)]
     if n == 4:
-        t0, t1 = sh(rows[0], rows[1], [0, 4, 2, 6]), sh(rows[0], rows[1], [1, 5, 3, 7])
-        t2, t3 = sh(rows[2], rows[3], [0, 4, 2, 6]), sh(rows[2], rows[3], [1, 5, 3, 7])
+        t0, t1, t2, t3 = transpose_lane_tiles(b, rows, vt)
         p0, p1 = [0, 1, 4, 5], [2, 3, 6, 7]
         return [sh(t0, t2, p0), sh(t1, t3, p0), sh(t0, t2, p1), sh(t1, t3, p1)]
     assert n & (n - 1) == 0, "lanes must be a power of two"
@@ -130,6 +119,49 @@ def transpose_rows(b: Builder, rows: Sequence[SSAValue], vt: VectorType) -> list
             out += [sh(vs[k], vs[k + n // 2], lo), sh(vs[k], vs[k + n // 2], hi)]
         vs = out
     return vs
+
+
+def transpose_lane_tiles(b: Builder, vs: Sequence[SSAValue], vt: VectorType) -> list[SSAValue]:
+    """Transpose, in each 128-bit lane on its own, the k x k tiles held by every k vectors
+    of `vt` (k = the lane's elements: 4 for 32-bit, 2 for 64-bit), with in-lane
+    shuffles only (unpack and shufps, which also issue on port 1; the lane-crossing
+    ones, vperm2f128 and friends, only on port 5).
+
+    For vectors [row i, t0..k-1 | row i+k, t0..k-1] (i < k) this gives the columns
+    [rows 0..k-1, t_j | rows k..2k-1, t_j]: the transpose of 2k rows whose lane
+    halves were paired by the loads (`load_lane_pairs`)."""
+    bb = _B(b)
+    k = 16 // (vt.element_type.bitwidth // 8)  # type: ignore[attr-defined]
+    n = vt.get_shape()[0]
+
+    def sh(x, y, m):
+        return _shuffle(bb, x, y, m, vt)
+
+    out: list[SSAValue] = []
+    for i0 in range(0, len(vs), k):
+        blk = list(vs[i0 : i0 + k])
+        if k == 2:
+            lo = [v for j in range(0, n, 2) for v in (j, n + j)]
+            out += [sh(blk[0], blk[1], lo), sh(blk[0], blk[1], [m + 1 for m in lo])]
+            continue
+        u0, u1 = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+        s0, s1 = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+        t = [sh(blk[0], blk[1], u0), sh(blk[0], blk[1], u1), sh(blk[2], blk[3], u0), sh(blk[2], blk[3], u1)]
+        out += [sh(t[0], t[2], s0), sh(t[0], t[2], s1), sh(t[1], t[3], s0), sh(t[1], t[3], s1)]
+    return out
+
+
+def load_lane_pairs(b: Builder, ref: SSAValue, index_lo: Sequence[SSAValue], index_hi: Sequence[SSAValue],
+                    vt: VectorType) -> SSAValue:
+    """One vector of `vt`: lane 0 loaded from index_lo, lane 1 from index_hi (half a
+    vector each): the lane-crossing step of a transpose done by the load unit
+    (vinsertf128 from memory: a load and an any-port blend, no port-5 shuffle)."""
+    bb = _B(b)
+    n = vt.get_shape()[0]
+    half = VectorType(vt.element_type, [n // 2])
+    lo = bb.ins(vector.LoadOp(ref, list(index_lo), half))
+    hi = bb.ins(vector.LoadOp(ref, list(index_hi), half))
+    return _shuffle(bb, lo, hi, list(range(n)), vt)
 
 
 def _neutral(el: Attribute) -> tuple[float | int, float | int]:

@@ -10,10 +10,12 @@ scan.affine, time axis innermost (`(..., C, L)`, the usual row-major layout)
     Channels go in groups of G lanes (G = 256 bits / element width: 8 for f32/i32,
     4 for f64/i64).  Each time loop iteration loads a tile of G rows x T = 2G columns
     (64 bytes per row: one cache line), transposes it in registers with
-    `vector.shuffle` (the classic unpack/shuffle/permute network), runs T steps of
+    `vector.shuffle` (the classic unpack/shuffle/permute network; in the unmasked loop
+    the loads pair half rows across the 128-bit lanes, leaving in-lane shuffles only
+    for a and b), runs T steps of
     `h = a*h + b` on vector<G> (G chains in the lanes), transposes the states back and
     stores the rows.  Long rows are *skewed*: lane g works on time block k - s*g at
-    iteration k (s = 2 by default), so that the G rows of a tile do not all hit the same
+    iteration k (s = SKEW_BLOCKS = 1 by default), so that the G rows of a tile do not all hit the same
     cache set when the row length is a power of two (without the skew, 4 KiB-strided
     rows thrash L1 and alias in the store buffer: measured 2x slower).  The skewed edges, the time
     remainder (L mod T) and a partial channel group run a masked variant of the same
@@ -190,12 +192,23 @@ class LowerRecurrenceCpu(RewritePattern):
 # ---------------------------------------------------------------------------
 
 
+#: Default skew of long rows: 1 time block (64 bytes) between neighbouring lanes.
+#: Measured here (one core, thread CPU time, interleaved calls, medians of 9-11 on a
+#: loaded machine; time with skew 1 over time with 2): f32 1024x4096 0.86-0.93,
+#: 64x65536 0.87-0.96, 16x4096 (in L2) 0.95-0.97; i32 0.83 / 0.93; f64 0.96 / 1.00;
+#: two threads on row halves, f32: 0.89 / 0.97 (wall).  Skew 0 loses at 64x65536
+#: (1.32: the lanes' lines fall in one cache set).  Half the masked edge iterations
+#: (2 * (G-1) * skew per group) of the larger skew, too.
+SKEW_BLOCKS = 1
+
+
 @dataclass(frozen=True)
 class ScanToCpu(ModulePass):
     """Lower scan ops to vectorised CPU loops; sequential loops where no fast path applies.
 
-    Options: `skew` (time blocks between neighbouring lanes of a tile, >= 1; 2 keeps a
-    row's stores two iterations away from the 4 KiB-aliasing loads of the next row),
+    Options: `skew` (time blocks between neighbouring lanes of a tile, >= 1: lanes read
+    lines of different cache sets, whatever the rows' 4 KiB-multiple stride; see
+    SKEW_BLOCKS for the default),
     `prefetch` (software prefetch distance of a and b, in time blocks; 0 = none),
     `reassoc_reductions` (tree-order vector reductions in recurrence consumers: faster,
     not bit-identical to the sequential sum), `poly_exp` (mark math.exp inside
@@ -206,7 +219,7 @@ class ScanToCpu(ModulePass):
 
     name = "scan-to-cpu"
 
-    skew: int = 2
+    skew: int = SKEW_BLOCKS
     prefetch: int = 16
     prefetch_h: bool = False
     reassoc_reductions: bool = True
