@@ -39,8 +39,8 @@ def build_chunk_aggregate(el: Attribute, rank: int = 3, reverse: bool = False, s
     return ModuleOp([fn])
 
 
-#: The block rescan's skew (as `scan-to-cpu`'s default: its sub-chunks are 4 KiB-strided
-#: rows when the block length is a power of two) and no software prefetch: the block's
+#: The block rescan's skew (2, not `scan-to-cpu`'s SKEW_BLOCKS: its sub-chunks are 4 KiB-strided
+#: rows when the block length is a power of two, measured with skew 2) and no software prefetch: the block's
 #: a and b were just read by the aggregates and sit in L2.  Tried and slower (ad hoc,
 #: one core, CPU time of the whole blocked scan at 4x2^20 f32, interleaved): 16
 #: sub-chunks in two chains per tile (1.2x), no skew with sub-chunks padded off 4 KiB
