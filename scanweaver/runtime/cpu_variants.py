@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -166,7 +167,7 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64, reuse: bo
     at smaller sizes may lower it: the selective scan's backward).
     """
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = math.prod(shape) * dtype.itemsize  # (np.prod: ~10 us a call)
     part = _OUTPUTS.view(n, align, min_bytes) if reuse else None
     if part is None:
         part = _aligned_part(np.empty(n + align, np.uint8), n, align)

@@ -104,12 +104,13 @@ def _zero_spans(buf: np.ndarray, lo: int, hi: int, whole: bool) -> list[tuple[in
     that task's kernel call writes."""
     if buf.nbytes < GRAD_REUSE_MIN_BYTES:
         return []
+    base = buf.__array_interface__["data"][0]  # (buf.ctypes makes an object per call)
     if whole:
-        return [(buf.ctypes.data, buf.nbytes)]
+        return [(base, buf.nbytes)]
     axis = 1 if buf.ndim == 3 else 0
-    outer, inner = int(np.prod(buf.shape[:axis])), buf.strides[axis]
+    outer, inner = buf.shape[0] if axis else 1, buf.strides[axis]
     row = buf.shape[axis] * inner
-    return [(buf.ctypes.data + o * row + lo * inner, (hi - lo) * inner) for o in range(outer)]
+    return [(base + o * row + lo * inner, (hi - lo) * inner) for o in range(outer)]
 
 
 def _zeroing(call, spans: list[tuple[int, int]]):
