@@ -79,13 +79,15 @@ def _zeros(like: np.ndarray) -> np.ndarray:
 
 #: Gradient buffers of at least this many bytes are taken from `aligned_empty`'s cache
 #: (one the caller has dropped is handed out again) and zeroed by the backward's tasks,
-#: each over its own channels just before its kernel call.  A fresh buffer instead
-#: faults in every page in the kernel's first touch, and on two threads those faults
-#: contend in the OS: measured here at (1, 256, 16, 2048), ~3000 faults a call (du,
-#: ddelta, dz, the private dB / dC), system time 2.2 ms on one thread and 8.2 ms on two,
-#: the backward op 16.0 / 16.3 ms on one / two threads, 9.1 / 8.1 ms with the buffers
-#: reused (`python -m scanweaver.bench.vjp_stages --buffers`).  Smaller ones (dA, dD,
-#: ddelta_bias, a (D, N) dB / dC) stay `_zeros`: glibc's heap serves them.
+#: each over its own channels just before its kernel call.  A fresh buffer instead may
+#: fault in every page at the kernel's first touch (whether glibc maps it afresh
+#: depends on what the process freed before), and on two threads those faults contend
+#: in the OS.  Measured here at (1, 256, 16, 2048), load ~1, one process per variant,
+#: medians of 15 interleaved forward / backward calls (`python -m
+#: scanweaver.bench.vjp_stages --buffers` runs this comparison): fresh, ~3000 faults a
+#: call, system time 2.2 ms on one thread and 8.2 ms on two, the op 16.0 / 16.3 ms wall
+#: on one / two threads; reused, no faults, 9.1 / 8.1 ms.  Smaller buffers (dA, dD,
+#: ddelta_bias, a (D, N) dB / dC at small D) stay `_zeros`: glibc's heap serves them.
 GRAD_REUSE_MIN_BYTES = 64 << 10
 
 
