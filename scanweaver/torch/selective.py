@@ -129,24 +129,16 @@ def _zeroing(call, spans: list[tuple[int, int]]):
     return run
 
 
-def _sum_in_order(bufs: list[np.ndarray], threads: int) -> np.ndarray:
+def _sum_in_order(bufs: list[np.ndarray]) -> np.ndarray:
     """bufs[0] + bufs[1] + ... added in that order, element by element (the bits of
-    `sum(bufs[1:], bufs[0])`), on `threads` threads, each over a range of the time axis
-    (-2) of the kernel layout."""
+    `sum(bufs[1:], bufs[0])`, one temporary).  On the calling thread: at (1, 256, 16,
+    2048) the dB and dC sums of 8 tasks took 0.08 ms here, 0.13 ms handed in two halves
+    to the pool's worker (its wake-up and the GIL cost more than the adds)."""
     if len(bufs) == 1:
         return bufs[0]
-    total = np.empty_like(bufs[0])
-    steps = total.shape[-2]
-
-    def part(lo: int, hi: int):
-        def run() -> None:
-            dst = total[..., lo:hi, :]
-            np.add(bufs[0][..., lo:hi, :], bufs[1][..., lo:hi, :], out=dst)
-            for b in bufs[2:]:
-                np.add(dst, b[..., lo:hi, :], out=dst)
-        return run
-
-    parallel_for([part(lo, hi) for lo, hi in split_range(steps, threads)], threads=threads)
+    total = bufs[0] + bufs[1]
+    for b in bufs[2:]:
+        total += b
     return total
 
 
@@ -244,8 +236,8 @@ def selective_scan_bwd(
         spans += [s for k in range(2) for s in _zero_spans(dBC[k][p], lo, hi, private[k])]
         tasks.append(_zeroing(calls[p], spans))
     parallel_for(tasks, threads=threads)
-    dB = _from_kernel_layout(_sum_in_order(dBC[0], threads) if private[0] else dBC[0][0])
-    dC = _from_kernel_layout(_sum_in_order(dBC[1], threads) if private[1] else dBC[1][0])
+    dB = _from_kernel_layout(_sum_in_order(dBC[0]) if private[0] else dBC[0][0])
+    dC = _from_kernel_layout(_sum_in_order(dBC[1]) if private[1] else dBC[1][0])
     dD = tail[0]
     dz = tail[1] if z is not None else None
     dbias = tail[-2] if h0 is not None else tail[-1]
