@@ -16,8 +16,10 @@ public `selective_scan` (the harness's forward) and the `scanweaver::selective_s
 op, interleaved, on the threads the harness uses (`SCANWEAVER_NUM_THREADS=1`: one, and
 the calls' thread CPU time too, which another process's load inflates less).
 
-`--buffers`: the backward op with its gradient buffers from `np.zeros_like` (malloc and a
-memset pass) and from the op's `_zeros` (np.zeros: calloc), interleaved, same bits checked.
+`--buffers`: the backward op with its large gradient buffers fresh (np.zeros) and reused
+(the op's `GRAD_REUSE_MIN_BYTES`), in alternating processes, each running the harness's
+interleaved forward and backward calls: wall, CPU (user, system) and page faults of a
+call, and the ratio; same bits checked.
 """
 
 from __future__ import annotations
@@ -119,7 +121,51 @@ def ratio(batch: int, D: int, L: int, reps: int) -> None:
     print(line + (f" | thread CPU median {r(cpu, statistics.median):.2f} min {r(cpu, min):.2f}" if one else ""))
 
 
-def buffers(batch: int, D: int, L: int, reps: int) -> None:
+def _buffers_child(variant: str, batch: int, D: int, L: int, reps: int) -> None:
+    """One process of `--buffers`: the harness's sequence (public forward, backward op,
+    interleaved) with the op's large gradient buffers fresh or reused; prints JSON."""
+    import json
+    import resource
+
+    import torch
+
+    from scanweaver import selective_scan
+    from scanweaver.bench.harness import make_inputs, selective_grad_case
+    from scanweaver.bench.peers import GRAD_ORDER
+    from scanweaver.torch import selective
+
+    if variant == "fresh":
+        selective.GRAD_REUSE_MIN_BYTES = 1 << 62  # every buffer from `_zeros`, as before reuse
+    inp = make_inputs(selective_grad_case(batch, D, 16, L, True))
+    args = [torch.from_numpy(inp[k]) if inp.get(k) is not None else None for k in GRAD_ORDER]
+    _, last = torch.ops.scanweaver.selective_scan_fwd(*args, inp["delta_softplus"])
+    g, dlast = torch.from_numpy(inp["g"]), torch.zeros_like(last)
+    calls = {"forward": lambda: selective_scan(*(inp.get(k) for k in GRAD_ORDER), inp["delta_softplus"]),
+             "backward": lambda: torch.ops.scanweaver.selective_scan_bwd(*args, inp["delta_softplus"], g, dlast)}
+    for _ in range(3):
+        for call in calls.values():
+            call()
+    time.sleep(2)  # the forward's tile kernel builds in a child process after its first call
+    got: dict[str, list[tuple[float, ...]]] = {k: [] for k in calls}
+    for _ in range(reps):
+        for name, call in calls.items():
+            r0, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            call()
+            wall, r1 = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+            got[name].append((wall, r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, r1.ru_minflt - r0.ru_minflt))
+    print(json.dumps({k: [statistics.median(x[i] for x in v) for i in range(4)] for k, v in got.items()}))
+
+
+def buffers(batch: int, D: int, L: int, reps: int, rounds: int = 3) -> None:
+    """The backward op with its large gradient buffers fresh (np.zeros: the kernel's
+    first touch faults their pages in, on every thread at once) and reused (the op's
+    GRAD_REUSE_MIN_BYTES), in alternating processes: glibc's heap state, which decides
+    whether a fresh buffer faults, depends on everything the process did before, so
+    one process cannot hold both fairly.  Same bits checked in this process."""
+    import json
+    import subprocess
+    import sys
+
     import torch
 
     from scanweaver.bench.harness import make_inputs, selective_grad_case
@@ -129,29 +175,26 @@ def buffers(batch: int, D: int, L: int, reps: int) -> None:
     inp = make_inputs(selective_grad_case(batch, D, 16, L, True))
     args = [torch.from_numpy(inp[k]) if inp.get(k) is not None else None for k in GRAD_ORDER]
     _, last = torch.ops.scanweaver.selective_scan_fwd(*args, inp["delta_softplus"])
-    call = lambda: torch.ops.scanweaver.selective_scan_bwd(  # noqa: E731
-        *args, inp["delta_softplus"], torch.from_numpy(inp["g"]), torch.zeros_like(last))
-    ops_zeros = selective._zeros
-    variants = {"np.zeros_like": np.zeros_like, "_zeros": ops_zeros}
-    grads = {}
+    call = lambda: [t.clone() for t in torch.ops.scanweaver.selective_scan_bwd(  # noqa: E731
+        *args, inp["delta_softplus"], torch.from_numpy(inp["g"]), torch.zeros_like(last))]
+    reused, saved = call(), selective.GRAD_REUSE_MIN_BYTES
     try:
-        for name, alloc in variants.items():
-            selective._zeros = alloc
-            grads[name] = [g.clone() for g in call()]
-        if not all(torch.equal(a, b) for a, b in zip(*grads.values())):
-            raise SystemExit("gradients differ between the buffer variants")
-        cpu: dict[str, list[float]] = {k: [] for k in variants}
-        for _ in range(reps):
-            for name, alloc in variants.items():
-                selective._zeros = alloc
-                start = time.thread_time()
-                call()
-                cpu[name].append(time.thread_time() - start)
+        selective.GRAD_REUSE_MIN_BYTES = 1 << 62
+        fresh = call()
     finally:
-        selective._zeros = ops_zeros
-    print(f"({batch}, {D}, 16, {L}), backward op, {reps} interleaved calls, same bits")
-    for name in variants:
-        print(f"{name:14s} thread CPU median {statistics.median(cpu[name]) * 1e3:8.2f} min {min(cpu[name]) * 1e3:8.2f} ms")
+        selective.GRAD_REUSE_MIN_BYTES = saved
+    if not all(torch.equal(a, b) for a, b in zip(fresh, reused)):
+        raise SystemExit("gradients differ between the buffer variants")
+    print(f"({batch}, {D}, 16, {L}), {reps} interleaved forward/backward calls a process, same bits; medians:")
+    print("round variant  | backward: wall ms  user ms  sys ms  faults | forward wall ms | bwd/fwd wall")
+    for r in range(rounds):
+        for variant in ("fresh", "reused"):
+            cmd = [sys.executable, "-m", "scanweaver.bench.vjp_stages", "--buffers-child", variant,
+                   "--batch", str(batch), "--D", str(D), "--L", str(L), "--reps", str(reps)]
+            m = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+            b, f = m["backward"], m["forward"]
+            print(f"{r:5d} {variant:8s} | {b[0] * 1e3:17.2f} {b[1] * 1e3:8.2f} {b[2] * 1e3:7.2f} {b[3]:7.0f} "
+                  f"| {f[0] * 1e3:15.2f} | {b[0] / f[0]:12.2f}")
 
 
 def main(argv=None) -> None:
@@ -167,8 +210,12 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--batch", type=int, default=1, help="--ratio only")
     parser.add_argument("--ratio", action="store_true", help="forward and backward op side by side")
-    parser.add_argument("--buffers", action="store_true", help="backward op: zeros_like vs its own buffers")
+    parser.add_argument("--buffers", action="store_true", help="backward op: fresh vs reused gradient buffers")
+    parser.add_argument("--buffers-child", choices=("fresh", "reused"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.buffers_child:
+        _buffers_child(args.buffers_child, args.batch, args.D, args.L, args.reps)
+        return
     if args.buffers:
         buffers(args.batch, args.D, args.L, args.reps)
         return

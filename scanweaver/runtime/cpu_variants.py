@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -111,11 +112,11 @@ class _OutputCache:
         self._bufs: list[np.ndarray] = []  # oldest first
         self._lock = threading.Lock()
 
-    def view(self, nbytes: int, align: int) -> np.ndarray | None:
+    def view(self, nbytes: int, align: int, min_bytes: int = OUTPUT_CACHE_MIN_BYTES) -> np.ndarray | None:
         """`nbytes` bytes starting on an `align`-byte boundary (a uint8 view), or None
-        where the cache does not take buffers of this size."""
+        where the cache does not take buffers of this size (under `min_bytes`)."""
         cap = _output_cache_cap()
-        if nbytes < OUTPUT_CACHE_MIN_BYTES or nbytes + align > cap:
+        if nbytes < min_bytes or nbytes + align > cap:
             return None
         with self._lock:  # the view is made before another thread can see the buffer free
             for i in range(len(self._bufs)):
@@ -152,7 +153,8 @@ def _aligned_part(raw: np.ndarray, nbytes: int, align: int) -> np.ndarray:
     return raw[skip : skip + nbytes]
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64, reuse: bool = True) -> np.ndarray:
+def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64, reuse: bool = True,
+                  min_bytes: int = OUTPUT_CACHE_MIN_BYTES) -> np.ndarray:
     """np.empty(shape, dtype) whose data starts on an `align`-byte boundary.
 
     numpy's large allocations typically start 16 bytes past a 64-byte boundary; the
@@ -160,11 +162,13 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 64, reuse: bo
     rows start on a 64-byte cache line, so outputs allocated here (and rows whose length
     is a multiple of 64 bytes) take the faster path.  Buffers of OUTPUT_CACHE_MIN_BYTES
     and more come from `_OutputCache` (no page faults when the caller has dropped an
-    earlier result of the same size); `reuse=False`: never from the cache.
+    earlier result of the same size); `reuse=False`: never from the cache; `min_bytes`:
+    the smallest buffer taken from the cache (a caller whose buffers glibc maps afresh
+    at smaller sizes may lower it: the selective scan's backward).
     """
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    part = _OUTPUTS.view(n, align) if reuse else None
+    n = math.prod(shape) * dtype.itemsize  # (np.prod: ~10 us a call)
+    part = _OUTPUTS.view(n, align, min_bytes) if reuse else None
     if part is None:
         part = _aligned_part(np.empty(n + align, np.uint8), n, align)
     return part.view(dtype).reshape(shape)

@@ -13,13 +13,14 @@ absent) and always write the last state: fewer compiled variants, same results.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Optional
 
 import numpy as np
 import torch
 
 from scanweaver.errors import BackendUnavailableError, ScanWeaverValueError
-from scanweaver.runtime.cpu_scan import SelectiveScanSpec, num_threads, parallel_for, split_range
+from scanweaver.runtime.cpu_scan import SelectiveScanSpec, aligned_empty, num_threads, parallel_for, split_range
 from scanweaver.torch import _checks
 from scanweaver.torch import _kernels
 from scanweaver.torch.complex_selective import complex_selective_scan_fn
@@ -74,6 +75,71 @@ def _zeros(like: np.ndarray) -> np.ndarray:
     pass is the VJP's own, which accumulates into it (it reads before it writes: np.empty
     would be wrong)."""
     return np.zeros(like.shape, like.dtype)
+
+
+#: Gradient buffers of at least this many bytes are taken from `aligned_empty`'s cache
+#: (one the caller has dropped is handed out again) and zeroed by the backward's tasks,
+#: each over its own channels just before its kernel call.  A fresh buffer instead may
+#: fault in every page at the kernel's first touch (whether glibc maps it afresh
+#: depends on what the process freed before), and on two threads those faults contend
+#: in the OS.  Measured here at (1, 256, 16, 2048), load ~1, one process per variant,
+#: medians of 15 interleaved forward / backward calls (`python -m
+#: scanweaver.bench.vjp_stages --buffers` runs this comparison): fresh, ~3000 faults a
+#: call, system time 2.2 ms on one thread and 8.2 ms on two, the op 16.0 / 16.3 ms wall
+#: on one / two threads; reused, no faults, 9.1 / 8.1 ms.  Smaller buffers (dA, dD,
+#: ddelta_bias, a (D, N) dB / dC at small D) stay `_zeros`: glibc's heap serves them.
+GRAD_REUSE_MIN_BYTES = 64 << 10
+
+
+def _grad_buffer(like: np.ndarray) -> np.ndarray:
+    """A gradient buffer shaped like `like`: `_zeros`, or (from GRAD_REUSE_MIN_BYTES) a
+    cached one of undefined contents, which `_zero_spans` lists for the tasks to zero."""
+    if like.nbytes < GRAD_REUSE_MIN_BYTES:
+        return _zeros(like)
+    return aligned_empty(like.shape, like.dtype, min_bytes=GRAD_REUSE_MIN_BYTES)
+
+
+def _zero_spans(buf: np.ndarray, lo: int, hi: int, whole: bool) -> list[tuple[int, int]]:
+    """(address, bytes) of the part of a `_grad_buffer` that the task for channels
+    [lo, hi) zeroes: nothing for a `_zeros` buffer, all of a private one (`whole`), else
+    its channels [lo, hi) (axis 1 of (batch, D, ...), axis 0 of (D, ...)), which only
+    that task's kernel call writes."""
+    if buf.nbytes < GRAD_REUSE_MIN_BYTES:
+        return []
+    base = buf.__array_interface__["data"][0]  # (buf.ctypes makes an object per call)
+    if whole:
+        return [(base, buf.nbytes)]
+    axis = 1 if buf.ndim == 3 else 0
+    outer, inner = buf.shape[0] if axis else 1, buf.strides[axis]
+    row = buf.shape[axis] * inner
+    return [(base + o * row + lo * inner, (hi - lo) * inner) for o in range(outer)]
+
+
+def _zeroing(call, spans: list[tuple[int, int]]):
+    """`call`, after zeroing `spans` on the thread that runs it (ctypes.memset releases
+    the GIL, and the zeroed lines are in that core's cache for the kernel)."""
+    if not spans:
+        return call
+
+    def run() -> None:
+        for ptr, size in spans:
+            ctypes.memset(ptr, 0, size)
+        call()
+
+    return run
+
+
+def _sum_in_order(bufs: list[np.ndarray]) -> np.ndarray:
+    """bufs[0] + bufs[1] + ... added in that order, element by element (the bits of
+    `sum(bufs[1:], bufs[0])`, one temporary).  On the calling thread: at (1, 256, 16,
+    2048) the dB and dC sums of 8 tasks took 0.08 ms here, 0.13 ms handed in two halves
+    to the pool's worker (its wake-up and the GIL cost more than the adds)."""
+    if len(bufs) == 1:
+        return bufs[0]
+    total = bufs[0] + bufs[1]
+    for b in bufs[2:]:
+        total += b
+    return total
 
 
 def _require_cuda() -> None:
@@ -148,24 +214,30 @@ def selective_scan_bwd(
                                     dt == np.float64)
     g_out = _checks.view(dout, dt)  # only read by this VJP (_kernels.selective_vjp): no copy
     g_last = _checks.view(dlast, dt).copy()
-    out_scratch = np.empty((batch, Dn, L), dt)  # primal outputs: never read by the VJP
+    out_scratch = np.empty((batch, Dn, L), dt)  # primal outputs: never read or written by the VJP
     last_scratch = np.empty((batch, Dn, N), dt)
-    shared = [_zeros(arrs[0]), _zeros(arrs[1]), _zeros(arrs[2])]
-    tail = [_zeros(a) for a in arrs[5:]]  # dD, [dz], dbias, [dh0]
+    shared = [_grad_buffer(arrs[0]), _grad_buffer(arrs[1]), _grad_buffer(arrs[2])]
+    tail = [_grad_buffer(a) for a in arrs[5:]]  # dD, [dz], dbias, [dh0]
     # several tasks per thread as the forward (a core another process slows takes fewer);
     # on one thread one task (a task's binding and its private dB / dC cost)
     threads, parts = _tasks(Dn, batch * Dn * L * N, 4 if num_threads() > 1 else 1)
     # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
     private = [_kind(B) != "const", _kind(C) != "const"]
-    dBC = [[_zeros(arrs[3 + k]) for _ in parts] if private[k] else [_zeros(arrs[3 + k])] * len(parts)
+    dBC = [[_grad_buffer(arrs[3 + k]) for _ in parts] if private[k] else [_grad_buffer(arrs[3 + k])] * len(parts)
            for k in range(2)]
+    first = len(arrs) + 4  # the shadows' position in the VJP's arguments
+    calls = kernel.bind_each([*arrs, out_scratch, last_scratch, 0, 0, *shared, dBC[0][0], dBC[1][0], *tail,
+                              g_out, g_last],
+                             [{first - 2: lo, first - 1: hi, first + 3: dBC[0][p], first + 4: dBC[1][p]}
+                              for p, (lo, hi) in enumerate(parts)])
     tasks = []
     for p, (lo, hi) in enumerate(parts):
-        shadows = [*shared, dBC[0][p], dBC[1][p], *tail, g_out, g_last]
-        tasks.append(kernel.bind(*arrs, out_scratch, last_scratch, lo, hi, *shadows))
+        spans = [s for buf in (*shared, *tail) for s in _zero_spans(buf, lo, hi, False)]
+        spans += [s for k in range(2) for s in _zero_spans(dBC[k][p], lo, hi, private[k])]
+        tasks.append(_zeroing(calls[p], spans))
     parallel_for(tasks, threads=threads)
-    dB = _from_kernel_layout(sum(dBC[0][1:], dBC[0][0]) if private[0] else dBC[0][0])
-    dC = _from_kernel_layout(sum(dBC[1][1:], dBC[1][0]) if private[1] else dBC[1][0])
+    dB = _from_kernel_layout(_sum_in_order(dBC[0]) if private[0] else dBC[0][0])
+    dC = _from_kernel_layout(_sum_in_order(dBC[1]) if private[1] else dBC[1][0])
     dD = tail[0]
     dz = tail[1] if z is not None else None
     dbias = tail[-2] if h0 is not None else tail[-1]
