@@ -3,7 +3,8 @@
 Each peer runs in its own child process (`python -m scanweaver.bench.grad_memory`): the
 inputs are made and the peer set up and warmed up (JIT compiles, caches), then the peak
 resident set size is reset (`/proc/self/clear_refs` = 5, Linux) and one forward +
-backward runs.  Extra memory = peak RSS during that run - RSS before it: what the run
+backward runs (ScanWeaver's output cache emptied first: the buffers it would hand out are
+the run's memory too).  Extra memory = peak RSS during that run - RSS before it: what the run
 allocates on top of its inputs, whatever allocates it (numpy, torch, XLA, the JIT code's
 own mallocs).  For ScanWeaver the numpy allocations are also traced with tracemalloc
 (numpy reports its buffers to it), as a cross-check that excludes page-cache effects.
@@ -43,6 +44,13 @@ def measure_here(peer_name: str, params: dict[str, Any]) -> dict[str, Any]:
     prepared = peer.setup(make_inputs(case))
     if prepared.compile is not None:
         prepared.compile()  # JIT compiles and first-call caches are not the run's memory
+    if peer_name in _NUMPY_PEERS:
+        # The warm-up left its dropped outputs and gradient buffers in ScanWeaver's output
+        # cache, where the run would take them again unseen: empty it, so the run's peak
+        # counts every buffer the run holds.
+        from scanweaver.runtime.cpu_variants import release_outputs
+
+        release_outputs()
     gc.collect()
     before = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
