@@ -67,13 +67,6 @@ def _step_index(v: SSAValue, op: scan.RecurrenceOp, inside: set[SSAValue]) -> bo
     return None
 
 
-def _private(buf: SSAValue) -> bool:
-    """A buffer the function allocates and only loads and stores: no argument or view
-    of one can alias it, so its stores may wait for the block's end."""
-    return isinstance(buf.owner, memref.AllocaOp | memref.AllocOp) \
-        and all(isinstance(u.operation, memref.LoadOp | memref.StoreOp | memref.DeallocOp) for u in buf.uses)
-
-
 def _add_reductions(loop: scf.ForOp) -> bool:
     block = loop.body.block
     yielded = list(block.last_op.operands)  # type: ignore[union-attr]
@@ -87,8 +80,8 @@ def _add_reductions(loop: scf.ForOp) -> bool:
 
 def sums_plan(op: scan.RecurrenceOp, lanes: int, block: int, reassoc: bool, is_state_loop) -> SumsPlan | None:
     """The plan for `op` (f32, `lanes` == `block`, reassociated reductions, the emit's last
-    ops one add-reduction loop over the state and one store per result, into buffers the
-    function allocates and the op does not otherwise touch), else None."""
+    ops one add-reduction loop over the state and one store per result, into memrefs the
+    op does not otherwise touch), else None."""
     if not reassoc or lanes != block or not isinstance(op.state_type.element_type, Float32Type):
         return None
     ops = [o for o in op.emit.block.ops if not o.has_trait(IsTerminator)]
@@ -117,7 +110,7 @@ def sums_plan(op: scan.RecurrenceOp, lanes: int, block: int, reassoc: bool, is_s
         reverse.add(direction)
         by_result.append(store)
     targets = [s.memref for s in by_result]
-    if len(reverse) != 1 or len(set(targets)) != len(targets) or not all(_private(t) for t in targets):
+    if len(reverse) != 1 or len(set(targets)) != len(targets):
         return None
     for o in op.walk():
         if isinstance(o, memref.LoadOp | memref.StoreOp) and o.memref in targets and o not in by_result:
