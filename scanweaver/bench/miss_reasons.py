@@ -51,11 +51,10 @@ _RULES: list[tuple[str, str, str]] = [
     ("backward_over_forward", "",
      "The VJP makes about three passes over each channel's steps where the forward makes one: the "
      "forward scan that keeps every state (and stores exp(delta*A) of every state element for the "
-     "reverse), the reverse of the emit (with the readout sum_n C[n] h[n] again, reduced one step at a "
-     "time) and the fused adjoint scan (its two sums over the state are reduced a block of steps at a "
-     "time, as the forward's readout); the two scans run at their step-to-step latency (a multiply, then "
-     "an add, kept bit-identical: the largest two parts of a profile of the VJP), one channel at a time; "
-     "and it writes three fresh (batch, D, L) gradients where the forward writes one; see "
+     "reverse), the reverse of the emit (with the readout sum_n C[n] h[n] again) and the fused "
+     "adjoint scan, whose two sums over the state per step are reduced one step at a time (not a block of "
+     "steps at a time as the forward's readout); the two scans run at their step-to-step latency; and it "
+     "writes three fresh (batch, D, L) gradients where the forward writes one; see "
      "`python -m scanweaver.bench.vjp_stages`."),
     ("jax-lax-scan", "",
      _SELECTIVE_KERNEL),

@@ -17,8 +17,7 @@ from xdsl.traits import is_side_effect_free, IsTerminator
 from scanweaver.dialects import scan
 from scanweaver.errors import CannotLower
 from scanweaver.rewrites.cpu_blocked_dot import DotPlan, TreeSums, dot_plan
-from scanweaver.rewrites.cpu_blocked_sums import SumsPlan, sums_plan
-from scanweaver.rewrites.cpu_vector_builders import _B, _element_bits, _identity_layout, _res, _shuffle, _step
+from scanweaver.rewrites.cpu_vector_builders import _B, _element_bits, _identity_layout, _res, _step
 from scanweaver.rewrites.exp_polynomial import generic_op_class
 from scanweaver.rewrites.loop_utils import for_loop
 
@@ -115,9 +114,6 @@ class _RecurrenceVectorizer:
     #: Whether each time block's prologue is computed one block ahead, in the previous
     #: iteration (software pipelining; the same ops and bits, tests compare the two).
     PIPELINED = True
-    #: Whether an emit's stored sums over the state are reduced a time block at a time
-    #: (`cpu_blocked_sums`; the same bits, tests compare the two).
-    BLOCKED_SUMS = True
 
     def __init__(self, op: scan.RecurrenceOp, reassoc: bool):
         self.op = op
@@ -132,10 +128,6 @@ class _RecurrenceVectorizer:
         self.skip: set[Operation] = set()
         self.dot: DotPlan | None = None  # the emit's dot product reduced a time block at a time
         self.deferred: TreeSums | None = None  # its per-step products in the block, summed
-        self.sums: SumsPlan | None = None  # the emit's stored sums reduced a time block at a time
-        self.sum_trees: list[TreeSums] | None = None  # per sum, its products in the block
-        self.sum_starts: list[SSAValue] = []
-        self.sum_indices: dict[Operation, list[list[SSAValue]]] = {}  # per sum's store: its indices, step by step
 
     # -- values ------------------------------------------------------------
 
@@ -211,8 +203,6 @@ class _RecurrenceVectorizer:
             if op is block.last_op and op.has_trait(IsTerminator):
                 return list(op.operands)
             if op in self.skip:
-                if self.sum_trees is not None and isinstance(op, memref.StoreOp):
-                    self.sum_indices.setdefault(op, []).append([self.uniform(env, v) for v in op.indices])
                 continue  # computed for a whole block of steps (time-vectorised)
             self.one(b, op, env, in_vector_loop)
         return []
@@ -373,12 +363,6 @@ class _RecurrenceVectorizer:
         if self.deferred is not None and self.dot is not None and op is self.dot.loop:
             self._defer_dot(bb, op, env, inner, combine)
             return
-        if self.sum_trees is not None and self.sums is not None and op is self.sums.loop:
-            self.sum_starts = [self.uniform(env, v) for v in op.iter_args]
-            for pos, (_, other) in combine.items():
-                self.sum_trees[pos].push(self.as_vector(bb, inner, other))
-                env[op.results[pos]] = _Val("u", self.sum_starts[pos])  # unused: its store is skipped
-            return
         for pos, (user, other) in combine.items():
             x = self.as_vector(bb, inner, other)
             init = self.uniform(env, op.iter_args[pos])
@@ -524,38 +508,6 @@ class _RecurrenceVectorizer:
         index = [get(v) for v in store.indices[:-1]] + [i0]
         b.insert(vector.StoreOp(over_time[store.value], get(store.memref), index))
 
-    # -- the emit's stored sums a time block at a time (cpu_blocked_sums) --------
-
-    def _sums_blocks(self, b: Builder, h: SSAValue, store_points) -> tuple[SSAValue, SSAValue]:
-        """The steps TIME_BLOCK at a time, each sum's products kept and reduced together
-        at the block's end (`TreeSums`: the per-step reduction's bits), its T results
-        stored as one vector; returns the state and the first step not run."""
-        op, plan, T = self.op, self.sums, TIME_BLOCK
-        assert plan is not None
-        bb = _B(b)
-        nonneg = bb.max(bb.sub(op.ub, op.lb), bb.idx(0))
-        blocked_end = bb.add(op.lb, bb.mul(bb.ins(arith.DivUIOp(nonneg, bb.idx(T))), bb.idx(T)))
-        vt = VectorType(self.el, [T])
-
-        def block_body(sb: Builder, i0: SSAValue, carried):
-            sbb = _B(sb)
-            hv = carried[0]
-            self.skip, self.sum_indices = set(plan.stores), {}
-            self.sum_trees = [TreeSums(T) for _ in plan.stores]
-            for j in range(T):
-                hv = self.step(sb, sbb.add(i0, sbb.idx(j)) if j else i0, hv, {}, store_points)
-            trees, self.sum_trees, self.skip = self.sum_trees, None, set()
-            for tree, start, store in zip(trees, self.sum_starts, plan.stores):
-                sums = tree.result(sbb, start)  # lane j: step i0 + j
-                if plan.reverse:  # step i0 + j at index c - i0 - j: the lowest index is the last step's
-                    sums = _shuffle(sbb, sums, sums, list(range(T - 1, -1, -1)), vt)
-                index = self.sum_indices[store][T - 1 if plan.reverse else 0]
-                sb.insert(vector.StoreOp(sums, store.memref, index))
-            return [hv]
-
-        h = for_loop(b, op.lb, blocked_end, bb.idx(T), [h], block_body)[0]
-        return h, blocked_end
-
     # -- the time-vectorised values, read back one step at a time ----------------
 
     def _step_buffers(self, plan: _HoistPlan, skipped: set[Operation]) -> dict[SSAValue, tuple[SSAValue, SSAValue]]:
@@ -642,8 +594,6 @@ class _RecurrenceVectorizer:
         plan = self.hoist_plan()
         if plan is not None:
             self.dot = dot_plan(op, self.N, TIME_BLOCK, set(plan.ops), self.is_state_loop)
-        elif self.BLOCKED_SUMS and _const_int(op.step) == 1:
-            self.sums = sums_plan(op, self.N, TIME_BLOCK, self.reassoc, self.is_state_loop)
         if plan is not None:
             T = TIME_BLOCK
             span = bb.sub(op.ub, op.lb)
@@ -688,8 +638,6 @@ class _RecurrenceVectorizer:
             first = self._first_prologue(b, op.lb, blocked_end, plan, ahead)
             h = for_loop(b, op.lb, blocked_end, bb.idx(T), [h, *first], block_body)[0]
             lb = blocked_end
-        elif self.sums is not None:
-            h, lb = self._sums_blocks(b, h, store_points)
         else:
             lb = op.lb
 
