@@ -55,11 +55,12 @@ def test_zeros_are_zero_after_the_heap_held_nan():
         assert not buf.any()
 
 
-@pytest.mark.parametrize("k", range(9))
+@pytest.mark.parametrize("k", range(8))
 def test_every_gradient_buffer_is_read_so_it_must_start_zero(monkeypatch, k):
     """A NaN-filled k-th buffer poisons its gradient: np.empty would be wrong for it.
     (If this fails, the VJP now writes that buffer before reading it, and `_zeros` may
-    hand it np.empty.)"""
+    hand it np.empty.)  One task at this size: du, ddelta, dA, dD, dz, ddelta_bias, dB,
+    dC, in that order."""
     args, dout, dlast = _case()
     ref = _bwd(args, dout, dlast)
     orig, count = selective._zeros, [0]
@@ -83,9 +84,9 @@ def test_every_gradient_buffer_is_read_so_it_must_start_zero(monkeypatch, k):
 def test_reused_buffers_are_zeroed_by_the_tasks(monkeypatch, threads, kind, h0):
     """Every buffer from the cache (threshold 0), poisoned with NaN after a call and
     dropped, gives the same bits as fresh np.zeros buffers: each task zeroes its part.
-    Large enough (b*D*L*N >= 2^16) that two threads take 8 tasks."""
+    Large enough (b*D*L*N >= 2^16, D = 2 * GRAD_TASK_CHANNELS) for two tasks."""
     monkeypatch.setenv("SCANWEAVER_NUM_THREADS", threads)
-    args, dout, dlast = _case(3, b=2, D=16, N=4, L=1100, kind=kind, h0=h0)
+    args, dout, dlast = _case(3, b=2, D=2 * selective.GRAD_TASK_CHANNELS, N=4, L=140, kind=kind, h0=h0)
     monkeypatch.setattr(selective, "GRAD_REUSE_MIN_BYTES", 1 << 62)  # every buffer np.zeros
     ref = _bwd(args, dout, dlast)
     monkeypatch.setattr(selective, "GRAD_REUSE_MIN_BYTES", 0)  # every buffer from the cache
@@ -129,3 +130,19 @@ def test_sum_in_order_is_the_sequential_sum():
     total = selective._sum_in_order(bufs)
     np.testing.assert_array_equal(total, sum(bufs[1:], bufs[0]))
     assert all(total is not b for b in bufs)
+
+
+@pytest.mark.parametrize("kind", ["shared", "grouped"])
+def test_gradients_do_not_depend_on_the_thread_count(kind, monkeypatch):
+    """dB / dC of input-dependent B, C are summed per task, then over the tasks: the
+    task split is the shape's (GRAD_TASK_CHANNELS), so 1, 2 or 3 threads give one set of
+    bits.  (With a split by thread count, dB / dC differed between 1 and 2 threads.)"""
+    args, dout, dlast = _case(seed=5, b=1, D=2 * selective.GRAD_TASK_CHANNELS, N=16, L=64, kind=kind)
+    got = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("SCANWEAVER_NUM_THREADS", threads)
+        got.append(_bwd(args, dout, dlast))
+    assert len(selective._grad_tasks(2 * selective.GRAD_TASK_CHANNELS, 1 << 20)[1]) == 2
+    for other in got[1:]:
+        for name, a, b in zip(NAMES, got[0], other):
+            assert torch.equal(a, b), name

@@ -69,6 +69,23 @@ def _tasks(Dn: int, size: int, per_thread: int) -> tuple[int, list[tuple[int, in
     return threads, split_range(Dn, min(Dn, threads * per_thread))
 
 
+#: Channels per task of the backward (at most GRAD_MAX_TASKS tasks, as many as two threads had).  The split depends on
+#: the shape only, never on the thread count: dB / dC of input-dependent B, C are summed
+#: per task (private buffers), then over the tasks in order, so another split gives other
+#: bits (with 4 tasks per thread, one thread and two gave dB / dC up to 4.6e-5 apart at
+#: (1, 256, 16, 2048)).  64 channels: 4 tasks at D = 256, two per thread on this 2-core
+#: machine, where 8 (four per thread) ran the backward op 3-8% slower (wall medians of 21
+#: interleaved calls, three processes, load 3-4; fewer private dB / dC to zero and sum).
+GRAD_TASK_CHANNELS = 64
+GRAD_MAX_TASKS = 8
+
+
+def _grad_tasks(Dn: int, size: int) -> tuple[int, list[tuple[int, int]]]:
+    threads = num_threads() if size >= (1 << 16) else 1
+    tasks = max(1, min(GRAD_MAX_TASKS, Dn // GRAD_TASK_CHANNELS)) if size >= (1 << 16) else 1
+    return threads, split_range(Dn, tasks)
+
+
 def _zeros(like: np.ndarray) -> np.ndarray:
     """A zeroed buffer shaped like `like`.  np.zeros (calloc), not np.zeros_like (malloc
     then a memset pass): a fresh large buffer comes from the OS already zero, so its only
@@ -218,9 +235,7 @@ def selective_scan_bwd(
     last_scratch = np.empty((batch, Dn, N), dt)
     shared = [_grad_buffer(arrs[0]), _grad_buffer(arrs[1]), _grad_buffer(arrs[2])]
     tail = [_grad_buffer(a) for a in arrs[5:]]  # dD, [dz], dbias, [dh0]
-    # several tasks per thread as the forward (a core another process slows takes fewer);
-    # on one thread one task (a task's binding and its private dB / dC cost)
-    threads, parts = _tasks(Dn, batch * Dn * L * N, 4 if num_threads() > 1 else 1)
+    threads, parts = _grad_tasks(Dn, batch * Dn * L * N)
     # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
     private = [_kind(B) != "const", _kind(C) != "const"]
     dBC = [[_grad_buffer(arrs[3 + k]) for _ in parts] if private[k] else [_grad_buffer(arrs[3 + k])] * len(parts)
