@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from scanweaver.bench import gpu_kernels as gk
 from scanweaver.toolchain import readonly_params as rp
 
@@ -59,30 +57,4 @@ def test_selective_scan_scalar_loads_all_read_only(monkeypatch):
     assert plain == 0 and nc > 0
     monkeypatch.setattr(rp, "mark_readonly_loads_invariant", lambda text: text)
     plain, _ = _scalar_loads(m)
-    assert plain > 0
-
-
-def _vector_loads(m, chip: str) -> tuple[int, int]:
-    """(plain, .nc) 16-byte global loads in the PTX of `m` for `chip`."""
-    from scanweaver.toolchain.gpu_export import export_gpu
-
-    (ptx,) = export_gpu(m, chip=chip)["ptx"].values()
-    loads = re.findall(r"\bld\.global(\.nc)?\.v4\.[bf]32\b", ptx)
-    return sum(1 for nc in loads if not nc), sum(1 for nc in loads if nc)
-
-
-@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
-def test_selective_scan_vector_loads_all_read_only(monkeypatch, chip):
-    """N = 16: the 16-byte loads of B and C keep their `invariant` mark through LLVM's O3
-    (`mlir.KEEP_INVARIANT_VECTOR_LOADS`): all `ld.global.nc.v4`. With VectorCombine on,
-    it splits them into scalar loads without the mark, the load-store vectorizer joins
-    them again, and NVPTX's own tagging misses the last row of each run (the address
-    built from the longest chain): plain `ld.global.v4`."""
-    from scanweaver.toolchain import mlir
-
-    m = gk._lower(gk.case_ir("selective_N16_8x1536x2048", 64), small=False)
-    plain, nc = _vector_loads(m, chip)
-    assert plain == 0 and nc >= 32, (plain, nc)  # B and C: 16 rows each, one vector a row
-    monkeypatch.setattr(mlir, "KEEP_INVARIANT_VECTOR_LOADS", [])
-    plain, _ = _vector_loads(m, chip)
     assert plain > 0

@@ -193,6 +193,10 @@ UNROLL_BY_LLVM = 32
 SWEEP_SHARED_BUDGET = 32 * 1024
 #: Hoist element-only coefficient values (N copies each) when they fit in this many registers.
 HOIST_PER_ELEMENT_REGISTERS = 32
+#: Beyond that, hoist them into one shared array of the block (`_hoist_invariants`) when
+#: it takes at most this many bytes, instead of loading them again at every step (the
+#: selective scan's A[d, n] at N = 64: 256 of its 1305 bytes moved per element).
+HOIST_PER_ELEMENT_SHARED_BYTES = 4 * 1024
 #: Keep phase-1 pairs in registers for the replay when 2 * N * items <= this.
 KEEP_PAIRS_REGISTERS = 16
 #: In-tile scans by warp shuffles for the state types `gpu.shuffle` moves (False: the
@@ -244,6 +248,8 @@ class _KernelGen:
 
     #: element runs (B, C by vectors) in this kernel; the time-block kernels keep scalars
     element_runs = True
+    #: element-only values beyond the registers' budget in shared memory (`_hoist_invariants`)
+    elements_in_shared = True
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
         self.nest, self.name, self.bs, self.ipt = nest, name, bs, ipt
@@ -432,8 +438,16 @@ class _KernelGen:
         self.y_a, self.y_b = cblock.last_op.operands  # type: ignore[union-attr]
         cvary = {self.t_c: frozenset("t"), **{k: frozenset("n") for k in self.k_c}}
         cs = split_by_dependence(coeffs_ops, cvary)
-        if len(needed_values(cs.per_elem, set(cs.per_both) | {cblock.last_op})) * self.n > HOIST_PER_ELEMENT_REGISTERS:
-            cs = split_by_dependence(coeffs_ops, cvary, per_elem=False)  # reload them per step instead
+        self.elem_el = None  # the type of the element-only values hoisted to shared memory
+        per_elem = needed_values(cs.per_elem, set(cs.per_both) | {cblock.last_op})
+        if len(per_elem) * self.n > HOIST_PER_ELEMENT_REGISTERS:
+            types = {v.type for v in per_elem}
+            el = types.pop() if len(types) == 1 else None
+            if (self.elements_in_shared and el is not None and is_scalar_type(el)
+                    and len(per_elem) * self.n * bg.byte_size(el) <= HOIST_PER_ELEMENT_SHARED_BYTES):
+                self.elem_el = el
+            else:
+                cs = split_by_dependence(coeffs_ops, cvary, per_elem=False)  # reload them per step instead
         es = split_by_dependence(emit_ops, {self.t_e: frozenset("t"), self.s_e: frozenset("t")})
         for op in cs.consts + es.consts:
             self.e.op(op.clone(value_mapper=self.vmap))
@@ -451,14 +465,15 @@ class _KernelGen:
         later = set(cs.per_step + cs.per_both + es.per_step) | {self.cyield}
         need_i = needed_values(hoisted, later | set(cs.per_elem))
         need_n = needed_values(cs.per_elem, later)
-        out_types = [v.type for v in need_i] + [v.type for v in need_n] * self.n
+        in_shared = self.elem_el is not None
+        out_types = [v.type for v in need_i] + ([] if in_shared else [v.type for v in need_n] * self.n)
 
         def hoist(ie: Emitter) -> list[SSAValue]:
             m = dict(vmap)
             for op in hoisted:
                 ie.op(op.clone(value_mapper=m))
             res = [m[v] for v in need_i]
-            for n in range(self.n):
+            for n in range(0 if in_shared else self.n):
                 mn = {**m, **dict(zip(self.k_c, self.elem_index(ie, n)))}
                 for op in cs.per_elem:
                     ie.op(op.clone(value_mapper=mn))
@@ -472,9 +487,36 @@ class _KernelGen:
         self.base = dict(vmap)
         self.base.update(zip(need_i, vals[: len(need_i)]))
         pos = len(need_i)
-        for n in range(self.n):
+        for n in range(0 if in_shared else self.n):
             self.nmaps[n] = dict(zip(need_n, vals[pos : pos + len(need_n)]))
             pos += len(need_n)
+        if in_shared:
+            self._hoist_elements_to_shared(need_n)
+
+    def _hoist_elements_to_shared(self, need_n: list[SSAValue]) -> None:
+        """The element-only values (`need_n` of each element) in shared `sE[v * N + n]`,
+        written once by thread 0 (they depend on the channel only, not on the thread),
+        a barrier, then read where used (`_elem_map`): one copy per block instead of
+        N copies per thread in registers or a global load per step and element."""
+        e, n_el = self.e, self.n
+        self.elem_vals = need_n
+        rows = len(need_n) * n_el
+        self.s_elem = e.val(memref.GetGlobalOp(f"{self.name}_sE",
+                                               MemRefType(self.elem_el, [rows], memory_space=bg.SHARED_SPACE)))
+        self.elem_rows = rows
+        self.shared_bytes = shared_layout_bytes([self.shared_bytes, rows * bg.byte_size(self.elem_el)])
+
+        def write(ie: Emitter) -> None:
+            for n in range(n_el):
+                mn = {**self.base, **dict(zip(self.k_c, self.elem_index(ie, n)))}
+                for op in self.cs.per_elem:
+                    ie.op(op.clone(value_mapper=mn))
+                for v, val in enumerate(need_n):
+                    ie.store(mn[val], self.s_elem, [ie.index(v * n_el + n)])
+
+        first = e.val(arith.AndIOp(e.cmp("eq", self.tid, self.zero), e.cmp("sgt", self.trip, self.zero)))
+        e.if_(first, [], write)
+        e.op(gpu.BarrierOp())  # written before any thread's first step reads them
 
     def _step_frontier(self) -> None:
         """Values of the step-only part that the replay needs (recompute mode)."""
@@ -486,7 +528,10 @@ class _KernelGen:
 
     # -- pieces of a tile ---------------------------------------------------------------
     def _elem_map(self, ie: Emitter, m: dict[SSAValue, SSAValue], n: int) -> dict[SSAValue, SSAValue]:
-        return {**m, **self.nmaps[n], **dict(zip(self.k_c, self.elem_index(ie, n)))}
+        elem = self.nmaps[n]
+        if self.elem_el is not None:  # from the block's shared copy (`_hoist_elements_to_shared`)
+            elem = {v: ie.load(self.s_elem, [ie.index(i * self.n + n)]) for i, v in enumerate(self.elem_vals)}
+        return {**m, **elem, **dict(zip(self.k_c, self.elem_index(ie, n)))}
 
     def _pair_values(
         self, ie: Emitter, m: dict[SSAValue, SSAValue], elem: ElementValue | None = None
@@ -901,6 +946,8 @@ def lower_recurrence(
     bg.shared_global(kmod, f"{name}_sC", gen.el, gen.n)
     if gen.stage_rows:
         bg.shared_global(kmod, f"{name}_sS", gen.stage_el, gen.stage_rows)
+    if gen.elem_el is not None:
+        bg.shared_global(kmod, f"{name}_sE", gen.elem_el, gen.elem_rows)
     kmod.body.block.add_op(kfunc)
 
     launch_nest_kernel(

@@ -579,6 +579,9 @@ class _RecurrenceTimeBlocks:
         bg.shared_global(kmod, f"{n3}_sC", self.el, self.n)
         if chk.stage_rows:  # B staged for the replay (recurrence_gpu, `_stage_element_loads`)
             bg.shared_global(kmod, f"{n3}_sS", chk.stage_el, chk.stage_rows)
+        for name, gen in ((n1, red), (n3, chk)):  # element-only values (`_hoist_elements_to_shared`)
+            if gen.elem_el is not None:
+                bg.shared_global(kmod, f"{name}_sE", gen.elem_el, gen.elem_rows)
         for kf in (k1, k2, k3):
             kmod.body.block.add_op(kf)
 

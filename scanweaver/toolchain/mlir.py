@@ -285,26 +285,16 @@ def GPU_PIPELINE_STAGES(
 
 def _lower_gpu(mlir_text: str, chip: str, features: str | None, fmt: str, env: dict[str, str] | None = None) -> str:
     """The GPU pipeline in its two stages, with the read-only kernel parameters made
-    `noalias` in between (`ld.global.nc` for them; see `readonly_params`)."""
+    `noalias` in between (`ld.global.nc` for them; see `readonly_params`) and the
+    reloads of shared copies `volatile` (`shared_reloads`)."""
     from scanweaver.toolchain.readonly_params import add_noalias_to_readonly_params, mark_readonly_loads_invariant
+    from scanweaver.toolchain.shared_reloads import mark_shared_reloads_volatile
 
     head, tail = GPU_PIPELINE_STAGES(chip, features, fmt)
     kernels = run_tool("mlir-opt", [head], stdin=mlir_text, env=env)
     kernels = mark_readonly_loads_invariant(add_noalias_to_readonly_params(kernels))
-    return run_tool("mlir-opt", [tail, *KEEP_INVARIANT_VECTOR_LOADS], stdin=kernels, env=env)
-
-
-# LLVM options for the stage that runs LLVM's O3 and NVPTX on the kernels. VectorCombine's
-# `scalarizeLoadExtract` splits a vector load whose lanes are all extracted into scalar
-# loads without their `!invariant.load`; the load-store vectorizer joins them again, and
-# NVPTX's own tagging (`nvptx-tag-invariant-loads`, a 6-step underlying-object walk) finds
-# the parameter for all but the rows whose address LLVM built from a long chain of
-# previous rows: those were plain `ld.global.v4` (`-print-after-all`: 32 vector loads
-# tagged invariant in the MLIR, 0 after O3, 30 re-tagged; selective scan N = 16, 2 plain;
-# N = 24 and 32, 8). Without the pass the vector loads keep their mark (all `.nc`); the
-# other kernels' PTX is unchanged (`benchmarks/gpu/KERNELS.md`,
-# tests/test_readonly_invariant_loads.py).
-KEEP_INVARIANT_VECTOR_LOADS = ["-disable-vector-combine"]
+    kernels = mark_shared_reloads_volatile(kernels)
+    return run_tool("mlir-opt", [tail], stdin=kernels, env=env)
 
 
 _BINARY = re.compile(r"gpu\.binary\s+@([\w$.-]+)")
