@@ -121,12 +121,35 @@ def _n64(chip: str) -> tuple[dict, str]:
 @pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
 def test_n64_reads_a_from_shared_memory_without_more_registers(monkeypatch, chip):
     """Mamba's N = 64 (B, C vary with time): A from the shared copy, no global load of it
-    per step; 168 registers as with the global reloads (3 resident blocks of 128), no
-    spills. Without the `volatile` marks LLVM keeps the 64 values live: 255 (sm_90)."""
+    per step, and B staged (31 of 64 elements); 168 registers as with the global reloads
+    (3 resident blocks of 128), no spills. Unstaged and without the `volatile` marks,
+    LLVM keeps the 64 values of A live: 251 (sm_80), 255 (sm_90)."""
     info, ptx = _n64(chip)
     assert info["spill_stores"] == 0 and info["spill_loads"] == 0 and info["stack_bytes"] == 0, info
     assert info["registers"] <= 168, info
+    assert info["shared_bytes"] > 33280, info  # the stage of B
     assert len(re.findall(r"\bld\.volatile\.shared\.[bf]32\b", ptx)) >= 2 * 64  # phase 1 and replay
+    monkeypatch.setattr(rg._KernelGen, "stage_max_shared_copy", rg.STAGE_MAX_ELEMENTS)
+    info, _ = _n64(chip)
+    assert info["registers"] <= 168, info
     monkeypatch.setattr(sr, "mark_shared_reloads_volatile", lambda text: text)
     info, _ = _n64(chip)
     assert info["registers"] > 168, info
+
+
+@pytest.mark.skipif(not ptxas_available(), reason="ptxas not found on PATH")
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_n64_time_blocks_without_spills(chip):
+    """One channel of N = 64 in time blocks: A in the shared copy of the reduce and chunk
+    kernels; the chunk kernel keeps B's scalar loads (`_ChunkGen.stage_max_shared_copy`:
+    staged it takes 254 registers on sm_90) and 168 registers (254 with A per step)."""
+    module = selective_scan_loops(1, 1, 1 << 20, 64, bc="shared")
+    ctx = make_context()
+    RaiseRecurrences().apply(ctx, module)
+    ScanToGpu(time_blocks="always").apply(ctx, module)
+    info = export_gpu(module, chip)["ptxas"]
+    assert {k.rsplit("_", 1)[1] for k in info} == {"reduce", "carries", "chunks"}
+    for v in info.values():
+        assert v["spill_stores"] == 0 and v["spill_loads"] == 0 and v["stack_bytes"] == 0, info
+    (chunks,) = [v for k, v in info.items() if k.endswith("_chunks")]
+    assert chunks["registers"] <= 168, info

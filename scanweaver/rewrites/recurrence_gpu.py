@@ -125,7 +125,9 @@ Kernel design
   32 at 128 x 4; 256 threads at N = 16) the elements that fit are staged (N = 24: 23
   of 24, N = 32: 23 of 32), the others keep their scalar loads, read again by the
   replay. Not staged below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers) or above
-  `STAGE_MAX_ELEMENTS` (N = 64, one item per thread: 37 more registers): there B keeps
+  `STAGE_MAX_ELEMENTS` (N = 64, one item per thread: 37 more registers) unless the
+  element-only values (A) are in the block's shared copy (`STAGE_MAX_ELEMENTS_SHARED_COPY`,
+  N = 64: 31 of 64 staged, no more registers): elsewhere B keeps
   its scalar loads (B vectors whose values leave the load branch cost 40 registers at
   N = 16 and spill at N = 32). C is loaded by vectors up to
   `VECTOR_ELEMENT_IO_MAX_STATE` elements, by scalars (once per tile all the same) beyond.
@@ -226,8 +228,13 @@ STAGE_ELEMENT_LOADS_BUDGET = 48 * 1024
 #: ... for states of at least this many elements (module doc, `_stage_element_loads`).
 STAGE_MIN_ELEMENTS = 8
 #: ... and at most this many (ptxas sm_90, selective scan N = 64, one item per thread:
-#: staging the 31 elements that fit costs 168 to 205 registers, 3 resident blocks to 2).
+#: staging the 31 elements that fit costs 168 to 205 registers, 3 resident blocks to 2,
+#: while A is loaded from global memory at every step) ...
 STAGE_MAX_ELEMENTS = 32
+#: ... or this many where the element-only values are in the block's shared copy
+#: (`_hoist_elements_to_shared`; ptxas sm_80 and sm_90, N = 64 with A there: 168
+#: registers staged or not, 0 spills, 48 KiB of shared memory, 3 resident blocks).
+STAGE_MAX_ELEMENTS_SHARED_COPY = 64
 
 
 #: the value of element load `op` for element n (None: the load is cloned)
@@ -250,6 +257,8 @@ class _KernelGen:
     element_runs = True
     #: element-only values beyond the registers' budget in shared memory (`_hoist_invariants`)
     elements_in_shared = True
+    #: B staged up to this many elements where those values are in shared memory
+    stage_max_shared_copy = STAGE_MAX_ELEMENTS_SHARED_COPY
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
         self.nest, self.name, self.bs, self.ipt = nest, name, bs, ipt
@@ -351,7 +360,8 @@ class _KernelGen:
         # (N = 24, 32, 64: the others keep their scalar loads, read again by the replay)
         room = (STAGE_ELEMENT_LOADS_BUDGET - shared_layout_bytes([self.shared_bytes, 0])) // (per_run * bg.byte_size(el))
         runs = runs[: max(0, room)]
-        if len({r.el for r in self.b_runs}) != 1 or self.keep or not STAGE_MIN_ELEMENTS <= self.n <= STAGE_MAX_ELEMENTS:
+        top = STAGE_MAX_ELEMENTS if self.elem_el is None else self.stage_max_shared_copy
+        if len({r.el for r in self.b_runs}) != 1 or self.keep or not STAGE_MIN_ELEMENTS <= self.n <= top:
             runs = []
         self.load_runs = [r for r in self.load_runs if r.elem is None] + runs
         self.b_runs = runs
