@@ -153,3 +153,34 @@ def test_n64_time_blocks_without_spills(chip):
         assert v["spill_stores"] == 0 and v["spill_loads"] == 0 and v["stack_bytes"] == 0, info
     (chunks,) = [v for k, v in info.items() if k.endswith("_chunks")]
     assert chunks["registers"] <= 168, info
+
+
+def _reduce_vector_loads(module) -> int:
+    from xdsl.dialects import gpu, vector
+
+    (fn,) = [op for op in module.walk() if isinstance(op, gpu.FuncOp) and op.sym_name.data.endswith("_reduce")]
+    return sum(isinstance(op, vector.LoadOp) for op in fn.walk())
+
+
+@pytest.mark.parametrize("N,L", [(8, 36), (16, 52), (4, 16)])  # rows 16-byte aligned: L % 4 == 0
+def test_time_block_reduce_loads_b_by_vectors(monkeypatch, N, L):
+    """The time-block reduce kernel (launch 1) reads B[b, n, t0 .. t0 + 3] by 16-byte
+    vectors in full tiles (`_ReduceGen.element_runs`): the same values, so the same
+    aggregates and results bit for bit as with its scalar loads, and the loop's within
+    float tolerance; 16-step chunks, the last one partial."""
+    from scanweaver.rewrites import recurrence_time_blocks as rtb
+
+    original = selective_scan_loops(1, 1, L, N, bc="shared")
+    fname = next(op.sym_name.data for op in original.ops if op.name == "func.func")
+    vec = _gpu(parse_ir(print_ir(original)), "always")
+    monkeypatch.setattr(rtb._ReduceGen, "element_runs", False)
+    scalar = _gpu(parse_ir(print_ir(original)), "always")
+    loads = [_reduce_vector_loads(m) for m in (vec, scalar)]
+    assert loads[0] - loads[1] >= N, loads  # one vector per element of B (and the step runs)
+    args = _args(np.random.default_rng(N * L), 1, 1, L, N, "shared")
+    ref, got, old = ([a.copy() for a in args] for _ in range(3))
+    run_function(original, fname, *ref)
+    simulate_launch(vec, fname, *got, block_order=5)
+    simulate_launch(scalar, fname, *old)
+    assert got[-1].tobytes() == old[-1].tobytes()  # bit for bit
+    np.testing.assert_allclose(got[-1], ref[-1], rtol=1e-5, atol=1e-6)
