@@ -253,7 +253,7 @@ class _KernelGen:
     """Builds the fused kernel of one matched nest (module doc, "Kernel design"); the
     steps below share the kernel's values through the instance."""
 
-    #: element runs (B, C by vectors) in this kernel; the time-block kernels keep scalars
+    #: element runs (B, C by vectors) in this kernel (and in the time-block kernels)
     element_runs = True
     #: element-only values beyond the registers' budget in shared memory (`_hoist_invariants`)
     elements_in_shared = True
