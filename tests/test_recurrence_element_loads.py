@@ -218,7 +218,7 @@ def test_filecheck_file_fails_on_a_broken_kernel(monkeypatch, name):
 def test_time_block_chunk_kernel_element_loads(L):
     """One long channel in time blocks (two-tile chunks, several blocks run out of
     order): the chunk kernel takes the B vectors into its stage and the C vectors; the
-    reduce kernel keeps scalar loads."""
+    reduce kernel the B vectors only (used directly: no replay, no emit)."""
     from xdsl.context import Context
     from xdsl.dialects import gpu, memref, vector
 
@@ -238,7 +238,7 @@ def test_time_block_chunk_kernel_element_loads(L):
     assert any(isinstance(o, memref.GetGlobalOp) and str(o.properties["name"]).endswith("_sS")
                for o in chunks.walk())
     assert sum(isinstance(o, vector.LoadOp) for o in chunks.walk()) == 2 * 9
-    assert not any(isinstance(o, vector.LoadOp) for o in reduce.walk())
+    assert sum(isinstance(o, vector.LoadOp) for o in reduce.walk()) == 9
     simulate_launch(m, "selective_scan", *got, block_order=L)
     for r, g in zip(ref, got):
         np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-6)

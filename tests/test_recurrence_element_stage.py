@@ -86,7 +86,8 @@ def test_stage_by_elements_saves_one_read(monkeypatch):
 
 
 def test_n64_stage_by_elements_when_allowed(monkeypatch):
-    """N = 64 (one item per thread, the sweep) is not staged by default (registers,
+    """N = 64 (one item per thread, the sweep) is staged by default where A is in the
+    block's shared copy (`STAGE_MAX_ELEMENTS_SHARED_COPY`), else not (registers,
     `STAGE_MAX_ELEMENTS`); allowed, its first elements are staged element by element
     and the results are still the loop's."""
     N, L = 64, 9

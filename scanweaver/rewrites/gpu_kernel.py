@@ -132,6 +132,12 @@ def unroll_loops_over(kfunc: gpu.FuncOp, buf: SSAValue, max_trip: int) -> None:
     PatternRewriteWalker(Unroll(), apply_recursively=True).rewrite_region(kfunc.body)
 
 
+#: Name suffix of the shared arrays that hold a block's copy of values its threads read
+#: again at every use (`recurrence_gpu._hoist_elements_to_shared`): the loads from them
+#: are made `volatile` in the kernels' LLVM IR (`toolchain/shared_reloads.py`).
+RELOADED_SHARED_SUFFIX = "_sE"
+
+
 def _round_up(x: int, align: int) -> int:
     return -(-x // align) * align
 
@@ -145,6 +151,7 @@ def shared_layout_bytes(sizes: Sequence[int]) -> int:
 
 
 __all__ = [
+    "RELOADED_SHARED_SUFFIX",
     "SHARED_ALIGN",
     "Unsupported",
     "block_id",

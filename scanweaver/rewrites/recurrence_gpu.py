@@ -125,7 +125,9 @@ Kernel design
   32 at 128 x 4; 256 threads at N = 16) the elements that fit are staged (N = 24: 23
   of 24, N = 32: 23 of 32), the others keep their scalar loads, read again by the
   replay. Not staged below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers) or above
-  `STAGE_MAX_ELEMENTS` (N = 64, one item per thread: 37 more registers): there B keeps
+  `STAGE_MAX_ELEMENTS` (N = 64, one item per thread: 37 more registers) unless the
+  element-only values (A) are in the block's shared copy (`STAGE_MAX_ELEMENTS_SHARED_COPY`,
+  N = 64: 31 of 64 staged, no more registers): elsewhere B keeps
   its scalar loads (B vectors whose values leave the load branch cost 40 registers at
   N = 16 and spill at N = 32). C is loaded by vectors up to
   `VECTOR_ELEMENT_IO_MAX_STATE` elements, by scalars (once per tile all the same) beyond.
@@ -193,6 +195,10 @@ UNROLL_BY_LLVM = 32
 SWEEP_SHARED_BUDGET = 32 * 1024
 #: Hoist element-only coefficient values (N copies each) when they fit in this many registers.
 HOIST_PER_ELEMENT_REGISTERS = 32
+#: Beyond that, hoist them into one shared array of the block (`_hoist_invariants`) when
+#: it takes at most this many bytes, instead of loading them again at every step (the
+#: selective scan's A[d, n] at N = 64: 256 of its 1305 bytes moved per element).
+HOIST_PER_ELEMENT_SHARED_BYTES = 4 * 1024
 #: Keep phase-1 pairs in registers for the replay when 2 * N * items <= this.
 KEEP_PAIRS_REGISTERS = 16
 #: In-tile scans by warp shuffles for the state types `gpu.shuffle` moves (False: the
@@ -222,8 +228,13 @@ STAGE_ELEMENT_LOADS_BUDGET = 48 * 1024
 #: ... for states of at least this many elements (module doc, `_stage_element_loads`).
 STAGE_MIN_ELEMENTS = 8
 #: ... and at most this many (ptxas sm_90, selective scan N = 64, one item per thread:
-#: staging the 31 elements that fit costs 168 to 205 registers, 3 resident blocks to 2).
+#: staging the 31 elements that fit costs 168 to 205 registers, 3 resident blocks to 2,
+#: while A is loaded from global memory at every step) ...
 STAGE_MAX_ELEMENTS = 32
+#: ... or this many where the element-only values are in the block's shared copy
+#: (`_hoist_elements_to_shared`; ptxas sm_80 and sm_90, N = 64 with A there: 168
+#: registers staged or not, 0 spills, 48 KiB of shared memory, 3 resident blocks).
+STAGE_MAX_ELEMENTS_SHARED_COPY = 64
 
 
 #: the value of element load `op` for element n (None: the load is cloned)
@@ -242,8 +253,12 @@ class _KernelGen:
     """Builds the fused kernel of one matched nest (module doc, "Kernel design"); the
     steps below share the kernel's values through the instance."""
 
-    #: element runs (B, C by vectors) in this kernel; the time-block kernels keep scalars
+    #: element runs (B, C by vectors) in this kernel (and in the time-block kernels)
     element_runs = True
+    #: element-only values beyond the registers' budget in shared memory (`_hoist_invariants`)
+    elements_in_shared = True
+    #: B staged up to this many elements where those values are in shared memory
+    stage_max_shared_copy = STAGE_MAX_ELEMENTS_SHARED_COPY
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
         self.nest, self.name, self.bs, self.ipt = nest, name, bs, ipt
@@ -345,7 +360,8 @@ class _KernelGen:
         # (N = 24, 32, 64: the others keep their scalar loads, read again by the replay)
         room = (STAGE_ELEMENT_LOADS_BUDGET - shared_layout_bytes([self.shared_bytes, 0])) // (per_run * bg.byte_size(el))
         runs = runs[: max(0, room)]
-        if len({r.el for r in self.b_runs}) != 1 or self.keep or not STAGE_MIN_ELEMENTS <= self.n <= STAGE_MAX_ELEMENTS:
+        top = STAGE_MAX_ELEMENTS if self.elem_el is None else self.stage_max_shared_copy
+        if len({r.el for r in self.b_runs}) != 1 or self.keep or not STAGE_MIN_ELEMENTS <= self.n <= top:
             runs = []
         self.load_runs = [r for r in self.load_runs if r.elem is None] + runs
         self.b_runs = runs
@@ -432,8 +448,16 @@ class _KernelGen:
         self.y_a, self.y_b = cblock.last_op.operands  # type: ignore[union-attr]
         cvary = {self.t_c: frozenset("t"), **{k: frozenset("n") for k in self.k_c}}
         cs = split_by_dependence(coeffs_ops, cvary)
-        if len(needed_values(cs.per_elem, set(cs.per_both) | {cblock.last_op})) * self.n > HOIST_PER_ELEMENT_REGISTERS:
-            cs = split_by_dependence(coeffs_ops, cvary, per_elem=False)  # reload them per step instead
+        self.elem_el = None  # the type of the element-only values hoisted to shared memory
+        per_elem = needed_values(cs.per_elem, set(cs.per_both) | {cblock.last_op})
+        if len(per_elem) * self.n > HOIST_PER_ELEMENT_REGISTERS:
+            types = {v.type for v in per_elem}
+            el = types.pop() if len(types) == 1 else None
+            if (self.elements_in_shared and el is not None and is_scalar_type(el)
+                    and len(per_elem) * self.n * bg.byte_size(el) <= HOIST_PER_ELEMENT_SHARED_BYTES):
+                self.elem_el = el
+            else:
+                cs = split_by_dependence(coeffs_ops, cvary, per_elem=False)  # reload them per step instead
         es = split_by_dependence(emit_ops, {self.t_e: frozenset("t"), self.s_e: frozenset("t")})
         for op in cs.consts + es.consts:
             self.e.op(op.clone(value_mapper=self.vmap))
@@ -451,14 +475,15 @@ class _KernelGen:
         later = set(cs.per_step + cs.per_both + es.per_step) | {self.cyield}
         need_i = needed_values(hoisted, later | set(cs.per_elem))
         need_n = needed_values(cs.per_elem, later)
-        out_types = [v.type for v in need_i] + [v.type for v in need_n] * self.n
+        in_shared = self.elem_el is not None
+        out_types = [v.type for v in need_i] + ([] if in_shared else [v.type for v in need_n] * self.n)
 
         def hoist(ie: Emitter) -> list[SSAValue]:
             m = dict(vmap)
             for op in hoisted:
                 ie.op(op.clone(value_mapper=m))
             res = [m[v] for v in need_i]
-            for n in range(self.n):
+            for n in range(0 if in_shared else self.n):
                 mn = {**m, **dict(zip(self.k_c, self.elem_index(ie, n)))}
                 for op in cs.per_elem:
                     ie.op(op.clone(value_mapper=mn))
@@ -472,9 +497,36 @@ class _KernelGen:
         self.base = dict(vmap)
         self.base.update(zip(need_i, vals[: len(need_i)]))
         pos = len(need_i)
-        for n in range(self.n):
+        for n in range(0 if in_shared else self.n):
             self.nmaps[n] = dict(zip(need_n, vals[pos : pos + len(need_n)]))
             pos += len(need_n)
+        if in_shared:
+            self._hoist_elements_to_shared(need_n)
+
+    def _hoist_elements_to_shared(self, need_n: list[SSAValue]) -> None:
+        """The element-only values (`need_n` of each element) in shared `sE[v * N + n]`,
+        written once by thread 0 (they depend on the channel only, not on the thread),
+        a barrier, then read where used (`_elem_map`): one copy per block instead of
+        N copies per thread in registers or a global load per step and element."""
+        e, n_el = self.e, self.n
+        self.elem_vals = need_n
+        rows = len(need_n) * n_el
+        self.s_elem = e.val(memref.GetGlobalOp(f"{self.name}_sE",
+                                               MemRefType(self.elem_el, [rows], memory_space=bg.SHARED_SPACE)))
+        self.elem_rows = rows
+        self.shared_bytes = shared_layout_bytes([self.shared_bytes, rows * bg.byte_size(self.elem_el)])
+
+        def write(ie: Emitter) -> None:
+            for n in range(n_el):
+                mn = {**self.base, **dict(zip(self.k_c, self.elem_index(ie, n)))}
+                for op in self.cs.per_elem:
+                    ie.op(op.clone(value_mapper=mn))
+                for v, val in enumerate(need_n):
+                    ie.store(mn[val], self.s_elem, [ie.index(v * n_el + n)])
+
+        first = e.val(arith.AndIOp(e.cmp("eq", self.tid, self.zero), e.cmp("sgt", self.trip, self.zero)))
+        e.if_(first, [], write)
+        e.op(gpu.BarrierOp())  # written before any thread's first step reads them
 
     def _step_frontier(self) -> None:
         """Values of the step-only part that the replay needs (recompute mode)."""
@@ -486,7 +538,10 @@ class _KernelGen:
 
     # -- pieces of a tile ---------------------------------------------------------------
     def _elem_map(self, ie: Emitter, m: dict[SSAValue, SSAValue], n: int) -> dict[SSAValue, SSAValue]:
-        return {**m, **self.nmaps[n], **dict(zip(self.k_c, self.elem_index(ie, n)))}
+        elem = self.nmaps[n]
+        if self.elem_el is not None:  # from the block's shared copy (`_hoist_elements_to_shared`)
+            elem = {v: ie.load(self.s_elem, [ie.index(i * self.n + n)]) for i, v in enumerate(self.elem_vals)}
+        return {**m, **elem, **dict(zip(self.k_c, self.elem_index(ie, n)))}
 
     def _pair_values(
         self, ie: Emitter, m: dict[SSAValue, SSAValue], elem: ElementValue | None = None
@@ -901,6 +956,8 @@ def lower_recurrence(
     bg.shared_global(kmod, f"{name}_sC", gen.el, gen.n)
     if gen.stage_rows:
         bg.shared_global(kmod, f"{name}_sS", gen.stage_el, gen.stage_rows)
+    if gen.elem_el is not None:
+        bg.shared_global(kmod, f"{name}_sE", gen.elem_el, gen.elem_rows)
     kmod.body.block.add_op(kfunc)
 
     launch_nest_kernel(

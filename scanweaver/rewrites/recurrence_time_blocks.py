@@ -105,7 +105,7 @@ from scanweaver.rewrites.gpu_nest import (
     arg_name,
 )
 from scanweaver.rewrites.launch import KernelLaunch
-from scanweaver.rewrites.recurrence_gpu import SWEEP_SHARED_BUDGET, UNROLL_BY_LLVM, _KernelGen
+from scanweaver.rewrites.recurrence_gpu import STAGE_MAX_ELEMENTS, SWEEP_SHARED_BUDGET, UNROLL_BY_LLVM, _KernelGen
 from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, prefer_time_blocks
 
 #: scratch arguments of the kernels, in host-function scratch order
@@ -262,9 +262,10 @@ class _Chunked:
 class _ReduceGen(_KernelGen):
     """Launch 1: the chunk aggregates of every state element (module doc)."""
 
-    # B by scalars: with no replay its vectors' values would all be live at once
-    # (`_stage_element_loads`; ptxas, N = 16: 40 more registers in the fused kernel)
-    element_runs = False
+    # B by 16-byte vectors in full tiles, used directly (kept pairs, no replay): ptxas
+    # sm_90, one channel of 2^20 steps, N = 8: 102 to 106 registers, N = 16: 164 to 168,
+    # the same resident blocks; C's runs are dropped (`build`: no emit here)
+    element_runs = True
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, length, chunk: int, scratch_types):
         super().__init__(nest, name, bs, ipt, keep_pairs=True)  # no replay: no step values kept
@@ -316,6 +317,7 @@ class _ReduceGen(_KernelGen):
         e.if_(first_thread, [], start)
         self._prepare()
         self.store_runs = []  # no replay here: only the step loads
+        self.emit_runs = [r for r in self.emit_runs if r.elem is None]  # C: read by the emit only
         self.t_begin, self.t_end = ch.chunk_begin, ch.chunk_end
         self.tile = e.index(self.bs * self.ipt)
         span = e.sub(ch.chunk_end, ch.chunk_begin)
@@ -452,6 +454,10 @@ class _ReduceGen(_KernelGen):
 class _ChunkGen(_KernelGen):
     """Launch 3: the fused kernel over one chunk from its true entry state."""
 
+    # B staged up to N = 32 only: at N = 64 the stage costs this kernel 168 to 254
+    # registers on sm_90 (ptxas; 168 on sm_80, and in the fused kernel on both)
+    stage_max_shared_copy = STAGE_MAX_ELEMENTS
+
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs, length, chunk: int, scratch_types):
         super().__init__(nest, name, bs, ipt, keep_pairs)
         self.length, self.chunk, self.scratch_types = length, chunk, scratch_types
@@ -579,6 +585,9 @@ class _RecurrenceTimeBlocks:
         bg.shared_global(kmod, f"{n3}_sC", self.el, self.n)
         if chk.stage_rows:  # B staged for the replay (recurrence_gpu, `_stage_element_loads`)
             bg.shared_global(kmod, f"{n3}_sS", chk.stage_el, chk.stage_rows)
+        for name, gen in ((n1, red), (n3, chk)):  # element-only values (`_hoist_elements_to_shared`)
+            if gen.elem_el is not None:
+                bg.shared_global(kmod, f"{name}_sE", gen.elem_el, gen.elem_rows)
         for kf in (k1, k2, k3):
             kmod.body.block.add_op(kf)
 

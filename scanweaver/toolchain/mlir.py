@@ -285,12 +285,15 @@ def GPU_PIPELINE_STAGES(
 
 def _lower_gpu(mlir_text: str, chip: str, features: str | None, fmt: str, env: dict[str, str] | None = None) -> str:
     """The GPU pipeline in its two stages, with the read-only kernel parameters made
-    `noalias` in between (`ld.global.nc` for them; see `readonly_params`)."""
+    `noalias` in between (`ld.global.nc` for them; see `readonly_params`) and the
+    reloads of shared copies `volatile` (`shared_reloads`)."""
     from scanweaver.toolchain.readonly_params import add_noalias_to_readonly_params, mark_readonly_loads_invariant
+    from scanweaver.toolchain.shared_reloads import mark_shared_reloads_volatile
 
     head, tail = GPU_PIPELINE_STAGES(chip, features, fmt)
     kernels = run_tool("mlir-opt", [head], stdin=mlir_text, env=env)
     kernels = mark_readonly_loads_invariant(add_noalias_to_readonly_params(kernels))
+    kernels = mark_shared_reloads_volatile(kernels)
     return run_tool("mlir-opt", [tail], stdin=kernels, env=env)
 
 
