@@ -170,3 +170,21 @@ def test_speed_bar_says_by_how_much_and_why_a_goal_is_missed():
     assert reason_for("best_peer", "f64") != reason_for("best_peer", "f32")
     assert reason_for("no such goal") == "Not analysed yet."
     assert shortfall(3.99, 4.0, at_most=False) == "0.2%"
+
+
+def test_a_roofline_fraction_beyond_what_memory_moves_is_invalid_not_met():
+    """A run whose roofline measurement ran slow (a busy machine) reads fractions far
+    above 1: the speed bar reports them as not measured, never as met."""
+    from scanweaver.bench import harness, plots
+
+    def case(fraction: float) -> dict:
+        return {"label": "affine shapes f32 1024x4096",
+                "results": {"scanweaver-cpu": {"status": "ok", "roofline_fraction": fraction}},
+                "ratios": {}}
+
+    bar = harness.speed_bar({"cases": [case(2.85)]})["affine shapes f32 1024x4096"]["roofline_fraction"]
+    assert bar["met"] is None and "not measured" in bar["invalid"]
+    text = "\n".join(plots._speed_bar_lines({"speed_bar": {"affine shapes f32 1024x4096": {"roofline_fraction": bar}}}))
+    assert "| 0.85 | 2.85 | **invalid** |" in text
+    ok = harness.speed_bar({"cases": [case(0.9)]})["affine shapes f32 1024x4096"]["roofline_fraction"]
+    assert ok["met"] is True and "invalid" not in ok

@@ -283,6 +283,8 @@ def _speed_bar_lines(result: dict[str, Any]) -> list[str]:
             met = "-" if row["met"] is None else ("yes" if row["met"] else "**no**")
             kind = _SPEED_BAR_MEASURES.get(what, f"speed-up over {what}")
             short = why = ""
+            if row.get("invalid"):
+                met, why = "**invalid**", row["invalid"]
             if row["met"] is False:
                 short = shortfall(row["measured"], row["target"], what.startswith("backward_over_forward"))
                 reason = reason_for(what, label)
