@@ -42,12 +42,13 @@ _RULES: list[tuple[str, str, str]] = [
      "its access pattern (eight or more row streams per array per core), not by the multiply-add chain or "
      "the register transposes, which experiments ruled out."),
     ("roofline_fraction", "",
-     "One core runs the f32 tiled kernel at about the same time per element whether its rows sit in L2 or "
-     "stream from memory, and that rate is about one core's share of the roofline: on two cores the kernel is "
-     "bound by its per-step work (loads, register transposes, the multiply-add chain kept bit-identical to the "
-     "loop), not by memory; f64 moves twice the bytes for the same work and comes closer. The few-long-rows "
-     "shapes take the cache-blocked chunked form and the single row the two-pass chunked form, which both do "
-     "about twice the per-step work."),
+     "With its rows in L2, one core runs the f32 tiled kernel at the latency of its chain: each tile of 8 "
+     "rows x 16 steps is 16 dependent steps of a multiply, then an add (kept bit-identical to the loop, no "
+     "FMA), and that rate is about one core's share of the roofline, so two cores cannot reach 85% of it; "
+     "a second independent chain per f32 tile needs more vector registers than the CPU has (spills, and "
+     "slower from memory). The few-long-rows shapes take the cache-blocked chunked form and the single row "
+     "the two-pass chunked form, which scan each step twice (the first pass's aggregates one sub-chunk per "
+     "vector lane, cheaper than a tiled pass, then the tiled rescan)."),
     ("backward_over_forward", "",
      "The VJP makes about three passes over each channel's steps where the forward makes one: the "
      "forward scan that keeps every state (and stores exp(delta*A) of every state element for the "
