@@ -44,8 +44,9 @@ _RULES: list[tuple[str, str, str]] = [
     ("roofline_fraction", "",
      "With its rows in L2, one core runs the f32 tiled kernel at the latency of its chain: each tile of 8 "
      "rows x 16 steps is 16 dependent steps of a multiply, then an add (kept bit-identical to the loop, no "
-     "FMA), and that rate is about one core's share of the roofline, so two cores cannot reach 85% of it; "
-     "a second independent chain per f32 tile needs more vector registers than the CPU has (spills, and "
+     "FMA), and that rate is no faster than one core's share of the roofline; streaming from memory, each "
+     "core is slower still (its row streams' misses add to the chain), so two cores stay under 85% of it. "
+     "A second independent chain per f32 tile needs more vector registers than the CPU has (spills, and "
      "slower from memory). The few-long-rows shapes take the cache-blocked chunked form and the single row "
      "the two-pass chunked form, which scan each step twice (the first pass's aggregates one sub-chunk per "
      "vector lane, cheaper than a tiled pass, then the tiled rescan)."),
