@@ -153,7 +153,7 @@ def check_alignment(what: str, view: DeviceView) -> None:
 
 
 # MLIR element type -> (numpy kinds accepted, item size); bf16 arrives as 2-byte items.
-_ELEMENT = {
+MEMREF_ELEMENTS = {
     "f16": ("f", 2), "bf16": ("fuV", 2), "f32": ("f", 4), "f64": ("f", 8),
     "i1": ("bui", 1), "i8": ("iu", 1), "i16": ("iu", 2), "i32": ("iu", 4), "i64": ("iu", 8),
     "index": ("iu", 8),
@@ -163,7 +163,7 @@ _ELEMENT = {
 }
 
 # MLIR scalar type -> ctypes type of its kernel parameter
-_SCALAR = {
+SCALAR_CTYPES = {
     "f32": ctypes.c_float, "f64": ctypes.c_double,
     "i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
     "i64": ctypes.c_int64, "index": ctypes.c_int64,
@@ -171,7 +171,7 @@ _SCALAR = {
 
 
 def scalar_param(launch: KernelLaunch, name: str, dtype: str, value: Any) -> Any:
-    ctype = _SCALAR.get(dtype)
+    ctype = SCALAR_CTYPES.get(dtype)
     if ctype is None:
         raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: scalar argument '{name}' of type {dtype} is not supported")
     if isinstance(value, np.ndarray) and value.ndim == 0:
@@ -206,7 +206,7 @@ def kernel_params(launch: KernelLaunch, views: Sequence[Any]) -> list[Any]:
         if kind == "scalar":
             params.append(scalar_param(launch, name, dtype, view))
             continue
-        kinds, size = _ELEMENT.get(dtype, ("", 0))
+        kinds, size = MEMREF_ELEMENTS.get(dtype, ("", 0))
         if view.kind not in kinds or view.itemsize != size:
             raise ScanWeaverTypeError(
                 f"kernel {launch.kernel_name}: argument '{name}' must hold {dtype} elements, "
@@ -455,6 +455,8 @@ __all__ = [
     "DEVICE_ALIGNMENT",
     "DeviceArguments",
     "DeviceView",
+    "MEMREF_ELEMENTS",
+    "SCALAR_CTYPES",
     "check_alignment",
     "check_no_overlap",
     "check_shared_memory",

@@ -120,28 +120,40 @@ def write_artifact(out: Path, image: str | bytes, document: dict[str, Any]) -> P
 
 
 def read_artifact(path: str | os.PathLike) -> tuple[dict[str, Any], str | bytes]:
-    """(launch document, image) of an artifact given as OUT or OUT.launch.json."""
+    """(launch document, image) of an artifact given as OUT or OUT.launch.json; every
+    field of the document checked (`cuda_artifact_schema`) before it is returned."""
+    from scanweaver.runtime.cuda_artifact_schema import check_document
+
     path = Path(path)
     meta = path if path.name.endswith(".launch.json") else launch_json_path(path)
     try:
-        doc = json.loads(meta.read_text())
+        doc = json.loads(meta.read_bytes().decode())
     except OSError as e:
         raise ScanWeaverValueError(f"cannot read {meta}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
+    except UnicodeDecodeError:
+        raise ScanWeaverValueError(f"{meta} is not UTF-8 text, so not a launch description") from None
+    except (json.JSONDecodeError, RecursionError) as e:
         raise ScanWeaverValueError(f"{meta} is not JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ScanWeaverValueError(f"{meta} is not a ScanWeaver GPU artifact (no format '{FORMAT}')")
-    if doc.get("version") != VERSION:
-        raise ScanWeaverValueError(f"{meta} has artifact version {doc.get('version')}; this ScanWeaver reads {VERSION}")
+    if doc.get("version") != VERSION or isinstance(doc.get("version"), bool):
+        raise ScanWeaverValueError(
+            f"{meta} has artifact version {doc.get('version')!r}; this ScanWeaver reads {VERSION}: rebuild it"
+        )
+    check_document(doc, str(meta))
     image_path = meta.with_name(doc["image"])
     try:
         blob = image_path.read_bytes()
     except OSError as e:
         raise ScanWeaverValueError(f"cannot read {image_path}: {e.strerror}") from None
-    if hashlib.sha256(blob).hexdigest() != doc.get("image_sha256"):
+    if hashlib.sha256(blob).hexdigest() != doc["image_sha256"]:
         raise ScanWeaverValueError(f"{image_path} does not match {meta} (its SHA-256 differs): rebuild both")
-    image: str | bytes = blob.decode() if doc["image_kind"] == "ptx" else blob
-    return doc, image
+    if doc["image_kind"] == "cubin":
+        return doc, blob
+    try:
+        return doc, blob.decode()
+    except UnicodeDecodeError:
+        raise ScanWeaverValueError(f"{image_path} is not PTX text (not UTF-8)") from None
 
 
 def plan(doc: dict[str, Any]) -> tuple[dict[str, list[KernelLaunch]], dict[str, int]]:

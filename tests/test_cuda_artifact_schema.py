@@ -1,0 +1,156 @@
+"""`scanweaver.load` checks every field of a launch.json before using it: a damaged,
+edited or foreign document is one `ScanWeaverValueError` naming the file and the
+field, never a KeyError, an IndexError, a launch with a negative grid or a read
+outside the artifact's directory."""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+from pathlib import Path
+
+import pytest
+
+from scanweaver.errors import ScanWeaverValueError
+from scanweaver.runtime.cuda_artifact import describe, plan, read_artifact, write_artifact
+from scanweaver.runtime.cuda_launch import KernelLaunch
+
+REPO = Path(__file__).resolve().parent.parent
+
+# an affine scan's launch, with a scratch buffer and a scalar (every field in use)
+DESC = KernelLaunch(
+    kernel_name="k0",
+    module_name="scanweaver_kernels",
+    grid=("h.shape[0]*cdiv(h.shape[1],8192)", 1, 1),
+    block=(128, 1, 1),
+    shared_bytes=36,
+    args=[("a", "in", "f32", ("?", "?")), ("gamma", "scalar", "f32", ()), ("h", "out", "f32", ("?", "?")),
+          ("agg", "out", "f32", ("?",))],
+    func_name="f",
+    host_args=(0, 1, 2, -2),
+    equal_dims=(("a", 0, "h", 0), ("a", 1, "h", 1)),
+    scratch=(("agg", ("expr:mul(h.shape[0],2)",)),),
+)
+
+
+@pytest.fixture
+def artifact(tmp_path):
+    out = tmp_path / "k.ptx"
+    doc = describe("// ptx\n", out.name, "sm_90", {"f": [DESC]}, {"f": 3})
+    write_artifact(out, "// ptx\n", doc)
+    return out
+
+
+def _tampered(artifact: Path, change) -> Path:
+    meta = artifact.with_name(artifact.name + ".launch.json")
+    doc = json.loads(meta.read_text())
+    change(doc)
+    meta.write_text(json.dumps(doc))
+    return artifact
+
+
+def _kernel(**fields):
+    return lambda doc: doc["kernels"][0].update(fields)
+
+
+def _arg(index, position, value):
+    return lambda doc: doc["kernels"][0]["args"][index].__setitem__(position, value)
+
+
+CASES = [
+    ("no image", lambda d: d.pop("image"), "the document has no 'image'"),
+    ("image up a directory", lambda d: d.update(image="../k.ptx"), "image '../k.ptx' must be a file name"),
+    ("image absolute", lambda d: d.update(image="/etc/passwd"), "image '/etc/passwd' must be a file name"),
+    ("image number", lambda d: d.update(image=5), "image must be a string, not an integer"),
+    ("image kind", lambda d: d.update(image_kind="elf"), "image_kind is 'elf'; expected one of ptx, cubin"),
+    ("chip", lambda d: d.update(chip="sm_90 cubin-format=bin"), "chip 'sm_90 cubin-format=bin' is not a valid"),
+    ("version string", lambda d: d.update(version="1"), "artifact version '1'; this ScanWeaver reads 1"),
+    ("version true", lambda d: d.update(version=True), "artifact version True"),
+    ("functions list", lambda d: d.update(functions=[]), "functions must be an object, not a list"),
+    ("no kernels", lambda d: d.pop("kernels"), "has no 'kernels'"),
+    ("kernel index past the end", lambda d: d["functions"]["f"].update(kernels=[1]),
+     r"functions.f.kernels\[0\] is 1; it must be between 0 and 0"),
+    ("kernel index negative", lambda d: d["functions"]["f"].update(kernels=[-1]), "is -1; it must be between 0 and 0"),
+    ("arg count string", lambda d: d["functions"]["f"].update(arg_count="3"), "arg_count must be an integer"),
+    ("arg count negative", lambda d: d["functions"]["f"].update(arg_count=-1), "arg_count is -1"),
+    ("grid python", _kernel(grid=["__import__('os').getcwd()", 1, 1]), r"grid\[0\] is not a launch size formula"),
+    ("grid negative", _kernel(grid=[-5, 1, 1]), r"grid\[0\] is -5; it must be between 1 and 2147483647"),
+    ("grid y over 65535", _kernel(grid=[1, 65536, 1]), r"grid\[1\] is 65536; it must be between 1 and 65535"),
+    ("grid float", _kernel(grid=[2.5, 1, 1]), "must be a positive integer or a size formula, not a number"),
+    ("grid boolean", _kernel(grid=[True, 1, 1]), "not a boolean"),
+    ("grid two entries", _kernel(grid=[1, 1]), "grid must have 3 entries, not 2"),
+    ("grid unknown argument", _kernel(grid=["zz.shape[0]", 1, 1]), "no size zz.shape"),
+    ("grid deep formula", _kernel(grid=["expr:" + "add(1," * 400 + "1" + ")" * 400, 1, 1]), "at most 1000"),
+    ("block negative", _kernel(block=[-128, 1, 1]), r"block\[0\] is -128"),
+    ("block too many threads", _kernel(block=[1024, 2, 1]), "asks for 2048 threads"),
+    ("block string", _kernel(block=["128", 1, 1]), "must be an integer, not a string"),
+    ("shared over the limit", _kernel(static_shared_bytes=10**9), "static_shared_bytes is 1000000000"),
+    ("static + dynamic over the limit", _kernel(dynamic_shared_bytes=49152),
+     "dynamic_shared_bytes is 49152; it must be between 0 and 49116"),
+    ("shared negative", _kernel(static_shared_bytes=-1), "static_shared_bytes is -1"),
+    ("arg kind", _arg(0, 1, "weird"), r"args\[0\]\[1\] is 'weird'"),
+    ("arg dtype", _arg(0, 2, "f128"), r"args\[0\]\[2\] is 'f128'"),
+    ("arg size negative", _arg(0, 3, [-1, "?"]), r"args\[0\]\[3\]\[0\] is -1"),
+    ("scalar with a shape", _arg(1, 3, ["?"]), r"args\[1\]\[3\] must have 0 entries"),
+    ("arg too short", lambda d: d["kernels"][0]["args"].__setitem__(0, ["a", "in"]), "must have 4 entries, not 2"),
+    ("host arg past the function's", _kernel(host_args=[0, 1, 9, -2]), r"host_args\[2\] is 9"),
+    ("host args too few", _kernel(host_args=[0, 1]), "host_args must have 4 entries"),
+    ("host arg -1", _kernel(host_args=[0, 1, -1, -2]), "gives argument 'h' no value"),
+    ("scratch without a shape", _kernel(scratch=[]), "uses scratch buffer 0 before any kernel gives its shape"),
+    ("scalar as array", _kernel(host_args=[0, 0, 2, -2]), "passes function argument #0 as a scalar here"),
+    ("abi", _kernel(abi="bare-ptr"), "packs 'memref-descriptor' arguments only"),
+    ("equal dims past the rank", _kernel(equal_dims=[["a", 7, "h", 0]]), r"equal_dims\[0\]\[1\] is 7"),
+    ("equal dims of a scalar", _kernel(equal_dims=[["gamma", 0, "h", 0]]), "'gamma' is not an array argument"),
+    ("kernel name number", _kernel(kernel=7), "kernel must be a string"),
+]
+
+
+@pytest.mark.parametrize("name, change, message", CASES, ids=[c[0] for c in CASES])
+def test_tampered_launch_description_is_one_clear_error(artifact, name, change, message):
+    read_artifact(artifact)  # the untouched artifact loads
+    _tampered(artifact, change)
+    with pytest.raises(ScanWeaverValueError, match=message) as e:
+        read_artifact(artifact)
+    assert "k.ptx.launch.json" in str(e.value)
+
+
+def test_unreadable_documents_and_images(artifact):
+    meta = artifact.with_name("k.ptx.launch.json")
+    good = meta.read_bytes()
+    meta.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ScanWeaverValueError, match="is not UTF-8 text"):
+        read_artifact(artifact)
+    meta.write_bytes(b"[" * 100_000)
+    with pytest.raises(ScanWeaverValueError, match="is not JSON"):
+        read_artifact(artifact)
+    meta.write_bytes(good)
+    doc = json.loads(good)
+    artifact.write_bytes(b"\xff\xfe")  # a PTX image that is not text, with a matching hash
+    import hashlib
+
+    doc["image_sha256"] = hashlib.sha256(b"\xff\xfe").hexdigest()
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(ScanWeaverValueError, match="is not PTX text"):
+        read_artifact(artifact)
+    artifact.unlink()
+    with pytest.raises(ScanWeaverValueError, match="cannot read .*k.ptx: No such file"):
+        read_artifact(artifact)
+
+
+def test_every_committed_bundle_artifact_passes_the_checks():
+    docs = sorted(glob.glob(str(REPO / "benchmarks" / "gpu" / "bundle" / "*.launch.json")))
+    assert docs, "no bundle artifacts found"
+    for path in docs:
+        doc, _ = read_artifact(path)
+        launches, counts = plan(doc)
+        assert all(len(seq) >= 1 for seq in launches.values()) and counts
+
+
+def test_checks_leave_a_good_document_unchanged(artifact):
+    meta = artifact.with_name("k.ptx.launch.json")
+    before = json.loads(meta.read_text())
+    doc, _ = read_artifact(artifact)
+    assert doc == before and copy.deepcopy(doc) == before
+    (launch,) = plan(doc)[0]["f"]
+    assert launch == DESC
