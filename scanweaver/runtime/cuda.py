@@ -23,6 +23,7 @@ aligned by the CUDA allocator), which take the vector paths.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -98,7 +99,11 @@ class DeviceView:
     @staticmethod
     def from_interface(obj: Any, what: str) -> DeviceView:
         iface = obj.__cuda_array_interface__
-        dtype = np.dtype(iface["typestr"])
+        try:
+            dtype = np.dtype(iface["typestr"])
+        except (TypeError, ValueError, KeyError):
+            raise ScanWeaverTypeError(f"{what}: its __cuda_array_interface__ has no valid typestr") from None
+        check_byte_order(what, dtype)
         shape = tuple(int(s) for s in iface["shape"])
         byte_strides = iface.get("strides")
         if byte_strides is None:  # C-contiguous
@@ -152,6 +157,16 @@ def check_alignment(what: str, view: DeviceView) -> None:
         )
 
 
+def check_byte_order(what: str, dtype: np.dtype) -> None:
+    """The GPU reads little-endian elements: a big-endian array would be read as other
+    numbers, silently (the CPU path refuses such dtypes too)."""
+    if not dtype.isnative and dtype.byteorder != "|":
+        raise ScanWeaverTypeError(
+            f"{what} has {dtype.name} elements in non-native byte order ('{dtype.str}'): "
+            "convert it with arr.astype(arr.dtype.newbyteorder('='))"
+        )
+
+
 # MLIR element type -> (numpy kinds accepted, item size); bf16 arrives as 2-byte items.
 MEMREF_ELEMENTS = {
     "f16": ("f", 2), "bf16": ("fuV", 2), "f32": ("f", 4), "f64": ("f", 8),
@@ -181,7 +196,14 @@ def scalar_param(launch: KernelLaunch, name: str, dtype: str, value: Any) -> Any
     if dtype.startswith("f"):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: argument '{name}' must be a {dtype} number, got {type(value).__name__}")
-        return ctype(float(value))
+        try:
+            number = float(value)
+        except OverflowError:  # an int too big for a double
+            number = math.inf
+        if math.isinf(ctype(number).value) and not (isinstance(value, float) and math.isinf(value)):
+            # a finite number too large for the type (1e300 as an f32) would become inf
+            raise ScanWeaverValueError(f"kernel {launch.kernel_name}: argument '{name}' = {value} does not fit in {dtype}")
+        return ctype(number)
     if not isinstance(value, (int, bool)):
         raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: argument '{name}' must be an integer ({dtype}), got {type(value).__name__}")
     bits = {"i1": 1, "i8": 8, "i16": 16, "i32": 32}.get(dtype, 64)
@@ -275,11 +297,9 @@ class CudaModule:
         return self._functions[name]
 
 
-def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream: Any = 0) -> None:
-    """Launch one kernel on device arrays (objects with `__cuda_array_interface__`) and
-    scalars (for its scalar arguments)."""
-    from scanweaver.runtime.cuda_driver import stream_handle
-
+def prepare_launch(desc: KernelLaunch, arrays: Sequence[Any]) -> tuple[tuple[int, int, int], list[Any]]:
+    """The grid and kernel parameters of one launch on device arrays (objects with
+    `__cuda_array_interface__`) and scalars, every argument checked; launches nothing."""
     views: list[Any] = []
     for x, (name, kind, _, _) in zip(arrays, desc.args):
         if kind == "scalar":
@@ -292,14 +312,29 @@ def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream
     if grid[0] > 2**31 - 1 or max(grid[1:]) > 65535:  # CUDA's gridDim limits (dynamic grids, e.g. a channel nest)
         raise ScanWeaverValueError(f"kernel {desc.kernel_name}: a grid of {grid} blocks is over CUDA's limits "
                                    f"(2^31 - 1, 65535, 65535) for shapes {shapes}")
-    params = kernel_params(desc, views)
-    if 0 in grid:
-        return  # nothing to do for empty inputs; a zero-sized grid is a CUDA error
     check_shared_memory(desc)
+    return grid, kernel_params(desc, views)
+
+
+def issue_launch(module: CudaModule, desc: KernelLaunch, prepared: tuple[tuple[int, int, int], list[Any]],
+                 stream: Any = 0) -> None:
+    """Hand a prepared launch to the driver (an empty grid launches nothing: a
+    zero-sized grid is a CUDA error, and there is no work)."""
+    from scanweaver.runtime.cuda_driver import stream_handle
+
+    grid, params = prepared
+    if 0 in grid:
+        return
     module.driver.launch(
         module.function(desc.kernel_name), grid, desc.block, desc.dynamic_shared_bytes,
         stream_handle(stream), params,
     )
+
+
+def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream: Any = 0) -> None:
+    """Launch one kernel on device arrays (objects with `__cuda_array_interface__`) and
+    scalars (for its scalar arguments)."""
+    issue_launch(module, desc, prepare_launch(desc, arrays), stream)
 
 
 def launch_arguments(driver, desc: KernelLaunch, device: Sequence[Any], scratch: dict[int, Any]) -> list[Any]:
@@ -386,6 +421,18 @@ def output_positions(launches: Sequence[KernelLaunch]) -> set[int]:
     }
 
 
+def call_options(name: str, options: dict[str, Any]) -> Any:
+    """The stream of a call's keyword options (`stream=` is the only one: arguments
+    are positional, in the order of the function's IR signature)."""
+    stream = options.pop("stream", 0)
+    if options:
+        raise ScanWeaverTypeError(
+            f"@{name} takes its arguments by position, in the order of its signature; "
+            f"got keyword argument(s) {', '.join(sorted(options))} (only stream= is a keyword)"
+        )
+    return stream
+
+
 class CudaFunction:
     """One host function of a program: its kernel launches replayed in order."""
 
@@ -399,7 +446,7 @@ class CudaFunction:
 
     def check_arguments(self, arrays: Sequence[Any]) -> None:
         if len(arrays) != self._arg_count:
-            raise ScanWeaverValueError(f"@{self._name} takes {self._arg_count} arguments, got {len(arrays)}")
+            raise ScanWeaverTypeError(f"@{self._name} takes {self._arg_count} arguments, got {len(arrays)}")
         for i, x in enumerate(arrays):
             if i in self._scalars:
                 continue
@@ -408,6 +455,8 @@ class CudaFunction:
                     f"@{self._name}: argument #{i} must be a numpy or device array, got {type(x).__name__}"
                 )
         host = [(i, x) for i, x in enumerate(arrays) if isinstance(x, np.ndarray)]
+        for i, x in host:
+            check_byte_order(f"@{self._name}: argument #{i}", x.dtype)
         for k, (i, x) in enumerate(host):
             for j, y in host[k + 1 :]:
                 if np.may_share_memory(x, y):
@@ -424,13 +473,20 @@ class CudaFunction:
         for i, view in on_device.items():  # before any launch: none runs on a bad array
             check_alignment(f"@{self._name}: argument #{i}", view)
 
-    def __call__(self, *arrays: Any, stream: Any = 0) -> None:
+    def __call__(self, *arrays: Any, **options: Any) -> None:
+        stream = call_options(self._name, options)
         self.check_arguments(arrays)
         driver = self._module.driver
         staged = DeviceArguments(driver, arrays, self._outputs, self._scalars)
         scratch: dict[int, Any] = {}
-        for desc in self._launches:
-            launch(self._module, desc, launch_arguments(driver, desc, staged.device, scratch), stream)
+        # Every launch is checked before the first runs: a bad argument of a later
+        # kernel must not leave device outputs half-written by an earlier one.
+        prepared = [
+            (desc, prepare_launch(desc, launch_arguments(driver, desc, staged.device, scratch)))
+            for desc in self._launches
+        ]
+        for desc, ready in prepared:
+            issue_launch(self._module, desc, ready, stream)
         driver.synchronize()
         staged.copy_back()
 
@@ -458,6 +514,7 @@ __all__ = [
     "MEMREF_ELEMENTS",
     "SCALAR_CTYPES",
     "check_alignment",
+    "check_byte_order",
     "check_no_overlap",
     "check_shared_memory",
     "cuda_available",
@@ -465,9 +522,12 @@ __all__ = [
     "device_chip",
     "driver_implementation",
     "kernel_params",
+    "call_options",
+    "issue_launch",
     "launch",
     "launch_arguments",
     "output_positions",
+    "prepare_launch",
     "require_cuda",
     "time_kernel",
     "why_no_cuda",

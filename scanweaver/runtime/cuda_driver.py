@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.errors import BackendUnavailableError, ScanWeaverError
+from scanweaver.errors import BackendUnavailableError, ScanWeaverError, ScanWeaverTypeError, ScanWeaverValueError
 
 DRIVER_ORDER = ("cuda-python", "numba-cuda", "numba")
 
@@ -53,9 +53,11 @@ def param_pointer_array(values: Sequence[Any]) -> ctypes.Array:
 def stream_handle(stream: Any) -> int:
     """The raw `CUstream` of a stream given as 0/None, an int, a numba stream
     (`.handle`), a torch stream (`.cuda_stream`) or a `__cuda_stream__` object."""
-    if stream is None or stream == 0:
+    if stream is None or (isinstance(stream, int) and not isinstance(stream, bool) and stream == 0):
         return 0
-    if isinstance(stream, int):
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        if stream < 0:
+            raise ScanWeaverValueError(f"stream handle {stream} is negative; a CUstream is an address")
         return stream
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
@@ -64,7 +66,7 @@ def stream_handle(stream: Any) -> int:
     handle = getattr(stream, "handle", None)
     if handle is not None:
         return int(getattr(handle, "value", handle) or 0)
-    raise ScanWeaverError(f"cannot use {type(stream).__name__} as a CUDA stream")
+    raise ScanWeaverTypeError(f"cannot use {type(stream).__name__} as a CUDA stream")
 
 
 @dataclass
