@@ -10,6 +10,7 @@ import glob
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scanweaver.errors import ScanWeaverValueError
@@ -34,10 +35,21 @@ DESC = KernelLaunch(
 )
 
 
+_ROWS = ["iv", ["const", 0], ["dim", 0, 0]]
+_COLS = ["iv", ["const", 0], ["dim", 0, 1]]
+# f(a, gamma, h) stores h[c, t] for c < a.shape[0], t < a.shape[1] (`contract_check`)
+CONTRACT = {
+    "name": "f", "arg_names": ["a", "gamma", "h"], "same_shape": [[0, 2, [0], [0]]],
+    "accesses": [{"op": "memref.store %v, %h[%c, %t]", "arg": 2, "indices": [_ROWS, _COLS], "extents": [1, 1],
+                  "loops": [[["const", 0], ["dim", 0, 0]]], "write": True, "index_texts": ["c", "t"]}],
+    "unchecked": [],
+}
+
+
 @pytest.fixture
 def artifact(tmp_path):
     out = tmp_path / "k.ptx"
-    doc = describe("// ptx\n", out.name, "sm_90", {"f": [DESC]}, {"f": 3})
+    doc = describe("// ptx\n", out.name, "sm_90", {"f": [DESC]}, {"f": 3}, contracts={"f": CONTRACT})
     write_artifact(out, "// ptx\n", doc)
     return out
 
@@ -103,7 +115,26 @@ CASES = [
     ("equal dims past the rank", _kernel(equal_dims=[["a", 7, "h", 0]]), r"equal_dims\[0\]\[1\] is 7"),
     ("equal dims of a scalar", _kernel(equal_dims=[["gamma", 0, "h", 0]]), "'gamma' is not an array argument"),
     ("kernel name number", _kernel(kernel=7), "kernel must be a string"),
+    ("contract a list", lambda d: d["functions"]["f"].update(contract=[]), "contract is not a shape contract"),
+    ("contract dim of a scalar", lambda d: _access(d)["indices"].__setitem__(0, ["dim", 1, 0]),
+     r"index tree node \['dim', 1, 0\] is malformed"),
+    ("contract dim past the rank", lambda d: _access(d)["indices"].__setitem__(0, ["dim", 0, 2]), "is malformed"),
+    ("contract scalar that is an array", lambda d: _access(d)["indices"].__setitem__(0, ["arg", 2]), "is malformed"),
+    ("contract tree too deep", lambda d: _access(d)["indices"].__setitem__(0, _deep(300)), "malformed or too deep"),
+    ("contract access of no argument", lambda d: _access(d).update(arg=7), "access of argument 7"),
+    ("contract op", lambda d: _access(d)["indices"].__setitem__(0, ["**", ["const", 1], ["const", 2]]), "malformed"),
 ]
+
+
+def _access(doc):
+    return doc["functions"]["f"]["contract"]["accesses"][0]
+
+
+def _deep(depth):
+    tree = ["const", 0]
+    for _ in range(depth):
+        tree = ["+", tree, ["const", 1]]
+    return tree
 
 
 @pytest.mark.parametrize("name, change, message", CASES, ids=[c[0] for c in CASES])
@@ -154,3 +185,34 @@ def test_checks_leave_a_good_document_unchanged(artifact):
     assert doc == before and copy.deepcopy(doc) == before
     (launch,) = plan(doc)[0]["f"]
     assert launch == DESC
+    assert doc["functions"]["f"]["contract"] == CONTRACT
+
+
+def test_the_contract_of_a_loaded_artifact_is_checked_before_any_launch(artifact):
+    from scanweaver.runtime.cuda_artifact import load
+    from scanweaver.runtime.cuda_driver import CudaPythonDriver
+    from tests.cuda_fakes import fake_cuda_bindings_driver
+
+    drv = fake_cuda_bindings_driver([8] * 7 + [4] + [8] * 7 + [8] * 5)
+    program = load(artifact, driver=CudaPythonDriver(drv))
+    a = np.ones((3, 5), np.float32)
+    with pytest.raises(ScanWeaverValueError, match=r"@f: argument 'h' \(#2\) has shape \(3, 4\), but "
+                       r"`memref.store %v, %h\[%c, %t\]` writes dimension 1 at indices 0..4"):
+        program.f(a, 0.5, np.zeros((3, 4), np.float32))
+    with pytest.raises(ScanWeaverValueError, match=r"'a' \(#0\) has shape \(3, 5\) and argument 'h' \(#2\) has shape \(2, 5\)"):
+        program.f(a, 0.5, np.zeros((2, 5), np.float32))
+    assert not drv.launches
+
+
+def test_ptx_for_a_newer_chip_than_the_gpu_is_refused_at_load(artifact):
+    from scanweaver.runtime.cuda_artifact import load, ptx_runs_on
+    from scanweaver.runtime.cuda_driver import CudaPythonDriver
+    from tests.cuda_fakes import fake_cuda_bindings_driver
+
+    with pytest.raises(ScanWeaverValueError, match=r"the PTX is for sm_90, which this GPU \(sm_80\) cannot run; "
+                       r"rebuild with --chip sm_80"):
+        load(artifact, driver=CudaPythonDriver(fake_cuda_bindings_driver([8], cc=(8, 0))))
+    load(artifact, driver=CudaPythonDriver(fake_cuda_bindings_driver([8], cc=(10, 0))))  # PTX runs forward
+    assert ptx_runs_on("sm_80", "sm_86") and ptx_runs_on("sm_90", "sm_120")
+    assert not ptx_runs_on("sm_90a", "sm_100") and ptx_runs_on("sm_90a", "sm_90")
+    assert ptx_runs_on("sm_100f", "sm_103") and not ptx_runs_on("sm_100f", "sm_120")

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.runtime.contract_check import check_contract
 from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, KernelLaunch
 
 # ----------------------------------------------------------------------- availability
@@ -436,9 +437,12 @@ def call_options(name: str, options: dict[str, Any]) -> Any:
 class CudaFunction:
     """One host function of a program: its kernel launches replayed in order."""
 
-    def __init__(self, module: CudaModule, name: str, launches: list[KernelLaunch], arg_count: int):
+    def __init__(self, module: CudaModule, name: str, launches: list[KernelLaunch], arg_count: int,
+                 contract: dict[str, Any] | None = None):
         self._module, self._name = module, name
         self._launches, self._arg_count = launches, arg_count
+        # the shape contract derived from the function's IR (`contract_check`), or None
+        self._contract = contract
         self._outputs = output_positions(launches)
         self._scalars = scalar_positions(launches)
         for desc in launches:
@@ -472,6 +476,8 @@ class CudaFunction:
         check_no_overlap(f"@{self._name}", on_device)
         for i, view in on_device.items():  # before any launch: none runs on a bad array
             check_alignment(f"@{self._name}: argument #{i}", view)
+        if self._contract is not None:  # every access of the IR within its array
+            check_contract(self._contract, arrays)
 
     def __call__(self, *arrays: Any, **options: Any) -> None:
         stream = call_options(self._name, options)

@@ -11,9 +11,12 @@ launch description is plain JSON (`KernelLaunch.to_json`).
 `OUT.launch.json` (format "scanweaver-cuda-artifact", version 1):
 
     image, image_kind ("ptx" | "cubin"), image_sha256, chip
-    functions: {host function: {"arg_count": n, "args": [...], "kernels": [index, ...]}}
+    functions: {host function: {"arg_count": n, "args": [...], "kernels": [index, ...],
+                 "results": [...], "contract": {...}}}
         each kernel runs in that order; "args" gives, per host argument, its kind
-        ("in" | "out" | "inout" | "scalar" | "unused"), dtype and shape as the kernels see it
+        ("in" | "out" | "inout" | "scalar" | "unused"), dtype and shape as the kernels see it;
+        "contract" (optional) the shape contract of the function's IR (`contract_check`):
+        checked before each call, so no access of the kernels leaves its array
     kernels: [KernelLaunch.to_json() + {"ptxas": {registers, spill_stores, ...}}]
         kernel, grid (ints or products of "arg.shape[i]"), block, static_shared_bytes,
         dynamic_shared_bytes (0), args [[name, kind, dtype, shape]], host_args,
@@ -49,9 +52,11 @@ def describe(
     arg_counts: dict[str, int],
     ptxas: dict[str, dict[str, int]] | None = None,
     results: dict[str, list[str]] | None = None,
+    contracts: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The launch.json document for an image and the launches of each host function
-    (`results`: the scalar types a function returns through its last arguments)."""
+    (`results`: the scalar types a function returns through its last arguments;
+    `contracts`: each function's shape contract as plain data, `contract_check`)."""
     kernels: list[KernelLaunch] = []
     index: dict[str, int] = {}
     functions: dict[str, Any] = {}
@@ -73,6 +78,8 @@ def describe(
         functions[fname] = {"arg_count": arg_counts[fname], "args": args, "kernels": order}
         if (results or {}).get(fname):
             functions[fname]["results"] = list(results[fname])  # type: ignore[index]
+        if fname in (contracts or {}):  # the loader checks it before each call, as compile() does
+            functions[fname]["contract"] = contracts[fname]  # type: ignore[index]
     data = image.encode() if isinstance(image, str) else image
     return {
         "format": FORMAT,
@@ -164,6 +171,22 @@ def plan(doc: dict[str, Any]) -> tuple[dict[str, list[KernelLaunch]], dict[str, 
     return launches, counts
 
 
+def ptx_runs_on(chip: str, device: str) -> bool:
+    """Whether the driver can compile PTX built for `chip` to the `device` chip: PTX
+    runs on its own and newer chips, "a" (architecture-specific) PTX on that chip
+    only, "f" (family) PTX on chips of the same major version."""
+    def split(name: str) -> tuple[int, str]:
+        digits = name[3:].rstrip("af")
+        return int(digits), name[3 + len(digits):]
+
+    (want, kind), (have, _) = split(chip), split(device)
+    if kind == "a":
+        return have == want
+    if kind == "f":
+        return have // 10 == want // 10 and have >= want
+    return have >= want
+
+
 def load(path: str | os.PathLike, driver: Any = None):
     """A callable `Program` from an artifact written by `scanweaver compile --target
     ptx|cubin -o OUT` (give OUT or OUT.launch.json).  Needs a CUDA driver binding."""
@@ -173,21 +196,26 @@ def load(path: str | os.PathLike, driver: Any = None):
 
     doc, image = read_artifact(path)
     driver = driver or current_driver()
-    if doc["image_kind"] == "cubin":
-        have = device_chip(driver)
-        if have != doc["chip"]:
-            raise ScanWeaverValueError(
-                f"{path}: the cubin is for {doc['chip']} but this GPU is {have}; build PTX (--target ptx) "
-                "or a cubin for this chip"
-            )
+    have = device_chip(driver)
+    if doc["image_kind"] == "cubin" and have != doc["chip"]:
+        raise ScanWeaverValueError(
+            f"{path}: the cubin is for {doc['chip']} but this GPU is {have}; build PTX (--target ptx) "
+            "or a cubin for this chip"
+        )
+    if doc["image_kind"] == "ptx" and not ptx_runs_on(doc["chip"], have):
+        raise ScanWeaverValueError(
+            f"{path}: the PTX is for {doc['chip']}, which this GPU ({have}) cannot run; "
+            f"rebuild with --chip {have}"
+        )
     launches, counts = plan(doc)
     module = CudaModule(image, driver=driver)
     functions = {
-        name: with_results(CudaFunction(module, name, seq, counts[name]), name,
-                           doc["functions"][name].get("results", []), counts[name])
+        name: with_results(CudaFunction(module, name, seq, counts[name], doc["functions"][name].get("contract")),
+                           name, doc["functions"][name].get("results", []), counts[name])
         for name, seq in launches.items()
     }
     return Program(functions, [], image if isinstance(image, str) else doc["image"])
 
 
-__all__ = ["FORMAT", "VERSION", "describe", "launch_json_path", "load", "plan", "read_artifact", "write_artifact"]
+__all__ = ["FORMAT", "VERSION", "describe", "launch_json_path", "load", "plan", "ptx_runs_on", "read_artifact",
+           "write_artifact"]

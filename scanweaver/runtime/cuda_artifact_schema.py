@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from scanweaver.errors import ScanWeaverValueError
+from scanweaver.runtime.contract_check import validate_contract
 from scanweaver.runtime.cuda import MEMREF_ELEMENTS, SCALAR_CTYPES
 from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, eval_grid_entry
 
@@ -203,6 +204,13 @@ def _check_function(f: _Field, name: str, kernels: list[_Field]) -> None:
     for index in f.at("kernels").list().items():
         k = kernels[index.int(0, len(kernels) - 1)]
         _check_host_positions(k, count, kinds, scratch)
+    if "contract" in f.value:
+        args = f.value["args"]
+        ranks = {i: len(a.get("shape", [])) for i, a in enumerate(args) if a["kind"] in _MEMREF_KINDS}
+        scalars = {i for i, a in enumerate(args) if a["kind"] == "scalar"}
+        problem = validate_contract(f.value["contract"], count, ranks, scalars)
+        if problem is not None:
+            f.at("contract").fail(f"is not a shape contract: {problem}")
 
 
 def _check_host_positions(k: _Field, count: int, kinds: dict[int, str], scratch: set[int]) -> None:
