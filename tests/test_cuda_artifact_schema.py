@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import glob
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,25 +16,21 @@ import pytest
 
 from scanweaver.errors import ScanWeaverValueError
 from scanweaver.runtime.cuda_artifact import describe, plan, read_artifact, write_artifact
-from scanweaver.runtime.cuda_launch import KernelLaunch
+from tests.test_cuda_drivers import DESC as DRIVER_DESC
 
 REPO = Path(__file__).resolve().parent.parent
 
-# an affine scan's launch, with a scratch buffer and a scalar (every field in use)
-DESC = KernelLaunch(
-    kernel_name="k0",
-    module_name="scanweaver_kernels",
+# the drivers' test launch (a, gamma, h) with a scratch buffer, dims that must agree and
+# a cdiv grid: every field of a kernel entry in use
+DESC = replace(
+    DRIVER_DESC,
     grid=("h.shape[0]*cdiv(h.shape[1],8192)", 1, 1),
-    block=(128, 1, 1),
     shared_bytes=36,
-    args=[("a", "in", "f32", ("?", "?")), ("gamma", "scalar", "f32", ()), ("h", "out", "f32", ("?", "?")),
-          ("agg", "out", "f32", ("?",))],
-    func_name="f",
+    args=[*DRIVER_DESC.args, ("agg", "out", "f32", ("?",))],
     host_args=(0, 1, 2, -2),
     equal_dims=(("a", 0, "h", 0), ("a", 1, "h", 1)),
     scratch=(("agg", ("expr:mul(h.shape[0],2)",)),),
 )
-
 
 _ROWS = ["iv", ["const", 0], ["dim", 0, 0]]
 _COLS = ["iv", ["const", 0], ["dim", 0, 1]]
@@ -216,3 +213,14 @@ def test_ptx_for_a_newer_chip_than_the_gpu_is_refused_at_load(artifact):
     assert ptx_runs_on("sm_80", "sm_86") and ptx_runs_on("sm_90", "sm_120")
     assert not ptx_runs_on("sm_90a", "sm_100") and ptx_runs_on("sm_90a", "sm_90")
     assert ptx_runs_on("sm_100f", "sm_103") and not ptx_runs_on("sm_100f", "sm_120")
+
+
+def test_paths_that_name_no_artifact():
+    from scanweaver.errors import ScanWeaverTypeError
+
+    for bad in (None, 123, b"k.ptx"):
+        with pytest.raises(ScanWeaverTypeError, match="an artifact path must be a str or a path"):
+            read_artifact(bad)
+    for empty in ("", "/"):
+        with pytest.raises(ScanWeaverValueError, match="names no file"):
+            read_artifact(empty)  # was a bare ValueError from Path.with_name

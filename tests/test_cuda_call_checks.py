@@ -158,3 +158,35 @@ def test_grids_over_cuda_limits_are_refused_not_wrapped(binding):
     assert not launches
     fn(_Dev((65535, 1), 0x10000), 0.5, _Dev((2**31 - 1, 1), 0x7F00_0000_0000))
     assert launches[-1].grid == (2**31 - 1, 65535, 1)
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_device_array_interfaces_no_kernel_could_honour(binding):
+    """Negative sizes passed the checks and made a negative grid (the driver reads it
+    unsigned: 2^32 - 1 blocks); strides shorter than the rank passed as C-contiguous and
+    packed a short descriptor; a read-only output was written; a mask was ignored."""
+    driver, launches = _binding(binding)
+    fn = _function(driver)
+    a = _Dev((2, 4), 0x10000)
+    cases = [
+        (_Dev((-1, 4), 0x20000), ScanWeaverValueError, r"negative sizes \(-1, 4\)"),
+        (_Dev((2, 4), 0x20000, strides=(4,)), ScanWeaverValueError, "has 1 strides for 2 dimensions"),
+        (_Dev((2, 4), 0), ScanWeaverValueError, "has no data pointer"),
+    ]
+    for h, error, message in cases:
+        with pytest.raises(error, match=message):
+            fn(a, 0.5, h)
+    readonly = _Dev((2, 4), 0x20000)
+    readonly.__cuda_array_interface__["data"] = (0x20000, True)
+    with pytest.raises(ScanWeaverValueError, match="argument #2 is written by the kernel but its device array is read-only"):
+        fn(a, 0.5, readonly)
+    masked = _Dev((2, 4), 0x20000)
+    masked.__cuda_array_interface__["mask"] = _Dev((2, 4), 0x30000, "|b1")
+    with pytest.raises(ScanWeaverTypeError, match="masked device arrays are not supported"):
+        fn(a, 0.5, masked)
+    assert not launches
+    readonly_input = _Dev((2, 4), 0x10000)
+    readonly_input.__cuda_array_interface__["data"] = (0x10000, True)
+    fn(readonly_input, 0.5, _Dev((0, 4), 0))  # a read-only input, an empty output with no data
+    fn(readonly_input, 0.5, _Dev((2, 4), 0x20000))
+    assert len(launches) == 1

@@ -96,6 +96,7 @@ class DeviceView:
     strides: tuple[int, ...]  # in elements
     itemsize: int
     kind: str = "f"  # numpy dtype kind: f, i, u
+    readonly: bool = False  # the interface's data flag: the kernels must not write it
 
     @staticmethod
     def from_interface(obj: Any, what: str) -> DeviceView:
@@ -114,12 +115,15 @@ class DeviceView:
             )
         if any(s % dtype.itemsize for s in byte_strides):
             raise ScanWeaverValueError(f"{what}: strides {byte_strides} are not whole elements")
+        pointer, readonly = iface["data"]
+        check_interface(what, shape, byte_strides, pointer, iface.get("mask"))
         return DeviceView(
-            int(iface["data"][0]),
+            int(pointer or 0),
             shape,
             tuple(s // dtype.itemsize for s in byte_strides),
             dtype.itemsize,
             dtype.kind,
+            bool(readonly),
         )
 
     def is_c_contiguous(self) -> bool:
@@ -156,6 +160,22 @@ def check_alignment(what: str, view: DeviceView) -> None:
             f"{need}-byte boundary (address % {need} = {off}), inside an element: "
             "pass an array whose data starts on an element boundary"
         )
+
+
+def check_interface(what: str, shape: tuple[int, ...], byte_strides: Sequence[int], pointer: Any, mask: Any) -> None:
+    """What `__cuda_array_interface__` may say that no kernel could honour: negative
+    sizes (a grid formula over them would wrap), strides that do not match the rank
+    (the descriptor would be short), no data behind a non-empty array, or a mask."""
+    if any(s < 0 for s in shape):
+        raise ScanWeaverValueError(f"{what}: its __cuda_array_interface__ has negative sizes {shape}")
+    if len(byte_strides) != len(shape):
+        raise ScanWeaverValueError(
+            f"{what}: its __cuda_array_interface__ has {len(byte_strides)} strides for {len(shape)} dimensions"
+        )
+    if not pointer and 0 not in shape:
+        raise ScanWeaverValueError(f"{what}: its __cuda_array_interface__ has no data pointer")
+    if mask is not None:
+        raise ScanWeaverTypeError(f"{what}: masked device arrays are not supported (its interface has a mask)")
 
 
 def check_byte_order(what: str, dtype: np.dtype) -> None:
@@ -476,6 +496,10 @@ class CudaFunction:
         check_no_overlap(f"@{self._name}", on_device)
         for i, view in on_device.items():  # before any launch: none runs on a bad array
             check_alignment(f"@{self._name}: argument #{i}", view)
+            if view.readonly and i in self._outputs:
+                raise ScanWeaverValueError(
+                    f"@{self._name}: argument #{i} is written by the kernel but its device array is read-only"
+                )
         if self._contract is not None:  # every access of the IR within its array
             check_contract(self._contract, arrays)
 
@@ -521,6 +545,7 @@ __all__ = [
     "SCALAR_CTYPES",
     "check_alignment",
     "check_byte_order",
+    "check_interface",
     "check_no_overlap",
     "check_shared_memory",
     "cuda_available",

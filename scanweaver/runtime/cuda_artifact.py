@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scanweaver.errors import ScanWeaverError, ScanWeaverValueError
+from scanweaver.errors import ScanWeaverError, ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cuda_launch import KernelLaunch
 
 FORMAT = "scanweaver-cuda-artifact"
@@ -131,7 +131,11 @@ def read_artifact(path: str | os.PathLike) -> tuple[dict[str, Any], str | bytes]
     field of the document checked (`cuda_artifact_schema`) before it is returned."""
     from scanweaver.runtime.cuda_artifact_schema import check_document
 
+    if not isinstance(path, str | os.PathLike) or isinstance(os.fspath(path), bytes):
+        raise ScanWeaverTypeError(f"an artifact path must be a str or a path, not {type(path).__name__}")
     path = Path(path)
+    if not path.name:
+        raise ScanWeaverValueError(f"{str(path)!r} names no file: give OUT or OUT.launch.json")
     meta = path if path.name.endswith(".launch.json") else launch_json_path(path)
     try:
         doc = json.loads(meta.read_bytes().decode())
