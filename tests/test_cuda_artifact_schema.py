@@ -224,3 +224,19 @@ def test_paths_that_name_no_artifact():
     for empty in ("", "/"):
         with pytest.raises(ScanWeaverValueError, match="names no file"):
             read_artifact(empty)  # was a bare ValueError from Path.with_name
+
+
+def test_the_driver_argument_of_load(artifact, monkeypatch):
+    from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError
+    from scanweaver.runtime import cuda_driver
+    from scanweaver.runtime.cuda_artifact import load
+
+    with pytest.raises(ScanWeaverValueError, match="driver 'cuda' is not a CUDA driver binding: one of cuda-python"):
+        load(artifact, driver="cuda")
+    with pytest.raises(ScanWeaverTypeError, match="driver must be a binding's name or a CudaDriver, not int"):
+        load(artifact, driver=0)  # was AttributeError: 'int' object has no attribute 'compute_capability'
+    cuda_driver.reset_drivers()
+    monkeypatch.setitem(__import__("sys").modules, "cuda", None)  # cuda-python absent
+    with pytest.raises(BackendUnavailableError, match="cuda-python: not installed"):
+        load(artifact, driver="cuda-python")
+    cuda_driver.reset_drivers()

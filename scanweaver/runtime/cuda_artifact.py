@@ -191,15 +191,31 @@ def ptx_runs_on(chip: str, device: str) -> bool:
     return have >= want
 
 
+def _driver_for(driver: Any):
+    """`load`'s driver argument: None, a binding's name ("cuda-python", "numba-cuda",
+    "numba") or an opened `CudaDriver`."""
+    from scanweaver.runtime.cuda_driver import DRIVER_ORDER, CudaDriver, open_driver
+
+    if driver is None or isinstance(driver, CudaDriver):
+        return driver
+    if isinstance(driver, str):
+        if driver not in DRIVER_ORDER:
+            raise ScanWeaverValueError(f"driver {driver!r} is not a CUDA driver binding: one of {', '.join(DRIVER_ORDER)}")
+        return open_driver(driver)
+    raise ScanWeaverTypeError(f"driver must be a binding's name or a CudaDriver, not {type(driver).__name__}")
+
+
 def load(path: str | os.PathLike, driver: Any = None):
     """A callable `Program` from an artifact written by `scanweaver compile --target
-    ptx|cubin -o OUT` (give OUT or OUT.launch.json).  Needs a CUDA driver binding."""
+    ptx|cubin -o OUT` (give OUT or OUT.launch.json).  Needs a CUDA driver binding:
+    `driver` names one ("cuda-python", "numba-cuda", "numba") or is an opened
+    `CudaDriver`; by default the first that starts."""
     from scanweaver.runtime.program import Program
     from scanweaver.runtime.cuda import CudaFunction, CudaModule, current_driver, device_chip
     from scanweaver.runtime.cuda_results import with_results
 
     doc, image = read_artifact(path)
-    driver = driver or current_driver()
+    driver = _driver_for(driver) or current_driver()
     have = device_chip(driver)
     if doc["image_kind"] == "cubin" and have != doc["chip"]:
         raise ScanWeaverValueError(
