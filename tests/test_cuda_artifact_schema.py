@@ -89,6 +89,7 @@ CASES = [
     ("grid float", _kernel(grid=[2.5, 1, 1]), "must be a positive integer or a size formula, not a number"),
     ("grid boolean", _kernel(grid=[True, 1, 1]), "not a boolean"),
     ("grid two entries", _kernel(grid=[1, 1]), "grid must have 3 entries, not 2"),
+    ("grid always 0", _kernel(grid=["h.shape[0]*0", 1, 1]), "is 0 for arrays of any size"),
     ("grid unknown argument", _kernel(grid=["zz.shape[0]", 1, 1]), "no size zz.shape"),
     ("grid deep formula", _kernel(grid=["expr:" + "add(1," * 400 + "1" + ")" * 400, 1, 1]), "at most 1000"),
     ("block negative", _kernel(block=[-128, 1, 1]), r"block\[0\] is -128"),

@@ -165,9 +165,13 @@ def _check_size_formula(entry: _Field, dummy_shapes: dict[str, tuple[int, ...]],
     if len(formula) > _MAX_FORMULA:
         entry.fail(f"is a formula of {len(formula)} characters; at most {_MAX_FORMULA}")
     try:
-        eval_grid_entry(formula, dummy_shapes)
+        value = eval_grid_entry(formula, dummy_shapes)
     except ScanWeaverValueError as e:
         entry.fail(f"is not a launch size formula: {e}")
+    # A product of sizes is 0 only for an empty array: a constant 0 factor would skip
+    # the launch for every input and leave its outputs unwritten.
+    if not formula.startswith("expr:") and value < 1:
+        entry.fail(f"{formula!r} is 0 for arrays of any size: no block would ever run")
 
 
 def _check_dim_pair(pair: _Field, ranks: dict[str, int | None]) -> None:
