@@ -43,11 +43,20 @@ CONTRACT = {
 }
 
 
+def _ptx_entry(name: str, sizes: list[int]) -> str:
+    """PTX text with one entry taking parameters of these sizes (no body needed here)."""
+    params = ",\n".join(f"\t.param .{'f' if n == 4 else 'u'}{8 * n} {name}_param_{i}" for i, n in enumerate(sizes))
+    return f"//\n.version 8.0\n.target sm_90\n.visible .entry {name}(\n{params}\n)\n{{\n\tret;\n}}\n"
+
+
+PTX = _ptx_entry("k0", DESC.param_sizes())
+
+
 @pytest.fixture
 def artifact(tmp_path):
     out = tmp_path / "k.ptx"
-    doc = describe("// ptx\n", out.name, "sm_90", {"f": [DESC]}, {"f": 3}, contracts={"f": CONTRACT})
-    write_artifact(out, "// ptx\n", doc)
+    doc = describe(PTX, out.name, "sm_90", {"f": [DESC]}, {"f": 3}, contracts={"f": CONTRACT})
+    write_artifact(out, PTX, doc)
     return out
 
 
@@ -113,6 +122,9 @@ CASES = [
     ("equal dims past the rank", _kernel(equal_dims=[["a", 7, "h", 0]]), r"equal_dims\[0\]\[1\] is 7"),
     ("equal dims of a scalar", _kernel(equal_dims=[["gamma", 0, "h", 0]]), "'gamma' is not an array argument"),
     ("kernel name number", _kernel(kernel=7), "kernel must be a string"),
+    ("kernel not in the PTX", _kernel(kernel="k1"), "names 'k1', which the PTX does not define"),
+    ("arg rank unlike the PTX's", lambda d: _agg_rank_2(d), r"'k0' packs 22 parameters of .* but the PTX entry takes 20"),
+    ("scalar type unlike the PTX's", _arg(1, 2, "f64"), r"packs 20 parameters .* 8, 8, 8, 8, 8, 8, 8, 8, 8"),
     ("contract a list", lambda d: d["functions"]["f"].update(contract=[]), "contract is not a shape contract"),
     ("contract dim of a scalar", lambda d: _access(d)["indices"].__setitem__(0, ["dim", 1, 0]),
      r"index tree node \['dim', 1, 0\] is malformed"),
@@ -122,6 +134,12 @@ CASES = [
     ("contract access of no argument", lambda d: _access(d).update(arg=7), "access of argument 7"),
     ("contract op", lambda d: _access(d)["indices"].__setitem__(0, ["**", ["const", 1], ["const", 2]]), "malformed"),
 ]
+
+
+def _agg_rank_2(doc):
+    """Scratch buffer `agg` edited to rank 2, consistently everywhere but the PTX."""
+    _arg(3, 3, ["?", "?"])(doc)
+    _kernel(scratch=[["agg", ["h.shape[0]", 2]]])(doc)
 
 
 def _access(doc):

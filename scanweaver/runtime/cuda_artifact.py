@@ -129,7 +129,7 @@ def write_artifact(out: Path, image: str | bytes, document: dict[str, Any]) -> P
 def read_artifact(path: str | os.PathLike) -> tuple[dict[str, Any], str | bytes]:
     """(launch document, image) of an artifact given as OUT or OUT.launch.json; every
     field of the document checked (`cuda_artifact_schema`) before it is returned."""
-    from scanweaver.runtime.cuda_artifact_schema import check_document
+    from scanweaver.runtime.cuda_artifact_schema import check_document, check_ptx_signatures
 
     if not isinstance(path, str | os.PathLike) or isinstance(os.fspath(path), bytes):
         raise ScanWeaverTypeError(f"an artifact path must be a str or a path, not {type(path).__name__}")
@@ -162,9 +162,11 @@ def read_artifact(path: str | os.PathLike) -> tuple[dict[str, Any], str | bytes]
     if doc["image_kind"] == "cubin":
         return doc, blob
     try:
-        return doc, blob.decode()
+        ptx = blob.decode()
     except UnicodeDecodeError:
         raise ScanWeaverValueError(f"{image_path} is not PTX text (not UTF-8)") from None
+    check_ptx_signatures(doc, ptx, str(meta))
+    return doc, ptx
 
 
 def plan(doc: dict[str, Any]) -> tuple[dict[str, list[KernelLaunch]], dict[str, int]]:

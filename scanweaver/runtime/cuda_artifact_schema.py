@@ -17,7 +17,7 @@ from typing import Any
 from scanweaver.errors import ScanWeaverValueError
 from scanweaver.runtime.contract_check import validate_contract
 from scanweaver.runtime.cuda import MEMREF_ELEMENTS, SCALAR_CTYPES
-from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, eval_grid_entry
+from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, KernelLaunch, eval_grid_entry
 
 _IDENTIFIER = re.compile(r"[A-Za-z_$.][\w$.]*")
 _CHIP = re.compile(r"sm_[0-9]+[af]?")
@@ -236,4 +236,50 @@ def _check_host_positions(k: _Field, count: int, kinds: dict[int, str], scratch:
             scratch.add(pos)
 
 
-__all__ = ["BLOCK_LIMITS", "GRID_LIMITS", "THREADS_PER_BLOCK", "check_document"]
+# one `.entry name(...)` of PTX text and the `.param .type` lines of its signature
+_PTX_ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)")
+_PTX_PARAM = re.compile(r"\.param\s+\.([a-z]+)(\d+)")
+
+
+def ptx_signatures(ptx: str) -> dict[str, list[int]]:
+    """Kernel name -> bytes of each parameter, from the entries of PTX text."""
+    return {
+        m.group(1): [int(bits) // 8 for _, bits in _PTX_PARAM.findall(m.group(2))]
+        for m in _PTX_ENTRY.finditer(ptx)
+    }
+
+
+def check_ptx_signatures(doc: dict[str, Any], ptx: str, where: str) -> None:
+    """Each kernel of a (checked) document is an entry of the PTX taking exactly the
+    parameters its description packs: a description edited to another rank or number
+    of arguments would make the kernel read its descriptors from the wrong places."""
+    entries = ptx_signatures(ptx)
+    for i, k in enumerate(doc["kernels"]):
+        packed = KernelLaunch.from_json(k).param_sizes()
+        have = entries.get(k["kernel"])
+        if have is None:
+            raise ScanWeaverValueError(f"{where}: kernels[{i}] names '{k['kernel']}', which the PTX does not define")
+        # an i1 scalar may travel widened: compare its count, not its size
+        widened = [j for j, (_, kind, dtype, _) in enumerate(k["args"]) if kind == "scalar" and dtype == "i1"]
+        if len(have) != len(packed) or any(
+            a != b for j, (a, b) in enumerate(zip(have, packed)) if j not in _param_positions(k, widened)
+        ):
+            raise ScanWeaverValueError(
+                f"{where}: kernels[{i}] '{k['kernel']}' packs {len(packed)} parameters of {packed} bytes, "
+                f"but the PTX entry takes {len(have)} of {have}"
+            )
+
+
+def _param_positions(kernel: dict[str, Any], args: list[int]) -> set[int]:
+    """Parameter positions of the given kernel arguments (after descriptor expansion)."""
+    out, pos = set(), 0
+    for j, (_, kind, _, shape) in enumerate(kernel["args"]):
+        width = 1 if kind == "scalar" else 3 + 2 * len(shape)
+        if j in args:
+            out.update(range(pos, pos + width))
+        pos += width
+    return out
+
+
+__all__ = ["BLOCK_LIMITS", "GRID_LIMITS", "THREADS_PER_BLOCK", "check_document", "check_ptx_signatures",
+           "ptx_signatures"]
