@@ -190,3 +190,27 @@ def test_device_array_interfaces_no_kernel_could_honour(binding):
     fn(readonly_input, 0.5, _Dev((0, 4), 0))  # a read-only input, an empty output with no data
     fn(readonly_input, 0.5, _Dev((2, 4), 0x20000))
     assert len(launches) == 1
+
+
+def test_errors_of_the_numba_bindings_are_cuda_driver_errors():
+    """numba raises its own classes (CudaAPIError, LinkerError): they reached the caller
+    as such, unlike cuda-python's results, which were already `CudaDriverError`s."""
+    from scanweaver.runtime.cuda_driver import CudaDriverError
+
+    class CudaAPIError(Exception):
+        pass
+
+    def failing_launch(*args, **kwargs):
+        raise CudaAPIError("[700] CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    cuda = fake_numba_cuda("Built-in")
+    fn = _function(NumbaDriver(cuda, failing_launch))
+    with pytest.raises(CudaDriverError, match=r"launching k0 failed in the numba binding: CudaAPIError: \[700\]"):
+        fn(np.ones((2, 4), np.float32), 0.5, np.zeros((2, 4), np.float32))
+
+    def failing_ptx(ptx):
+        raise CudaAPIError("LinkerError: ptxas application ptx input, line 1; fatal")
+
+    cuda.current_context = lambda: type("Ctx", (), {"create_module_ptx": staticmethod(failing_ptx)})()
+    with pytest.raises(CudaDriverError, match="loading the module failed in the numba binding: CudaAPIError"):
+        CudaModule("// ptx\n", driver=NumbaDriver(cuda, failing_launch))

@@ -304,17 +304,33 @@ def check_shared_memory(desc: KernelLaunch) -> None:
 # --------------------------------------------------------------------------- launching
 
 
+def driver_call(driver: Any, what: str, call: Any, *args: Any) -> Any:
+    """`call(*args)` of a driver binding; what the binding raises of its own (numba's
+    CudaAPIError, a LinkerError, ...) becomes one `CudaDriverError` naming the step."""
+    from scanweaver.errors import ScanWeaverError
+    from scanweaver.runtime.cuda_driver import CudaDriverError
+
+    try:
+        return call(*args)
+    except ScanWeaverError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any binding's own error class
+        raise CudaDriverError(f"{what} failed in the {driver.name} binding: {type(e).__name__}: {e}") from e
+
+
 class CudaModule:
     """PTX (or a cubin) loaded into the current CUDA context of a driver binding."""
 
     def __init__(self, image: str | bytes, driver=None):
         self.driver = driver or current_driver()
-        self._module = self.driver.load_module(image)
+        self._module = driver_call(self.driver, "loading the module", self.driver.load_module, image)
         self._functions: dict[str, Any] = {}
 
     def function(self, name: str):
         if name not in self._functions:
-            self._functions[name] = self.driver.get_function(self._module, name)
+            self._functions[name] = driver_call(
+                self.driver, f"finding kernel {name}", self.driver.get_function, self._module, name
+            )
         return self._functions[name]
 
 
@@ -346,9 +362,10 @@ def issue_launch(module: CudaModule, desc: KernelLaunch, prepared: tuple[tuple[i
     grid, params = prepared
     if 0 in grid:
         return
-    module.driver.launch(
-        module.function(desc.kernel_name), grid, desc.block, desc.dynamic_shared_bytes,
-        stream_handle(stream), params,
+    driver = module.driver
+    driver_call(
+        driver, f"launching {desc.kernel_name}", driver.launch,
+        module.function(desc.kernel_name), grid, desc.block, desc.dynamic_shared_bytes, stream_handle(stream), params,
     )
 
 
@@ -517,7 +534,7 @@ class CudaFunction:
         ]
         for desc, ready in prepared:
             issue_launch(self._module, desc, ready, stream)
-        driver.synchronize()
+        driver_call(driver, f"running @{self._name}", driver.synchronize)  # kernel faults surface here
         staged.copy_back()
 
 
@@ -550,6 +567,7 @@ __all__ = [
     "check_shared_memory",
     "cuda_available",
     "current_driver",
+    "driver_call",
     "device_chip",
     "driver_implementation",
     "kernel_params",
