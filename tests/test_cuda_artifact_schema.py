@@ -259,3 +259,14 @@ def test_the_driver_argument_of_load(artifact, monkeypatch):
     with pytest.raises(BackendUnavailableError, match="cuda-python: not installed"):
         load(artifact, driver="cuda-python")
     cuda_driver.reset_drivers()
+
+
+def test_ptx_signatures_read_every_parameter_form():
+    """What LLVM's NVPTX back end writes for pointers, scalars of each width and
+    parameters passed as byte arrays (a half: `.align 2 .b8 p[2]`)."""
+    from scanweaver.runtime.cuda_artifact_schema import ptx_signatures
+
+    ptx = (".visible .entry k(\n\t.param .u64 .ptr .align 1 k_param_0,\n\t.param .u8 k_param_1,\n"
+           "\t.param .u16 k_param_2,\n\t.param .f32 k_param_3,\n\t.param .align 2 .b8 k_param_4[2]\n)\n{\n}\n"
+           ".visible .entry none(\n)\n{\n}\n")
+    assert ptx_signatures(ptx) == {"k": [8, 1, 2, 4, 2], "none": []}

@@ -236,17 +236,22 @@ def _check_host_positions(k: _Field, count: int, kinds: dict[int, str], scratch:
             scratch.add(pos)
 
 
-# one `.entry name(...)` of PTX text and the `.param .type` lines of its signature
+# one `.entry name(...)` of PTX text; in a parameter, its type (`.u64`, `.f32`, `.b8`)
+# and an array length (`.param .align 2 .b8 k_param_3[2]`)
 _PTX_ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(([^)]*)\)")
-_PTX_PARAM = re.compile(r"\.param\s+\.([a-z]+)(\d+)")
+_PTX_TYPE = re.compile(r"\.[a-z]+(\d+)")
+_PTX_LENGTH = re.compile(r"\[(\d+)\]\s*$")
 
 
 def ptx_signatures(ptx: str) -> dict[str, list[int]]:
     """Kernel name -> bytes of each parameter, from the entries of PTX text."""
-    return {
-        m.group(1): [int(bits) // 8 for _, bits in _PTX_PARAM.findall(m.group(2))]
-        for m in _PTX_ENTRY.finditer(ptx)
-    }
+    return {m.group(1): [_param_bytes(p) for p in m.group(2).split(",") if p.strip()] for m in _PTX_ENTRY.finditer(ptx)}
+
+
+def _param_bytes(declaration: str) -> int:
+    kind = _PTX_TYPE.search(declaration.replace(".align", ""))
+    length = _PTX_LENGTH.search(declaration)
+    return (int(kind.group(1)) // 8 if kind else 0) * (int(length.group(1)) if length else 1)
 
 
 def check_ptx_signatures(doc: dict[str, Any], ptx: str, where: str) -> None:
@@ -259,26 +264,11 @@ def check_ptx_signatures(doc: dict[str, Any], ptx: str, where: str) -> None:
         have = entries.get(k["kernel"])
         if have is None:
             raise ScanWeaverValueError(f"{where}: kernels[{i}] names '{k['kernel']}', which the PTX does not define")
-        # an i1 scalar may travel widened: compare its count, not its size
-        widened = [j for j, (_, kind, dtype, _) in enumerate(k["args"]) if kind == "scalar" and dtype == "i1"]
-        if len(have) != len(packed) or any(
-            a != b for j, (a, b) in enumerate(zip(have, packed)) if j not in _param_positions(k, widened)
-        ):
+        if have != packed:
             raise ScanWeaverValueError(
                 f"{where}: kernels[{i}] '{k['kernel']}' packs {len(packed)} parameters of {packed} bytes, "
                 f"but the PTX entry takes {len(have)} of {have}"
             )
-
-
-def _param_positions(kernel: dict[str, Any], args: list[int]) -> set[int]:
-    """Parameter positions of the given kernel arguments (after descriptor expansion)."""
-    out, pos = set(), 0
-    for j, (_, kind, _, shape) in enumerate(kernel["args"]):
-        width = 1 if kind == "scalar" else 3 + 2 * len(shape)
-        if j in args:
-            out.update(range(pos, pos + width))
-        pos += width
-    return out
 
 
 __all__ = ["BLOCK_LIMITS", "GRID_LIMITS", "THREADS_PER_BLOCK", "check_document", "check_ptx_signatures",
