@@ -270,3 +270,25 @@ def test_ptx_signatures_read_every_parameter_form():
            "\t.param .u16 k_param_2,\n\t.param .f32 k_param_3,\n\t.param .align 2 .b8 k_param_4[2]\n)\n{\n}\n"
            ".visible .entry none(\n)\n{\n}\n")
     assert ptx_signatures(ptx) == {"k": [8, 1, 2, 4, 2], "none": []}
+
+
+@pytest.mark.parametrize("binding", ["cuda-python", "numba-cuda", "numba"])
+def test_a_loaded_artifact_launches_through_each_binding(artifact, binding):
+    """The same artifact, loaded with each driver binding (fakes): the PTX text reaches
+    the binding and the launch carries the descriptors of the arrays passed."""
+    import struct
+
+    from scanweaver.runtime.cuda_artifact import load
+    from tests.test_cuda_call_checks import _binding
+
+    driver, launches = _binding(binding, DESC.param_sizes())
+    driver.compute_capability = lambda: (9, 0)  # the numba fakes say sm_80; the artifact is sm_90 PTX
+    program = load(artifact, driver=driver)
+    a, h = np.ones((3, 5), np.float32), np.zeros((3, 5), np.float32)
+    program.f(a, 0.25, h)
+    (launch,) = launches
+    assert launch.grid == (3, 1, 1) and launch.block == (128, 1, 1) and launch.dynamic_shared == 0
+    sizes = [struct.unpack("<q", launch.param_bytes[i])[0] for i in (3, 4, 5, 6)]
+    assert sizes == [3, 5, 5, 1] and struct.unpack("<f", launch.param_bytes[7]) == (0.25,)
+    agg = [struct.unpack("<q", launch.param_bytes[i])[0] for i in (18, 19)]
+    assert agg == [6, 1]  # the scratch buffer: expr:mul(h.shape[0],2) elements
