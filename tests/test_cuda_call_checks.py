@@ -214,3 +214,21 @@ def test_errors_of_the_numba_bindings_are_cuda_driver_errors():
     cuda.current_context = lambda: type("Ctx", (), {"create_module_ptx": staticmethod(failing_ptx)})()
     with pytest.raises(CudaDriverError, match="loading the module failed in the numba binding: CudaAPIError"):
         CudaModule("// ptx\n", driver=NumbaDriver(cuda, failing_launch))
+
+
+def test_allocation_failures_are_cuda_driver_errors():
+    """A scratch buffer of 2^63 elements: its int64 byte count wrapped and a 1-byte
+    allocation stood for it (the kernel would have written far past it); now the
+    allocation is asked for whole, and the binding's failure is one CudaDriverError."""
+    from scanweaver.runtime.cuda_driver import CudaDriverError
+
+    scratch = KernelLaunch(
+        kernel_name="k0", module_name="m", grid=("h.shape[0]", 1, 1), block=(128, 1, 1), shared_bytes=0,
+        args=[*DESC.args, ("agg", "out", "f32", ("?",))], func_name="f", host_args=(0, 1, 2, -2),
+        scratch=(("agg", ("expr:mul(h.shape[0],4611686018427387904)",)),),
+    )
+    driver, launches = _binding("numba", SIZES + [8] * 5)
+    fn = _function(driver, [scratch])
+    with pytest.raises(CudaDriverError, match=r"allocating scratch 'agg' of shape \(9223372036854775808,\) failed"):
+        fn(np.ones((2, 4), np.float32), 0.5, np.zeros((2, 4), np.float32))
+    assert not launches

@@ -110,7 +110,7 @@ class DeviceView:
         byte_strides = iface.get("strides")
         if byte_strides is None:  # C-contiguous
             byte_strides = tuple(
-                int(np.prod(shape[i + 1 :], dtype=np.int64)) * dtype.itemsize
+                math.prod(shape[i + 1 :]) * dtype.itemsize  # Python ints: no int64 wrap
                 for i in range(len(shape))
             )
         if any(s % dtype.itemsize for s in byte_strides):
@@ -389,7 +389,9 @@ def launch_arguments(driver, desc: KernelLaunch, device: Sequence[Any], scratch:
         }
         for k in missing:
             name, _, dtype, _ = desc.args[k]
-            buf = driver.empty(desc.scratch_shape(name, shapes), _NUMPY_DTYPE.get(dtype, dtype))
+            shape = desc.scratch_shape(name, shapes)
+            buf = driver_call(driver, f"allocating scratch '{name}' of shape {shape}", driver.empty,
+                              shape, _NUMPY_DTYPE.get(dtype, dtype))
             scratch[-2 - desc.host_args[k]] = out[k] = buf
     return out
 
@@ -439,14 +441,14 @@ class DeviceArguments:
                 raise ScanWeaverTypeError(f"argument #{i} must be an array of numbers, got {type(x).__name__} of {host.dtype}")
             if i in outputs and not host.flags.writeable:
                 raise ScanWeaverValueError(f"argument #{i} is written by the kernel but is read-only")
-            dev = driver.to_device(host)
+            dev = driver_call(driver, f"copying argument #{i} to the device", driver.to_device, host)
             if i in outputs:
                 self._host.append((host, dev))
             self.device.append(dev)
 
     def copy_back(self) -> None:
         for host, dev in self._host:
-            host[...] = self._driver.to_host(dev)
+            host[...] = driver_call(self._driver, "copying an output back", self._driver.to_host, dev)
 
 
 def output_positions(launches: Sequence[KernelLaunch]) -> set[int]:

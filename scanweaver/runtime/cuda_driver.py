@@ -27,6 +27,7 @@ value (`param_pointer_array`).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -166,7 +167,11 @@ class CudaDriver:
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> DeviceArray:
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # Python ints: an int64 product wraps for huge shapes, and a 1-byte buffer
+        # would then stand for an array of 2^63 elements
+        nbytes = math.prod(int(s) for s in shape) * dtype.itemsize
+        if any(int(s) < 0 for s in shape):
+            raise ScanWeaverValueError(f"cannot allocate a device array of negative shape {tuple(shape)}")
         return DeviceArray(self.alloc(max(nbytes, 1)), shape, dtype)
 
     def to_host(self, arr: DeviceArray) -> np.ndarray:
