@@ -169,7 +169,9 @@ def test_device_array_interfaces_no_kernel_could_honour(binding):
     fn = _function(driver)
     a = _Dev((2, 4), 0x10000)
     cases = [
-        (_Dev((-1, 4), 0x20000), ScanWeaverValueError, r"negative sizes \(-1, 4\)"),
+        (_Dev((-1, 4), 0x20000), ScanWeaverValueError, r"sizes \(-1, 4\) outside 0..2\^63-1"),
+        (_Dev((2, 2**64 + 4), 0x20000), ScanWeaverValueError, "outside 0..2\\^63-1"),  # c_int64 would wrap it to 4
+        (_Dev((2, 4), 2**64 + 0x20000), ScanWeaverValueError, "an address beyond 64 bits"),
         (_Dev((2, 4), 0x20000, strides=(4,)), ScanWeaverValueError, "has 1 strides for 2 dimensions"),
         (_Dev((2, 4), 0), ScanWeaverValueError, "has no data pointer"),
     ]

@@ -166,8 +166,10 @@ def check_interface(what: str, shape: tuple[int, ...], byte_strides: Sequence[in
     """What `__cuda_array_interface__` may say that no kernel could honour: negative
     sizes (a grid formula over them would wrap), strides that do not match the rank
     (the descriptor would be short), no data behind a non-empty array, or a mask."""
-    if any(s < 0 for s in shape):
-        raise ScanWeaverValueError(f"{what}: its __cuda_array_interface__ has negative sizes {shape}")
+    if any(s < 0 or s >= 2**63 for s in shape):  # the descriptor holds i64 sizes: no wrap
+        raise ScanWeaverValueError(f"{what}: its __cuda_array_interface__ has sizes {shape} outside 0..2^63-1")
+    if any(abs(s) >= 2**63 for s in byte_strides) or not 0 <= int(pointer or 0) < 2**64:
+        raise ScanWeaverValueError(f"{what}: its __cuda_array_interface__ has strides or an address beyond 64 bits")
     if len(byte_strides) != len(shape):
         raise ScanWeaverValueError(
             f"{what}: its __cuda_array_interface__ has {len(byte_strides)} strides for {len(shape)} dimensions"
