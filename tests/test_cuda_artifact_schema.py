@@ -91,6 +91,8 @@ CASES = [
      r"functions.f.kernels\[0\] is 1; it must be between 0 and 0"),
     ("kernel index negative", lambda d: d["functions"]["f"].update(kernels=[-1]), "is -1; it must be between 0 and 0"),
     ("arg count string", lambda d: d["functions"]["f"].update(arg_count="3"), "arg_count must be an integer"),
+    ("function arg shape", lambda d: d["functions"]["f"]["args"][0].update(shape=5),
+     r"functions.f.args\[0\].shape must be a list, not an integer"),
     ("arg count negative", lambda d: d["functions"]["f"].update(arg_count=-1), "arg_count is -1"),
     ("grid python", _kernel(grid=["__import__('os').getcwd()", 1, 1]), r"grid\[0\] is not a launch size formula"),
     ("grid negative", _kernel(grid=[-5, 1, 1]), r"grid\[0\] is -5; it must be between 1 and 2147483647"),

@@ -145,12 +145,17 @@ def _check_kernel_args(args: _Field) -> dict[str, int | None]:
         kind = a.at(1).str(choices=(*_MEMREF_KINDS, "scalar"))
         types = SCALAR_CTYPES if kind == "scalar" else MEMREF_ELEMENTS
         a.at(2).str(choices=tuple(types))
-        shape = a.at(3).list(0 if kind == "scalar" else None)
-        for d in shape.items():
-            if d.value != "?":
-                d.int()
+        shape = _check_shape(a.at(3).list(0 if kind == "scalar" else None))
         ranks[name] = None if kind == "scalar" else len(shape.value)
     return ranks
+
+
+def _check_shape(shape: _Field) -> _Field:
+    """Sizes: ints from 0, or "?" for a dynamic size."""
+    for d in shape.items():
+        if d.value != "?":
+            d.int()
+    return shape
 
 
 def _check_size_formula(entry: _Field, dummy_shapes: dict[str, tuple[int, ...]], limit: int) -> None:
@@ -199,7 +204,8 @@ def _check_function(f: _Field, name: str, kernels: list[_Field]) -> None:
     count = f.at("arg_count").int(0, 100_000)
     for a in f.at("args").list(count).items():
         a.dict()
-        a.at("kind").str(choices=_FUNCTION_ARG_KINDS)
+        if a.at("kind").str(choices=_FUNCTION_ARG_KINDS) in _MEMREF_KINDS:
+            _check_shape(a.at("shape").list())
     results = f.at("results").list().value if "results" in f.value else []
     if len(results) > count or not all(isinstance(r, str) for r in results):
         f.at("results").fail("must be type names, one per trailing result argument")
