@@ -518,7 +518,9 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
 
 def load(path: str, driver: Any = None) -> Program:
     """A GPU program built by `scanweaver compile FILE --target ptx|cubin -o OUT`, from
-    OUT (or OUT.launch.json): needs numpy and a CUDA driver binding, not the compiler."""
+    OUT (or OUT.launch.json): needs numpy and a CUDA driver binding, not the compiler.
+    `driver`: a binding's name ("cuda-python", "numba-cuda", "numba"), an opened
+    `CudaDriver`, or None for the first binding that starts."""
     from scanweaver.runtime.cuda_artifact import load as load_artifact
 
     return load_artifact(path, driver)

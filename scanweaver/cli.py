@@ -67,7 +67,7 @@ def cmd_compile(args) -> int:
             _say("[scanweaver] (toolchain output taken from the compile cache)")
         write_output(args.output, llvm_ir, inputs)
     else:
-        _write_gpu(lowered, args, inputs)
+        _write_gpu(lowered, args, inputs, text)
     where = "standard output" if args.output == STDIO else args.output
     _say(f"[scanweaver] wrote {where} in {time.perf_counter() - started:.2f} s")
     return 0
@@ -113,12 +113,14 @@ def _launch_json_path(args) -> str | None:
     return None
 
 
-def _write_gpu(lowered, args, inputs) -> None:
-    """OUT (PTX or cubin) and its launch description: everything `scanweaver.load` needs,
-    written both or neither."""
+def _write_gpu(lowered, args, inputs, text: str) -> None:
+    """OUT (PTX or cubin) and its launch description: everything `scanweaver.load` needs
+    (with the shape contracts of the input IR's functions), written both or neither."""
     import json
 
+    from scanweaver.ir import parse_ir
     from scanweaver.outputs import write_outputs
+    from scanweaver.runtime.shape_contract import derive_contracts
     from scanweaver.runtime.cuda_artifact import describe
     from scanweaver.runtime.cuda_program import artifacts_from_module
     from scanweaver.toolchain.mlir import ptx_to_cubin
@@ -137,7 +139,8 @@ def _write_gpu(lowered, args, inputs) -> None:
         _say("[scanweaver] ptxas -> cubin")
         payload = ptx_to_cubin(art.ptx, args.chip)
     image_name = "-" if args.output == "-" else os.path.basename(args.output)  # "-": standard output
-    doc = describe(payload, image_name, args.chip, art.launches, art.arg_counts, art.ptxas, art.results)
+    contracts = {name: c.to_data() for name, c in derive_contracts(parse_ir(text, source=args.file)).items()}
+    doc = describe(payload, image_name, args.chip, art.launches, art.arg_counts, art.ptxas, art.results, contracts)
     items = [(args.output, payload)]
     if args.launch_json:
         items.append((args.launch_json, json.dumps(doc, indent=2)))

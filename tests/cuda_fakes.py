@@ -31,18 +31,11 @@ def read_params(params_address: int, sizes: list[int]) -> list[bytes]:
     return [ctypes.string_at(p, n) for p, n in zip(ptrs, sizes)]
 
 
-SCALAR_BYTES = {"f32": 4, "f64": 8, "i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "index": 8}
-
-
 def param_sizes_of(launch_json_kernels: list[dict]) -> dict[str, list[int]]:
     """Kernel name -> bytes of each kernel parameter, from launch.json kernel entries."""
-    out = {}
-    for k in launch_json_kernels:
-        sizes: list[int] = []
-        for _, kind, dtype, shape in k["args"]:
-            sizes += [SCALAR_BYTES[dtype]] if kind == "scalar" else [8] * (3 + 2 * len(shape))
-        out[k["kernel"]] = sizes
-    return out
+    from scanweaver.runtime.cuda_launch import KernelLaunch
+
+    return {k["kernel"]: KernelLaunch.from_json(k).param_sizes() for k in launch_json_kernels}
 
 
 class HostMemory:

@@ -130,3 +130,31 @@ def test_environment_errors_are_one_line(tmp_path):
 
 
 # Output modes (the umask, kept modes): tests/test_cli_files.py.
+
+
+@pytest.mark.parametrize("chip", ["sm_99", "sm_1", "sm_20", "sm_91a"])
+def test_unknown_gpu_architecture_is_refused_before_mlir_opt(tmp_path, chip):
+    """Well-formed names that LLVM does not know: mlir-opt printed "'sm_99' is not a
+    recognized processor" six times and then crashed (signal 6), or failed with a
+    multi-line dump (sm_1, sm_20)."""
+    src = tmp_path / "in.mlir"
+    src.write_text(AFFINE)
+    r = run_cli("compile", str(src), "--target", "ptx", "--chip", chip, "-o", str(tmp_path / "o.ptx"))
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"scanweaver: error: --chip '{chip}' is not an NVIDIA architecture")
+    assert "sm_90a" in lines[0] and "recognized processor" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mlir"]
+
+
+def test_every_known_architecture_gets_a_ptx_version_llvm_accepts():
+    """mlir-opt aborted with "PTX version 8.0 does not support target" for sm_88,
+    sm_101, sm_103, sm_110 and sm_121 (and their a/f forms): each known chip now
+    gets at least the PTX version LLVM requires for it."""
+    from scanweaver.toolchain.mlir import KNOWN_CHIPS, check_chip, default_ptx_features
+
+    need = {"sm_88": 90, "sm_101": 86, "sm_103": 88, "sm_110": 90, "sm_121": 88, "sm_100f": 88, "sm_120": 87}
+    for chip in KNOWN_CHIPS:
+        assert check_chip(chip) == chip
+        version = int(default_ptx_features(chip).removeprefix("+ptx"))
+        assert version >= need.get(chip.rstrip("a") if chip.endswith("a") else chip, 80), chip

@@ -76,10 +76,11 @@ def _function(drv, launches, arg_count, kind=CudaFunction):
 
 
 def _program_function(module, name, launches, arg_count):
-    """The host functions of `scanweaver.compile(..., target="cuda")` (a subclass)."""
-    from scanweaver.runtime.cuda_program import _CudaFunction
-
-    return _CudaFunction(module, name, launches, arg_count, None)
+    """The host functions of `scanweaver.compile(..., target="cuda")`: with a shape
+    contract (here one with no accesses)."""
+    contract = {"name": name, "arg_names": [f"x{i}" for i in range(arg_count)], "same_shape": [],
+                "accesses": [], "unchecked": []}
+    return CudaFunction(module, name, launches, arg_count, contract)
 
 
 @pytest.mark.parametrize("kind", [CudaFunction, _program_function])

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scanweaver.cli import main
@@ -140,3 +141,38 @@ def test_scalar_arguments_in_the_launch_json(tmp_path):
     ]
     launches, counts = plan(doc)
     assert launches["ema"][0].covers_dims == (("y", 0, "x", 0), ("y", 1, "x", 1)) and counts == {"ema": 3}
+
+
+def test_loaded_artifact_checks_the_shape_contract_of_its_ir(tmp_path):
+    """The grouped selective scan reads B[b, d / (D / G), n, t]: with D = 4 channels
+    and G = 3 groups, d / 1 reaches group 3 of 3.  No launch-description relation
+    says so; the IR's shape contract does.  `compile(target="cuda")` checked it, a
+    loaded artifact did not (it launched the out-of-bounds read); the artifact now
+    carries the contract and the loader checks it before any launch."""
+    from scanweaver.runtime.cuda_driver import CudaPythonDriver
+    from scanweaver.runtime.cuda_scan import selective_scan_ir
+    from scanweaver.runtime.cuda_artifact import load
+    from tests.cuda_fakes import fake_cuda_bindings_driver, param_sizes_of
+
+    batch, D, L, n = 2, 4, 8, 16  # the kernel's sizes are dynamic but N
+    grouped = (batch, 2, n, L)
+    shapes = {"u": (batch, D, L), "delta": (batch, D, L), "A": (D, n), "B": grouped, "C": grouped,
+              "D": (D,), "z": (batch, D, L), "delta_bias": (D,)}
+    out = _compile(tmp_path, "ptx", ir=selective_scan_ir(shapes, {"delta_softplus": True, "return_last_state": True}))
+    doc, _ = read_artifact(out)
+    contract = doc["functions"]["selective_scan"]["contract"]
+    assert contract["arg_names"][3] == "B" and contract["unchecked"] == []
+    sizes = param_sizes_of(doc["kernels"])
+    drv = fake_cuda_bindings_driver(lambda image, name: sizes[name])
+    program = load(out, driver=CudaPythonDriver(drv))
+
+    def call(batch, D, L, G):
+        f = lambda *s: np.zeros(s, np.float32)  # noqa: E731
+        program.selective_scan(f(batch, D, L), f(batch, D, L), f(D, 16), f(batch, G, 16, L), f(batch, G, 16, L),
+                               f(D), f(batch, D, L), f(D), f(batch, D, L), f(batch, D, 16))
+
+    with pytest.raises(ScanWeaverValueError, match=r"argument 'B' \(#3\) has shape \(2, 3, 16, 8\).*reads dimension 1 at indices 0..3"):
+        call(2, 4, 8, 3)
+    assert not drv.launches
+    call(2, 4, 8, 2)
+    assert len(drv.launches) == len(doc["functions"]["selective_scan"]["kernels"])

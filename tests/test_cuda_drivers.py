@@ -229,3 +229,27 @@ def test_arrays_smaller_than_the_loops_over_them_are_refused():
     fn(x, 0.5, np.zeros((3, 12), np.float32))  # larger is fine: the loops never reach the rest
     (launch,) = drv.launches
     assert launch.grid == (3, 1, 1) and struct.unpack("<f", launch.param_bytes[7]) == (0.5,)
+
+
+@pytest.mark.parametrize("form, name, covers", [
+    # t = 0, 2, 4, ... < a.shape[1] indexes b and y: a time loop of step 2
+    ("step2.mlir", "step2", {("b", 1, "a", 1), ("y", 1, "a", 1)}),
+    # t = r.shape[1] - 1 - i for i < r.shape[1]: a reversed time loop (advantage estimation)
+    ("more.mlir", "gae", {("v", 1, "r", 1), ("vn", 1, "r", 1), ("adv", 1, "r", 1)}),
+])
+def test_time_loops_of_other_steps_and_directions_check_the_arrays_they_index(form, name, covers):
+    """Before, only a time index 0, 1, 2, ... gave a `covers_dims` relation: a shorter
+    `b` (step 2) or `v` (reversed) passed the launch checks and the kernel read past
+    it (a deployed artifact has no other check when built without its contract)."""
+    from pathlib import Path
+
+    from scanweaver.runtime.cuda_program import build_cuda_artifacts
+
+    text = (Path(__file__).parent / "gpu_loop_forms" / form).read_text()
+    (desc,) = build_cuda_artifacts(text, "sm_90").launches[name]
+    assert covers <= set(desc.covers_dims)
+    shapes = {a[0]: (4, 5) for a in desc.args if a[1] != "scalar"}
+    desc.check_shapes(shapes)
+    other = sorted(covers)[0][0]
+    with pytest.raises(ScanWeaverValueError, match=rf"'{other}' has shape \(4, 4\).*which is smaller"):
+        desc.check_shapes({**shapes, other: (4, 4)})

@@ -267,7 +267,7 @@ class _DeviceArray:
     """Only the `__cuda_array_interface__` of a device array (nothing is read)."""
 
     def __init__(self, shape, typestr="<i4"):
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0, False), "version": 3}
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0x1000, False), "version": 3}
 
 
 def test_the_launch_checks_a_dynamic_grid_against_the_limit():

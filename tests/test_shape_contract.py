@@ -165,10 +165,10 @@ def test_unfollowable_index_gets_runtime_bounds_checks(tmp_path):
 
 def test_cuda_program_checks_the_contract_before_any_launch():
     """The CUDA caller's hook (no GPU needed: the check comes before staging)."""
-    from scanweaver.runtime.cuda_program import _CudaFunction
+    from scanweaver.runtime.cuda import CudaFunction
 
-    contract = derive_contracts(parse_ir(EMA))["ema"]
-    fn = _CudaFunction(module=None, name="ema", launches=[], arg_count=2, contract=contract)
+    contract = derive_contracts(parse_ir(EMA))["ema"].to_data()
+    fn = CudaFunction(module=None, name="ema", launches=[], arg_count=2, contract=contract)
     with pytest.raises(ScanWeaverValueError, match="'y' \\(#1\\)"):
         fn(np.ones((4, 64), np.float32), np.zeros((4, 32), np.float32))
 

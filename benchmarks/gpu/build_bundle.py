@@ -20,11 +20,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 from scanweaver import compiler  # noqa: E402
-from scanweaver.ir import print_ir  # noqa: E402
+from scanweaver.ir import parse_ir, print_ir  # noqa: E402
 from scanweaver.runtime.cuda_artifact import describe, write_artifact  # noqa: E402
 from scanweaver.rewrites.affine_time_blocks import ask_time_blocks  # noqa: E402
 from scanweaver.runtime.cuda_program import artifacts_from_module  # noqa: E402
 from scanweaver.runtime.cuda_scan import selective_scan_ir  # noqa: E402
+from scanweaver.runtime.shape_contract import derive_contracts  # noqa: E402
 from scanweaver.workloads import loops  # noqa: E402
 from scanweaver.workloads.scans import affine_scan_ir  # noqa: E402
 
@@ -250,7 +251,9 @@ def build(out_dir: Path, chip: str = "sm_90", only: list[str] | None = None, pro
         lowered = compiler.lower(case["ir"], "gpu", keep_stages=False)
         art = artifacts_from_module(lowered.module, lowered.stages, chip)
         image = out_dir / f"{case['name']}.ptx"
-        write_artifact(image, art.ptx, describe(art.ptx, image.name, chip, art.launches, art.arg_counts, art.ptxas))
+        contracts = {n: c.to_data() for n, c in derive_contracts(parse_ir(case["ir"])).items()}
+        write_artifact(image, art.ptx, describe(art.ptx, image.name, chip, art.launches, art.arg_counts, art.ptxas,
+                                                contracts=contracts))
         entry = {k: v for k, v in case.items() if k != "ir"}
         entry["artifact"] = image.name
         entry["args"] = [{"name": n, "role": r, "shape": list(s), "dtype": t} for n, r, s, t in case["args"]]

@@ -291,7 +291,8 @@ def run_case(driver, bundle: Path, case: dict, reps: int, dry_run: bool) -> dict
     launches, counts = plan(doc)
     seq = launches[case["function"]]
     module = CudaModule(image, driver=driver)
-    fn = CudaFunction(module, case["function"], seq, counts[case["function"]])
+    fn = CudaFunction(module, case["function"], seq, counts[case["function"]],
+                      doc["functions"][case["function"]].get("contract"))
     rng = np.random.default_rng(0)
     x = make_inputs(case, rng)
     outs = {a["name"]: a for a in case["args"] if a["role"] in ("out", "inout")}

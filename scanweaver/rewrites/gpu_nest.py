@@ -921,27 +921,42 @@ def guard_last_stores(orig: Operation, new: Operation, last_stores: set[Operatio
 
 def _covered_sizes(nest: Nest, names: dict[SSAValue, str]) -> tuple[tuple[str, int, str, int], ...]:
     """(arg, dim, other, dim'): wherever a loop running over `other.shape[dim']` (a
-    channel loop, or the recurrence from 0 step 1) indexes `arg` at `dim` directly,
-    `arg` must be at least that large, or the kernel would read or write past it."""
+    channel loop, or the recurrence from 0 with any positive step) indexes `arg` at
+    `dim` directly, or backwards (`other.shape[dim'] - 1 - i`), `arg` must be at least
+    that large, or the kernel would read or write past it."""
     loops: dict[SSAValue, tuple[BlockArgument, int]] = {}
     for loop, trip in zip(nest.loops, nest.trips):
         if not isinstance(trip, int):
             loops[loop.body.block.args[0]] = trip
     rec = nest.rec
     bound = _arg_dim(rec.ub, set(names))
-    if bound is not None and const_int(rec.lb) == 0 and const_int(rec.step) == 1:
-        for region in (rec.coeffs, rec.emit):
+    step = const_int(rec.step)
+    if bound is not None and const_int(rec.lb) == 0 and step is not None and step >= 1:
+        for region in (rec.coeffs, rec.emit):  # the time index stays below the bound
             loops[region.block.args[0]] = bound
     out: set[tuple[str, int, str, int]] = set()
     for _, ref, idx, _ in _accesses([nest.root]):
         if ref not in names:
             continue
         for pos, x in enumerate(idx):
-            if x in loops:
-                other, dim = loops[x]
-                if (ref, pos) != (other, dim):
-                    out.add((names[ref], pos, names[other], dim))
+            covered = loops.get(x) or _backwards_index(x, loops, set(names))
+            if covered is not None and (ref, pos) != covered:
+                out.add((names[ref], pos, names[covered[0]], covered[1]))
     return tuple(sorted(out))
+
+
+def _backwards_index(
+    x: SSAValue, loops: dict[SSAValue, tuple[BlockArgument, int]], fn_args: set[SSAValue]
+) -> tuple[BlockArgument, int] | None:
+    """(other, dim) when `x` is `(other.shape[dim] - 1) - i` for a loop variable `i`
+    running over that same size: a reversed time loop, with the index's range."""
+    op = x.owner
+    if not isinstance(op, arith.SubiOp) or op.rhs not in loops:
+        return None
+    last = op.lhs.owner
+    if not (isinstance(last, arith.SubiOp) and const_int(last.rhs) == 1):
+        return None
+    return loops[op.rhs] if _arg_dim(last.lhs, fn_args) == loops[op.rhs] else None
 
 
 def launch_nest_kernel(nest: Nest, kfunc: gpu.FuncOp, block_size: int, shared_bytes: int, notes: str) -> None:

@@ -23,6 +23,7 @@ aligned by the CUDA allocator), which take the vector paths.
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.runtime.contract_check import check_contract
 from scanweaver.runtime.cuda_launch import SHARED_PER_BLOCK_LIMIT, KernelLaunch
 
 # ----------------------------------------------------------------------- availability
@@ -94,26 +96,34 @@ class DeviceView:
     strides: tuple[int, ...]  # in elements
     itemsize: int
     kind: str = "f"  # numpy dtype kind: f, i, u
+    readonly: bool = False  # the interface's data flag: the kernels must not write it
 
     @staticmethod
     def from_interface(obj: Any, what: str) -> DeviceView:
         iface = obj.__cuda_array_interface__
-        dtype = np.dtype(iface["typestr"])
+        try:
+            dtype = np.dtype(iface["typestr"])
+        except (TypeError, ValueError, KeyError):
+            raise ScanWeaverTypeError(f"{what}: its __cuda_array_interface__ has no valid typestr") from None
+        check_byte_order(what, dtype)
         shape = tuple(int(s) for s in iface["shape"])
         byte_strides = iface.get("strides")
         if byte_strides is None:  # C-contiguous
             byte_strides = tuple(
-                int(np.prod(shape[i + 1 :], dtype=np.int64)) * dtype.itemsize
+                math.prod(shape[i + 1 :]) * dtype.itemsize  # Python ints: no int64 wrap
                 for i in range(len(shape))
             )
         if any(s % dtype.itemsize for s in byte_strides):
             raise ScanWeaverValueError(f"{what}: strides {byte_strides} are not whole elements")
+        pointer, readonly = iface["data"]
+        check_interface(what, shape, byte_strides, pointer, iface.get("mask"))
         return DeviceView(
-            int(iface["data"][0]),
+            int(pointer or 0),
             shape,
             tuple(s // dtype.itemsize for s in byte_strides),
             dtype.itemsize,
             dtype.kind,
+            bool(readonly),
         )
 
     def is_c_contiguous(self) -> bool:
@@ -152,8 +162,36 @@ def check_alignment(what: str, view: DeviceView) -> None:
         )
 
 
+def check_interface(what: str, shape: tuple[int, ...], byte_strides: Sequence[int], pointer: Any, mask: Any) -> None:
+    """What `__cuda_array_interface__` may say that no kernel could honour: negative
+    sizes (a grid formula over them would wrap), strides that do not match the rank
+    (the descriptor would be short), no data behind a non-empty array, or a mask."""
+    if any(s < 0 or s >= 2**63 for s in shape):  # the descriptor holds i64 sizes: no wrap
+        raise ScanWeaverValueError(f"{what}: its __cuda_array_interface__ has sizes {shape} outside 0..2^63-1")
+    if any(abs(s) >= 2**63 for s in byte_strides) or not 0 <= int(pointer or 0) < 2**64:
+        raise ScanWeaverValueError(f"{what}: its __cuda_array_interface__ has strides or an address beyond 64 bits")
+    if len(byte_strides) != len(shape):
+        raise ScanWeaverValueError(
+            f"{what}: its __cuda_array_interface__ has {len(byte_strides)} strides for {len(shape)} dimensions"
+        )
+    if not pointer and 0 not in shape:
+        raise ScanWeaverValueError(f"{what}: its __cuda_array_interface__ has no data pointer")
+    if mask is not None:
+        raise ScanWeaverTypeError(f"{what}: masked device arrays are not supported (its interface has a mask)")
+
+
+def check_byte_order(what: str, dtype: np.dtype) -> None:
+    """The GPU reads little-endian elements: a big-endian array would be read as other
+    numbers, silently (the CPU path refuses such dtypes too)."""
+    if not dtype.isnative and dtype.byteorder != "|":
+        raise ScanWeaverTypeError(
+            f"{what} has {dtype.name} elements in non-native byte order ('{dtype.str}'): "
+            "convert it with arr.astype(arr.dtype.newbyteorder('='))"
+        )
+
+
 # MLIR element type -> (numpy kinds accepted, item size); bf16 arrives as 2-byte items.
-_ELEMENT = {
+MEMREF_ELEMENTS = {
     "f16": ("f", 2), "bf16": ("fuV", 2), "f32": ("f", 4), "f64": ("f", 8),
     "i1": ("bui", 1), "i8": ("iu", 1), "i16": ("iu", 2), "i32": ("iu", 4), "i64": ("iu", 8),
     "index": ("iu", 8),
@@ -163,7 +201,7 @@ _ELEMENT = {
 }
 
 # MLIR scalar type -> ctypes type of its kernel parameter
-_SCALAR = {
+SCALAR_CTYPES = {
     "f32": ctypes.c_float, "f64": ctypes.c_double,
     "i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
     "i64": ctypes.c_int64, "index": ctypes.c_int64,
@@ -171,7 +209,7 @@ _SCALAR = {
 
 
 def scalar_param(launch: KernelLaunch, name: str, dtype: str, value: Any) -> Any:
-    ctype = _SCALAR.get(dtype)
+    ctype = SCALAR_CTYPES.get(dtype)
     if ctype is None:
         raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: scalar argument '{name}' of type {dtype} is not supported")
     if isinstance(value, np.ndarray) and value.ndim == 0:
@@ -181,7 +219,14 @@ def scalar_param(launch: KernelLaunch, name: str, dtype: str, value: Any) -> Any
     if dtype.startswith("f"):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: argument '{name}' must be a {dtype} number, got {type(value).__name__}")
-        return ctype(float(value))
+        try:
+            number = float(value)
+        except OverflowError:  # an int too big for a double
+            number = math.inf
+        if math.isinf(ctype(number).value) and not (isinstance(value, float) and math.isinf(value)):
+            # a finite number too large for the type (1e300 as an f32) would become inf
+            raise ScanWeaverValueError(f"kernel {launch.kernel_name}: argument '{name}' = {value} does not fit in {dtype}")
+        return ctype(number)
     if not isinstance(value, (int, bool)):
         raise ScanWeaverTypeError(f"kernel {launch.kernel_name}: argument '{name}' must be an integer ({dtype}), got {type(value).__name__}")
     bits = {"i1": 1, "i8": 8, "i16": 16, "i32": 32}.get(dtype, 64)
@@ -206,7 +251,7 @@ def kernel_params(launch: KernelLaunch, views: Sequence[Any]) -> list[Any]:
         if kind == "scalar":
             params.append(scalar_param(launch, name, dtype, view))
             continue
-        kinds, size = _ELEMENT.get(dtype, ("", 0))
+        kinds, size = MEMREF_ELEMENTS.get(dtype, ("", 0))
         if view.kind not in kinds or view.itemsize != size:
             raise ScanWeaverTypeError(
                 f"kernel {launch.kernel_name}: argument '{name}' must hold {dtype} elements, "
@@ -261,25 +306,39 @@ def check_shared_memory(desc: KernelLaunch) -> None:
 # --------------------------------------------------------------------------- launching
 
 
+def driver_call(driver: Any, what: str, call: Any, *args: Any) -> Any:
+    """`call(*args)` of a driver binding; what the binding raises of its own (numba's
+    CudaAPIError, a LinkerError, ...) becomes one `CudaDriverError` naming the step."""
+    from scanweaver.errors import ScanWeaverError
+    from scanweaver.runtime.cuda_driver import CudaDriverError
+
+    try:
+        return call(*args)
+    except ScanWeaverError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any binding's own error class
+        raise CudaDriverError(f"{what} failed in the {driver.name} binding: {type(e).__name__}: {e}") from e
+
+
 class CudaModule:
     """PTX (or a cubin) loaded into the current CUDA context of a driver binding."""
 
     def __init__(self, image: str | bytes, driver=None):
         self.driver = driver or current_driver()
-        self._module = self.driver.load_module(image)
+        self._module = driver_call(self.driver, "loading the module", self.driver.load_module, image)
         self._functions: dict[str, Any] = {}
 
     def function(self, name: str):
         if name not in self._functions:
-            self._functions[name] = self.driver.get_function(self._module, name)
+            self._functions[name] = driver_call(
+                self.driver, f"finding kernel {name}", self.driver.get_function, self._module, name
+            )
         return self._functions[name]
 
 
-def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream: Any = 0) -> None:
-    """Launch one kernel on device arrays (objects with `__cuda_array_interface__`) and
-    scalars (for its scalar arguments)."""
-    from scanweaver.runtime.cuda_driver import stream_handle
-
+def prepare_launch(desc: KernelLaunch, arrays: Sequence[Any]) -> tuple[tuple[int, int, int], list[Any]]:
+    """The grid and kernel parameters of one launch on device arrays (objects with
+    `__cuda_array_interface__`) and scalars, every argument checked; launches nothing."""
     views: list[Any] = []
     for x, (name, kind, _, _) in zip(arrays, desc.args):
         if kind == "scalar":
@@ -292,14 +351,30 @@ def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream
     if grid[0] > 2**31 - 1 or max(grid[1:]) > 65535:  # CUDA's gridDim limits (dynamic grids, e.g. a channel nest)
         raise ScanWeaverValueError(f"kernel {desc.kernel_name}: a grid of {grid} blocks is over CUDA's limits "
                                    f"(2^31 - 1, 65535, 65535) for shapes {shapes}")
-    params = kernel_params(desc, views)
-    if 0 in grid:
-        return  # nothing to do for empty inputs; a zero-sized grid is a CUDA error
     check_shared_memory(desc)
-    module.driver.launch(
-        module.function(desc.kernel_name), grid, desc.block, desc.dynamic_shared_bytes,
-        stream_handle(stream), params,
+    return grid, kernel_params(desc, views)
+
+
+def issue_launch(module: CudaModule, desc: KernelLaunch, prepared: tuple[tuple[int, int, int], list[Any]],
+                 stream: Any = 0) -> None:
+    """Hand a prepared launch to the driver (an empty grid launches nothing: a
+    zero-sized grid is a CUDA error, and there is no work)."""
+    from scanweaver.runtime.cuda_driver import stream_handle
+
+    grid, params = prepared
+    if 0 in grid:
+        return
+    driver = module.driver
+    driver_call(
+        driver, f"launching {desc.kernel_name}", driver.launch,
+        module.function(desc.kernel_name), grid, desc.block, desc.dynamic_shared_bytes, stream_handle(stream), params,
     )
+
+
+def launch(module: CudaModule, desc: KernelLaunch, arrays: Sequence[Any], stream: Any = 0) -> None:
+    """Launch one kernel on device arrays (objects with `__cuda_array_interface__`) and
+    scalars (for its scalar arguments)."""
+    issue_launch(module, desc, prepare_launch(desc, arrays), stream)
 
 
 def launch_arguments(driver, desc: KernelLaunch, device: Sequence[Any], scratch: dict[int, Any]) -> list[Any]:
@@ -316,7 +391,9 @@ def launch_arguments(driver, desc: KernelLaunch, device: Sequence[Any], scratch:
         }
         for k in missing:
             name, _, dtype, _ = desc.args[k]
-            buf = driver.empty(desc.scratch_shape(name, shapes), _NUMPY_DTYPE.get(dtype, dtype))
+            shape = desc.scratch_shape(name, shapes)
+            buf = driver_call(driver, f"allocating scratch '{name}' of shape {shape}", driver.empty,
+                              shape, _NUMPY_DTYPE.get(dtype, dtype))
             scratch[-2 - desc.host_args[k]] = out[k] = buf
     return out
 
@@ -366,14 +443,14 @@ class DeviceArguments:
                 raise ScanWeaverTypeError(f"argument #{i} must be an array of numbers, got {type(x).__name__} of {host.dtype}")
             if i in outputs and not host.flags.writeable:
                 raise ScanWeaverValueError(f"argument #{i} is written by the kernel but is read-only")
-            dev = driver.to_device(host)
+            dev = driver_call(driver, f"copying argument #{i} to the device", driver.to_device, host)
             if i in outputs:
                 self._host.append((host, dev))
             self.device.append(dev)
 
     def copy_back(self) -> None:
         for host, dev in self._host:
-            host[...] = self._driver.to_host(dev)
+            host[...] = driver_call(self._driver, "copying an output back", self._driver.to_host, dev)
 
 
 def output_positions(launches: Sequence[KernelLaunch]) -> set[int]:
@@ -386,12 +463,27 @@ def output_positions(launches: Sequence[KernelLaunch]) -> set[int]:
     }
 
 
+def call_options(name: str, options: dict[str, Any]) -> Any:
+    """The stream of a call's keyword options (`stream=` is the only one: arguments
+    are positional, in the order of the function's IR signature)."""
+    stream = options.pop("stream", 0)
+    if options:
+        raise ScanWeaverTypeError(
+            f"@{name} takes its arguments by position, in the order of its signature; "
+            f"got keyword argument(s) {', '.join(sorted(options))} (only stream= is a keyword)"
+        )
+    return stream
+
+
 class CudaFunction:
     """One host function of a program: its kernel launches replayed in order."""
 
-    def __init__(self, module: CudaModule, name: str, launches: list[KernelLaunch], arg_count: int):
+    def __init__(self, module: CudaModule, name: str, launches: list[KernelLaunch], arg_count: int,
+                 contract: dict[str, Any] | None = None):
         self._module, self._name = module, name
         self._launches, self._arg_count = launches, arg_count
+        # the shape contract derived from the function's IR (`contract_check`), or None
+        self._contract = contract
         self._outputs = output_positions(launches)
         self._scalars = scalar_positions(launches)
         for desc in launches:
@@ -399,7 +491,7 @@ class CudaFunction:
 
     def check_arguments(self, arrays: Sequence[Any]) -> None:
         if len(arrays) != self._arg_count:
-            raise ScanWeaverValueError(f"@{self._name} takes {self._arg_count} arguments, got {len(arrays)}")
+            raise ScanWeaverTypeError(f"@{self._name} takes {self._arg_count} arguments, got {len(arrays)}")
         for i, x in enumerate(arrays):
             if i in self._scalars:
                 continue
@@ -408,6 +500,8 @@ class CudaFunction:
                     f"@{self._name}: argument #{i} must be a numpy or device array, got {type(x).__name__}"
                 )
         host = [(i, x) for i, x in enumerate(arrays) if isinstance(x, np.ndarray)]
+        for i, x in host:
+            check_byte_order(f"@{self._name}: argument #{i}", x.dtype)
         for k, (i, x) in enumerate(host):
             for j, y in host[k + 1 :]:
                 if np.may_share_memory(x, y):
@@ -423,15 +517,28 @@ class CudaFunction:
         check_no_overlap(f"@{self._name}", on_device)
         for i, view in on_device.items():  # before any launch: none runs on a bad array
             check_alignment(f"@{self._name}: argument #{i}", view)
+            if view.readonly and i in self._outputs:
+                raise ScanWeaverValueError(
+                    f"@{self._name}: argument #{i} is written by the kernel but its device array is read-only"
+                )
+        if self._contract is not None:  # every access of the IR within its array
+            check_contract(self._contract, arrays)
 
-    def __call__(self, *arrays: Any, stream: Any = 0) -> None:
+    def __call__(self, *arrays: Any, **options: Any) -> None:
+        stream = call_options(self._name, options)
         self.check_arguments(arrays)
         driver = self._module.driver
         staged = DeviceArguments(driver, arrays, self._outputs, self._scalars)
         scratch: dict[int, Any] = {}
-        for desc in self._launches:
-            launch(self._module, desc, launch_arguments(driver, desc, staged.device, scratch), stream)
-        driver.synchronize()
+        # Every launch is checked before the first runs: a bad argument of a later
+        # kernel must not leave device outputs half-written by an earlier one.
+        prepared = [
+            (desc, prepare_launch(desc, launch_arguments(driver, desc, staged.device, scratch)))
+            for desc in self._launches
+        ]
+        for desc, ready in prepared:
+            issue_launch(self._module, desc, ready, stream)
+        driver_call(driver, f"running @{self._name}", driver.synchronize)  # kernel faults surface here
         staged.copy_back()
 
 
@@ -455,17 +562,25 @@ __all__ = [
     "DEVICE_ALIGNMENT",
     "DeviceArguments",
     "DeviceView",
+    "MEMREF_ELEMENTS",
+    "SCALAR_CTYPES",
     "check_alignment",
+    "check_byte_order",
+    "check_interface",
     "check_no_overlap",
     "check_shared_memory",
     "cuda_available",
     "current_driver",
+    "driver_call",
     "device_chip",
     "driver_implementation",
     "kernel_params",
+    "call_options",
+    "issue_launch",
     "launch",
     "launch_arguments",
     "output_positions",
+    "prepare_launch",
     "require_cuda",
     "time_kernel",
     "why_no_cuda",

@@ -11,9 +11,12 @@ launch description is plain JSON (`KernelLaunch.to_json`).
 `OUT.launch.json` (format "scanweaver-cuda-artifact", version 1):
 
     image, image_kind ("ptx" | "cubin"), image_sha256, chip
-    functions: {host function: {"arg_count": n, "args": [...], "kernels": [index, ...]}}
+    functions: {host function: {"arg_count": n, "args": [...], "kernels": [index, ...],
+                 "results": [...], "contract": {...}}}
         each kernel runs in that order; "args" gives, per host argument, its kind
-        ("in" | "out" | "inout" | "scalar" | "unused"), dtype and shape as the kernels see it
+        ("in" | "out" | "inout" | "scalar" | "unused"), dtype and shape as the kernels see it;
+        "contract" (optional) the shape contract of the function's IR (`contract_check`):
+        checked before each call, so no access of the kernels leaves its array
     kernels: [KernelLaunch.to_json() + {"ptxas": {registers, spill_stores, ...}}]
         kernel, grid (ints or products of "arg.shape[i]"), block, static_shared_bytes,
         dynamic_shared_bytes (0), args [[name, kind, dtype, shape]], host_args,
@@ -30,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scanweaver.errors import ScanWeaverError, ScanWeaverValueError
+from scanweaver.errors import ScanWeaverError, ScanWeaverTypeError, ScanWeaverValueError
 from scanweaver.runtime.cuda_launch import KernelLaunch
 
 FORMAT = "scanweaver-cuda-artifact"
@@ -49,9 +52,11 @@ def describe(
     arg_counts: dict[str, int],
     ptxas: dict[str, dict[str, int]] | None = None,
     results: dict[str, list[str]] | None = None,
+    contracts: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The launch.json document for an image and the launches of each host function
-    (`results`: the scalar types a function returns through its last arguments)."""
+    (`results`: the scalar types a function returns through its last arguments;
+    `contracts`: each function's shape contract as plain data, `contract_check`)."""
     kernels: list[KernelLaunch] = []
     index: dict[str, int] = {}
     functions: dict[str, Any] = {}
@@ -73,6 +78,8 @@ def describe(
         functions[fname] = {"arg_count": arg_counts[fname], "args": args, "kernels": order}
         if (results or {}).get(fname):
             functions[fname]["results"] = list(results[fname])  # type: ignore[index]
+        if fname in (contracts or {}):  # the loader checks it before each call, as compile() does
+            functions[fname]["contract"] = contracts[fname]  # type: ignore[index]
     data = image.encode() if isinstance(image, str) else image
     return {
         "format": FORMAT,
@@ -120,28 +127,46 @@ def write_artifact(out: Path, image: str | bytes, document: dict[str, Any]) -> P
 
 
 def read_artifact(path: str | os.PathLike) -> tuple[dict[str, Any], str | bytes]:
-    """(launch document, image) of an artifact given as OUT or OUT.launch.json."""
+    """(launch document, image) of an artifact given as OUT or OUT.launch.json; every
+    field of the document checked (`cuda_artifact_schema`) before it is returned."""
+    from scanweaver.runtime.cuda_artifact_schema import check_document, check_ptx_signatures
+
+    if not isinstance(path, str | os.PathLike) or isinstance(os.fspath(path), bytes):
+        raise ScanWeaverTypeError(f"an artifact path must be a str or a path, not {type(path).__name__}")
     path = Path(path)
+    if not path.name:
+        raise ScanWeaverValueError(f"{str(path)!r} names no file: give OUT or OUT.launch.json")
     meta = path if path.name.endswith(".launch.json") else launch_json_path(path)
     try:
-        doc = json.loads(meta.read_text())
+        doc = json.loads(meta.read_bytes().decode())
     except OSError as e:
         raise ScanWeaverValueError(f"cannot read {meta}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
+    except UnicodeDecodeError:
+        raise ScanWeaverValueError(f"{meta} is not UTF-8 text, so not a launch description") from None
+    except (json.JSONDecodeError, RecursionError) as e:
         raise ScanWeaverValueError(f"{meta} is not JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ScanWeaverValueError(f"{meta} is not a ScanWeaver GPU artifact (no format '{FORMAT}')")
-    if doc.get("version") != VERSION:
-        raise ScanWeaverValueError(f"{meta} has artifact version {doc.get('version')}; this ScanWeaver reads {VERSION}")
+    if doc.get("version") != VERSION or isinstance(doc.get("version"), bool):
+        raise ScanWeaverValueError(
+            f"{meta} has artifact version {doc.get('version')!r}; this ScanWeaver reads {VERSION}: rebuild it"
+        )
+    check_document(doc, str(meta))
     image_path = meta.with_name(doc["image"])
     try:
         blob = image_path.read_bytes()
     except OSError as e:
         raise ScanWeaverValueError(f"cannot read {image_path}: {e.strerror}") from None
-    if hashlib.sha256(blob).hexdigest() != doc.get("image_sha256"):
+    if hashlib.sha256(blob).hexdigest() != doc["image_sha256"]:
         raise ScanWeaverValueError(f"{image_path} does not match {meta} (its SHA-256 differs): rebuild both")
-    image: str | bytes = blob.decode() if doc["image_kind"] == "ptx" else blob
-    return doc, image
+    if doc["image_kind"] == "cubin":
+        return doc, blob
+    try:
+        ptx = blob.decode()
+    except UnicodeDecodeError:
+        raise ScanWeaverValueError(f"{image_path} is not PTX text (not UTF-8)") from None
+    check_ptx_signatures(doc, ptx, str(meta))
+    return doc, ptx
 
 
 def plan(doc: dict[str, Any]) -> tuple[dict[str, list[KernelLaunch]], dict[str, int]]:
@@ -152,30 +177,67 @@ def plan(doc: dict[str, Any]) -> tuple[dict[str, list[KernelLaunch]], dict[str, 
     return launches, counts
 
 
+def ptx_runs_on(chip: str, device: str) -> bool:
+    """Whether the driver can compile PTX built for `chip` to the `device` chip: PTX
+    runs on its own and newer chips, "a" (architecture-specific) PTX on that chip
+    only, "f" (family) PTX on chips of the same major version."""
+    def split(name: str) -> tuple[int, str]:
+        digits = name[3:].rstrip("af")
+        return int(digits), name[3 + len(digits):]
+
+    (want, kind), (have, _) = split(chip), split(device)
+    if kind == "a":
+        return have == want
+    if kind == "f":
+        return have // 10 == want // 10 and have >= want
+    return have >= want
+
+
+def _driver_for(driver: Any):
+    """`load`'s driver argument: None, a binding's name ("cuda-python", "numba-cuda",
+    "numba") or an opened `CudaDriver`."""
+    from scanweaver.runtime.cuda_driver import DRIVER_ORDER, CudaDriver, open_driver
+
+    if driver is None or isinstance(driver, CudaDriver):
+        return driver
+    if isinstance(driver, str):
+        if driver not in DRIVER_ORDER:
+            raise ScanWeaverValueError(f"driver {driver!r} is not a CUDA driver binding: one of {', '.join(DRIVER_ORDER)}")
+        return open_driver(driver)
+    raise ScanWeaverTypeError(f"driver must be a binding's name or a CudaDriver, not {type(driver).__name__}")
+
+
 def load(path: str | os.PathLike, driver: Any = None):
     """A callable `Program` from an artifact written by `scanweaver compile --target
-    ptx|cubin -o OUT` (give OUT or OUT.launch.json).  Needs a CUDA driver binding."""
+    ptx|cubin -o OUT` (give OUT or OUT.launch.json).  Needs a CUDA driver binding:
+    `driver` names one ("cuda-python", "numba-cuda", "numba") or is an opened
+    `CudaDriver`; by default the first that starts."""
     from scanweaver.runtime.program import Program
     from scanweaver.runtime.cuda import CudaFunction, CudaModule, current_driver, device_chip
     from scanweaver.runtime.cuda_results import with_results
 
     doc, image = read_artifact(path)
-    driver = driver or current_driver()
-    if doc["image_kind"] == "cubin":
-        have = device_chip(driver)
-        if have != doc["chip"]:
-            raise ScanWeaverValueError(
-                f"{path}: the cubin is for {doc['chip']} but this GPU is {have}; build PTX (--target ptx) "
-                "or a cubin for this chip"
-            )
+    driver = _driver_for(driver) or current_driver()
+    have = device_chip(driver)
+    if doc["image_kind"] == "cubin" and have != doc["chip"]:
+        raise ScanWeaverValueError(
+            f"{path}: the cubin is for {doc['chip']} but this GPU is {have}; build PTX (--target ptx) "
+            "or a cubin for this chip"
+        )
+    if doc["image_kind"] == "ptx" and not ptx_runs_on(doc["chip"], have):
+        raise ScanWeaverValueError(
+            f"{path}: the PTX is for {doc['chip']}, which this GPU ({have}) cannot run; "
+            f"rebuild with --chip {have}"
+        )
     launches, counts = plan(doc)
     module = CudaModule(image, driver=driver)
     functions = {
-        name: with_results(CudaFunction(module, name, seq, counts[name]), name,
-                           doc["functions"][name].get("results", []), counts[name])
+        name: with_results(CudaFunction(module, name, seq, counts[name], doc["functions"][name].get("contract")),
+                           name, doc["functions"][name].get("results", []), counts[name])
         for name, seq in launches.items()
     }
     return Program(functions, [], image if isinstance(image, str) else doc["image"])
 
 
-__all__ = ["FORMAT", "VERSION", "describe", "launch_json_path", "load", "plan", "read_artifact", "write_artifact"]
+__all__ = ["FORMAT", "VERSION", "describe", "launch_json_path", "load", "plan", "ptx_runs_on", "read_artifact",
+           "write_artifact"]

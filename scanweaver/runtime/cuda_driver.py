@@ -27,6 +27,7 @@ value (`param_pointer_array`).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.errors import BackendUnavailableError, ScanWeaverError
+from scanweaver.errors import BackendUnavailableError, ScanWeaverError, ScanWeaverTypeError, ScanWeaverValueError
 
 DRIVER_ORDER = ("cuda-python", "numba-cuda", "numba")
 
@@ -53,9 +54,11 @@ def param_pointer_array(values: Sequence[Any]) -> ctypes.Array:
 def stream_handle(stream: Any) -> int:
     """The raw `CUstream` of a stream given as 0/None, an int, a numba stream
     (`.handle`), a torch stream (`.cuda_stream`) or a `__cuda_stream__` object."""
-    if stream is None or stream == 0:
+    if stream is None or (isinstance(stream, int) and not isinstance(stream, bool) and stream == 0):
         return 0
-    if isinstance(stream, int):
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        if stream < 0:
+            raise ScanWeaverValueError(f"stream handle {stream} is negative; a CUstream is an address")
         return stream
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
@@ -64,7 +67,7 @@ def stream_handle(stream: Any) -> int:
     handle = getattr(stream, "handle", None)
     if handle is not None:
         return int(getattr(handle, "value", handle) or 0)
-    raise ScanWeaverError(f"cannot use {type(stream).__name__} as a CUDA stream")
+    raise ScanWeaverTypeError(f"cannot use {type(stream).__name__} as a CUDA stream")
 
 
 @dataclass
@@ -164,7 +167,11 @@ class CudaDriver:
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> DeviceArray:
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # Python ints: an int64 product wraps for huge shapes, and a 1-byte buffer
+        # would then stand for an array of 2^63 elements
+        nbytes = math.prod(int(s) for s in shape) * dtype.itemsize
+        if any(int(s) < 0 for s in shape):
+            raise ScanWeaverValueError(f"cannot allocate a device array of negative shape {tuple(shape)}")
         return DeviceArray(self.alloc(max(nbytes, 1)), shape, dtype)
 
     def to_host(self, arr: DeviceArray) -> np.ndarray:

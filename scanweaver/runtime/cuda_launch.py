@@ -47,6 +47,9 @@ from scanweaver.errors import ScanWeaverValueError
 ShapeEntry = int | str
 ArgDesc = tuple[str, str, str, tuple[ShapeEntry, ...]]
 
+#: Bytes of a scalar kernel parameter of each MLIR type
+SCALAR_BYTES = {"f32": 4, "f64": 8, "i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "index": 8}
+
 #: Static shared memory a block may declare, and the default dynamic limit without
 #: an opt-in (`cudaFuncAttributeMaxDynamicSharedMemorySize`), on every chip since sm_70.
 SHARED_PER_BLOCK_LIMIT = 48 * 1024
@@ -220,6 +223,14 @@ class KernelLaunch:
         """Number of kernel parameters after MLIR's memref-descriptor expansion."""
         return sum(1 if kind == "scalar" else 3 + 2 * len(shape) for (_, kind, _, shape) in self.args)
 
+    def param_sizes(self) -> list[int]:
+        """Bytes of each kernel parameter: 8 for every pointer, offset, size and stride
+        of a memref descriptor, the type's size for a scalar."""
+        sizes: list[int] = []
+        for _, kind, dtype, shape in self.args:
+            sizes += [SCALAR_BYTES[dtype]] if kind == "scalar" else [8] * (3 + 2 * len(shape))
+        return sizes
+
     # -- plain-data encoding (the artifact's launch.json) ------------------------------
     def to_json(self) -> dict[str, Any]:
         return {
@@ -271,4 +282,4 @@ class KernelLaunch:
         return launch_from_attr(attr)
 
 
-__all__ = ["KernelLaunch", "SHARED_PER_BLOCK_LIMIT", "TIME_BLOCKS_ATTR", "TIME_BLOCKS_MAX_CHANNELS", "cdiv_at_least_1", "prefer_time_blocks", "eval_grid_entry", "eval_size_expr", "grid_terms"]
+__all__ = ["KernelLaunch", "SCALAR_BYTES", "SHARED_PER_BLOCK_LIMIT", "TIME_BLOCKS_ATTR", "TIME_BLOCKS_MAX_CHANNELS", "cdiv_at_least_1", "prefer_time_blocks", "eval_grid_entry", "eval_size_expr", "grid_terms"]

@@ -178,20 +178,6 @@ def artifacts_from_module(module: ModuleOp, stages: list[Any], chip: str = "sm_9
                          {name: r for name, r in results.items() if r and name in launches})
 
 
-class _CudaFunction(CudaFunction):
-    """A host function of a compiled program (launches replayed in IR order), with the
-    shape contract derived from its IR checked before any launch."""
-
-    def __init__(self, module, name: str, launches: list[KernelLaunch], arg_count: int, contract=None):
-        super().__init__(module, name, launches, arg_count)
-        self._contract = contract  # shape_contract.ShapeContract, or None
-
-    def check_arguments(self, arrays) -> None:
-        super().check_arguments(arrays)
-        if self._contract is not None:
-            self._contract.check(arrays)
-
-
 def compile_cuda_program(mlir_text: str):
     """Compile for the GPU of this machine and return a `Program` of callables."""
     from scanweaver.runtime.program import Program
@@ -206,7 +192,8 @@ def compile_cuda_program(mlir_text: str):
     contracts = derive_contracts(parse_ir(mlir_text))
     functions = {
         name: with_results(
-            _CudaFunction(module, name, seq, artifacts.arg_counts[name], contracts.get(name)),
+            CudaFunction(module, name, seq, artifacts.arg_counts[name],
+                         contracts[name].to_data() if name in contracts else None),
             name, artifacts.results.get(name, []), artifacts.arg_counts[name],
         )
         for name, seq in artifacts.launches.items()

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from scanweaver.errors import ScanWeaverValueError
+from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.runtime.cuda import call_options
 
 #: result type name (MLIR) -> numpy dtype of its temporary
 RESULT_DTYPES = {
@@ -35,9 +36,10 @@ class ReturningFunction:
         self._dtypes = [np.dtype(RESULT_DTYPES[r]) for r in results]
         self._arg_count = arg_count - len(results)  # what the caller passes
 
-    def __call__(self, *arrays: Any, stream: Any = 0) -> Any:
+    def __call__(self, *arrays: Any, **options: Any) -> Any:
+        stream = call_options(self._name, options)
         if len(arrays) != self._arg_count:
-            raise ScanWeaverValueError(f"@{self._name} takes {self._arg_count} arguments, got {len(arrays)}")
+            raise ScanWeaverTypeError(f"@{self._name} takes {self._arg_count} arguments, got {len(arrays)}")
         temps = [np.zeros((), dt) for dt in self._dtypes]
         self._function(*arrays, *temps, stream=stream)
         values = [t[()] for t in temps]

@@ -19,7 +19,7 @@ Accesses whose index the analysis does not follow (a loaded index, an access und
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
-from scanweaver.errors import ScanWeaverValueError
+from scanweaver.runtime.contract_check import check_contract, interval
 
 Interval = tuple[int, int]
 Env = Sequence[Any]  # the call's argument values
@@ -35,12 +35,20 @@ Env = Sequence[Any]  # the call's argument values
 
 @dataclass
 class _Expr:
-    """An index value as an interval, evaluated per call; `text` for messages."""
+    """An index value as an interval tree (`contract_check`), evaluated per call;
+    `text` for messages."""
 
-    eval: Callable[[Env], Interval]
+    tree: list[Any]
     text: str
     sources: frozenset[str] = frozenset()  # "dim 1 of argument 'x' (#0)" and the like
     ivs: frozenset = frozenset()  # the loop induction variables it depends on
+
+    def eval(self, env: Env) -> Interval:
+        return interval(self.tree, env)
+
+    def message_text(self) -> str:
+        src = f" (from {', '.join(sorted(self.sources))})" if self.sources else ""
+        return f"{self.text}{src}"
 
 
 class _Unknown(Exception):
@@ -77,44 +85,33 @@ class ShapeContract:
     accesses: list[_Access] = field(default_factory=list)
     same_shape: list[tuple[int, int, list[int], list[int]]] = field(default_factory=list)  # (i, j, dims i, dims j)
     unchecked: list[str] = field(default_factory=list)
+    _data: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
-    def _arg(self, i: int) -> str:
-        return f"argument '{self.arg_names[i]}' (#{i})"
+    def to_data(self) -> dict[str, Any]:
+        """The contract as plain data (`contract_check`'s format): what a deployed
+        artifact carries, and what `check` evaluates."""
+        return {
+            "name": self.name,
+            "arg_names": list(self.arg_names),
+            "same_shape": [[i, j, list(di), list(dj)] for i, j, di, dj in self.same_shape],
+            "accesses": [
+                {"op": a.op_text, "arg": a.arg, "indices": [x.tree for x in a.indices], "extents": list(a.extents),
+                 "loops": [[lp.lb.tree, lp.ub.tree] for lp in a.loops], "write": a.write,
+                 "index_texts": [x.message_text() for x in a.indices]}
+                for a in self.accesses
+            ],
+            "unchecked": list(self.unchecked),
+        }
 
     def check(self, values: Env) -> None:
         """Raise ScanWeaverValueError when these arguments could be accessed out of bounds."""
-        shape = lambda i: tuple(getattr(values[i], "shape", ()))  # noqa: E731
-        for i, j, di, dj in self.same_shape:
-            si, sj = shape(i), shape(j)
-            if [si[d] for d in di] != [sj[d] for d in dj]:
-                raise ScanWeaverValueError(
-                    f"@{self.name}: {self._arg(i)} has shape {si} and {self._arg(j)} has shape {sj}: "
-                    f"dimensions {di} of the first must equal dimensions {dj} of the second"
-                )
-        for acc in self.accesses:
-            if any(_empty(loop, values) for loop in acc.loops):
-                continue  # never executed with these sizes
-            sizes = shape(acc.arg)
-            for d, (ix, ext) in enumerate(zip(acc.indices, acc.extents)):
-                lo, hi = ix.eval(values)
-                hi += ext - 1
-                if lo < 0 or hi >= sizes[d]:
-                    src = f" (from {', '.join(sorted(ix.sources))})" if ix.sources else ""
-                    raise ScanWeaverValueError(
-                        f"@{self.name}: {self._arg(acc.arg)} has shape {sizes}, but `{acc.op_text}` "
-                        f"{'writes' if acc.write else 'reads'} dimension {d} at indices {lo}..{hi} "
-                        f"(index {ix.text}{src}); the call would touch memory outside the array"
-                    )
-
-
-def _empty(loop: _Loop, values: Env) -> bool:
-    lb_lo, _ = loop.lb.eval(values)
-    _, ub_hi = loop.ub.eval(values)
-    return ub_hi <= lb_lo
+        if self._data is None:  # built once: the analysis has finished by the first call
+            self._data = self.to_data()
+        check_contract(self._data, values)
 
 
 def _const(v: int) -> _Expr:
-    return _Expr(lambda env: (v, v), str(v))
+    return _Expr(["const", v], str(v))
 
 
 class _Analysis:
@@ -143,12 +140,11 @@ class _Analysis:
                 if loop is None:
                     raise _Unknown
                 lb, ub = loop.lb, loop.ub
-                return _Expr(lambda env: (lb.eval(env)[0], ub.eval(env)[1] - 1),
-                             f"{lb.text}..{ub.text}-1", lb.sources | ub.sources,
+                return _Expr(["iv", lb.tree, ub.tree], f"{lb.text}..{ub.text}-1", lb.sources | ub.sources,
                              frozenset({v}) | lb.ivs | ub.ivs)
             if v.owner is self.fn.body.blocks[0]:
                 i = v.index
-                return _Expr(lambda env: (int(env[i]), int(env[i])), self.contract.arg_names[i],
+                return _Expr(["arg", i], self.contract.arg_names[i],
                              frozenset({self.arg_text(i)}))
             raise _Unknown
         op = v.owner
@@ -160,7 +156,7 @@ class _Analysis:
                 raise _Unknown
             i = src.index
             d = dim.eval(())[0]  # a constant dim index
-            return _Expr(lambda env: (env[i].shape[d], env[i].shape[d]), f"dim({self.contract.arg_names[i]}, {d})",
+            return _Expr(["dim", i, d], f"dim({self.contract.arg_names[i]}, {d})",
                          frozenset({f"dim {d} of {self.arg_text(i)}"}))
         if isinstance(op, arith.IndexCastOp):
             return self.expr(op.input)
@@ -171,7 +167,7 @@ class _Analysis:
         if sym is None:
             raise _Unknown
         x, y = self.expr(op.operands[0]), self.expr(op.operands[1])
-        return _Expr(_combine(sym, x, y), f"({x.text} {sym} {y.text})", x.sources | y.sources, x.ivs | y.ivs)
+        return _Expr([sym, x.tree, y.tree], f"({x.text} {sym} {y.text})", x.sources | y.sources, x.ivs | y.ivs)
 
     def loop_scope(self, iv: SSAValue, lb: SSAValue, ub: SSAValue, step: SSAValue) -> _Loop | None:
         """Record the interval of a loop's induction variable (None: bounds not followed)."""
@@ -264,30 +260,6 @@ class _Analysis:
             extents[-1] = vt.get_shape()[-1]
         write = isinstance(op, memref.StoreOp | vector.StoreOp)
         self.contract.accesses.append(_Access(text, i, indices, extents, [lp for lp in loops if lp], write))
-
-
-def _combine(sym: str, x: _Expr, y: _Expr) -> Callable[[Env], Interval]:
-    def ev(env: Env) -> Interval:
-        a, b = x.eval(env), y.eval(env)
-        if sym == "+":
-            return a[0] + b[0], a[1] + b[1]
-        if sym == "-":
-            return a[0] - b[1], a[1] - b[0]
-        if sym == "*":
-            p = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
-            return min(p), max(p)
-        if sym == "min":
-            return min(a[0], b[0]), min(a[1], b[1])
-        if sym == "max":
-            return max(a[0], b[0]), max(a[1], b[1])
-        if b[0] <= 0:  # division or remainder by a value that may be <= 0: no bound
-            return -(1 << 62), 1 << 62
-        if sym == "/":
-            q = [a[0] // b[0], a[0] // b[1], a[1] // b[0], a[1] // b[1]]
-            return min(q), max(q)
-        return (0, b[1] - 1) if a[0] >= 0 else (-(b[1] - 1), b[1] - 1)
-
-    return ev
 
 
 def _op_text(op: Operation) -> str:

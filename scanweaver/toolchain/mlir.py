@@ -194,7 +194,23 @@ def emit_c_interface(module: ModuleOp) -> ModuleOp:
 # ("Minimum required PTX version is 7.0") and sm_90 (7.8); sm_90a needs 8.0, sm_100 8.6,
 # sm_120 8.7 (all checked with this LLVM 22). We use +ptx80 (CUDA 12.0) up to Hopper:
 # accepted for sm_80 and sm_90 by mlir-opt and by ptxas 13.0, loadable by CUDA 12 drivers.
-_MIN_PTX = {"sm_100": "+ptx86", "sm_100a": "+ptx86", "sm_120": "+ptx87", "sm_120a": "+ptx87"}
+# Chips after Hopper need newer PTX: the minimum LLVM 22 states for each (an older
+# version makes mlir-opt abort with "PTX version 8.0 does not support target").
+_MIN_PTX = {
+    "sm_88": "+ptx90",
+    **dict.fromkeys(("sm_100", "sm_100a", "sm_101", "sm_101a"), "+ptx86"),
+    **dict.fromkeys(("sm_120", "sm_120a"), "+ptx87"),
+    **dict.fromkeys(("sm_100f", "sm_101f", "sm_103", "sm_103a", "sm_103f", "sm_120f",
+                     "sm_121", "sm_121a", "sm_121f"), "+ptx88"),
+    **dict.fromkeys(("sm_110", "sm_110a", "sm_110f"), "+ptx90"),
+}
+# The architectures this LLVM's NVPTX backend knows (`llc -march=nvptx64 -mcpu=help`)
+# from sm_30 on (the kernels' warp shuffles need it): any other name makes mlir-opt
+# warn and then crash, so it is refused first, in one line.
+KNOWN_CHIPS = (
+    "sm_30", "sm_32", "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62",
+    "sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a", *_MIN_PTX,
+)
 
 
 def default_ptx_features(chip: str) -> str:
@@ -203,7 +219,7 @@ def default_ptx_features(chip: str) -> str:
 
 # What may reach mlir-opt's pipeline options and ptxas's -arch: the options are one
 # space-separated string, so a chip like "sm_90 cubin-format=bin" would add an option.
-_CHIP_NAME = re.compile(r"sm_[0-9]+a?")  # ASCII digits: \d also matches other scripts' digits
+_CHIP_NAME = re.compile(r"sm_[0-9]+[af]?")  # ASCII digits: \d also matches other scripts' digits
 _FEATURES = re.compile(r"[+-][A-Za-z0-9_.]+(,[+-][A-Za-z0-9_.]+)*")
 _FORMATS = ("isa", "bin", "fatbin")
 
@@ -214,7 +230,17 @@ def check_chip(chip: object, what: str = "chip") -> str:
         raise ScanWeaverTypeError(f"{what} must be a string like 'sm_90', got {chip!r}")
     if not _CHIP_NAME.fullmatch(chip):
         raise ScanWeaverValueError(f"{what} {chip!r} is not a GPU architecture: expected sm_NN or sm_NNa, e.g. sm_90")
+    if chip not in KNOWN_CHIPS:
+        raise ScanWeaverValueError(
+            f"{what} {chip!r} is not an NVIDIA architecture this compiler knows (from sm_30 on): "
+            f"one of {', '.join(sorted(KNOWN_CHIPS, key=_chip_order))}"
+        )
     return chip
+
+
+def _chip_order(chip: str) -> tuple[int, str]:
+    digits = chip[3:].rstrip("af")
+    return int(digits), chip[3 + len(digits):]
 
 
 def _check_pipeline_options(chip: str, features: str, fmt: str, opt_level: int) -> None:
