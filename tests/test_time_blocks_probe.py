@@ -259,7 +259,8 @@ def test_ptxas_selective_scan_n32_time_blocks_no_spills(chip):
     """N = 32 (32 registers of state), dynamic sizes (what `selective_scan(...,
     backend="cuda")` builds for one long channel): before launch 1 folded by component
     group and launch 3 took half the items, they spilled 44 to 52 bytes."""
-    from scanweaver.toolchain.gpu_export import MIN_PTX_FEATURES, export_gpu, ptxas_available
+    from test_recurrence_time_blocks import _ptxas_no_spills
+
     from scanweaver.workloads.selective import selective_scan_gpu
     from scanweaver.workloads.specs import SelectiveScanSpec
 
@@ -268,9 +269,4 @@ def test_ptxas_selective_scan_n32_time_blocks_no_spills(chip):
     descs = launch_descriptions(m)
     assert [d.kernel_name.rsplit("_", 1)[-1] for d in descs] == KINDS
     assert descs[0].resolve_grid({"u": (1, 1, N26)}) == (CHUNKS26, 1, 1)
-    if not ptxas_available():
-        pytest.skip("ptxas is not installed: PTX checked, not assembled")
-    out = export_gpu(m, chip=chip, features=MIN_PTX_FEATURES[chip])
-    assert set(out["ptxas"]) == {d.kernel_name for d in descs}
-    for kernel, figures in out["ptxas"].items():
-        assert figures["spill_stores"] == 0 and figures["spill_loads"] == 0, (kernel, figures)
+    _ptxas_no_spills(m, chip)
