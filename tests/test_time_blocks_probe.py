@@ -270,3 +270,28 @@ def test_ptxas_selective_scan_n32_time_blocks_no_spills(chip):
     assert [d.kernel_name.rsplit("_", 1)[-1] for d in descs] == KINDS
     assert descs[0].resolve_grid({"u": (1, 1, N26)}) == (CHUNKS26, 1, 1)
     _ptxas_no_spills(m, chip)
+
+
+# -- the carries launch of a dynamic affine scan along a leading axis -------------------------
+
+
+@pytest.mark.parametrize("shape,axis", [((33, 2, 3), 0), ((2, 33, 3), 1)])
+def test_affine_carries_grid_over_its_own_aggregates(shape, axis):
+    """The carries kernel's grid is one block per channel of its aggregates. With dynamic
+    sizes and the channels after the scanned axis, the runtime once resolved it as
+    `h.shape[1]*h.shape[2]` of that kernel's `h` (the carries, channels x chunks): 3 x 3
+    blocks for 2 x 3 channels, the last three reading `init` out of bounds."""
+    from test_gpu_time_blocks import SimulatorDriver
+
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule
+
+    text = affine_scan_ir(("?", "?", "?"), axis, "i32", "i32", init=True, final=True, reverse=True)
+    m = lower(text, 4, 2, 2)  # chunk = 16 steps: 3 chunks
+    args = affine_args(shape, axis, "i32", True, seed=axis)
+    assert host_grids_agree(m, "f", args) == [(18, 1, 1), (6, 1, 1), (18, 1, 1)]
+    ref = [x.copy() for x in args]
+    run_function(parse_ir(text), "f", *ref)
+    driver = SimulatorDriver(m)
+    CudaFunction(CudaModule("ptx", driver=driver), "f", launch_descriptions(m), len(args))(*args)
+    assert [g for _, g in driver.launches] == [(18, 1, 1), (6, 1, 1), (18, 1, 1)]
+    assert_same(ref[-2:], args[-2:])

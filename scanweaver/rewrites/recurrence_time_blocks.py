@@ -541,7 +541,7 @@ class _RecurrenceTimeBlocks:
         return t if isinstance(t, int) else f"{self.by_arg[t[0]]}.shape[{t[1]}]"
 
     def rows_formula(self) -> int | str:
-        return _product([self._term(t) for t in self.nest.trips] + [self.n])
+        return atb.grid_product([self._term(t) for t in self.nest.trips] + [self.n])
 
     def chunks_formula(self) -> int | str:
         if isinstance(self.length, int):
@@ -550,7 +550,7 @@ class _RecurrenceTimeBlocks:
         return f"cdiv({self.by_arg[arg]}.shape[{d}],{self.chunk})"
 
     def channels_formula(self) -> int | str:
-        return _product([self._term(t) for t in self.nest.trips])
+        return atb.grid_product([self._term(t) for t in self.nest.trips])
 
     def lower(self) -> None:
         nest = self.nest
@@ -614,7 +614,7 @@ class _RecurrenceTimeBlocks:
         v1 = nest_args + [scratch[s] for s in ("tb_agg_a", "tb_agg_b", "tb_init")]
         v2 = [scratch[s] for s in ("tb_agg_a", "tb_agg_b", "tb_init", "tb_carries", "tb_final")]
         v3 = nest_args + [scratch[s] for s in ("tb_init", "tb_carries", "tb_final")]
-        g13 = _product([self._term(t) for t in nest.trips] + [chunks])
+        g13 = atb.grid_product([self._term(t) for t in nest.trips] + [chunks])
         g2 = rows if isinstance(rows, int) else "a.shape[0]"
         launches = [(n1, g13, refs, v1), (n2, g2, {"a": scratch["tb_agg_a"]}, v2), (n3, g13, refs, v3)]
 
@@ -736,12 +736,6 @@ def reduce_items(words: int, ipt: int) -> int:
     and folds stay in registers (ptxas, selective scan N = 32, dynamic sizes: 4 items
     spill 32 bytes, 2 none)."""
     return ipt if words <= 16 else max(1, ipt // 2)
-
-
-def _product(terms: Sequence[int | str]) -> int | str:
-    if all(isinstance(t, int) for t in terms):
-        return math.prod(terms)  # type: ignore[arg-type]
-    return "*".join(str(t) for t in terms if t != 1) or "1"
 
 
 def _over_a(rc) -> tuple[int | str, ...]:
