@@ -295,3 +295,64 @@ def test_affine_carries_grid_over_its_own_aggregates(shape, axis):
     CudaFunction(CudaModule("ptx", driver=driver), "f", launch_descriptions(m), len(args))(*args)
     assert [g for _, g in driver.launches] == [(18, 1, 1), (6, 1, 1), (18, 1, 1)]
     assert_same(ref[-2:], args[-2:])
+
+
+# -- several time-block ops in one module: distinct kernels ------------------------------------
+
+TWO_AFFINE_AND_A_SCAN = """
+func.func @f(%a: memref<?x?xi32>, %b: memref<?x?xi32>, %h0: memref<?xi32>, %h: memref<?x?xi32>, %hT: memref<?xi32>,
+             %x: memref<?x?xi64>, %y: memref<?x?xi64>,
+             %a2: memref<?x?xi32>, %b2: memref<?x?xi32>, %h2: memref<?x?xi32>, %hT2: memref<?xi32>) {
+  scan.affine %a, %b init %h0 into %h final %hT axis 1 : memref<?x?xi32>, memref<?x?xi32>, memref<?xi32> -> memref<?x?xi32>, memref<?xi32>
+  scan.scan ins(%x : memref<?x?xi64>) outs(%y : memref<?x?xi64>) axis 0 reverse {
+  ^bb0(%p: i64, %q: i64):
+    %r = arith.addi %p, %q : i64
+    scan.yield %r : i64
+  }
+  scan.affine %a2, %b2 into %h2 final %hT2 axis 0 reverse : memref<?x?xi32>, memref<?x?xi32> -> memref<?x?xi32>, memref<?xi32>
+  func.return
+}
+"""
+
+
+def test_two_affine_time_blocks_in_one_function():
+    """Each scan.affine's three kernels get their own names (the second op's once took
+    `scan_affine_tb_0_*` again: duplicate symbols, the first op's kernels launched on
+    the second op's arguments) and their own scratch, through the simulator and the
+    runtime's replay."""
+    from test_gpu_time_blocks import SimulatorDriver
+
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule
+    from scanweaver.runtime.cuda_program import _host_launches
+
+    m = lower(TWO_AFFINE_AND_A_SCAN, 4, 2, 2)
+    names = [d.kernel_name for d in launch_descriptions(m)]
+    assert len(names) == len(set(names)) == 9
+    rng = np.random.default_rng(0)
+    ints = lambda shape, t=np.int32: rng.integers(np.iinfo(t).min, np.iinfo(t).max, shape, dtype=t, endpoint=True)  # noqa: E731
+    args = [ints((2, 37)), ints((2, 37)), ints(2), np.zeros((2, 37), np.int32), np.zeros(2, np.int32),
+            ints((35, 2), np.int64), np.zeros((35, 2), np.int64),
+            ints((50, 3)), ints((50, 3)), np.zeros((50, 3), np.int32), np.zeros(3, np.int32)]
+    ref, got = simulate_against_interpreter(TWO_AFFINE_AND_A_SCAN, "f", args, m, block_order="reverse")
+    assert_same(ref, got)
+    launches, counts = _host_launches(m)  # in host order: a scratch's first user sizes it
+    CudaFunction(CudaModule("ptx", driver=SimulatorDriver(m)), "f", launches["f"], counts["f"])(*args)
+    assert_same(ref, args)
+
+
+def test_two_recurrence_time_blocks_in_one_module():
+    """Two raised loop nests (two functions, one kernel module): distinct kernels."""
+    body = lambda t: t[t.index("{") + 1 : t.rindex("}")]  # noqa: E731
+    second = print_ir(loops.ema_loops(3, 37, "i32")).replace("@ema", "@ema2")
+    text = "builtin.module {" + body(print_ir(loops.ema_loops(2, 40))) + body(second) + "}"
+    m = lower(text, 4, 2, 2, raise_loops=True)
+    names = [d.kernel_name for d in launch_descriptions(m)]
+    assert len(names) == len(set(names)) == 6
+    rng = np.random.default_rng(1)
+    ema = [rng.uniform(-1, 1, (2, 40)).astype(np.float32), rng.uniform(0.5, 1, 2).astype(np.float32),
+           rng.uniform(-1, 1, 2).astype(np.float32), np.zeros((2, 40), np.float32), np.zeros(2, np.float32)]
+    ema2 = [rng.integers(-(2**30), 2**30, s).astype(np.int32) for s in [(3, 37), (3,), (3,)]]
+    ema2 += [np.zeros((3, 37), np.int32), np.zeros(3, np.int32)]
+    for fname, args in (("ema", ema), ("ema2", ema2)):
+        ref, got = simulate_against_interpreter(text, fname, args, m)
+        assert_same(ref, got)
