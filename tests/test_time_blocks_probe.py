@@ -5,9 +5,10 @@ several warps (the cross-warp totals of the reduce kernel), lengths at and aroun
 and tile boundaries, rank-3 inputs scanned along a middle axis, non-commutative
 combines where the order of the blocks' aggregates matters, states of more than 16
 registers (the component-group reduce), the strategy threshold, the host IR's grid
-against the runtime's at 2^26 steps, and ptxas at 2^26 steps for the selective scan
-at N = 32. Simulator results are checked against the interpreter on the original IR,
-bit for bit for integers."""
+against the runtime's at 2^26 steps and for dynamic scans along a leading axis, several
+time-block ops in one module, and ptxas at 2^26 steps for the selective scan at N = 32.
+Simulator results are checked against the interpreter on the original IR, bit for bit
+for integers."""
 
 from __future__ import annotations
 
