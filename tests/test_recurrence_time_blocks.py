@@ -173,11 +173,11 @@ def test_selective_scan_component_groups(monkeypatch):
 
 
 def test_large_state_path_folds_by_component_group(monkeypatch):
-    """Beyond 32 elements launch 1 produces one component group's pairs at a time
-    (forced here for N = 3 with groups of 2)."""
+    """Beyond 16 registers of state launch 1 produces one component group's pairs at a
+    time (forced here for N = 3 with groups of 2)."""
     import scanweaver.rewrites.recurrence_time_blocks as rtb
 
-    monkeypatch.setattr(rtb, "UNROLL_BY_LLVM", 1)
+    monkeypatch.setattr(rtb, "REDUCE_ALL_PAIRS_WORDS", 1)
     monkeypatch.setattr(rtb, "SWEEP_SHARED_BUDGET", 2 * 4 * 8 * 2)
     L, N = 2 * CHUNK - 3, 3
     module = loops.selective_scan_loops(1, 1, L, N, **SSM)

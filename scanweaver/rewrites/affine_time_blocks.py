@@ -38,6 +38,7 @@ for one block per channel; the pass chooses it only for few channels and long ro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from dataclasses import replace
@@ -122,6 +123,14 @@ def chunk_of_block(e: Emitter, length: SSAValue, chunk: int) -> tuple[SSAValue, 
     n = e.divu(e.add(e.val(arith.MaxUIOp(length, e.index(1))), e.index(chunk - 1)), e.index(chunk))
     bid = bg._block_id(e)
     return e.divu(bid, n), e.remu(bid, n), n
+
+
+def grid_product(entries: Sequence[int | str]) -> int | str:
+    """A launch-description entry multiplying shape entries: an int when all are static,
+    else a product formula ("1" for none)."""
+    if all(isinstance(t, int) for t in entries):
+        return math.prod(entries)  # type: ignore[arg-type]
+    return "*".join(str(t) for t in entries if t != 1) or "1"
 
 
 def _host_chunks(host: Emitter, length: SSAValue, chunk: int) -> SSAValue:
@@ -369,12 +378,7 @@ class _AffineTimeBlocks:
         terms = [self.entry(arg, i) for i in self.channel_dims]
         if chunks:
             terms.append(self.chunk_count(arg))
-        if all(isinstance(t, int) for t in terms):
-            out = 1
-            for t in terms:
-                out *= t  # type: ignore[operator]
-            return out
-        return "*".join(str(t) for t in terms) or "1"
+        return grid_product(terms)
 
     @staticmethod
     def arg_desc(names, kinds, values):
@@ -437,10 +441,11 @@ class _AffineTimeBlocks:
         e2.op(gpu.ReturnOp([]))
         agg_shape = self.agg_shape
         carry_entries = tuple(f"a.shape[{i}]" if agg_shape[i] == DYNAMIC_INDEX else agg_shape[i] for i in range(rank))
-        g2 = self.grid("h", False) if self.channel_dims else 1
-        # grid over the channel dims of h (== those of the aggregates)
+        # one block per channel: the leading dims of this kernel's own `a` (the aggregates),
+        # not `h.shape[i]` of the scan's channel dims, which name another array here
+        g2 = grid_product(carry_entries[:-1])
         kinds2 = ["in", "in"] + (["in"] if op.init else []) + ["out", "out"]
-        self.descs.append((k2, g2, {"h": op.h}, v2, KernelLaunch(
+        self.descs.append((k2, g2, {"a": self.agg_a}, v2, KernelLaunch(
             kernel_name=k2, module_name=bg.KERNEL_MODULE, func_name="", grid=(g2, 1, 1), block=(bs, 1, 1),
             shared_bytes=bg.tile_shared_bytes(agg_t, slots2, bs=bs), args=self.arg_desc(n2, kinds2, v2),
             host_args=self.host_args(v2), scratch=(("h", carry_entries), ("final", carry_entries[:-1])),
@@ -507,4 +512,4 @@ def lower_affine_time_blocks(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt
     _AffineTimeBlocks(op, kmod, bs, ipt, chunk_tiles).lower()
 
 
-__all__ = ["ask_time_blocks", "chunk_of_block", "lower_affine_time_blocks", "wants_time_blocks"]
+__all__ = ["ask_time_blocks", "chunk_of_block", "grid_product", "lower_affine_time_blocks", "wants_time_blocks"]

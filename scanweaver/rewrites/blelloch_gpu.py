@@ -215,13 +215,17 @@ def get_kernel_module(top: ModuleOp) -> gpu.ModuleOp:
 
 
 def _unique_name(kmod: gpu.ModuleOp, base: str) -> str:
+    """`base_i` for the first i that names no symbol of `kmod` and prefixes none: the
+    time blocks name their kernels `base_i_reduce`, `base_i_carries`, ... with no
+    symbol `base_i` itself, so a second op's kernels would otherwise take the same
+    names."""
     taken = {
         op.sym_name.data
         for op in kmod.body.block.ops
         if isinstance(op, (gpu.FuncOp, memref.GlobalOp))
     }
     i = 0
-    while f"{base}_{i}" in taken:
+    while any(t == f"{base}_{i}" or t.startswith(f"{base}_{i}_") for t in taken):
         i += 1
     return f"{base}_{i}"
 

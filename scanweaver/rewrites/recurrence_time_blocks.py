@@ -15,17 +15,20 @@ static channels and a static length of at least two chunks, the op's
    component group, thread 0 folding the roots into running aggregates in shared
    memory; written to scratch `tb_agg_a/tb_agg_b[r, k]`, r = channel * N + n. The
    block of chunk 0 also writes the initial state (after the prologue) to
-   `tb_init[r]`. Beyond 16 elements it takes half the items per thread, beyond 32 it
-   produces one component group's pairs at a time (registers: see `reduce_items`).
+   `tb_init[r]`. Beyond 16 registers of state it takes half the items per thread and
+   produces one component group's pairs at a time (registers: see `reduce_items` and
+   `REDUCE_ALL_PAIRS_WORDS`).
 2. `<name>_carries`, grid channels x N: the one-block-per-channel affine kernel of
    `blelloch_gpu` over the aggregates from `tb_init`: `tb_carries[r, k]` is element n
    of the state after chunk k, `tb_final[r]` after the last chunk.
 3. `<name>_chunks`, grid channels x chunks: the fused kernel of `recurrence_gpu.py`
    over this block's chunk only, its carry the true entry state of the chunk
    (`tb_init` for chunk 0, `tb_carries[.., k-1]` after): the emit runs on the state of
-   every step exactly once, by the block owning the step. The block of the last chunk
-   runs the epilogue (final state, `return_last_state`) and the step-invariant emit
-   stores (only the loop's last step performs them, as in the fused kernel).
+   every step exactly once, by the block owning the step (beyond 16 registers of
+   state with half the fused kernel's items per thread: `chunk_items`). The block of
+   the last chunk runs the epilogue (final state, `return_last_state`) and the
+   step-invariant emit stores (only the loop's last step performs them, as in the
+   fused kernel).
 
 Blocks of one launch never read what another block of it writes: the prologue, the
 ops before the inner loop and the epilogue may not read a memref the nest writes
@@ -274,8 +277,8 @@ class _ReduceGen(_KernelGen):
         self.agg_pairs = PairArith(self.agg_t)
         size = bg.byte_size(self.agg_t)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
-        # beyond 32 registers of state: one group at a time (`_group_folds`), by the sweep
-        self.by_group = self.n * state_words(self.el) > UNROLL_BY_LLVM
+        # beyond 16 registers of state: one group at a time (`_group_folds`), by the sweep
+        self.by_group = self.n * state_words(self.el) > REDUCE_ALL_PAIRS_WORDS
         self.warp = self.warp and not self.by_group
         if self.warp:  # the warp totals only (`_warp_reduce`)
             self.sweep_rows = self.nw * self.n
@@ -538,7 +541,7 @@ class _RecurrenceTimeBlocks:
         return t if isinstance(t, int) else f"{self.by_arg[t[0]]}.shape[{t[1]}]"
 
     def rows_formula(self) -> int | str:
-        return _product([self._term(t) for t in self.nest.trips] + [self.n])
+        return atb.grid_product([self._term(t) for t in self.nest.trips] + [self.n])
 
     def chunks_formula(self) -> int | str:
         if isinstance(self.length, int):
@@ -547,7 +550,7 @@ class _RecurrenceTimeBlocks:
         return f"cdiv({self.by_arg[arg]}.shape[{d}],{self.chunk})"
 
     def channels_formula(self) -> int | str:
-        return _product([self._term(t) for t in self.nest.trips])
+        return atb.grid_product([self._term(t) for t in self.nest.trips])
 
     def lower(self) -> None:
         nest = self.nest
@@ -566,7 +569,7 @@ class _RecurrenceTimeBlocks:
         words = self.n * state_words(self.el)  # 32-bit registers per state
         red = _ReduceGen(nest, n1, self.bs, reduce_items(words, self.ipt), self.length, self.chunk, types)
         k1 = red.build()
-        chk = _ChunkGen(nest, n3, self.bs, self.ipt, self.keep, self.length, self.chunk, types)
+        chk = _ChunkGen(nest, n3, self.bs, chunk_items(words, self.ipt), self.keep, self.length, self.chunk, types)
         k3 = chk.build()
         if chk.n > UNROLL_BY_LLVM:
             from scanweaver.rewrites.gpu_kernel import unroll_loops_over
@@ -611,7 +614,7 @@ class _RecurrenceTimeBlocks:
         v1 = nest_args + [scratch[s] for s in ("tb_agg_a", "tb_agg_b", "tb_init")]
         v2 = [scratch[s] for s in ("tb_agg_a", "tb_agg_b", "tb_init", "tb_carries", "tb_final")]
         v3 = nest_args + [scratch[s] for s in ("tb_init", "tb_carries", "tb_final")]
-        g13 = _product([self._term(t) for t in nest.trips] + [chunks])
+        g13 = atb.grid_product([self._term(t) for t in nest.trips] + [chunks])
         g2 = rows if isinstance(rows, int) else "a.shape[0]"
         launches = [(n1, g13, refs, v1), (n2, g2, {"a": scratch["tb_agg_a"]}, v2), (n3, g13, refs, v3)]
 
@@ -713,18 +716,26 @@ class _RecurrenceTimeBlocks:
             kf.attributes["scanweaver.launch"] = d.to_attr()
 
 
+#: launch 1 folds every element's pairs at once up to this many 32-bit words of state,
+#: beyond it one component group at a time (ptxas, selective scan N = 32, 2^26 steps,
+#: dynamic sizes: all at once spills 44 bytes on sm_80 and 52 on sm_90, by group none)
+REDUCE_ALL_PAIRS_WORDS = 16
+
+
+def chunk_items(words: int, ipt: int) -> int:
+    """Items per thread of launch 3: for a state of more than 16 registers half the
+    fused kernel's. The chunk kernel holds the carry and the redo flag on top of the
+    fused kernel's values (ptxas sm_80, selective scan N = 32, dynamic sizes: 4 items
+    spill 48 bytes, 2 none); its chunk is still `chunk` steps, in more tiles."""
+    return reduce_items(words, ipt)
+
+
 def reduce_items(words: int, ipt: int) -> int:
     """Items per thread of launch 1 (its tile need not be the chunk kernel's): for a
     state of more than 16 registers (32-bit words) half the fused kernel's, so its pairs
     and folds stay in registers (ptxas, selective scan N = 32, dynamic sizes: 4 items
     spill 32 bytes, 2 none)."""
     return ipt if words <= 16 else max(1, ipt // 2)
-
-
-def _product(terms: Sequence[int | str]) -> int | str:
-    if all(isinstance(t, int) for t in terms):
-        return math.prod(terms)  # type: ignore[arg-type]
-    return "*".join(str(t) for t in terms if t != 1) or "1"
 
 
 def _over_a(rc) -> tuple[int | str, ...]:
