@@ -38,6 +38,7 @@ from xdsl.traits import is_side_effect_free
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter
+from scanweaver.rewrites.gpu_fission import holds_scan_op, split_refusal
 from scanweaver.rewrites.gpu_kernel import (
     Unsupported,
     check_closed,
@@ -305,6 +306,11 @@ def _split_loop_bodies(
         ops = list(loop.body.block.ops)
         k = ops.index(child)
         pre, post = ops[:k], ops[k + 1 :]
+        if any(holds_scan_op(o) for o in pre + post):
+            raise Unsupported(
+                "its channel loop also runs another scan op and cannot be split into one nest per scan op: "
+                + split_refusal(loop)
+            )
         if i + 1 < len(loops):
             for o in pre:
                 if (
@@ -350,7 +356,10 @@ def _check_steps_parallel(
     pro_allocas = _allocas(prologue)
     for _, ref, _, is_store in _accesses(prologue):
         if is_store and ref not in pro_allocas:
-            raise Unsupported("the prologue writes a memref other than its own allocas")
+            raise Unsupported(
+                f"the prologue writes {_name_of(ref)} (not one of its allocas) and that store cannot move "
+                "after the recurrence: something after it reads that memref, or emit may write the same element"
+            )
     return _check_emit_memory(rec, emit_ops, coeffs_ops, pro_allocas)
 
 
@@ -480,10 +489,74 @@ def _note_memory_roles(nest: Nest) -> None:
         nest.loaded_args.add(nest.state_arg)
 
 
+def _misses_every_step(st: memref.StoreOp, es: memref.StoreOp, rec: scan.LoopRecurrence, emit: _EmitStores) -> bool:
+    """Whether emit's store `es` provably never writes the element that `st` (before the
+    recurrence) writes: at the dimension where `es` moves with the step index `t`
+    (`k * t + c + terms`), `st`'s index is `c0 + terms` and `k * t == c0 - c` has no
+    solution among the loop's indices (below a constant lower bound, off the step
+    grid, or at or past a constant upper bound)."""
+    kind = emit.kind(es)
+    if kind is None or kind[0] != "inj" or es.memref != st.memref:
+        return False
+    _, p, (k, c, terms) = kind
+    mine = emit.lin(st.indices[p])
+    if mine is None or mine[0] != 0 or mine[2] != terms:
+        return False
+    d = mine[1] - c
+    if d % k:
+        return True
+    t = d // k
+    lb, ub, step = const_int(rec.lb), const_int(rec.ub), const_int(rec.step)
+    return (
+        (lb is not None and t < lb)
+        or (ub is not None and t >= ub)
+        or (lb is not None and step is not None and (t - lb) % step != 0)
+    )
+
+
+def _defer_prologue_stores(loops: list[scf.ForOp], rec: scan.LoopRecurrence) -> None:
+    """`y[c, 0] = h0` before a time loop from 1 (the first element set before the loop):
+    a store of the innermost channel body before `rec` to a memref that is not one of
+    its allocas moves to just after `rec` when nothing after it in the body reads that
+    memref and each of emit's stores to it provably misses its element.  Sequential
+    semantics is unchanged (nothing in between observes or overwrites the element),
+    and the kernel then runs the store with the epilogue (thread 0, after the sweeps)
+    instead of in every thread before them.  Other stores stay (the prologue check
+    names them)."""
+    if not loops:
+        return
+    body = list(loops[-1].body.block.ops)
+    pro = body[: body.index(rec)]
+    local = _allocas(pro)
+    emit = _EmitStores(rec.emit.block)
+    emit_stores = [o for o in rec.emit.block.walk() if isinstance(o, memref.StoreOp)]
+    movable = []
+    for i, st in enumerate(pro):
+        if not isinstance(st, memref.StoreOp) or st.memref in local:
+            continue
+        later = _accesses([*pro[i + 1 :], rec])
+        if any(ref == st.memref and not is_store for _, ref, _, is_store in later):
+            continue
+        if all(_misses_every_step(st, es, rec, emit) for es in emit_stores if es.memref == st.memref):
+            movable.append(st)
+    # a memref's stores move all together or not at all (their order is kept)
+    staying = {ref for o, ref, _, is_store in _accesses(pro) if is_store and o not in movable}
+    after: Operation = rec
+    for st in movable:
+        if st.memref in staying:
+            continue
+        st.detach()
+        Rewriter.insert_op(st, InsertPoint.after(after))
+        after = st
+
+
 def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
     """The loop nest of `rec` if the kernel design applies, else `Unsupported(reason)`.
-    The checks run in a fixed order, so the first reason given stays the same."""
+    The checks run in a fixed order, so the first reason given stays the same.
+    Stores that set elements before the recurrence may move after it first
+    (`_defer_prologue_stores`: the same result)."""
     loops, fn = _channel_loops(rec)
+    _defer_prologue_stores(loops, rec)
     fn_args: set[SSAValue] = set(fn.body.block.args)
     _check_state_type(rec)
     outer_pre, prologue, epilogue = _split_loop_bodies(loops, rec)
