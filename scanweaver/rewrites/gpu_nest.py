@@ -306,11 +306,6 @@ def _split_loop_bodies(
         ops = list(loop.body.block.ops)
         k = ops.index(child)
         pre, post = ops[:k], ops[k + 1 :]
-        if any(holds_scan_op(o) for o in pre + post):
-            raise Unsupported(
-                "its channel loop also runs another scan op and cannot be split into one nest per scan op: "
-                + split_refusal(loop)
-            )
         if i + 1 < len(loops):
             for o in pre:
                 if (
@@ -319,12 +314,24 @@ def _split_loop_bodies(
                     or any(isinstance(r.type, MemRefType) for r in o.results)
                 ):
                     raise Unsupported(f"'{o.name}' between channel loops")
+            _check_one_scan_op(loop, post)
             if len(post) != 1:
                 raise Unsupported("ops after an inner channel loop")
             outer_pre.append(pre)
         else:
+            _check_one_scan_op(loop, pre + post)
             prologue, epilogue = pre, post[:-1]
     return outer_pre, prologue, epilogue
+
+
+def _check_one_scan_op(loop: scf.ForOp, others: list[Operation]) -> None:
+    """A channel loop left holding another scan op beside the recurrence's (fission,
+    `gpu_fission.py`, could not split it): say why."""
+    if any(holds_scan_op(o) for o in others):
+        raise Unsupported(
+            "its channel loop also runs another scan op and cannot be split into one nest per scan op: "
+            + split_refusal(loop)
+        )
 
 
 def _state_arg(
