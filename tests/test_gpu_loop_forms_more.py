@@ -4,8 +4,9 @@ original loops at lengths 0, 1, 2, odd and over two tiles; then ptxas for sm_80 
 sm_90 with no spills, and the command line.  Among them the forms the GPU lowering
 used to refuse: the first element set before a time loop from 1 (`y[c, 0] = h0`,
 also reversed and with step 2), two recurrences in one channel loop (also in a 3-D
-nest, the second reading the first's output), and a sign-extended i8 input (xDSL's
-`arith.extsi` had no Pure trait, so the raise took it for a side effect)."""
+nest, the second reading the first's output), a sign-extended i8 input (xDSL's
+`arith.extsi` had no Pure trait, so the raise took it for a side effect), and one
+sequence whose final state is scaled before it is stored (`seq_both`)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 # name -> the role of each argument: CL / LC (channel, time), L, C, BDL / BLD (3-D), 1 (one
 # element), s (a scalar), n (the length as an index)
 ROLES = {
-    "add_then_mul": "CL s CL", "affine_emit": "CL CL s s CL", "cascade": "CL s s CL", "chain": "CL CL CL CL",
+    "add_then_mul": "CL s CL", "max_and_ema": "CL s CL CL", "cascade_two_loops": "CL s s CL CL",
+    "affine_emit": "CL CL s s CL", "cascade": "CL s s CL", "chain": "CL CL CL CL",
     "chan_coef": "CL CL", "clamp_b": "CL CL s s CL", "cumsum_i32": "CL CL", "dim_other": "CL CL CL",
     "div_form": "CL CL CL", "ema_f64": "CL CL CL", "emit_f64": "CL s CL", "emit_old_and_new": "CL s CL",
     "emit_rev_index": "CL s CL", "exclusive": "CL s CL", "exp_decay": "CL CL CL", "fma_form": "CL s CL",
@@ -41,7 +43,7 @@ ROLES = {
     "init_scalar": "CL s s CL", "lb1": "CL CL CL", "lb1_noinit": "CL CL CL", "lb1_rev": "CL CL CL",
     "lb1_step2": "CL CL CL", "neg_a": "CL s CL", "offset_in": "CL CL CL", "relu_b": "CL s CL",
     "reset_i32": "CL CL CL", "reset_i8": "CL CL s CL", "rev_step2": "CL CL CL", "scalar_f64": "CL s s CL",
-    "select_a": "CL s s CL", "seq_f64_final": "L L 1", "seq_i64": "L L s L", "static_shape": "CL CL CL",
+    "select_a": "CL s s CL", "seq_both": "L s L 1", "seq_f64_final": "L L 1", "seq_i64": "L L s L", "static_shape": "CL CL CL",
     "sub_form": "CL s CL", "three_d": "BDL BDL BDL", "three_d_mid": "BLD BLD BLD", "time_outer": "LC LC C LC",
     "time_outer_iter": "LC LC LC", "two_in_nest_3d": "BDL s BDL BDL", "two_in_one_nest": "CL CL CL CL",
     "two_outputs": "CL s CL CL", "two_reads": "CL s s CL CL", "ub_lm1": "CL CL CL",
@@ -130,7 +132,7 @@ def test_every_form_assembles_without_spills(chip):
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
 
 
-@pytest.mark.parametrize("name", ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain"])
+@pytest.mark.parametrize("name", ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain", "seq_both"])
 def test_command_line_writes_ptx(name, tmp_path, capsys):
     out = tmp_path / f"{name}.ptx"
     assert main(["compile", str(FORMS / f"{name}.mlir"), "--target", "ptx", "-o", str(out)]) == 0

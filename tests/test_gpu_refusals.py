@@ -33,6 +33,9 @@ REASONS = {
     "two_in_nest_cross": "the GPU lowering left scan.recurrence: its channel loop also runs another scan op and "
                          "cannot be split into one nest per scan op: one part reads or writes another channel's "
                          "elements of a memref the other part writes",
+    # a channel loop from 1 to memref.dim: the grid formula takes 0 to a dim, or constants
+    "chan_lb1": "the GPU lowering left scan.recurrence: channel loop bounds must be constants, or 0 to "
+                "memref.dim(%arg, c) step 1",
     # the second recurrence starts from the first one's final state
     "two_in_nest_handoff": "the GPU lowering left scan.recurrence: its channel loop also runs another scan op and "
                            "cannot be split into one nest per scan op: the later scan op uses a value the earlier "

@@ -679,24 +679,31 @@ class _Depth0:
         return moved
 
     def _final_stores(self, load: memref.LoadOp) -> list[Operation]:
-        """The stores of a final state value to function arguments (its only uses)."""
-        stores = []
-        for u in load.res.uses:
-            st = u.operation
-            if not (
-                isinstance(st, memref.StoreOp)
-                and st.parent_block() is self.block
-                and st.value == load.res
-                and st.memref in self.fn_args
-            ):
-                if _reaches_return(load.res):
+        """The stores of a final state value, or of pure arith on it (`last[0] = 2 * h`),
+        to function arguments (its only uses), with that arith."""
+        found: list[Operation] = []
+        work = [load.res]
+        while work:
+            v = work.pop()
+            for u in v.uses:
+                op = u.operation
+                if op in found:
+                    continue
+                if isinstance(op, memref.StoreOp) and op.value == v and op.memref in self.fn_args:
+                    pass
+                elif op.dialect_name() == "arith" and not op.regions and is_side_effect_free(op):
+                    work.extend(op.results)
+                elif _reaches_return(load.res):
                     raise Unsupported(
                         "the function returns a final value of the state: GPU kernels only write "
                         "memref arguments (store it to one instead)"
                     )
-                raise Unsupported("a final value of the state is used other than stored to an argument")
-            stores.append(st)
-        return stores
+                else:
+                    raise Unsupported("a final value of the state is used other than stored to an argument")
+                if op.parent_block() is not self.block:
+                    raise Unsupported("a final value of the state is used inside another op")
+                found.append(op)
+        return found
 
     def add_needed_ops(self, moved: set[Operation]) -> None:
         """Values the moved ops need from the block: capturable ones stay, the rest
