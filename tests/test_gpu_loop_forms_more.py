@@ -22,11 +22,9 @@ from scanweaver.cli import main
 from scanweaver.dtypes import NUMPY_DTYPES
 from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
-from scanweaver.ir import make_context, parse_ir
-from scanweaver.rewrites.blelloch_gpu import ScanToGpu
-from scanweaver.rewrites.raise_affine import RaiseRecurrences
-from scanweaver.rewrites.scan_to_loops import ScanToLoops
+from scanweaver.ir import parse_ir
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
+from test_gpu_loop_forms import lower_forms
 
 FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 
@@ -83,17 +81,9 @@ def _args(name: str, L: int) -> list:
 
 @pytest.fixture(scope="module")
 def lowered():
-    m = parse_ir(TEXT)
-    ctx = make_context()
-    RaiseRecurrences().apply(ctx, m)
-    raised = {op.sym_name.data for op in m.ops if isinstance(op, func.FuncOp)
-              and any(o.name.startswith("scan.") for o in op.walk())}
+    m, raised, left = lower_forms(TEXT)
     assert raised == set(ROLES), f"not raised: {set(ROLES) - raised}"
-    ScanToGpu(block_size=4, items_per_thread=2).apply(ctx, m)
-    left = {op.sym_name.data: [o.name for o in op.walk() if o.name.startswith("scan.") and o.name != "scan.yield"]
-            for op in m.ops if isinstance(op, func.FuncOp)}
-    assert {n: ops for n, ops in left.items() if ops} == {}, "left for the sequential lowering"
-    ScanToLoops().apply(ctx, m)
+    assert left == {}, "left for the sequential lowering"
     return m
 
 
