@@ -10,7 +10,8 @@ channel before the second part starts, which keeps the result when:
 * the second part needs no value of the first except ones it can compute again
   (constants, pure arith on values from outside the loop, loads from memrefs the loop
   never writes): those are cloned into it;
-* no memref that one part writes is accessed by the other part except at elements of
+* the body touches memory only by loads and stores (no views, copies or calls), and
+  no memref that one part writes is accessed by the other part except at elements of
   the same channel: every access of it in both parts is indexed by the channel
   variable at one common dimension (channel c's second part then sees exactly the
   writes of channel c's first part, as before).
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects import memref, scf
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import is_side_effect_free
@@ -59,6 +60,24 @@ def _same_channel_only(first: Sequence[Operation], second: Sequence[Operation], 
     return True
 
 
+def _plain_memory(ops: Sequence[Operation]) -> bool:
+    """Whether `ops` touch memory only by loads and stores of memrefs they do not make
+    views of (so `_accesses` sees every element they touch)."""
+    for top in ops:
+        for o in top.walk():
+            local = isinstance(o, (memref.AllocaOp, memref.AllocOp, memref.DeallocOp))  # a part's own buffers
+            if any(isinstance(r.type, MemRefType) for r in o.results) and not local:
+                return False
+            if not (
+                local
+                or isinstance(o, (memref.LoadOp, memref.StoreOp, scf.ForOp, scf.IfOp, scf.YieldOp))
+                or o.dialect_name() == "scan"
+                or is_side_effect_free(o)
+            ):
+                return False
+    return True
+
+
 def _recomputable(v: SSAValue, inside: set[SSAValue], written: set[SSAValue]) -> bool:
     """Whether the second part can compute `v` (defined by the first) again itself."""
     if v not in inside:
@@ -78,6 +97,8 @@ def find_cut(loop: scf.ForOp) -> tuple[int | None, str]:
     holders = [i for i, o in enumerate(ops) if holds_scan_op(o)]
     if len(holders) < 2:
         return None, "it holds one scan op"
+    if not _plain_memory(ops):
+        return None, "an op touches memory other than by loads and stores"
     iv = loop.body.block.args[0]
     written = {ref for ref, acc in _accesses(ops).items() if any(st for _, st in acc)}
     why = ""
