@@ -31,6 +31,8 @@ FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 # name -> the role of each argument: CL / LC (channel, time), L, C, BDL / BLD (3-D), 1 (one
 # element), s (a scalar), n (the length as an index)
 ROLES = {
+    "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL", "chan_step2": "CL CL CL",
+    "emit_prev_index": "CL CL CL", "per_chan_a": "C CL CL", "two_nest_shared_value": "C CL CL CL",
     "add_then_mul": "CL s CL", "max_and_ema": "CL s CL CL", "cascade_two_loops": "CL s s CL CL",
     "affine_emit": "CL CL s s CL", "cascade": "CL s s CL", "chain": "CL CL CL CL",
     "chan_coef": "CL CL", "clamp_b": "CL CL s s CL", "cumsum_i32": "CL CL", "dim_other": "CL CL CL",
@@ -47,7 +49,7 @@ ROLES = {
     "two_outputs": "CL s CL CL", "two_reads": "CL s s CL CL", "ub_lm1": "CL CL CL",
 }
 # forms that read or write the first elements outside the time loop need that many
-SHORTEST = {"lb1": 1, "lb1_noinit": 1, "lb1_rev": 1, "lb1_step2": 2}
+SHORTEST = {"lb1": 1, "lb1_noinit": 1, "lb1_rev": 1, "lb1_step2": 2, "two_nest_shared_value": 1}
 LENGTHS = (0, 1, 2, 7, 19)  # the simulated tile is 4 threads x 2 items: 19 spans three
 C = 3
 TEXT = "\n".join((FORMS / f"{n}.mlir").read_text() for n in sorted(ROLES))
@@ -122,7 +124,7 @@ def test_every_form_assembles_without_spills(chip):
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
 
 
-@pytest.mark.parametrize("name", ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain", "seq_both"])
+@pytest.mark.parametrize("name", ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain", "seq_both", "two_nest_shared_value"])
 def test_command_line_writes_ptx(name, tmp_path, capsys):
     out = tmp_path / f"{name}.ptx"
     assert main(["compile", str(FORMS / f"{name}.mlir"), "--target", "ptx", "-o", str(out)]) == 0
