@@ -5,8 +5,9 @@ sm_90 with no spills, and the command line.  Among them the forms the GPU loweri
 used to refuse: the first element set before a time loop from 1 (`y[c, 0] = h0`,
 also reversed and with step 2), two recurrences in one channel loop (also in a 3-D
 nest, the second reading the first's output), a sign-extended i8 input (xDSL's
-`arith.extsi` had no Pure trait, so the raise took it for a side effect), and one
-sequence whose final state is scaled before it is stored (`seq_both`)."""
+`arith.extsi` had no Pure trait, so the raise took it for a side effect), one
+sequence whose final state is scaled before it is stored (`seq_both`) and one whose
+first element is set before its time loop from 1 (`seq_lb1`)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 # name -> the role of each argument: CL / LC (channel, time), L, C, BDL / BLD (3-D), 1 (one
 # element), s (a scalar), n (the length as an index)
 ROLES = {
-    "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL", "chan_step2": "CL CL CL",
+    "seq_lb1": "L L L", "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL", "chan_step2": "CL CL CL",
     "emit_prev_index": "CL CL CL", "per_chan_a": "C CL CL", "two_nest_shared_value": "C CL CL CL",
     "add_then_mul": "CL s CL", "max_and_ema": "CL s CL CL", "cascade_two_loops": "CL s s CL CL",
     "affine_emit": "CL CL s s CL", "cascade": "CL s s CL", "chain": "CL CL CL CL",
@@ -49,7 +50,7 @@ ROLES = {
     "two_outputs": "CL s CL CL", "two_reads": "CL s s CL CL", "ub_lm1": "CL CL CL",
 }
 # forms that read or write the first elements outside the time loop need that many
-SHORTEST = {"lb1": 1, "lb1_noinit": 1, "lb1_rev": 1, "lb1_step2": 2, "two_nest_shared_value": 1}
+SHORTEST = {"lb1": 1, "lb1_noinit": 1, "lb1_rev": 1, "lb1_step2": 2, "two_nest_shared_value": 1, "seq_lb1": 1}
 LENGTHS = (0, 1, 2, 7, 19)  # the simulated tile is 4 threads x 2 items: 19 spans three
 C = 3
 TEXT = "\n".join((FORMS / f"{n}.mlir").read_text() for n in sorted(ROLES))

@@ -641,6 +641,7 @@ def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
     d0 = _Depth0(rec, block, set(fn.body.block.args))
     moved = d0.state_uses(alloca)
     d0.add_needed_ops(moved)
+    d0.absorb_setup_stores(moved)
     d0.check_used_only_inside(moved)
     return d0.wrap(d0.span(moved), moved)
 
@@ -723,6 +724,29 @@ class _Depth0:
                 raise Unsupported(f"the recurrence needs '{op.name}' from the function body")
             moved.add(op)
             work.extend(free_values([op]))
+
+    def absorb_setup_stores(self, moved: set[Operation]) -> None:
+        """Stores before the recurrence of moved values to function arguments (`y[0] = h0`
+        before a time loop from 1) move along, when nothing left between them and the
+        recurrence reads that memref: in the one-trip loop they are prologue stores,
+        which `_defer_prologue_stores` may then move after the recurrence."""
+        for o in list(moved):
+            for res in o.results:
+                for u in res.uses:
+                    st = u.operation
+                    if (
+                        st not in moved
+                        and isinstance(st, memref.StoreOp)
+                        and st.parent_block() is self.block
+                        and st.memref in self.fn_args
+                        and self.pos[st] < self.r
+                        and not self._read_before_recurrence(st)
+                    ):
+                        moved.add(st)
+
+    def _read_before_recurrence(self, st: memref.StoreOp) -> bool:
+        between = self.ops[self.pos[st] + 1 : self.r]
+        return any(ref == st.memref and not is_store for _, ref, _, is_store in _accesses(between))
 
     def check_used_only_inside(self, moved: set[Operation]) -> None:
         """Nothing left behind may use what moves."""
