@@ -32,7 +32,8 @@ FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 # name -> the role of each argument: CL / LC (channel, time), L, C, BDL / BLD (3-D), 1 (one
 # element), s (a scalar), n (the length as an index)
 ROLES = {
-    "seq_lb1": "L L L", "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL", "chan_step2": "CL CL CL",
+    "seq_lb1": "L L L", "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL",
+    "chan_step2": "CL CL CL",
     "emit_prev_index": "CL CL CL", "per_chan_a": "C CL CL", "two_nest_shared_value": "C CL CL CL",
     "add_then_mul": "CL s CL", "max_and_ema": "CL s CL CL", "cascade_two_loops": "CL s s CL CL",
     "affine_emit": "CL CL s s CL", "cascade": "CL s s CL", "chain": "CL CL CL CL",
@@ -44,7 +45,8 @@ ROLES = {
     "init_scalar": "CL s s CL", "lb1": "CL CL CL", "lb1_noinit": "CL CL CL", "lb1_rev": "CL CL CL",
     "lb1_step2": "CL CL CL", "neg_a": "CL s CL", "offset_in": "CL CL CL", "relu_b": "CL s CL",
     "reset_i32": "CL CL CL", "reset_i8": "CL CL s CL", "rev_step2": "CL CL CL", "scalar_f64": "CL s s CL",
-    "select_a": "CL s s CL", "seq_both": "L s L 1", "seq_f64_final": "L L 1", "seq_i64": "L L s L", "static_shape": "CL CL CL",
+    "select_a": "CL s s CL", "seq_both": "L s L 1", "seq_f64_final": "L L 1", "seq_i64": "L L s L",
+    "static_shape": "CL CL CL",
     "sub_form": "CL s CL", "three_d": "BDL BDL BDL", "three_d_mid": "BLD BLD BLD", "time_outer": "LC LC C LC",
     "time_outer_iter": "LC LC LC", "two_in_nest_3d": "BDL s BDL BDL", "two_in_one_nest": "CL CL CL CL",
     "two_outputs": "CL s CL CL", "two_reads": "CL s s CL CL", "ub_lm1": "CL CL CL",
@@ -125,7 +127,11 @@ def test_every_form_assembles_without_spills(chip):
         assert f["spill_stores"] == 0 and f["spill_loads"] == 0, (chip, kernel, f)
 
 
-@pytest.mark.parametrize("name", ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain", "seq_both", "two_nest_shared_value"])
+CLI_FORMS = ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain", "seq_both", "seq_lb1",
+             "two_nest_shared_value"]
+
+
+@pytest.mark.parametrize("name", CLI_FORMS)
 def test_command_line_writes_ptx(name, tmp_path, capsys):
     out = tmp_path / f"{name}.ptx"
     assert main(["compile", str(FORMS / f"{name}.mlir"), "--target", "ptx", "-o", str(out)]) == 0
