@@ -32,7 +32,7 @@ FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 # name -> the role of each argument: CL / LC (channel, time), L, C, BDL / BLD (3-D), 1 (one
 # element), s (a scalar), n (the length as an index)
 ROLES = {
-    "seq_lb1": "L L L", "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL",
+    "cond_emit": "CL s CL", "masked_if": "CL CL s CL", "seq_lb1": "L L L", "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL",
     "chan_step2": "CL CL CL",
     "emit_prev_index": "CL CL CL", "per_chan_a": "C CL CL", "two_nest_shared_value": "C CL CL CL",
     "add_then_mul": "CL s CL", "max_and_ema": "CL s CL CL", "cascade_two_loops": "CL s s CL CL",
@@ -109,6 +109,20 @@ def test_form_runs_like_the_loops(lowered, name):
             else:
                 np.testing.assert_allclose(g.astype(np.float64), r.astype(np.float64), rtol=2e-3, atol=2e-3,
                                            err_msg=f"L={L}")
+
+
+def test_sign_extended_input_on_the_cpu():
+    """The raise now takes `arith.extsi` (pure): the CPU build of the raised loop runs
+    like the loop, bit for bit, with i8 inputs across their whole range."""
+    import scanweaver
+
+    text = (FORMS / "i8_ext_i32.mlir").read_text()
+    x, want = _args("i8_ext_i32", 300)
+    got = want.copy()
+    run_function(parse_ir(text), "i8_ext_i32", x, want)
+    scanweaver.compile(text, "cpu").i8_ext_i32(x, got)
+    np.testing.assert_array_equal(got, want)
+    assert x.min() < -100 and x.max() > 100
 
 
 def test_wrapping_sums_are_checked():

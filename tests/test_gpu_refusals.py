@@ -24,6 +24,8 @@ REASONS = {
     "f16_scalar": "no scan op was left there, so the raise did not turn that loop into a recurrence",
     # only the final state per channel: the raise leaves a reduction in a loop nest as a loop
     "final_only": "no scan op was left there, so the raise did not turn that loop into a recurrence",
+    # an f32 state and an i32 counter in one loop: the raise takes carried values of one type
+    "mixed_types": "no scan op was left there, so the raise did not turn that loop into a recurrence",
     # y[c, 1] = h0 before a time loop from 1 whose emit writes y[c, t]: that element is
     # written twice, so the store cannot move after the recurrence
     "lb1_overlap": "the GPU lowering left scan.recurrence: the prologue writes %y (not one of its allocas) and "
