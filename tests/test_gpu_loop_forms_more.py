@@ -88,7 +88,7 @@ def _args(name: str, L: int) -> list:
 def lowered():
     m, raised, left = lower_forms(TEXT)
     assert raised == set(ROLES), f"not raised: {set(ROLES) - raised}"
-    assert left == {}, "left for the sequential lowering"
+    assert left == {}, f"left for the sequential lowering: {left}"
     return m
 
 
