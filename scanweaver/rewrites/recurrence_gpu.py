@@ -46,7 +46,10 @@ entry, exit and launch.)
   be conditional), or is step-invariant and unconditional (e.g. the write-through
   `g[c] = state` of the discounted return, or a fixed-bound emit loop over c writing
   m[c]): then only the last step performs it, which leaves memory exactly as the
-  sequential loop does. The prologue writes only its own allocas.
+  sequential loop does. The prologue writes only its own allocas, apart from stores
+  that set an element before the loop (`y[c, 0] = h0` with the time loop from 1): those
+  move after the recurrence, into the epilogue, when nothing after them reads that
+  memref and emit provably never writes that element (`_defer_prologue_stores`).
 * Values from outside the nest: function memref arguments (kernel arguments), scalar
   function arguments (integers, index, f32, f64: kernel parameters), constants,
   `memref.dim` of arguments, pure arith on those, and loads from argument memrefs in the
