@@ -263,52 +263,86 @@ def load_runs(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValu
     """Per item j of the thread: {load op (`StepRun.key`): its value at step j}. `p_start`: the loop index
     of the thread's first step; `steps`: (loop index, in range) of each item. With `sink`,
     each value is handed to `sink(emitter, run, item, value)` inside the branch that loads
-    it instead (none flows out: the whole tile's values are not live at once)."""
-    types = [] if sink is not None else [r.el for r in runs for _ in range(ipt)]
+    it instead (none flows out: the whole tile's values are not live at once).
+
+    No lane of a 16-byte vector is taken out next to its load: LLVM's VectorCombine
+    (`scalarizeLoadExtract`) would split a load whose users are all such extracts into
+    scalar loads without its `!invariant.load` mark, and the vector NVPTX rebuilds from
+    them may lose `ld.global.nc` (`toolchain/readonly_params.mark_readonly_loads_invariant`).
+    With `sink`, each lane is extracted just before its own store, so another lane's store
+    lies between the load and the later extracts; otherwise the vectors leave the branch
+    whole (the scalar branch packs its elements alike) and are taken apart after it."""
+    shapes = [(r.vec, ipt // r.vec) if r.vec > 1 else (1, ipt) for r in runs]  # (lanes, values) per run
+    types = [] if sink is not None else [VectorType(r.el, [w]) if w > 1 else r.el
+                                         for r, (w, n) in zip(runs, shapes) for _ in range(n)]
+
+    def lanes(ie: Emitter, value: SSAValue) -> list[SSAValue]:
+        if not isinstance(value.type, VectorType):
+            return [value]
+        return [ie.val(vector.ExtractOp(value, [lane], value.type.element_type)) for lane in range(value.type.get_shape()[0])]
 
     def drain(ie: Emitter, out: list[SSAValue]) -> list[SSAValue]:
         if sink is None:
             return out
+        values = iter(out)
         for c in range(len(runs)):
-            for j in range(ipt):
-                sink(ie, c, j, out[c * ipt + j])
+            j = 0
+            while j < ipt:
+                v = next(values)
+                if not isinstance(v.type, VectorType):
+                    sink(ie, c, j, v)
+                    j += 1
+                    continue
+                for lane in range(v.type.get_shape()[0]):  # each lane just before its store
+                    sink(ie, c, j, ie.val(vector.ExtractOp(v, [lane], v.type.element_type)))
+                    j += 1
         return []
 
     def vector_loads(ie: Emitter) -> list[SSAValue]:
         out: list[SSAValue] = []
         for r in runs:
             ref = vmap[r.ref]
-            vt = VectorType(r.el, [r.vec])
             if r.vec == 1:  # a run staged element by element (no vector divides the items)
                 out += [ie.load(ref, r.indices(ie, vmap, i)) for i, _ in steps]
                 continue
             for c in range(ipt // r.vec):
                 i = ie.add(p_start, ie.index(c * r.vec)) if c else p_start
-                op = vector.LoadOp(ref, r.indices(ie, vmap, i), vt)
+                op = vector.LoadOp(ref, r.indices(ie, vmap, i), VectorType(r.el, [r.vec]))
                 op.attributes["alignment"] = IntegerAttr(16, i64)
-                v = ie.op(op).results[0]
-                out += [ie.val(vector.ExtractOp(v, [lane], r.el)) for lane in range(r.vec)]
+                out.append(ie.op(op).results[0])
         return drain(ie, out)
 
     def scalar_loads(ie: Emitter) -> list[SSAValue]:
         out: list[SSAValue] = []
-        for r in runs:
+        for r, (w, _) in zip(runs, shapes):
             ref = vmap[r.ref]
+            elems = []
             for i, inside in steps:
                 (v,) = ie.if_(inside, [r.el], lambda x, i=i, ref=ref, r=r: [x.load(ref, r.indices(x, vmap, i))],
                               lambda x, r=r: [x.const(0, r.el)])
-                out.append(v)
+                elems.append(v)
+            out += elems if sink is not None or w == 1 else [_packed(ie, elems[c : c + w]) for c in range(0, ipt, w)]
         return drain(ie, out)
 
     vals = list(le.if_(full, types, vector_loads, scalar_loads))
     if sink is not None:
         return [{} for _ in range(ipt)]
+    flat = [lane for v in vals for lane in lanes(le, v)]
     per_item: list[dict] = [{} for _ in range(ipt)]
     for n, r in enumerate(runs):
         for j in range(ipt):
             for op in r.ops:
-                per_item[j][r.key(op)] = vals[n * ipt + j]
+                per_item[j][r.key(op)] = flat[n * ipt + j]
     return per_item
+
+
+def _packed(ie: Emitter, elems: Sequence[SSAValue]) -> SSAValue:
+    """One vector of `elems` (lane i = elems[i])."""
+    vt = VectorType(elems[0].type, [len(elems)])
+    v = ie.val(vector.BroadcastOp(elems[0], vt))
+    for lane in range(1, len(elems)):
+        v = ie.val(vector.InsertOp(elems[lane], v, [lane], vt))
+    return v
 
 
 def store_runs(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValue], full: SSAValue,
