@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from scanweaver.bench import gpu_kernels as gk
 from scanweaver.toolchain import readonly_params as rp
 
@@ -39,22 +41,88 @@ def test_loads_through_readonly_parameters_become_invariant():
     assert rp.mark_readonly_loads_invariant("\n".join(out)) == "\n".join(out)  # idempotent
 
 
-def _scalar_loads(m) -> tuple[int, int]:
-    """(plain, .nc) scalar global loads in the PTX of `m`."""
+def _global_loads(m, chip: str = "sm_90") -> tuple[list[str], list[str]]:
+    """(plain, `.nc`) global load instructions in the PTX of `m`, all widths."""
     from scanweaver.toolchain.gpu_export import export_gpu
 
-    (ptx,) = export_gpu(m, chip="sm_90")["ptx"].values()
-    loads = re.findall(r"\bld\.global(\.nc)?(\.v4)?\.[bf]32\b", ptx)
-    return sum(1 for nc, v in loads if not nc and not v), sum(1 for nc, v in loads if nc and not v)
+    (ptx,) = export_gpu(m, chip=chip)["ptx"].values()
+    loads = re.findall(r"\bld\.global(?:\.\w+)*", ptx)
+    return [ld for ld in loads if ".nc" not in ld], [ld for ld in loads if ".nc" in ld]
 
 
-def test_selective_scan_scalar_loads_all_read_only(monkeypatch):
-    """N = 16 (16 rows of B and C), dynamic shapes as the runtime builds it: with the
-    marks every scalar global load of the kernel is `ld.global.nc`; without them some of
-    the last rows' are not."""
-    m = gk._lower(gk.case_ir("selective_N16_8x1536x2048", 64), small=False)
-    plain, nc = _scalar_loads(m)
-    assert plain == 0 and nc > 0
+def _selective(n: int):
+    """The benchmark's selective scan kernel at state size `n`, as the runtime builds it."""
+    return gk._lower(gk.case_ir(f"selective_N{n}_8x1536x2048", "big"), small=False)
+
+
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("n", [16, 24])
+def test_selective_scan_global_loads_all_read_only(n, chip):
+    """N = 16 (B staged, C by vectors) and 24 (23 of 24 rows of B staged): every global
+    load of the kernel, 16-byte vectors included, is `ld.global.nc` (it writes none of
+    the arrays it reads). Before the vectors' lanes were taken apart away from their
+    loads, the last rows' vectors were plain `ld.global.v4` (N = 16: 2, N = 24: 8)."""
+    plain, nc = _global_loads(_selective(n), chip)
+    assert plain == [], plain
+    vectors = {16: 32, 24: 23}[n]  # B (and C at N = 16) rows by 16-byte vectors
+    assert sum(".v4" in ld for ld in nc) == vectors
+
+
+def test_without_the_marks_some_loads_are_plain(monkeypatch):
+    """The check above can fail: without the `invariant` marks, NVPTX's own test of the
+    parameters misses the last rows of B and C, scalar and vector loads alike."""
     monkeypatch.setattr(rp, "mark_readonly_loads_invariant", lambda text: text)
-    plain, _ = _scalar_loads(m)
-    assert plain > 0
+    plain, _ = _global_loads(_selective(16))
+    assert any(".v4" in ld for ld in plain) and any(".v4" not in ld for ld in plain), plain
+
+
+def _lanes_next_to_load(kernel) -> list:
+    """The vector loads of `kernel` that LLVM's VectorCombine would split into scalar
+    loads, losing `!invariant.load` (`readonly_params.mark_readonly_loads_invariant`):
+    every user a `vector.extract` in the load's own block, with no store between."""
+    from xdsl.dialects import memref, vector
+
+    split = []
+    for load in kernel.walk():
+        if not isinstance(load, vector.LoadOp):
+            continue
+        users = [u.operation for u in load.result.uses]
+        if not all(isinstance(u, vector.ExtractOp) and u.parent_block() is load.parent_block() for u in users):
+            continue
+        block_ops = list(load.parent_block().ops)
+        last = max(block_ops.index(u) for u in users)
+        between = block_ops[block_ops.index(load) + 1 : last]
+        if not any(isinstance(o, memref.StoreOp | vector.StoreOp) for o in between):
+            split.append(load)
+    return split
+
+
+def _kernels(n: int) -> list:
+    """The selective scan's kernels at state size `n`: the benchmark's one-block kernel
+    and the time-block kernels (`gpu_kernels._lower`'s small build, in time blocks)."""
+    from xdsl.dialects import gpu
+
+    in_time_blocks = gk._lower(gk.case_ir(f"selective_N{n}_8x1536x2048", 512), small=True, time_blocks=True)
+    kernels = [k for m in (_selective(n), in_time_blocks) for k in m.walk() if isinstance(k, gpu.FuncOp)]
+    assert any(k.sym_name.data.endswith("_chunks") for k in kernels)
+    return kernels
+
+
+@pytest.mark.parametrize("n", [4, 16, 24])
+def test_no_vector_lane_is_taken_out_next_to_its_load(n):
+    """The kernels' shape that keeps every mark (`recurrence_vector_io.load_runs`)."""
+    from xdsl.dialects import vector
+
+    kernels = _kernels(n)
+    assert sum(isinstance(o, vector.LoadOp) for k in kernels for o in k.walk()) > 0
+    for kernel in kernels:
+        assert _lanes_next_to_load(kernel) == [], kernel.sym_name.data
+
+
+def test_lanes_taken_out_at_once_are_found(monkeypatch):
+    """The check above can fail: a staged vector's lanes all extracted before their stores."""
+    from scanweaver.rewrites import recurrence_vector_io as vio
+
+    lanes = vio._lanes
+    monkeypatch.setattr(vio, "_lanes", lambda ie, values: iter(list(lanes(ie, values))))
+    assert any(_lanes_next_to_load(k) for k in _kernels(16))
