@@ -203,3 +203,145 @@ def test_chunked_loops_are_never_refused_wrongly():
     y = np.zeros_like(x)
     program.chunked(x, y)  # 21 is not a multiple of the chunk: a valid call
     np.testing.assert_array_equal(x, y)
+
+
+# Accesses the contract did not see (probe of session 26): each wrote outside a 2-element
+# array.  Now they are refused before the call, or left to the runtime bounds checks.
+CALLED_STORE = """
+func.func private @fill(%x: memref<?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %v = arith.constant 7.0 : f32
+  scf.for %i = %c0 to %n step %c1 {
+    memref.store %v, %x[%i] : memref<?xf32>
+  }
+  func.return
+}
+func.func @f(%x: memref<?xf32>, %n: index) {
+  func.call @fill(%x, %n) : (memref<?xf32>, index) -> ()
+  func.return
+}
+"""
+
+SUBVIEW_STORE = """
+func.func @f(%x: memref<?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %v = arith.constant 7.0 : f32
+  %s = memref.subview %x[4][4][1] : memref<?xf32> to memref<4xf32, strided<[1], offset: 4>>
+  scf.for %i = %c0 to %c4 step %c1 {
+    memref.store %v, %s[%i] : memref<4xf32, strided<[1], offset: 4>>
+  }
+  func.return
+}
+"""
+
+# maxui/minui of a negative index are unsigned: (0 - 10) maxui dim is 2^64 - 10, so the
+# loop runs to 10, where signed max and min would say dim(x).
+UNSIGNED_BOUND = """
+func.func @f(%x: memref<?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c10 = arith.constant 10 : index
+  %d = memref.dim %x, %c0 : memref<?xf32>
+  %k = arith.subi %n, %c10 : index
+  %wide = arith.maxui %k, %d : index
+  %ub = arith.minui %wide, %c10 : index
+  %v = arith.constant 7.0 : f32
+  scf.for %i = %c0 to %ub step %c1 {
+    memref.store %v, %x[%i] : memref<?xf32>
+  }
+  func.return
+}
+"""
+
+# divsi rounds toward zero: (n - 7) / 2 is -3 for n = 0, not floor's -4, so the store
+# below writes x[dim] (one past the end) where floor division would say x[dim - 1].
+TRUNCATING_DIV = """
+func.func @f(%x: memref<?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c7 = arith.constant 7 : index
+  %d = memref.dim %x, %c0 : memref<?xf32>
+  %k = arith.subi %n, %c7 : index
+  %q = arith.divsi %k, %c2 : index
+  %e = arith.addi %d, %c3 : index
+  %i = arith.addi %e, %q : index
+  %v = arith.constant 7.0 : f32
+  memref.store %v, %x[%i] : memref<?xf32>
+  func.return
+}
+"""
+
+SCAN_SCAN = """
+func.func @f(%x: memref<?x?xf32>, %y: memref<?x?xf32>) {
+  scan.scan ins(%x : memref<?x?xf32>) outs(%y : memref<?x?xf32>) axis 1 {
+  ^bb0(%p: f32, %q: f32):
+    %s = arith.addf %p, %q : f32
+    scan.yield %s : f32
+  }
+  func.return
+}
+"""
+
+LOCAL_BUFFER = """
+func.func @f(%x: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %x, %c0 : memref<?xf32>
+  %buf = memref.alloca() : memref<4xf32>
+  scf.for %i = %c0 to %n step %c1 {
+    %v = memref.load %x[%i] : memref<?xf32>
+    memref.store %v, %buf[%i] : memref<4xf32>
+  }
+  func.return
+}
+"""
+
+
+@pytest.mark.parametrize("text", [CALLED_STORE, SUBVIEW_STORE])
+def test_accesses_behind_calls_and_views_get_runtime_bounds_checks(text):
+    """A call's or a view's accesses are not followed: they are unchecked, so the build
+    checks them at run time (a call that stays inside its array still runs)."""
+    contract = derive_contracts(parse_ir(text))["f"]
+    assert contract.unchecked
+    program = scanweaver.compile(text, target="cpu")
+    assert "out-of-bounds" in program.artifact  # the runtime checks' message is in the build
+    x = np.zeros(8, np.float32)
+    program.f(x, 8)
+    assert np.count_nonzero(x) == (8 if text is CALLED_STORE else 4)
+
+
+@pytest.mark.parametrize("text, n, inside", [(UNSIGNED_BOUND, 20, 10), (TRUNCATING_DIV, -1, 1)])
+def test_unsigned_and_truncating_index_arithmetic_is_refused_past_the_array(text, n, inside):
+    """n = 0 takes both past a 2-element array (see the IR's comments): refused, no write;
+    `n` here keeps them inside a 12-element one (10 steps; x[12 + 3 - 4]), which runs."""
+    guard = np.zeros(16, np.float32)
+    program = scanweaver.compile(text, target="cpu")
+    with pytest.raises(ScanWeaverValueError, match="'x' \\(#0\\) has shape \\(2,\\)"):
+        program.f(guard[4:6], 0)
+    assert not guard.any()
+    x = np.zeros(12, np.float32)
+    program.f(x, n)
+    assert np.count_nonzero(x) == inside
+
+
+def test_scan_scan_operands_must_have_one_shape():
+    guard = np.zeros(64, np.float32)
+    program = scanweaver.compile(SCAN_SCAN, target="cpu")
+    with pytest.raises(ScanWeaverValueError, match="'y' \\(#1\\) has shape \\(2, 2\\)"):
+        program.f(np.ones((2, 6), np.float32), guard[10:14].reshape(2, 2))
+    assert not guard.any()
+    y = np.zeros((2, 6), np.float32)
+    program.f(np.ones((2, 6), np.float32), y)
+    np.testing.assert_array_equal(y, np.tile(np.arange(1, 7, dtype=np.float32), (2, 1)))
+
+
+def test_static_local_buffers_are_checked_against_their_shape():
+    program = scanweaver.compile(LOCAL_BUFFER, target="cpu")
+    assert not derive_contracts(parse_ir(LOCAL_BUFFER))["f"].unchecked
+    program.f(np.ones(4, np.float32))
+    with pytest.raises(ScanWeaverValueError, match="a local buffer has shape \\(4,\\)"):
+        program.f(np.ones(9, np.float32))

@@ -14,17 +14,20 @@ index scalar arguments, +, -, * and division by constants, min/max); before each
 its array.  scan ops in the input add their own relations (a, b, h of one shape).
 
 Accesses whose index the analysis does not follow (a loaded index, an access under
-`scf.if`) are listed in `unchecked`; `check` cannot vouch for them.
+`scf.if`, an access through a view, a call or any other op that takes a memref) are
+listed in `unchecked`; `check` cannot vouch for them.  Local buffers of static shape
+(`memref.alloca`) are checked against that shape.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.dialects import arith, func, memref, scf, vector
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from scanweaver.errors import ScanWeaverValueError
@@ -63,11 +66,12 @@ class _Loop:
 @dataclass
 class _Access:
     op_text: str
-    arg: int
+    arg: int | None  # None: a local buffer of static shape `local_shape`
     indices: list[_Expr]
     extents: list[int]  # elements touched from each index (vector loads: the vector length)
     loops: list[_Loop]
     write: bool
+    local_shape: tuple[int, ...] = ()
 
 
 @dataclass
@@ -94,14 +98,15 @@ class ShapeContract:
         for acc in self.accesses:
             if any(_empty(loop, values) for loop in acc.loops):
                 continue  # never executed with these sizes
-            sizes = shape(acc.arg)
+            sizes = acc.local_shape if acc.arg is None else shape(acc.arg)
+            what = "a local buffer" if acc.arg is None else self._arg(acc.arg)
             for d, (ix, ext) in enumerate(zip(acc.indices, acc.extents)):
                 lo, hi = ix.eval(values)
                 hi += ext - 1
                 if lo < 0 or hi >= sizes[d]:
                     src = f" (from {', '.join(sorted(ix.sources))})" if ix.sources else ""
                     raise ScanWeaverValueError(
-                        f"@{self.name}: {self._arg(acc.arg)} has shape {sizes}, but `{acc.op_text}` "
+                        f"@{self.name}: {what} has shape {sizes}, but `{acc.op_text}` "
                         f"{'writes' if acc.write else 'reads'} dimension {d} at indices {lo}..{hi} "
                         f"(index {ix.text}{src}); the call would touch memory outside the array"
                     )
@@ -159,19 +164,22 @@ class _Analysis:
             if not (isinstance(src, BlockArgument) and src.owner is self.fn.body.blocks[0]):
                 raise _Unknown
             i = src.index
-            d = dim.eval(())[0]  # a constant dim index
+            if dim.sources or dim.ivs:
+                raise _Unknown  # a dim index that is not a constant
+            d = dim.eval(())[0]
+            if not 0 <= d < src.type.get_num_dims():
+                raise _Unknown  # undefined behaviour: left to the runtime checks
             return _Expr(lambda env: (env[i].shape[d], env[i].shape[d]), f"dim({self.contract.arg_names[i]}, {d})",
                          frozenset({f"dim {d} of {self.arg_text(i)}"}))
         if isinstance(op, arith.IndexCastOp):
             return self.expr(op.input)
-        binary = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.MinSIOp: "min", arith.MaxSIOp: "max",
-                  arith.MinUIOp: "min", arith.MaxUIOp: "max", arith.DivUIOp: "/", arith.DivSIOp: "/",
-                  arith.FloorDivSIOp: "/", arith.RemUIOp: "%", arith.RemSIOp: "%"}
-        sym = binary.get(type(op))
+        sym = _BINARY.get(type(op))
         if sym is None:
             raise _Unknown
         x, y = self.expr(op.operands[0]), self.expr(op.operands[1])
-        return _Expr(_combine(sym, x, y), f"({x.text} {sym} {y.text})", x.sources | y.sources, x.ivs | y.ivs)
+        unsigned = type(op) in _UNSIGNED
+        return _Expr(_combine(sym, x, y, unsigned), f"({x.text} {sym} {y.text})", x.sources | y.sources,
+                     x.ivs | y.ivs)
 
     def loop_scope(self, iv: SSAValue, lb: SSAValue, ub: SSAValue, step: SSAValue) -> _Loop | None:
         """Record the interval of a loop's induction variable (None: bounds not followed)."""
@@ -219,6 +227,13 @@ class _Analysis:
         if isinstance(op, scan.AffineOp):
             self.scan_affine(op)
             return
+        if isinstance(op, scan.ScanOp):
+            self.scan_scan(op)
+            return
+        if not isinstance(op, _MEMREF_SAFE_OPS) and any(isinstance(v.type, MemRefType) for v in op.operands):
+            # A call, a view (subview, cast, ...), a copy or another dialect's access:
+            # what it touches is not followed here, so the runtime bounds checks guard it.
+            self.contract.unchecked.append(_op_text(op))
         # Any other op with regions (scf.if, scf.while, scf.parallel, ...): its accesses
         # may be guarded or iterate in ways not followed here, so they are unchecked.
         for region in op.regions:
@@ -241,12 +256,25 @@ class _Analysis:
             if i is not None and h is not None and i != h:
                 self.contract.same_shape.append((i, h, dims, full if dims is full else chan))
 
+    def scan_scan(self, op) -> None:
+        """Every input and output of a `scan.scan` has one shape (the lowering walks the first's)."""
+        operands = [self.arg_index(v) for v in (*op.inputs, *op.outputs)]
+        if any(i is None for i in operands):
+            self.contract.unchecked.append(_op_text(op))
+            return
+        dims = list(range(op.outputs[0].type.get_num_dims()))
+        for i in operands[1:]:
+            if i != operands[0]:
+                self.contract.same_shape.append((i, operands[0], dims, dims))
+
     def access(self, op: Operation, loops: list[_Loop | None], guarded: bool) -> None:
         ref = op.memref if hasattr(op, "memref") else op.base  # type: ignore[attr-defined]
         i = self.arg_index(ref)
-        if i is None:
-            return  # a local buffer (alloca) or a view: not an argument
+        local_shape = _static_local_shape(ref) if i is None else ()
         text = _op_text(op)
+        if i is None and local_shape is None:
+            self.contract.unchecked.append(text)  # a view, or a buffer of dynamic size
+            return
         if guarded or any(loop is None for loop in loops):
             self.contract.unchecked.append(text)
             return
@@ -263,12 +291,42 @@ class _Analysis:
         if vt is not None and indices:
             extents[-1] = vt.get_shape()[-1]
         write = isinstance(op, memref.StoreOp | vector.StoreOp)
-        self.contract.accesses.append(_Access(text, i, indices, extents, [lp for lp in loops if lp], write))
+        self.contract.accesses.append(
+            _Access(text, i, indices, extents, [lp for lp in loops if lp], write, local_shape or ())
+        )
 
 
-def _combine(sym: str, x: _Expr, y: _Expr) -> Callable[[Env], Interval]:
+#: Ops that take a memref without touching its elements, or whose accesses `visit` follows.
+_MEMREF_SAFE_OPS = (memref.DimOp, memref.DeallocOp, memref.LoadOp, memref.StoreOp, vector.LoadOp, vector.StoreOp)
+
+
+def _static_local_shape(ref: SSAValue) -> tuple[int, ...] | None:
+    """The shape of a local buffer (`memref.alloca` / `alloc`) of static shape, else None."""
+    if isinstance(ref.owner, memref.AllocaOp | memref.AllocOp) and isinstance(ref.type, MemRefType):
+        shape = tuple(ref.type.get_shape())
+        if DYNAMIC_INDEX not in shape:
+            return shape
+    return None
+
+
+_BINARY = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.MinSIOp: "min", arith.MaxSIOp: "max",
+           arith.MinUIOp: "min", arith.MaxUIOp: "max", arith.DivUIOp: "/", arith.DivSIOp: "/",
+           arith.FloorDivSIOp: "//", arith.RemUIOp: "%", arith.RemSIOp: "%"}
+_UNSIGNED = (arith.MinUIOp, arith.MaxUIOp, arith.DivUIOp, arith.RemUIOp)
+#: Every value an index can hold (64 bits, signed): the bound of what is not followed.
+_ANY_INDEX: Interval = (-(1 << 63), (1 << 63) - 1)
+
+
+def _combine(sym: str, x: _Expr, y: _Expr, unsigned: bool) -> Callable[[Env], Interval]:
     def ev(env: Env) -> Interval:
         a, b = x.eval(env), y.eval(env)
+        if unsigned and min(a[0], b[0]) < 0:
+            return _ANY_INDEX  # a negative operand is a huge unsigned one
+        lo, hi = exact(a, b)
+        # Index arithmetic wraps at 64 bits: past them, the value could be anything.
+        return (lo, hi) if _ANY_INDEX[0] <= lo and hi <= _ANY_INDEX[1] else _ANY_INDEX
+
+    def exact(a: Interval, b: Interval) -> Interval:
         if sym == "+":
             return a[0] + b[0], a[1] + b[1]
         if sym == "-":
@@ -281,13 +339,19 @@ def _combine(sym: str, x: _Expr, y: _Expr) -> Callable[[Env], Interval]:
         if sym == "max":
             return max(a[0], b[0]), max(a[1], b[1])
         if b[0] <= 0:  # division or remainder by a value that may be <= 0: no bound
-            return -(1 << 62), 1 << 62
-        if sym == "/":
-            q = [a[0] // b[0], a[0] // b[1], a[1] // b[0], a[1] // b[1]]
+            return _ANY_INDEX
+        if sym in ("/", "//"):  # divsi rounds toward zero, floordivsi down
+            div = _truncating_div if sym == "/" else operator.floordiv
+            q = [div(a[0], b[0]), div(a[0], b[1]), div(a[1], b[0]), div(a[1], b[1])]
             return min(q), max(q)
         return (0, b[1] - 1) if a[0] >= 0 else (-(b[1] - 1), b[1] - 1)
 
     return ev
+
+
+def _truncating_div(n: int, d: int) -> int:
+    q = abs(n) // abs(d)
+    return q if (n < 0) == (d < 0) else -q
 
 
 def _op_text(op: Operation) -> str:
