@@ -150,7 +150,8 @@ def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axi
             )
         converted = arr.astype(state)
     else:
-        if not np.can_cast(arr.dtype, state, "same_kind"):
+        # (an empty list has numpy's default float64 dtype but no value that could not fit)
+        if arr.size and not np.can_cast(arr.dtype, state, "same_kind"):
             what = "floating-point" if arr.dtype.kind == "f" else arr.dtype.name
             raise ScanWeaverTypeError(
                 f"argument 'h0' holds {what} values, which do not fit the state dtype {state.name}"

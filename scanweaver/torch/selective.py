@@ -83,7 +83,8 @@ GRAD_MAX_TASKS = 8
 def _grad_tasks(Dn: int, size: int) -> tuple[int, list[tuple[int, int]]]:
     threads = num_threads() if size >= (1 << 16) else 1
     tasks = max(1, min(GRAD_MAX_TASKS, Dn // GRAD_TASK_CHANNELS)) if size >= (1 << 16) else 1
-    return threads, split_range(Dn, tasks)
+    # D = 0 still takes one (empty) task: it zeroes the gradients of shared or grouped B and C
+    return threads, split_range(Dn, tasks) or [(0, 0)]
 
 
 def _zeros(like: np.ndarray) -> np.ndarray:
