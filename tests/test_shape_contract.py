@@ -345,3 +345,14 @@ def test_static_local_buffers_are_checked_against_their_shape():
     program.f(np.ones(4, np.float32))
     with pytest.raises(ScanWeaverValueError, match="a local buffer has shape \\(4,\\)"):
         program.f(np.ones(9, np.float32))
+
+
+def test_a_recurrence_state_seen_through_its_emit_region_needs_no_runtime_checks():
+    """The raised EMA reads its state through the emit region's argument, which is the
+    recurrence's `state` operand (a local buffer): checked, not left to runtime checks
+    (that would slow every raised program down)."""
+    from scanweaver.compiler import lower
+
+    raised = next(stage.ir for stage in lower(EMA, "cpu").stages if stage.name == "scanweaver-raise")
+    assert "scan.recurrence" in raised
+    assert not derive_contracts(parse_ir(raised))["ema"].unchecked

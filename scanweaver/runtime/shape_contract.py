@@ -130,6 +130,7 @@ class _Analysis:
         self.contract = ShapeContract(fn.sym_name.data, names)
         self.exprs: dict[SSAValue, _Expr] = {}
         self.loops: dict[SSAValue, _Loop] = {}
+        self.states: dict[SSAValue, SSAValue] = {}  # a recurrence's emit argument -> its `state` operand
 
     def arg_text(self, i: int) -> str:
         return f"argument '{self.contract.arg_names[i]}' (#{i})"
@@ -222,6 +223,8 @@ class _Analysis:
                 if len(blk.args) > 1 and isinstance(blk.args[1].type, IndexType):
                     # coeffs' state index k runs over the static state size
                     self.loops[blk.args[1]] = _Loop(blk.args[1], _const(0), _const(n)) if n else None  # type: ignore[assignment]
+                if len(blk.args) > 1 and isinstance(blk.args[1].type, MemRefType):
+                    self.states[blk.args[1]] = op.state  # emit's view of the state is the state itself
                 self.walk(blk, loops + [loop], guarded)
             return
         if isinstance(op, scan.AffineOp):
@@ -269,6 +272,7 @@ class _Analysis:
 
     def access(self, op: Operation, loops: list[_Loop | None], guarded: bool) -> None:
         ref = op.memref if hasattr(op, "memref") else op.base  # type: ignore[attr-defined]
+        ref = self.states.get(ref, ref)
         i = self.arg_index(ref)
         local_shape = _static_local_shape(ref) if i is None else ()
         text = _op_text(op)
