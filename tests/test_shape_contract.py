@@ -356,3 +356,24 @@ def test_a_recurrence_state_seen_through_its_emit_region_needs_no_runtime_checks
     raised = next(stage.ir for stage in lower(EMA, "cpu").stages if stage.name == "scanweaver-raise")
     assert "scan.recurrence" in raised
     assert not derive_contracts(parse_ir(raised))["ema"].unchecked
+
+
+def test_vjp_shadows_must_have_their_arguments_shapes():
+    """`@ema_vjp(x, y, d_x, d_y)`: the shadows' accesses sit in chunked loops (runtime
+    checks only), so a short `d_x` stopped the process; now it is refused before the call."""
+    import os
+    import subprocess
+    import sys
+
+    xdsl_opt = os.path.join(os.path.dirname(sys.executable), "xdsl-opt")
+    r = subprocess.run([xdsl_opt, "-p", "scanweaver-raise,scanweaver-grad"], input=EMA,
+                       capture_output=True, text=True, check=True)
+    program = scanweaver.compile(r.stdout, target="cpu")
+    x, y = np.ones((2, 5), np.float32), np.zeros((2, 5), np.float32)
+    with pytest.raises(ScanWeaverValueError, match="'d_x' \\(#2\\) has shape \\(2, 3\\)"):
+        program.ema_vjp(x, y, np.zeros((2, 3), np.float32), np.ones((2, 5), np.float32))
+    dx, dy = np.zeros((2, 5), np.float32), np.ones((2, 5), np.float32)
+    program.ema_vjp(x, y, dx, dy)
+    # y_t = 0.9 y_{t-1} + 0.1 x_t: dx_t = 0.1 * sum_{s >= t} 0.9^(s - t) for dy = 1
+    want = 0.1 * np.cumsum(0.9 ** np.arange(5))[::-1]
+    np.testing.assert_allclose(dx, np.tile(want, (2, 1)), rtol=1e-6)

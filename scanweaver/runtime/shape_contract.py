@@ -375,11 +375,28 @@ def derive_contract(fn: func.FuncOp) -> ShapeContract:
 
 def derive_contracts(module: ModuleOp) -> dict[str, ShapeContract]:
     """A contract per public function with a body."""
-    return {
-        op.sym_name.data: derive_contract(op)
-        for op in module.walk()
-        if isinstance(op, func.FuncOp) and not op.is_declaration
-    }
+    functions = {op.sym_name.data: op for op in module.walk() if isinstance(op, func.FuncOp) and not op.is_declaration}
+    contracts = {name: derive_contract(fn) for name, fn in functions.items()}
+    for name, contract in contracts.items():
+        primal = functions.get(name.removesuffix("_vjp")) if name.endswith("_vjp") else None
+        if primal is not None:
+            _add_shadow_shapes(contract, primal, functions[name])
+    return contracts
+
+
+def _add_shadow_shapes(contract: ShapeContract, primal: func.FuncOp, vjp: func.FuncOp) -> None:
+    """`@f_vjp(args..., d_args...)` (scanweaver-grad): each shadow is the cotangent of its
+    float memref argument, so it has that argument's shape.  Its accesses sit in chunked
+    loops that intervals do not judge; this relation refuses a wrong shadow before the call."""
+    from scanweaver.rewrites.grad import is_float_memref
+
+    inputs, vjp_inputs = list(primal.function_type.inputs.data), list(vjp.function_type.inputs.data)
+    floats = [i for i, t in enumerate(inputs) if is_float_memref(t)]
+    if vjp_inputs != inputs + [inputs[i] for i in floats]:
+        return  # not the gradient pass's signature
+    for k, i in enumerate(floats):
+        dims = list(range(inputs[i].get_num_dims()))
+        contract.same_shape.append((len(inputs) + k, i, dims, dims))
 
 
 __all__ = ["ShapeContract", "derive_contract", "derive_contracts"]
