@@ -129,6 +129,13 @@ def _check_flag(name: str, value: Any) -> None:
         raise ScanWeaverTypeError(f"{name} must be True or False, got {value!r}")
 
 
+def _refuse_huge_integers(arr: np.ndarray, typed: bool, state: np.dtype) -> None:
+    """Python integers past 64 bits (numpy makes them an object array) are numbers, just
+    too large for any state dtype: a value error, like a smaller overflow."""
+    if not typed and arr.dtype == object and all(isinstance(v, int) for v in arr.flat):
+        raise ScanWeaverValueError(f"argument 'h0' has values that do not fit the state dtype {state.name}")
+
+
 def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axis: int) -> np.ndarray:
     """`h0` as a `state` array of `channel_shape`; a 0-d value stands for every channel.
 
@@ -137,11 +144,12 @@ def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axi
     as numpy does with Python scalars, unless a value does not fit.
     """
     arr = _host_array("h0", h0, allowed=None)
+    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
+    _refuse_huge_integers(arr, typed, state)
     if arr.dtype.kind not in "biuf":
         raise ScanWeaverTypeError(
             f"argument 'h0' has dtype {arr.dtype}; expected numbers for the state dtype {state.name}"
         )
-    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
     if typed:
         if not np.can_cast(arr.dtype, state, "same_kind") or arr.dtype.itemsize > state.itemsize:
             raise ScanWeaverTypeError(
@@ -304,9 +312,10 @@ def _complex_initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, .
     Python numbers and lists are converted, arrays must cast safely (float64 does not
     fit complex64)."""
     arr = _host_array("h0", h0, allowed=None)
+    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
+    _refuse_huge_integers(arr, typed, state)
     if arr.dtype.kind not in "biufc":
         raise ScanWeaverTypeError(f"argument 'h0' has dtype {arr.dtype}; expected numbers for the state dtype {state.name}")
-    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
     if typed and not np.can_cast(arr.dtype, state, "safe"):
         raise ScanWeaverTypeError(
             f"argument 'h0' has dtype {arr.dtype}, which does not fit the state dtype {state.name} without loss"

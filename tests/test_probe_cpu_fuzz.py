@@ -281,3 +281,13 @@ def test_torch_selective_backward_without_channels(complex_A, L):
     assert out.shape == (2, 0, L) and last.shape == (2, 0, 16)
     assert u.grad.shape == u.shape and A.grad.shape == A.shape
     assert torch.count_nonzero(B.grad) == 0 and torch.count_nonzero(C.grad) == 0
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "float32", "complex64"])
+@pytest.mark.parametrize("h0", [2**70, [2**70, 1], -(2**100)])
+def test_an_h0_integer_past_64_bits_is_a_value_error(dtype, h0):
+    """numpy makes such a Python int an object array: it was refused as 'dtype object'
+    (a TypeError), where a smaller overflow (2**40 for int32) is a ValueError."""
+    a = np.ones((2, 3), dtype)
+    with pytest.raises(ScanWeaverValueError, match="'h0' has values that do not fit the state dtype"):
+        scanweaver.linear_scan(a, a, h0)
