@@ -42,9 +42,10 @@ def _is_complex(x: Any) -> bool:
     """Whether an argument holds complex numbers (host or GPU array, or a Python value)."""
     if _is_cuda_array(x):
         return x.__cuda_array_interface__["typestr"][1:2] == "c"
-    dtype = getattr(x, "dtype", None)
-    if dtype is not None:
-        return np.dtype(dtype).kind == "c"
+    try:  # a dtype numpy does not know (a torch tensor's): the array numpy makes of x
+        return np.dtype(x.dtype).kind == "c"
+    except (AttributeError, TypeError):
+        pass
     try:
         return np.asarray(x).dtype.kind == "c"
     except Exception:  # noqa: BLE001 - the argument checks name the problem later

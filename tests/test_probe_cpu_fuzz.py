@@ -291,3 +291,15 @@ def test_an_h0_integer_past_64_bits_is_a_value_error(dtype, h0):
     a = np.ones((2, 3), dtype)
     with pytest.raises(ScanWeaverValueError, match="'h0' has values that do not fit the state dtype"):
         scanweaver.linear_scan(a, a, h0)
+
+
+def test_numpy_api_takes_torch_tensors_or_names_the_argument():
+    """A tensor's dtype is not a numpy dtype: the complex test raised numpy's raw
+    TypeError "Cannot interpret 'torch.float32' as a data type" before any check."""
+    torch = pytest.importorskip("torch")
+    a = torch.rand(2, 5)
+    np.testing.assert_array_equal(scanweaver.linear_scan(a, a), scanweaver.linear_scan(a.numpy(), a.numpy()))
+    u, A, B = torch.randn(1, 2, 3), -torch.rand(2, 4), torch.randn(2, 4)
+    assert scanweaver.selective_scan(u, u.abs(), A, B, B).shape == (1, 2, 3)
+    with pytest.raises(ScanWeaverValueError, match="argument 'a' is not an array: .*requires grad"):
+        scanweaver.linear_scan(a.requires_grad_(), a)
