@@ -475,7 +475,9 @@ def _selective_scan_complex(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
 def _without_aliasing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """Refuse overlapping array arguments: the raise pass assumes memrefs do not alias."""
 
-    def call(*args: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise ScanWeaverTypeError(f"@{name} takes its arguments by position, got keyword {next(iter(kwargs))!r}")
         arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
         for k, (i, x) in enumerate(arrays):
             for j, y in arrays[k + 1 :]:
@@ -488,6 +490,20 @@ def _without_aliasing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     call.__name__, call.__doc__ = name, fn.__doc__
     return call
+
+
+def _check_signatures(module: Any) -> None:
+    """Argument and result types the CPU calling layer takes, before any build (a tensor
+    argument otherwise fails in mlir-translate, as a tool failure)."""
+    from scanweaver.compiler import public_functions
+    from scanweaver.runtime.cpu import parse_type
+
+    for name, fn in public_functions(module).items():
+        for t in (*fn.function_type.inputs.data, *fn.function_type.outputs.data):
+            try:
+                parse_type(str(t))
+            except ScanWeaverTypeError as e:
+                raise ScanWeaverTypeError(f"@{name}: {e}") from None
 
 
 def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - public API name
@@ -511,7 +527,9 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
     from scanweaver.ir import parse_ir
     from scanweaver.runtime.shape_contract import derive_contracts
 
-    contracts = derive_contracts(parse_ir(mlir_text))  # shapes each function's accesses rely on
+    module = parse_ir(mlir_text)
+    _check_signatures(module)
+    contracts = derive_contracts(module)  # shapes each function's accesses rely on
     # Accesses the contract cannot follow: upstream runtime bounds checks on this build.
     build = compiler.build_cpu(mlir_text, bounds_checks=any(c.unchecked for c in contracts.values()))
     jit = CpuProgram(build.llvm_ir)

@@ -303,3 +303,13 @@ def test_numpy_api_takes_torch_tensors_or_names_the_argument():
     assert scanweaver.selective_scan(u, u.abs(), A, B, B).shape == (1, 2, 3)
     with pytest.raises(ScanWeaverValueError, match="argument 'a' is not an array: .*requires grad"):
         scanweaver.linear_scan(a.requires_grad_(), a)
+
+
+def test_compiled_functions_refuse_keywords_and_unsupported_signatures():
+    """A keyword argument escaped as Python's own TypeError; a tensor argument reached
+    mlir-translate and came back as a ToolFailedError."""
+    program = scanweaver.compile("func.func @f(%x: memref<?xf32>) {\n  func.return\n}")
+    with pytest.raises(ScanWeaverTypeError, match="@f takes its arguments by position, got keyword 'x'"):
+        program.f(x=np.zeros(3, np.float32))
+    with pytest.raises(ScanWeaverTypeError, match="@f: unsupported scalar type 'tensor<4xf32>'"):
+        scanweaver.compile("func.func @f(%x: tensor<4xf32>) {\n  func.return\n}")
