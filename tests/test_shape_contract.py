@@ -275,6 +275,23 @@ func.func @f(%x: memref<?xf32>, %n: index) {
 }
 """
 
+# i32 arithmetic wraps at 32 bits: n * 2^28 is 0 for n = 16, so the store writes x[-2]
+# where exact integers would say x[14].
+NARROW_WRAP = """
+func.func @f(%x: memref<?xf32>, %n: i32) {
+  %c2 = arith.constant 2 : index
+  %k = arith.constant 268435456 : i32
+  %m = arith.muli %n, %k : i32
+  %q = arith.divsi %m, %k : i32
+  %qi = arith.index_cast %q : i32 to index
+  %i = arith.subi %qi, %c2 : index
+  %v = arith.constant 7.0 : f32
+  memref.store %v, %x[%i] : memref<?xf32>
+  func.return
+}
+"""
+
+
 SCAN_SCAN = """
 func.func @f(%x: memref<?x?xf32>, %y: memref<?x?xf32>) {
   scan.scan ins(%x : memref<?x?xf32>) outs(%y : memref<?x?xf32>) axis 1 {
@@ -314,14 +331,16 @@ def test_accesses_behind_calls_and_views_get_runtime_bounds_checks(text):
     assert np.count_nonzero(x) == (8 if text is CALLED_STORE else 4)
 
 
-@pytest.mark.parametrize("text, n, inside", [(UNSIGNED_BOUND, 20, 10), (TRUNCATING_DIV, -1, 1)])
-def test_unsigned_and_truncating_index_arithmetic_is_refused_past_the_array(text, n, inside):
-    """n = 0 takes both past a 2-element array (see the IR's comments): refused, no write;
-    `n` here keeps them inside a 12-element one (10 steps; x[12 + 3 - 4]), which runs."""
-    guard = np.zeros(16, np.float32)
+@pytest.mark.parametrize("text, size, bad, n, inside",
+                         [(UNSIGNED_BOUND, 2, 0, 20, 10), (TRUNCATING_DIV, 2, 0, -1, 1), (NARROW_WRAP, 20, 16, 5, 1)])
+def test_unsigned_truncating_and_wrapping_index_arithmetic_is_refused_past_the_array(text, size, bad, n, inside):
+    """`bad` takes each outside an array of `size` (see the IR's comments): refused, no
+    write; `n` keeps them inside a 12-element one (10 steps; x[12 + 3 - 4]; x[5 - 2]),
+    which runs."""
+    guard = np.zeros(32, np.float32)
     program = scanweaver.compile(text, target="cpu")
-    with pytest.raises(ScanWeaverValueError, match="'x' \\(#0\\) has shape \\(2,\\)"):
-        program.f(guard[4:6], 0)
+    with pytest.raises(ScanWeaverValueError, match=f"'x' \\(#0\\) has shape \\({size},\\)"):
+        program.f(guard[4 : 4 + size], bad)
     assert not guard.any()
     x = np.zeros(12, np.float32)
     program.f(x, n)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.dialects import arith, func, memref, scf, vector
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, MemRefType, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IndexType, IntegerAttr, IntegerType, MemRefType, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from scanweaver.errors import ScanWeaverValueError
@@ -138,7 +138,7 @@ class _Analysis:
     def expr(self, v: SSAValue) -> _Expr:
         if v in self.exprs:
             return self.exprs[v]
-        e = self._expr(v)
+        e = _within_width(self._expr(v), v.type)
         self.exprs[v] = e
         return e
 
@@ -213,8 +213,6 @@ class _Analysis:
             self.walk(body, loops + [loop], guarded)
             return
         if isinstance(op, scan.RecurrenceOp | scan.LinearRecurrenceOp):
-            from xdsl.dialects.builtin import IndexType
-
             shape = op.state.type.get_shape()
             n = shape[0] if shape and shape[0] != DYNAMIC_INDEX else None
             for region in op.regions:
@@ -326,9 +324,7 @@ def _combine(sym: str, x: _Expr, y: _Expr, unsigned: bool) -> Callable[[Env], In
         a, b = x.eval(env), y.eval(env)
         if unsigned and min(a[0], b[0]) < 0:
             return _ANY_INDEX  # a negative operand is a huge unsigned one
-        lo, hi = exact(a, b)
-        # Index arithmetic wraps at 64 bits: past them, the value could be anything.
-        return (lo, hi) if _ANY_INDEX[0] <= lo and hi <= _ANY_INDEX[1] else _ANY_INDEX
+        return exact(a, b)  # (`_within_width` bounds the wrap-around)
 
     def exact(a: Interval, b: Interval) -> Interval:
         if sym == "+":
@@ -351,6 +347,22 @@ def _combine(sym: str, x: _Expr, y: _Expr, unsigned: bool) -> Callable[[Env], In
         return (0, b[1] - 1) if a[0] >= 0 else (-(b[1] - 1), b[1] - 1)
 
     return ev
+
+
+def _within_width(e: _Expr, t: Any) -> _Expr:
+    """`e` as its type holds it: integer arithmetic wraps at the type's width (64 bits for
+    index, 32 for i32, ...), and a value cast to a narrower type is truncated; where the
+    exact interval leaves that range, the value could be anything the type holds."""
+    bits = 64 if isinstance(t, IndexType) else t.width.data if isinstance(t, IntegerType) else None
+    if bits is None:
+        return e
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    def ev(env: Env) -> Interval:
+        lo, hi = e.eval(env)
+        return (lo, hi) if low <= lo and hi <= high else (low, high)
+
+    return _Expr(ev, e.text, e.sources, e.ivs)
 
 
 def _truncating_div(n: int, d: int) -> int:
