@@ -313,3 +313,23 @@ def test_compiled_functions_refuse_keywords_and_unsupported_signatures():
         program.f(x=np.zeros(3, np.float32))
     with pytest.raises(ScanWeaverTypeError, match="@f: unsupported scalar type 'tensor<4xf32>'"):
         scanweaver.compile("func.func @f(%x: tensor<4xf32>) {\n  func.return\n}")
+
+
+@pytest.mark.parametrize("complex_A", [False, True])
+@pytest.mark.parametrize("flag", ["delta_softplus", "return_last_state"])
+def test_torch_selective_flags_must_be_booleans(flag, complex_A):
+    """As in the numpy API: 'yes' or 1 ran as True (and return_last_state=1 returned a tuple)."""
+    torch = pytest.importorskip("torch")
+    from scanweaver.torch import selective_scan_fn
+
+    A = -torch.rand(2, 3)
+    if complex_A:
+        A = torch.complex(A, torch.rand(2, 3))
+    u, B = torch.randn(1, 2, 4), torch.randn(2, 3, dtype=A.dtype)
+    for bad in ("yes", 1):
+        with pytest.raises(ScanWeaverTypeError, match=f"{flag} must be True or False"):
+            selective_scan_fn(u, u.abs(), A, B, B, **{flag: bad})
+    want = selective_scan_fn(u, u.abs(), A, B, B, **{flag: True})
+    got = selective_scan_fn(u, u.abs(), A, B, B, **{flag: np.bool_(True)})  # numpy bools, as numpy's API takes
+    for w, g in zip(*(x if isinstance(x, tuple) else (x,) for x in (want, got)), strict=True):
+        assert torch.equal(w, g)

@@ -331,6 +331,8 @@ def selective_scan_fn(
     (batch, D, N), zeros when None; it gets a gradient like the other inputs.  A complex
     (Mamba's complex wtype) runs torch/complex_selective.py.
     """
+    delta_softplus = _checks.flag("delta_softplus", delta_softplus)
+    return_last_state = _checks.flag("return_last_state", return_last_state)
     if isinstance(A, torch.Tensor) and A.is_complex():
         return complex_selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
                                          initial_state)
