@@ -44,6 +44,9 @@ class _Expr:
     text: str
     sources: frozenset[str] = frozenset()  # "dim 1 of argument 'x' (#0)" and the like
     ivs: frozenset = frozenset()  # the loop induction variables it depends on
+    # An induction variable on both sides of an operation (`min(t0 + 64, L) - t0`):
+    # intervals lose that correlation and overestimate the value.
+    correlated: bool = False
 
 
 class _Unknown(Exception):
@@ -180,7 +183,7 @@ class _Analysis:
         x, y = self.expr(op.operands[0]), self.expr(op.operands[1])
         unsigned = type(op) in _UNSIGNED
         return _Expr(_combine(sym, x, y, unsigned), f"({x.text} {sym} {y.text})", x.sources | y.sources,
-                     x.ivs | y.ivs)
+                     x.ivs | y.ivs, x.correlated or y.correlated or bool(x.ivs & y.ivs))
 
     def loop_scope(self, iv: SSAValue, lb: SSAValue, ub: SSAValue, step: SSAValue) -> _Loop | None:
         """Record the interval of a loop's induction variable (None: bounds not followed)."""
@@ -288,6 +291,11 @@ class _Analysis:
         if any(self.loops.get(iv) is not None and self.loops[iv].dependent for e in indices for iv in e.ivs):
             self.contract.unchecked.append(text)  # runtime bounds checks guard it instead
             return
+        if i is None and any(e.correlated for e in indices):
+            # (a local buffer indexed within a chunk, as the gradient pass's are: intervals
+            # would refuse calls that stay inside it)
+            self.contract.unchecked.append(text)
+            return
         extents = [1] * len(indices)
         vt = op.result.type if isinstance(op, vector.LoadOp) else (op.vector.type if isinstance(op, vector.StoreOp) else None)
         if vt is not None and indices:
@@ -362,7 +370,7 @@ def _within_width(e: _Expr, t: Any) -> _Expr:
         lo, hi = e.eval(env)
         return (lo, hi) if low <= lo and hi <= high else (low, high)
 
-    return _Expr(ev, e.text, e.sources, e.ivs)
+    return _Expr(ev, e.text, e.sources, e.ivs, e.correlated)
 
 
 def _truncating_div(n: int, d: int) -> int:
