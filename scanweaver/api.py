@@ -42,9 +42,10 @@ def _is_complex(x: Any) -> bool:
     """Whether an argument holds complex numbers (host or GPU array, or a Python value)."""
     if _is_cuda_array(x):
         return x.__cuda_array_interface__["typestr"][1:2] == "c"
-    dtype = getattr(x, "dtype", None)
-    if dtype is not None:
-        return np.dtype(dtype).kind == "c"
+    try:  # a dtype numpy does not know (a torch tensor's): the array numpy makes of x
+        return np.dtype(x.dtype).kind == "c"
+    except (AttributeError, TypeError):
+        pass
     try:
         return np.asarray(x).dtype.kind == "c"
     except Exception:  # noqa: BLE001 - the argument checks name the problem later
@@ -129,6 +130,13 @@ def _check_flag(name: str, value: Any) -> None:
         raise ScanWeaverTypeError(f"{name} must be True or False, got {value!r}")
 
 
+def _refuse_huge_integers(arr: np.ndarray, typed: bool, state: np.dtype) -> None:
+    """Python integers past 64 bits (numpy makes them an object array) are numbers, just
+    too large for any state dtype: a value error, like a smaller overflow."""
+    if not typed and arr.dtype == object and all(isinstance(v, int) for v in arr.flat):
+        raise ScanWeaverValueError(f"argument 'h0' has values that do not fit the state dtype {state.name}")
+
+
 def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axis: int) -> np.ndarray:
     """`h0` as a `state` array of `channel_shape`; a 0-d value stands for every channel.
 
@@ -137,11 +145,12 @@ def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axi
     as numpy does with Python scalars, unless a value does not fit.
     """
     arr = _host_array("h0", h0, allowed=None)
+    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
+    _refuse_huge_integers(arr, typed, state)
     if arr.dtype.kind not in "biuf":
         raise ScanWeaverTypeError(
             f"argument 'h0' has dtype {arr.dtype}; expected numbers for the state dtype {state.name}"
         )
-    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
     if typed:
         if not np.can_cast(arr.dtype, state, "same_kind") or arr.dtype.itemsize > state.itemsize:
             raise ScanWeaverTypeError(
@@ -150,7 +159,8 @@ def _initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, ...], axi
             )
         converted = arr.astype(state)
     else:
-        if not np.can_cast(arr.dtype, state, "same_kind"):
+        # (an empty list has numpy's default float64 dtype but no value that could not fit)
+        if arr.size and not np.can_cast(arr.dtype, state, "same_kind"):
             what = "floating-point" if arr.dtype.kind == "f" else arr.dtype.name
             raise ScanWeaverTypeError(
                 f"argument 'h0' holds {what} values, which do not fit the state dtype {state.name}"
@@ -303,9 +313,10 @@ def _complex_initial_state(h0: Any, state: np.dtype, channel_shape: tuple[int, .
     Python numbers and lists are converted, arrays must cast safely (float64 does not
     fit complex64)."""
     arr = _host_array("h0", h0, allowed=None)
+    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
+    _refuse_huge_integers(arr, typed, state)
     if arr.dtype.kind not in "biufc":
         raise ScanWeaverTypeError(f"argument 'h0' has dtype {arr.dtype}; expected numbers for the state dtype {state.name}")
-    typed = isinstance(h0, (np.ndarray, np.generic)) or hasattr(h0, "dtype")
     if typed and not np.can_cast(arr.dtype, state, "safe"):
         raise ScanWeaverTypeError(
             f"argument 'h0' has dtype {arr.dtype}, which does not fit the state dtype {state.name} without loss"
@@ -464,7 +475,9 @@ def _selective_scan_complex(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
 def _without_aliasing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """Refuse overlapping array arguments: the raise pass assumes memrefs do not alias."""
 
-    def call(*args: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise ScanWeaverTypeError(f"@{name} takes its arguments by position, got keyword {next(iter(kwargs))!r}")
         arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
         for k, (i, x) in enumerate(arrays):
             for j, y in arrays[k + 1 :]:
@@ -477,6 +490,20 @@ def _without_aliasing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     call.__name__, call.__doc__ = name, fn.__doc__
     return call
+
+
+def _check_signatures(module: Any) -> None:
+    """Argument and result types the CPU calling layer takes, before any build (a tensor
+    argument otherwise fails in mlir-translate, as a tool failure)."""
+    from scanweaver.compiler import public_functions
+    from scanweaver.runtime.cpu import parse_type
+
+    for name, fn in public_functions(module).items():
+        for t in (*fn.function_type.inputs.data, *fn.function_type.outputs.data):
+            try:
+                parse_type(str(t))
+            except ScanWeaverTypeError as e:
+                raise ScanWeaverTypeError(f"@{name}: {e}") from None
 
 
 def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - public API name
@@ -500,7 +527,9 @@ def compile(mlir_text: str, target: str = "cpu") -> Program:  # noqa: A001 - pub
     from scanweaver.ir import parse_ir
     from scanweaver.runtime.shape_contract import derive_contracts
 
-    contracts = derive_contracts(parse_ir(mlir_text))  # shapes each function's accesses rely on
+    module = parse_ir(mlir_text)
+    _check_signatures(module)
+    contracts = derive_contracts(module)  # shapes each function's accesses rely on
     # Accesses the contract cannot follow: upstream runtime bounds checks on this build.
     build = compiler.build_cpu(mlir_text, bounds_checks=any(c.unchecked for c in contracts.values()))
     jit = CpuProgram(build.llvm_ir)

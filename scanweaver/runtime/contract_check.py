@@ -7,25 +7,34 @@ in-process build and a deployed artifact (`OUT.launch.json` carries the data):
 
     {"name": f, "arg_names": [...],
      "same_shape": [[i, j, dims of i, dims of j], ...],
-     "accesses": [{"op": text, "arg": i, "indices": [index, ...], "extents": [int, ...],
-                   "loops": [[lb, ub], ...], "write": bool, "index_texts": [text, ...]}, ...],
+     "accesses": [{"op": text, "arg": i, "local_shape": [int, ...], "indices": [index, ...],
+                   "extents": [int, ...], "loops": [[lb, ub], ...], "write": bool,
+                   "index_texts": [text, ...]}, ...],
      "unchecked": [op text, ...]}
 
+An access's "arg" is null for a local buffer of static shape "local_shape" (else []).
 An index (and a loop bound) is a tree: ["const", v], ["arg", i] (a scalar argument),
-["dim", i, d] (size d of argument i), ["iv", lb, ub] (a loop variable: lb..ub-1), or
-[op, x, y] with op one of + - * min max / %.  It evaluates to an interval [lo, hi].
+["dim", i, d] (size d of argument i), ["iv", lb, ub] (a loop variable: lb..ub-1),
+["wrap", bits, x] (x as a `bits`-wide integer holds it: any value of that width where
+x's interval leaves it), or [op, x, y] with op one of + - * min max, / (signed division,
+rounding toward zero), // (rounding down), % (signed remainder), or the unsigned umin
+umax u/ u% (no bound where an operand may be negative: a huge unsigned value).  It
+evaluates to an interval [lo, hi].
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 from scanweaver.errors import ScanWeaverTypeError, ScanWeaverValueError
 
 Interval = tuple[int, int]
-_OPS = ("+", "-", "*", "min", "max", "/", "%")
-_UNBOUNDED = (-(1 << 62), 1 << 62)
+_UNSIGNED_OPS = {"umin": "min", "umax": "max", "u/": "/", "u%": "%"}
+_OPS = ("+", "-", "*", "min", "max", "/", "//", "%", *_UNSIGNED_OPS)
+#: Every value a 64-bit index can hold: the bound of what is not followed.
+_UNBOUNDED = (-(1 << 63), (1 << 63) - 1)
 _MAX_DEPTH = 200  # trees from a file are evaluated recursively: bound their depth
 
 
@@ -52,7 +61,16 @@ def interval(tree: Sequence[Any], values: Sequence[Any]) -> Interval:
         return size, size
     if kind == "iv":
         return interval(tree[1], values)[0], interval(tree[2], values)[1] - 1
-    return _combine(kind, interval(tree[1], values), interval(tree[2], values))
+    if kind == "wrap":
+        lo, hi = interval(tree[2], values)
+        low, high = -(1 << (tree[1] - 1)), (1 << (tree[1] - 1)) - 1
+        return (lo, hi) if low <= lo and hi <= high else (low, high)
+    a, b = interval(tree[1], values), interval(tree[2], values)
+    if kind in _UNSIGNED_OPS:
+        if min(a[0], b[0]) < 0:
+            return _UNBOUNDED  # a negative operand is a huge unsigned one
+        kind = _UNSIGNED_OPS[kind]
+    return _combine(kind, a, b)
 
 
 def _size(values: Sequence[Any], i: int, d: int) -> int:
@@ -76,10 +94,16 @@ def _combine(op: str, a: Interval, b: Interval) -> Interval:
         return max(a[0], b[0]), max(a[1], b[1])
     if b[0] <= 0:  # division or remainder by a value that may be <= 0: no bound
         return _UNBOUNDED
-    if op == "/":
-        q = [a[0] // b[0], a[0] // b[1], a[1] // b[0], a[1] // b[1]]
+    if op in ("/", "//"):  # arith.divsi rounds toward zero, floordivsi down
+        div = _truncating_div if op == "/" else operator.floordiv
+        q = [div(a[0], b[0]), div(a[0], b[1]), div(a[1], b[0]), div(a[1], b[1])]
         return min(q), max(q)
     return (0, b[1] - 1) if a[0] >= 0 else (-(b[1] - 1), b[1] - 1)
+
+
+def _truncating_div(n: int, d: int) -> int:
+    q = abs(n) // abs(d)
+    return q if (n < 0) == (d < 0) else -q
 
 
 def check_contract(contract: dict[str, Any], values: Sequence[Any]) -> None:
@@ -96,13 +120,15 @@ def check_contract(contract: dict[str, Any], values: Sequence[Any]) -> None:
     for acc in contract["accesses"]:
         if any(interval(ub, values)[1] <= interval(lb, values)[0] for lb, ub in acc["loops"]):
             continue  # never executed with these sizes
-        sizes = arg_shape(values[acc["arg"]])
+        local = acc["arg"] is None
+        sizes = tuple(acc["local_shape"]) if local else arg_shape(values[acc["arg"]])
         for d, (index, extent) in enumerate(zip(acc["indices"], acc["extents"])):
             lo, hi = interval(index, values)
             hi += extent - 1
-            if lo < 0 or hi >= _size(values, acc["arg"], d):
+            if lo < 0 or hi >= (sizes[d] if local else _size(values, acc["arg"], d)):
+                what = "a local buffer" if local else arg(acc["arg"])
                 raise ScanWeaverValueError(
-                    f"@{name}: {arg(acc['arg'])} has shape {sizes}, but `{acc['op']}` "
+                    f"@{name}: {what} has shape {sizes}, but `{acc['op']}` "
                     f"{'writes' if acc['write'] else 'reads'} dimension {d} at indices {lo}..{hi} "
                     f"(index {acc['index_texts'][d]}); the call would touch memory outside the array"
                 )
@@ -133,10 +159,15 @@ def _validate(c: Any, n: int, ranks: dict[int, int]) -> None:
         ):
             raise ValueError(f"same_shape entry {[i, j, di, dj]} names no dimensions of array arguments")
     for acc in c["accesses"]:
-        a = acc["arg"]
+        a, local = acc["arg"], acc.get("local_shape", [])
         rank = len(acc["indices"])
-        if a not in ranks or rank > ranks[a] or len(acc["extents"]) != rank:
+        if a is None:  # a local buffer: its static shape, one size per index
+            if len(local) != rank or not all(_int(s, 0, 1 << 62) for s in local):
+                raise ValueError("a local buffer's access does not match its shape")
+        elif a not in ranks or rank > ranks[a] or len(acc["extents"]) != rank or local:
             raise ValueError(f"access of argument {a} does not match its rank")
+        if len(acc["extents"]) != rank:
+            raise ValueError(f"access {acc['op']!r} is malformed")
         if not (isinstance(acc["op"], str) and isinstance(acc["write"], bool) and _strings(acc["index_texts"], rank)
                 and all(_int(e, 1, 1 << 20) for e in acc["extents"])):
             raise ValueError(f"access {acc['op']!r} is malformed")
@@ -155,10 +186,13 @@ def _tree(t: Any, n: int, ranks: dict[int, int], depth: int) -> None:
         or (kind == "arg" and len(t) == 2 and _int(t[1], 0, n - 1) and t[1] not in ranks)
         or (kind == "dim" and len(t) == 3 and t[1] in ranks and _int(t[2], 0, ranks.get(t[1], 0) - 1))
         or ((kind == "iv" or kind in _OPS) and len(t) == 3)
+        or (kind == "wrap" and len(t) == 3 and _int(t[1], 1, 64))
     )
     if not ok:
         raise ValueError(f"index tree node {str(t)[:60]} is malformed")
-    if kind == "iv" or kind in _OPS:
+    if kind == "wrap":
+        _tree(t[2], n, ranks, depth + 1)
+    elif kind == "iv" or kind in _OPS:
         _tree(t[1], n, ranks, depth + 1)
         _tree(t[2], n, ranks, depth + 1)
 

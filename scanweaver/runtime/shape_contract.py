@@ -14,7 +14,9 @@ index scalar arguments, +, -, * and division by constants, min/max); before each
 its array.  scan ops in the input add their own relations (a, b, h of one shape).
 
 Accesses whose index the analysis does not follow (a loaded index, an access under
-`scf.if`) are listed in `unchecked`; `check` cannot vouch for them.
+`scf.if`, an access through a view, a call or any other op that takes a memref) are
+listed in `unchecked`; `check` cannot vouch for them.  Local buffers of static shape
+(`memref.alloca`) are checked against that shape.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.dialects import arith, func, memref, scf, vector
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IndexType, IntegerAttr, IntegerType, MemRefType, ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from scanweaver.runtime.contract_check import check_contract, interval
@@ -42,6 +44,9 @@ class _Expr:
     text: str
     sources: frozenset[str] = frozenset()  # "dim 1 of argument 'x' (#0)" and the like
     ivs: frozenset = frozenset()  # the loop induction variables it depends on
+    # An induction variable on both sides of an operation (`min(t0 + 64, L) - t0`):
+    # intervals lose that correlation and overestimate the value.
+    correlated: bool = False
 
     def eval(self, env: Env) -> Interval:
         return interval(self.tree, env)
@@ -71,11 +76,12 @@ class _Loop:
 @dataclass
 class _Access:
     op_text: str
-    arg: int
+    arg: int | None  # None: a local buffer of static shape `local_shape`
     indices: list[_Expr]
     extents: list[int]  # elements touched from each index (vector loads: the vector length)
     loops: list[_Loop]
     write: bool
+    local_shape: tuple[int, ...] = ()
 
 
 @dataclass
@@ -95,7 +101,7 @@ class ShapeContract:
             "arg_names": list(self.arg_names),
             "same_shape": [[i, j, list(di), list(dj)] for i, j, di, dj in self.same_shape],
             "accesses": [
-                {"op": a.op_text, "arg": a.arg, "indices": [x.tree for x in a.indices], "extents": list(a.extents),
+                {"op": a.op_text, "arg": a.arg, "local_shape": list(a.local_shape), "indices": [x.tree for x in a.indices], "extents": list(a.extents),
                  "loops": [[lp.lb.tree, lp.ub.tree] for lp in a.loops], "write": a.write,
                  "index_texts": [x.message_text() for x in a.indices]}
                 for a in self.accesses
@@ -122,6 +128,7 @@ class _Analysis:
         self.contract = ShapeContract(fn.sym_name.data, names)
         self.exprs: dict[SSAValue, _Expr] = {}
         self.loops: dict[SSAValue, _Loop] = {}
+        self.states: dict[SSAValue, SSAValue] = {}  # a recurrence's emit argument -> its `state` operand
 
     def arg_text(self, i: int) -> str:
         return f"argument '{self.contract.arg_names[i]}' (#{i})"
@@ -129,7 +136,7 @@ class _Analysis:
     def expr(self, v: SSAValue) -> _Expr:
         if v in self.exprs:
             return self.exprs[v]
-        e = self._expr(v)
+        e = _within_width(self._expr(v), v.type)
         self.exprs[v] = e
         return e
 
@@ -140,7 +147,8 @@ class _Analysis:
                 if loop is None:
                     raise _Unknown
                 lb, ub = loop.lb, loop.ub
-                return _Expr(["iv", lb.tree, ub.tree], f"{lb.text}..{ub.text}-1", lb.sources | ub.sources,
+                return _Expr(["iv", lb.tree, ub.tree],
+                             f"{lb.text}..{ub.text}-1", lb.sources | ub.sources,
                              frozenset({v}) | lb.ivs | ub.ivs)
             if v.owner is self.fn.body.blocks[0]:
                 i = v.index
@@ -155,19 +163,22 @@ class _Analysis:
             if not (isinstance(src, BlockArgument) and src.owner is self.fn.body.blocks[0]):
                 raise _Unknown
             i = src.index
-            d = dim.eval(())[0]  # a constant dim index
+            if dim.sources or dim.ivs:
+                raise _Unknown  # a dim index that is not a constant
+            d = dim.eval(())[0]
+            if not 0 <= d < src.type.get_num_dims():
+                raise _Unknown  # undefined behaviour: left to the runtime checks
             return _Expr(["dim", i, d], f"dim({self.contract.arg_names[i]}, {d})",
                          frozenset({f"dim {d} of {self.arg_text(i)}"}))
         if isinstance(op, arith.IndexCastOp):
             return self.expr(op.input)
-        binary = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.MinSIOp: "min", arith.MaxSIOp: "max",
-                  arith.MinUIOp: "min", arith.MaxUIOp: "max", arith.DivUIOp: "/", arith.DivSIOp: "/",
-                  arith.FloorDivSIOp: "/", arith.RemUIOp: "%", arith.RemSIOp: "%"}
-        sym = binary.get(type(op))
+        sym = _BINARY.get(type(op))
         if sym is None:
             raise _Unknown
         x, y = self.expr(op.operands[0]), self.expr(op.operands[1])
-        return _Expr([sym, x.tree, y.tree], f"({x.text} {sym} {y.text})", x.sources | y.sources, x.ivs | y.ivs)
+        unsigned = type(op) in _UNSIGNED
+        return _Expr([_UNSIGNED_KIND[sym] if unsigned else sym, x.tree, y.tree], f"({x.text} {sym} {y.text})", x.sources | y.sources,
+                     x.ivs | y.ivs, x.correlated or y.correlated or bool(x.ivs & y.ivs))
 
     def loop_scope(self, iv: SSAValue, lb: SSAValue, ub: SSAValue, step: SSAValue) -> _Loop | None:
         """Record the interval of a loop's induction variable (None: bounds not followed)."""
@@ -200,8 +211,6 @@ class _Analysis:
             self.walk(body, loops + [loop], guarded)
             return
         if isinstance(op, scan.RecurrenceOp | scan.LinearRecurrenceOp):
-            from xdsl.dialects.builtin import IndexType
-
             shape = op.state.type.get_shape()
             n = shape[0] if shape and shape[0] != DYNAMIC_INDEX else None
             for region in op.regions:
@@ -210,11 +219,20 @@ class _Analysis:
                 if len(blk.args) > 1 and isinstance(blk.args[1].type, IndexType):
                     # coeffs' state index k runs over the static state size
                     self.loops[blk.args[1]] = _Loop(blk.args[1], _const(0), _const(n)) if n else None  # type: ignore[assignment]
+                if len(blk.args) > 1 and isinstance(blk.args[1].type, MemRefType):
+                    self.states[blk.args[1]] = op.state  # emit's view of the state is the state itself
                 self.walk(blk, loops + [loop], guarded)
             return
         if isinstance(op, scan.AffineOp):
             self.scan_affine(op)
             return
+        if isinstance(op, scan.ScanOp):
+            self.scan_scan(op)
+            return
+        if not isinstance(op, _MEMREF_SAFE_OPS) and any(isinstance(v.type, MemRefType) for v in op.operands):
+            # A call, a view (subview, cast, ...), a copy or another dialect's access:
+            # what it touches is not followed here, so the runtime bounds checks guard it.
+            self.contract.unchecked.append(_op_text(op))
         # Any other op with regions (scf.if, scf.while, scf.parallel, ...): its accesses
         # may be guarded or iterate in ways not followed here, so they are unchecked.
         for region in op.regions:
@@ -237,12 +255,26 @@ class _Analysis:
             if i is not None and h is not None and i != h:
                 self.contract.same_shape.append((i, h, dims, full if dims is full else chan))
 
+    def scan_scan(self, op) -> None:
+        """Every input and output of a `scan.scan` has one shape (the lowering walks the first's)."""
+        operands = [self.arg_index(v) for v in (*op.inputs, *op.outputs)]
+        if any(i is None for i in operands):
+            self.contract.unchecked.append(_op_text(op))
+            return
+        dims = list(range(op.outputs[0].type.get_num_dims()))
+        for i in operands[1:]:
+            if i != operands[0]:
+                self.contract.same_shape.append((i, operands[0], dims, dims))
+
     def access(self, op: Operation, loops: list[_Loop | None], guarded: bool) -> None:
         ref = op.memref if hasattr(op, "memref") else op.base  # type: ignore[attr-defined]
+        ref = self.states.get(ref, ref)
         i = self.arg_index(ref)
-        if i is None:
-            return  # a local buffer (alloca) or a view: not an argument
+        local_shape = _static_local_shape(ref) if i is None else ()
         text = _op_text(op)
+        if i is None and local_shape is None:
+            self.contract.unchecked.append(text)  # a view, or a buffer of dynamic size
+            return
         if guarded or any(loop is None for loop in loops):
             self.contract.unchecked.append(text)
             return
@@ -254,12 +286,51 @@ class _Analysis:
         if any(self.loops.get(iv) is not None and self.loops[iv].dependent for e in indices for iv in e.ivs):
             self.contract.unchecked.append(text)  # runtime bounds checks guard it instead
             return
+        if i is None and any(e.correlated for e in indices):
+            # (a local buffer indexed within a chunk, as the gradient pass's are: intervals
+            # would refuse calls that stay inside it)
+            self.contract.unchecked.append(text)
+            return
         extents = [1] * len(indices)
         vt = op.result.type if isinstance(op, vector.LoadOp) else (op.vector.type if isinstance(op, vector.StoreOp) else None)
         if vt is not None and indices:
             extents[-1] = vt.get_shape()[-1]
         write = isinstance(op, memref.StoreOp | vector.StoreOp)
-        self.contract.accesses.append(_Access(text, i, indices, extents, [lp for lp in loops if lp], write))
+        self.contract.accesses.append(
+            _Access(text, i, indices, extents, [lp for lp in loops if lp], write, local_shape or ())
+        )
+
+
+#: Ops that take a memref without touching its elements, or whose accesses `visit` follows.
+_MEMREF_SAFE_OPS = (memref.DimOp, memref.DeallocOp, memref.LoadOp, memref.StoreOp, vector.LoadOp, vector.StoreOp)
+
+
+def _static_local_shape(ref: SSAValue) -> tuple[int, ...] | None:
+    """The shape of a local buffer (`memref.alloca` / `alloc`) of static shape, else None."""
+    if isinstance(ref.owner, memref.AllocaOp | memref.AllocOp) and isinstance(ref.type, MemRefType):
+        shape = tuple(ref.type.get_shape())
+        if DYNAMIC_INDEX not in shape:
+            return shape
+    return None
+
+
+_BINARY = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.MinSIOp: "min", arith.MaxSIOp: "max",
+           arith.MinUIOp: "min", arith.MaxUIOp: "max", arith.DivUIOp: "/", arith.DivSIOp: "/",
+           arith.FloorDivSIOp: "//", arith.RemUIOp: "%", arith.RemSIOp: "%"}
+_UNSIGNED = (arith.MinUIOp, arith.MaxUIOp, arith.DivUIOp, arith.RemUIOp)
+#: The tree node of an unsigned op: a negative operand is a huge unsigned one.
+_UNSIGNED_KIND = {"min": "umin", "max": "umax", "/": "u/", "%": "u%"}
+
+
+def _within_width(e: _Expr, t: Any) -> _Expr:
+    """`e` as its type holds it: integer arithmetic wraps at the type's width (64 bits for
+    index, 32 for i32, ...), and a value cast to a narrower type is truncated; where the
+    exact interval leaves that range, the value could be anything the type holds
+    (`contract_check`'s "wrap" node)."""
+    bits = 64 if isinstance(t, IndexType) else t.width.data if isinstance(t, IntegerType) else None
+    if bits is None or (e.tree[0] == "const" and -(1 << (bits - 1)) <= e.tree[1] < 1 << (bits - 1)):
+        return e
+    return _Expr(["wrap", bits, e.tree], e.text, e.sources, e.ivs, e.correlated)
 
 
 def _op_text(op: Operation) -> str:
@@ -279,11 +350,28 @@ def derive_contract(fn: func.FuncOp) -> ShapeContract:
 
 def derive_contracts(module: ModuleOp) -> dict[str, ShapeContract]:
     """A contract per public function with a body."""
-    return {
-        op.sym_name.data: derive_contract(op)
-        for op in module.walk()
-        if isinstance(op, func.FuncOp) and not op.is_declaration
-    }
+    functions = {op.sym_name.data: op for op in module.walk() if isinstance(op, func.FuncOp) and not op.is_declaration}
+    contracts = {name: derive_contract(fn) for name, fn in functions.items()}
+    for name, contract in contracts.items():
+        primal = functions.get(name.removesuffix("_vjp")) if name.endswith("_vjp") else None
+        if primal is not None:
+            _add_shadow_shapes(contract, primal, functions[name])
+    return contracts
+
+
+def _add_shadow_shapes(contract: ShapeContract, primal: func.FuncOp, vjp: func.FuncOp) -> None:
+    """`@f_vjp(args..., d_args...)` (scanweaver-grad): each shadow is the cotangent of its
+    float memref argument, so it has that argument's shape.  Its accesses sit in chunked
+    loops that intervals do not judge; this relation refuses a wrong shadow before the call."""
+    from scanweaver.rewrites.grad import is_float_memref
+
+    inputs, vjp_inputs = list(primal.function_type.inputs.data), list(vjp.function_type.inputs.data)
+    floats = [i for i, t in enumerate(inputs) if is_float_memref(t)]
+    if vjp_inputs != inputs + [inputs[i] for i in floats]:
+        return  # not the gradient pass's signature
+    for k, i in enumerate(floats):
+        dims = list(range(inputs[i].get_num_dims()))
+        contract.same_shape.append((len(inputs) + k, i, dims, dims))
 
 
 __all__ = ["ShapeContract", "derive_contract", "derive_contracts"]

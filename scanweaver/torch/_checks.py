@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,32 @@ def same_device(named: dict[str, torch.Tensor | None]) -> torch.device:
 def shape(name: str, x: torch.Tensor | None, want: tuple[int, ...], meaning: str) -> None:
     if x is not None and tuple(x.shape) != tuple(want):
         raise ScanWeaverValueError(f"argument '{name}' has shape {tuple(x.shape)}; expected {tuple(want)} ({meaning})")
+
+
+def scan_dim(dim: Any, ndim: int) -> int:
+    """`dim` of a linear_scan made non-negative: an integer (Python or numpy) in range."""
+    try:
+        index = operator.index(dim)
+    except TypeError:
+        raise ScanWeaverTypeError(f"dim must be an integer, got {dim!r}") from None
+    if ndim == 0:
+        raise ScanWeaverValueError("arguments 'a' and 'b' must have at least one dimension")
+    if not -ndim <= index < ndim:
+        raise ScanWeaverValueError(f"dim {index} is out of range for {ndim}-dimensional inputs")
+    return index % ndim
+
+
+def flag(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ScanWeaverTypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)  # the custom ops take a Python bool
+
+
+def rows(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """x as (channels, L) with `dim` last; the channel count is explicit, so that an
+    empty `dim` (L = 0) does not leave reshape's -1 undetermined."""
+    moved = x.movedim(dim, -1)
+    return moved.reshape(math.prod(moved.shape[:-1]), moved.shape[-1])
 
 
 def view(x: torch.Tensor, dtype: np.dtype) -> np.ndarray:

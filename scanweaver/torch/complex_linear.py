@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from scanweaver.errors import BackendUnavailableError, ScanWeaverTypeError, ScanWeaverValueError
+from scanweaver.torch import _checks
 
 _COMPLEX = (torch.complex64, torch.complex128)
 
@@ -93,9 +94,10 @@ complex_linear_scan_fwd.register_autograd(_backward, setup_context=_setup_contex
 def complex_linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | None, reverse: bool, dim: int):
     """`linear_scan` for complex tensors: a real a or b is promoted to the other's complex
     dtype (torch's rules, as numpy's), h0 may be real or complex."""
+    a, b = _checks.dense_tensor("a", a), _checks.dense_tensor("b", b)
+    h0 = _checks.dense_tensor("h0", h0, optional=True)
+    _checks.same_device({"a": a, "b": b, "h0": h0})
     for name, x in (("a", a), ("b", b), ("h0", h0)):
-        if x is not None and not isinstance(x, torch.Tensor):
-            raise ScanWeaverTypeError(f"argument '{name}' must be a torch.Tensor, got {type(x).__name__}")
         if x is not None and not (x.is_complex() or x.is_floating_point()):
             raise ScanWeaverTypeError(f"argument '{name}' has dtype {x.dtype}; a complex linear_scan takes "
                                       "complex64, complex128 or real floating-point tensors")
@@ -105,9 +107,8 @@ def complex_linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | Non
     a, b = a.to(dtype), b.to(dtype)
     if b.shape != a.shape:
         raise ScanWeaverValueError(f"argument 'b' has shape {tuple(b.shape)}; expected {tuple(a.shape)} (the shape of 'a')")
-    if a.dim() == 0 or not isinstance(dim, int) or not -a.dim() <= dim < a.dim():
-        raise ScanWeaverValueError(f"dim {dim!r} is out of range for {a.dim()}-dimensional inputs")
-    dim %= a.dim()
+    dim = _checks.scan_dim(dim, a.dim())
+    reverse = _checks.flag("reverse", reverse)
     channels = a.shape[:dim] + a.shape[dim + 1:]
     L = a.shape[dim]
     if h0 is not None:
@@ -117,8 +118,7 @@ def complex_linear_scan(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor | Non
         if torch.promote_types(h0.dtype, dtype) != dtype:
             raise ScanWeaverTypeError(f"argument 'h0' has dtype {h0.dtype}, which does not fit {dtype} without loss")
         h0 = h0.to(dtype)
-    a2 = a.movedim(dim, -1).reshape(-1, L)
-    b2 = b.movedim(dim, -1).reshape(-1, L)
+    a2, b2 = _checks.rows(a, dim), _checks.rows(b, dim)
     h02 = h0.reshape(-1) if h0 is not None else a.new_zeros(a2.shape[0])
     h = torch.ops.scanweaver.complex_linear_scan_fwd(a2, b2, h02, reverse)
     return h.reshape(*channels, L).movedim(-1, dim)

@@ -141,7 +141,8 @@ def _backward_arrays(u, delta, A, B, C, D, z, bias, softplus, dout, dlast, h0, k
     dz = np.empty_like(u) if z is not None else None
     dh0 = np.empty((batch, Dn, N), A.dtype)
     threads = num_threads() if batch * Dn * L * N >= (1 << 15) else 1
-    parts = split_range(Dn, min(Dn, 4 * threads) if threads > 1 else 1)
+    # D = 0 still takes one (empty) task, whose zeroed dB / dC buffers the sums below need
+    parts = split_range(Dn, min(Dn, 4 * threads) if threads > 1 else 1) or [(0, 0)]
     # dB / dC of shared or grouped B, C sum over channels: one private buffer per task
     private = [kind != "const" for kind in kinds]
     dBC = [[np.zeros_like(M) for _ in parts] if priv else [np.zeros_like(M)] * len(parts)

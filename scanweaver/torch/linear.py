@@ -141,18 +141,12 @@ def linear_scan(a, b, h0=None, reverse=False, dim=-1):
             f"arguments 'a' ({a.dtype}), 'b' ({b.dtype})"
             + (f" and 'h0' ({h0.dtype})" if h0 is not None else "") + " must have one dtype")
     _checks.shape("b", b, a.shape, "the shape of 'a'")
-    if a.dim() == 0:
-        raise ScanWeaverValueError("arguments 'a' and 'b' must have at least one dimension")
-    if not isinstance(dim, int) or not -a.dim() <= dim < a.dim():
-        raise ScanWeaverValueError(f"dim {dim!r} is out of range for {a.dim()}-dimensional inputs")
-    if not isinstance(reverse, bool):
-        raise ScanWeaverTypeError(f"reverse must be True or False, got {reverse!r}")
-    dim %= a.dim()
+    dim = _checks.scan_dim(dim, a.dim())
+    reverse = _checks.flag("reverse", reverse)
     channels = a.shape[:dim] + a.shape[dim + 1:]
     _checks.shape("h0", h0, channels, f"'a' without dim {dim}")
     L = a.shape[dim]
-    a2 = a.movedim(dim, -1).reshape(-1, L)
-    b2 = b.movedim(dim, -1).reshape(-1, L)
+    a2, b2 = _checks.rows(a, dim), _checks.rows(b, dim)
     h02 = h0.reshape(-1) if h0 is not None else a.new_zeros(a2.shape[0])
     h = torch.ops.scanweaver.linear_scan_fwd(a2, b2, h02, reverse)
     return h.reshape(*channels, L).movedim(-1, dim)

@@ -83,7 +83,8 @@ GRAD_MAX_TASKS = 8
 def _grad_tasks(Dn: int, size: int) -> tuple[int, list[tuple[int, int]]]:
     threads = num_threads() if size >= (1 << 16) else 1
     tasks = max(1, min(GRAD_MAX_TASKS, Dn // GRAD_TASK_CHANNELS)) if size >= (1 << 16) else 1
-    return threads, split_range(Dn, tasks)
+    # D = 0 still takes one (empty) task: it zeroes the gradients of shared or grouped B and C
+    return threads, split_range(Dn, tasks) or [(0, 0)]
 
 
 def _zeros(like: np.ndarray) -> np.ndarray:
@@ -330,6 +331,8 @@ def selective_scan_fn(
     (batch, D, N), zeros when None; it gets a gradient like the other inputs.  A complex
     (Mamba's complex wtype) runs torch/complex_selective.py.
     """
+    delta_softplus = _checks.flag("delta_softplus", delta_softplus)
+    return_last_state = _checks.flag("return_last_state", return_last_state)
     if isinstance(A, torch.Tensor) and A.is_complex():
         return complex_selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
                                          initial_state)
