@@ -1,0 +1,118 @@
+"""Issue 12: no input may make a GPU kernel touch memory outside its arrays.  The device
+checks nothing, so every access of a memref argument in a kernel is proven in bounds
+before the launch: by the shape contract (which now reads data guards and bounds guards,
+`tests/gpu_bounds/`) or by the launch's `covers_dims`; the GPU lowering refuses the rest,
+naming the op, and those functions run on the CPU with runtime bounds checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scanweaver import compiler
+from scanweaver.cli import main
+from scanweaver.errors import ScanWeaverValueError
+from scanweaver.interp.gpu_sim import GpuSimError, simulate_launch
+from scanweaver.interp.run import run_function
+from scanweaver.ir import parse_ir
+from scanweaver.runtime.shape_contract import derive_contracts
+
+FORMS = Path(__file__).parent / "gpu_bounds"
+C = 3
+
+
+def _text(name: str) -> str:
+    return (FORMS / f"{name}.mlir").read_text()
+
+
+def _call(name: str, L: int, y_len: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed * 97 + L)
+    x = rng.uniform(-1, 1, (C, L)).astype(np.float32)
+    return [x, np.float32(0.7), rng.uniform(-1, 1, (C, y_len)).astype(np.float32)]
+
+
+def _contract(name: str):
+    return derive_contracts(parse_ir(_text(name)))[name]
+
+
+def _runs_like_the_loops(name: str, L: int, y_len: int) -> None:
+    lowered = compiler.lower(_text(name), "gpu", keep_stages=False).module
+    want = _call(name, L, y_len, seed=1)
+    got = [a.copy() if isinstance(a, np.ndarray) else a for a in want]
+    run_function(parse_ir(_text(name)), name, *want)
+    simulate_launch(lowered, name, *got)
+    np.testing.assert_allclose(got[2], want[2], rtol=2e-3, atol=2e-3, err_msg=f"L={L}")
+
+
+def test_data_guard_hole_is_refused_before_the_launch():
+    """`if h > 0 { y[c, t + 1] = h }`: before, the store was unchecked and covers_dims held
+    only y's channel dim, so y of (C, 1) passed every check and the kernel wrote y[c, 1..L]
+    (the simulator shows it).  Now the contract judges the store over its whole range."""
+    contract = _contract("data_guard_next")
+    assert contract.unchecked == []
+    x, k, y = _call("data_guard_next", 5, 1)
+    lowered = compiler.lower(_text("data_guard_next"), "gpu", keep_stages=False).module
+    with pytest.raises(GpuSimError, match="out-of-bounds memref.store"):
+        simulate_launch(lowered, "data_guard_next", x, k, y)
+    with pytest.raises(ScanWeaverValueError, match="'y'"):
+        contract.check([x, k, y])
+    with pytest.raises(ScanWeaverValueError):
+        contract.check(_call("data_guard_next", 5, 5))  # y[c, L] is written too
+    contract.check(_call("data_guard_next", 5, 6))
+
+
+@pytest.mark.parametrize("L", [0, 1, 2, 7, 19])
+def test_data_guard_runs_like_the_loops(L):
+    _runs_like_the_loops("data_guard_next", L, L + 1)
+
+
+def test_bounds_guard_accepts_the_safe_call():
+    """`if t + 1 < L { y[c, t + 1] = h }`: inside the guard t + 1 <= L - 1, so y of the
+    same shape as x passes, and one element shorter does not."""
+    contract = _contract("bounds_guard_next")
+    assert contract.unchecked == []
+    contract.check(_call("bounds_guard_next", 7, 7))
+    with pytest.raises(ScanWeaverValueError, match="'y'"):
+        contract.check(_call("bounds_guard_next", 7, 6))
+
+
+@pytest.mark.parametrize("L", [0, 1, 2, 7, 19])
+def test_bounds_guard_runs_like_the_loops(L):
+    _runs_like_the_loops("bounds_guard_next", L, L)
+
+
+REFUSED = {
+    # a loaded index: nothing bounds it before the launch
+    "gather": "'%xv = memref.load %x[%c, %i] : memref<?x?xf32>' may access %x out of bounds: the shape contract "
+              "does not follow its index, so nothing checks it before the launch",
+    # `if t != 0 { y[c, t - 1] }`: a guard on an index the contract does not read
+    "unread_guard_prev": "'memref.store %hn, %y[%c, %t1] : memref<?x?xf32>' may access %y out of bounds: the shape "
+                         "contract does not follow its index, so nothing checks it before the launch",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unproven_access_is_refused_with_the_op(name, tmp_path, capsys):
+    out = tmp_path / f"{name}.ptx"
+    assert main(["compile", str(FORMS / f"{name}.mlir"), "--target", "ptx", "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"scanweaver: error: function @{name} needs host-side work")
+    assert REFUSED[name] in err
+    assert not out.exists() and not (tmp_path / f"{name}.ptx.launch.json").exists()
+    assert _contract(name).unchecked  # so the CPU build turns on its runtime bounds checks
+
+
+def test_refused_gather_runs_on_the_cpu_with_bounds_checks():
+    import scanweaver
+
+    text = _text("gather")
+    fn = scanweaver.compile(text, "cpu").gather
+    rng = np.random.default_rng(3)
+    x, y = rng.uniform(-1, 1, (C, 6)).astype(np.float32), np.zeros((C, 6), np.float32)
+    at = rng.integers(0, 6, (C, 6)).astype(np.int32)
+    want = y.copy()
+    run_function(parse_ir(text), "gather", x, at, np.float32(0.5), want)
+    fn(x, at, np.float32(0.5), y)
+    np.testing.assert_allclose(y, want, rtol=1e-5)
