@@ -83,10 +83,14 @@ def test_bounds_guard_runs_like_the_loops(L):
     _runs_like_the_loops("bounds_guard_next", L, L)
 
 
+_UNPROVEN = "may access %x out of bounds: the shape contract does not follow its index, so nothing checks it before the launch"
 REFUSED = {
+    # the same gather in a nest with a buffer between its channel loops: the fused kernels
+    # refuse that nest, and the channel program (one thread per channel) used to take it
+    "channel_program_gather": "channel program (one thread per channel): '%xv = memref.load %x[%b, %c, %i] : "
+                              f"memref<?x?x?xf32>' {_UNPROVEN}",
     # a loaded index: nothing bounds it before the launch
-    "gather": "'%xv = memref.load %x[%c, %i] : memref<?x?xf32>' may access %x out of bounds: the shape contract "
-              "does not follow its index, so nothing checks it before the launch",
+    "gather": f"'%xv = memref.load %x[%c, %i] : memref<?x?xf32>' {_UNPROVEN}",
     # `if t != 0 { y[c, t - 1] }`: a guard on an index the contract does not read
     "unread_guard_prev": "'memref.store %hn, %y[%c, %t1] : memref<?x?xf32>' may access %y out of bounds: the shape "
                          "contract does not follow its index, so nothing checks it before the launch",
@@ -116,3 +120,17 @@ def test_refused_gather_runs_on_the_cpu_with_bounds_checks():
     run_function(parse_ir(text), "gather", x, at, np.float32(0.5), want)
     fn(x, at, np.float32(0.5), y)
     np.testing.assert_allclose(y, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("L", [0, 1, 6])
+def test_channel_program_with_proven_accesses_still_runs(L):
+    """The channel-program form of a direct index: a kernel, simulated like the loops."""
+    text = _text("channel_program_direct")
+    lowered = compiler.lower(text, "gpu", keep_stages=False).module
+    assert any(o.name == "gpu.func" for o in lowered.walk())
+    rng = np.random.default_rng(L)
+    x, y = rng.uniform(-1, 1, (2, C, L)).astype(np.float32), np.zeros((2, C, L), np.float32)
+    want = y.copy()
+    run_function(parse_ir(text), "channel_program_direct", x, want)
+    simulate_launch(lowered, "channel_program_direct", x, y)
+    np.testing.assert_allclose(y, want, rtol=2e-3, atol=2e-3)

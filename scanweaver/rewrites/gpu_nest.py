@@ -48,6 +48,8 @@ from scanweaver.rewrites.gpu_kernel import (
     free_values,
     shape_entries,
     thread_id,
+    unproven_accesses,
+    unproven_refusal,
 )
 from scanweaver.rewrites.launch import KernelLaunch
 
@@ -1071,16 +1073,10 @@ def check_proven_in_bounds(nest: Nest) -> None:
     the launch checks (`covers_dims`).  The device checks nothing, so anything else
     (a loaded index, a guard the contract does not read) is refused; the CPU build
     checks it at run time."""
-    from scanweaver.runtime.shape_contract import derive_contract, op_text
-
-    fn_args = set(nest.fn.body.block.args)
-    unchecked = set(derive_contract(nest.fn).unchecked_ops)
-    ranges = _index_ranges(nest, fn_args)
-    emit_state = nest.rec.emit.block.args[1]  # emit's view of the state: the state itself
-    for o, ref, idx, _ in _accesses([nest.root]):
-        if (ref if ref is not emit_state else nest.rec.state) in fn_args and o in unchecked and any((o, ref, pos) not in ranges for pos in range(len(idx))):
-            raise Unsupported(f"'{op_text(o)}' may access {_name_of(ref)} out of bounds: the shape contract "
-                              "does not follow its index, so nothing checks it before the launch")
+    ranges = _index_ranges(nest, set(nest.fn.body.block.args))
+    for o, ref in unproven_accesses(nest.fn, [nest.root]):
+        if any((o, ref, pos) not in ranges for pos in range(len(o.indices))):  # type: ignore[attr-defined]
+            raise unproven_refusal(o, ref)
 
 
 def _backwards_index(
