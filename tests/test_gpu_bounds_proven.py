@@ -134,3 +134,73 @@ def test_channel_program_with_proven_accesses_still_runs(L):
     run_function(parse_ir(text), "channel_program_direct", x, want)
     simulate_launch(lowered, "channel_program_direct", x, y)
     np.testing.assert_allclose(y, want, rtol=2e-3, atol=2e-3)
+
+
+GUARDED = """
+func.func @g(%x: memref<?x?xf32>, %y: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %C = memref.dim %x, %c0 : memref<?x?xf32>
+  %L = memref.dim %x, %c1 : memref<?x?xf32>
+  scf.for %c = %c0 to %C step %c1 {
+    scf.for %t = %c0 to %L step %c1 {
+      %v = memref.load %x[%c, %t] : memref<?x?xf32>
+      GUARD
+    }
+  }
+  func.return
+}
+"""
+
+#: guard -> (judged: not unchecked, the interpreter's own y lengths that stay in bounds for x of length 5)
+GUARDS = {
+    # t >= 1 before y[c, t - 1]: the lower bound (sge), any y of length >= 4
+    "%t1 = arith.subi %t, %c1 : index\n %g = arith.cmpi sge, %t, %c1 : index\n"
+    "scf.if %g { memref.store %v, %y[%c, %t1] : memref<?x?xf32> }": True,
+    # L > t + 2 (sgt, the loop index on the right), nested in t + 1 < L
+    "%t1 = arith.addi %t, %c1 : index\n %t2 = arith.addi %t, %c2 : index\n"
+    "%g = arith.cmpi slt, %t1, %L : index\n %h = arith.cmpi sgt, %L, %t2 : index\n"
+    "scf.if %g { scf.if %h { memref.store %v, %y[%c, %t2] : memref<?x?xf32> } }": True,
+    # both bounds in one conjunction
+    "%t1 = arith.addi %t, %c1 : index\n %a = arith.cmpi sle, %t1, %L : index\n %b = arith.cmpi sge, %t, %c0 : index\n"
+    "%g = arith.andi %a, %b : i1\n scf.if %g { memref.store %v, %y[%c, %t1] : memref<?x?xf32> }": True,
+    # a data guard's else-branch is judged too
+    "%z = arith.constant 0.0 : f32\n %g = arith.cmpf ogt, %v, %z : f32\n %t1 = arith.addi %t, %c1 : index\n"
+    "scf.if %g { } else { memref.store %v, %y[%c, %t1] : memref<?x?xf32> }": True,
+    # a bounds guard's else-branch is not read: unchecked
+    "%t1 = arith.addi %t, %c1 : index\n %g = arith.cmpi sge, %t1, %L : index\n"
+    "scf.if %g { } else { memref.store %v, %y[%c, %t1] : memref<?x?xf32> }": False,
+    # an unsigned comparison says nothing about a negative index: unchecked
+    "%t1 = arith.addi %t, %c1 : index\n %g = arith.cmpi ult, %t1, %L : index\n"
+    "scf.if %g { memref.store %v, %y[%c, %t1] : memref<?x?xf32> }": False,
+}
+
+
+@pytest.mark.parametrize("guard", list(GUARDS), ids=range(len(GUARDS)))
+def test_guarded_contract_refuses_exactly_the_calls_that_leave_y(guard):
+    """Where the contract reads the guard it accepts a call iff the interpreter (the
+    oracle, which raises on an access outside an array) stays inside y, over y's lengths
+    around x's (data all positive or all negative, so a data guard goes either way)."""
+    text = GUARDED.replace("GUARD", guard)
+    contract = derive_contracts(parse_ir(text))["g"]
+    assert (contract.unchecked == []) == GUARDS[guard]
+    if not GUARDS[guard]:
+        return
+    outcomes = set()
+    for y_len in range(2, 9):
+        for sign in (1, -1) if "cmpf" not in guard else (-1,):  # (the data guard's branch runs for x <= 0)
+            x, y = np.full((2, 5), sign, np.float32), np.zeros((2, y_len), np.float32)
+            try:
+                run_function(parse_ir(text), "g", x, y)
+                inside = True
+            except Exception:  # noqa: BLE001 - the interpreter's out-of-bounds error
+                inside = False
+            try:
+                contract.check([x, y])
+                accepted = True
+            except ScanWeaverValueError:
+                accepted = False
+            assert accepted == inside, (y_len, sign)
+            outcomes.add(inside)
+    assert outcomes == {True, False}

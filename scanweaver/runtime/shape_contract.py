@@ -135,6 +135,7 @@ class _Analysis:
         self.exprs: dict[SSAValue, _Expr] = {}
         self.loops: dict[SSAValue, _Loop] = {}
         self.states: dict[SSAValue, SSAValue] = {}  # a recurrence's emit argument -> its `state` operand
+        self.bounds: list[tuple[SSAValue, str, _Expr]] = []  # what the bounds guards around say
 
     def arg_text(self, i: int) -> str:
         return f"argument '{self.contract.arg_names[i]}' (#{i})"
@@ -174,8 +175,7 @@ class _Analysis:
             d = dim.eval(())[0]
             if not 0 <= d < src.type.get_num_dims():
                 raise _Unknown  # undefined behaviour: left to the runtime checks
-            return _Expr(["dim", i, d], f"dim({self.contract.arg_names[i]}, {d})",
-                         frozenset({f"dim {d} of {self.arg_text(i)}"}))
+            return self.dim_expr(i, d)
         if isinstance(op, arith.IndexCastOp):
             return self.expr(op.input)
         sym = _BINARY.get(type(op))
@@ -208,19 +208,21 @@ class _Analysis:
 
     def visit_if(self, op: scf.IfOp, loops: list[_Loop | None], guarded: bool) -> None:
         """A data guard's branches are judged as if unguarded; a bounds guard's then-branch
-        with the compared index values bounded by the guard; anything else is unchecked."""
+        with the compared index values bounded by the guard (and by the guards around it);
+        anything else is unchecked."""
         bounds = None if guarded else self.guard(op.cond)
-        outer = self.exprs
+        outer, around = self.exprs, self.bounds
         for region, refine in ((op.true_region, bounds), (op.false_region, [] if bounds == [] else None)):
+            self.bounds = around + (refine or [])
             # a fresh cache inside: values computed from a bounded one are bounded too
             self.exprs = dict(outer) if not refine else {}
-            for v, kind, bound in refine or ():
+            for v, kind, bound in self.bounds if refine else ():
                 e = self.exprs.get(v) or self.expr(v)
                 self.exprs[v] = _Expr([kind, e.tree, bound.tree], f"{kind}({e.text}, {bound.text})",
                                       e.sources | bound.sources, e.ivs | bound.ivs, e.correlated)
             for blk in region.blocks:
                 self.walk(blk, loops, guarded or refine is None)
-        self.exprs = outer
+        self.exprs, self.bounds = outer, around
 
     def guard(self, cond: SSAValue) -> list[tuple[SSAValue, str, _Expr]] | None:
         """What `cond` being true bounds: [] for a data guard (its value depends on no index,
@@ -265,13 +267,12 @@ class _Analysis:
             return
         if isinstance(op, scan.RecurrenceOp | scan.LinearRecurrenceOp):
             shape = op.state.type.get_shape()
-            n = shape[0] if shape and shape[0] != DYNAMIC_INDEX else None
             for region in op.regions:
                 blk = region.blocks[0]
                 loop = self.loop_scope(blk.args[0], op.lb, op.ub, op.step)
-                if len(blk.args) > 1 and isinstance(blk.args[1].type, IndexType):
-                    # coeffs' state index k runs over the static state size
-                    self.loops[blk.args[1]] = _Loop(blk.args[1], _const(0), _const(n)) if n else None  # type: ignore[assignment]
+                for k, arg in enumerate(blk.args[1:]):
+                    if isinstance(arg.type, IndexType):  # coeffs' state indices run over the state's sizes
+                        self.loops[arg] = self.state_size(arg, op.state, k, shape)  # type: ignore[assignment]
                 if len(blk.args) > 1 and isinstance(blk.args[1].type, MemRefType):
                     self.states[blk.args[1]] = op.state  # emit's view of the state is the state itself
                 self.walk(blk, loops + [loop], guarded)
@@ -291,6 +292,20 @@ class _Analysis:
         for region in op.regions:
             for blk in region.blocks:
                 self.walk(blk, loops, True)
+
+    def state_size(self, iv: SSAValue, state: SSAValue, k: int, shape: Sequence[int]) -> _Loop | None:
+        """0 .. size k of a recurrence's state: static, or the dim of a state argument."""
+        i = self.arg_index(state)
+        if k < len(shape) and shape[k] != DYNAMIC_INDEX:
+            size = _const(shape[k])
+        elif i is not None:
+            size = self.dim_expr(i, k)
+        else:
+            return None
+        return _Loop(iv, _const(0), size)
+
+    def dim_expr(self, i: int, d: int) -> _Expr:
+        return _Expr(["dim", i, d], f"dim({self.contract.arg_names[i]}, {d})", frozenset({f"dim {d} of {self.arg_text(i)}"}))
 
     def arg_index(self, v: SSAValue) -> int | None:
         if isinstance(v, BlockArgument) and v.owner is self.fn.body.blocks[0]:
