@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from scanweaver import compiler
-from scanweaver.cli import main
 from scanweaver.errors import ScanWeaverValueError
 from scanweaver.interp.gpu_sim import GpuSimError, simulate_launch
 from scanweaver.interp.run import run_function
@@ -20,6 +19,7 @@ from scanweaver.ir import parse_ir
 from scanweaver.runtime.shape_contract import derive_contracts
 
 FORMS = Path(__file__).parent / "gpu_bounds"
+REFUSED_FORMS = Path(__file__).parent / "gpu_refused"
 C = 3
 
 
@@ -83,35 +83,22 @@ def test_bounds_guard_runs_like_the_loops(L):
     _runs_like_the_loops("bounds_guard_next", L, L)
 
 
-_UNPROVEN = "may access %x out of bounds: the shape contract does not follow its index, so nothing checks it before the launch"
-REFUSED = {
-    # the same gather in a nest with a buffer between its channel loops: the fused kernels
-    # refuse that nest, and the channel program (one thread per channel) used to take it
-    "channel_program_gather": "channel program (one thread per channel): '%xv = memref.load %x[%b, %c, %i] : "
-                              f"memref<?x?x?xf32>' {_UNPROVEN}",
-    # a loaded index: nothing bounds it before the launch
-    "gather": f"'%xv = memref.load %x[%c, %i] : memref<?x?xf32>' {_UNPROVEN}",
-    # `if t != 0 { y[c, t - 1] }`: a guard on an index the contract does not read
-    "unread_guard_prev": "'memref.store %hn, %y[%c, %t1] : memref<?x?xf32>' may access %y out of bounds: the shape "
-                         "contract does not follow its index, so nothing checks it before the launch",
-}
+REFUSED = ["channel_program_gather", "gather", "unread_guard_prev"]  # test_gpu_refusals.py pins their reasons
 
 
-@pytest.mark.parametrize("name", sorted(REFUSED))
-def test_unproven_access_is_refused_with_the_op(name, tmp_path, capsys):
-    out = tmp_path / f"{name}.ptx"
-    assert main(["compile", str(FORMS / f"{name}.mlir"), "--target", "ptx", "-o", str(out)]) == 1
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith(f"scanweaver: error: function @{name} needs host-side work")
-    assert REFUSED[name] in err
-    assert not out.exists() and not (tmp_path / f"{name}.ptx.launch.json").exists()
-    assert _contract(name).unchecked  # so the CPU build turns on its runtime bounds checks
+@pytest.mark.parametrize("name", REFUSED)
+def test_refused_forms_are_unchecked_on_the_cpu(name):
+    """What the GPU refuses is unchecked in the contract, so the CPU build of it turns
+    on MLIR's runtime bounds checks."""
+    text = (REFUSED_FORMS / f"{name}.mlir").read_text()
+    assert derive_contracts(parse_ir(text))[name].unchecked
 
 
-def test_refused_gather_runs_on_the_cpu_with_bounds_checks():
+def test_refused_gather_runs_on_the_cpu():
+    """The refused gather still compiles for the CPU and runs like the interpreter."""
     import scanweaver
 
-    text = _text("gather")
+    text = (REFUSED_FORMS / "gather.mlir").read_text()
     fn = scanweaver.compile(text, "cpu").gather
     rng = np.random.default_rng(3)
     x, y = rng.uniform(-1, 1, (C, 6)).astype(np.float32), np.zeros((C, 6), np.float32)
