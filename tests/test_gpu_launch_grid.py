@@ -124,3 +124,30 @@ def test_selective_scan_one_build_dynamic_shapes(batch, D, L):
             rng.uniform(-1, 1, (D, n)).astype(np.float32), rng.uniform(-1, 1, (batch, D, n)).astype(np.float32),
             np.zeros((batch, D, L), np.float32), np.zeros((batch, D, n), np.float32)]
     assert _grids_agree(m, args) == [(batch * D, 1, 1)]
+
+
+@pytest.mark.parametrize("form,lb,step", [("chan_lb1", 1, 1), ("chan_lb2_step3", 2, 3)])
+@pytest.mark.parametrize("channels", [0, 1, 2, 3, 5, 8])
+def test_channel_loop_from_a_constant_with_a_step(form, lb, step, channels):
+    """`for c = lb to x.shape[0] step s`: the grid is the loop's trip count, the `span`
+    term max(0, ceil((C - lb) / s)), in the IR and the description alike; never
+    negative when C < lb (then no block runs), and the kernel writes what the loops do."""
+    from pathlib import Path
+
+    from scanweaver import compiler
+    from scanweaver.interp.run import run_function
+
+    text = (Path(__file__).parent / "gpu_loop_forms_more" / f"{form}.mlir").read_text()
+    m = compiler.lower(text, "gpu", keep_stages=False).module
+    (desc,) = launch_descriptions(m)
+    assert str(desc.grid[0]).startswith("span(")
+    x = np.random.default_rng(channels).uniform(-1, 1, (channels, 5)).astype(np.float32)
+    want, got = np.full_like(x, np.nan), np.full_like(x, np.nan)
+    run_function(parse_ir(text), form, x, np.float32(0.75), want)
+    trip = max(0, -(-(channels - lb) // step))
+    if trip:
+        assert _grids_agree(m, [x, np.float32(0.75), got]) == [(trip, 1, 1)]
+    else:  # nothing to launch: the description says so too
+        assert desc.resolve_grid({a[0]: x.shape for a in desc.args if a[1] != "scalar"})[0] == 0
+        simulate_launch(m, form, x, np.float32(0.75), got)
+    np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)

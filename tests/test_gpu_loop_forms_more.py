@@ -33,7 +33,8 @@ FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 # element), s (a scalar), n (the length as an index)
 ROLES = {
     "cond_emit": "CL s CL", "masked_if": "CL CL s CL", "seq_lb1": "L L L", "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL",
-    "chan_step2": "CL CL CL",
+    "chan_step2": "CL CL CL", "final_only": "CL CL C", "chan_lb1": "CL s CL",
+    "chan_lb2_step3": "CL s CL",
     "emit_prev_index": "CL CL CL", "per_chan_a": "C CL CL", "two_nest_shared_value": "C CL CL CL",
     "add_then_mul": "CL s CL", "max_and_ema": "CL s CL CL", "cascade_two_loops": "CL s s CL CL",
     "affine_emit": "CL CL s s CL", "cascade": "CL s s CL", "chain": "CL CL CL CL",
@@ -123,6 +124,25 @@ def test_sign_extended_input_on_the_cpu():
     scanweaver.compile(text, "cpu").i8_ext_i32(x, got)
     np.testing.assert_array_equal(got, want)
     assert x.min() < -100 and x.max() > 100
+
+
+@pytest.mark.parametrize("name", ["final_only"])
+def test_cpu_build_runs_like_the_loops(name):
+    """The forms the raise newly takes also run through the CPU build like the loops."""
+    import scanweaver
+
+    text = (FORMS / f"{name}.mlir").read_text()
+    program = getattr(scanweaver.compile(text, "cpu"), name)
+    for L in (*LENGTHS, 300):
+        ref = _args(name, L)
+        got = [a.copy() if isinstance(a, np.ndarray) else a for a in ref]
+        run_function(parse_ir(text), name, *ref)
+        program(*got)
+        for r, g in zip(ref, got):
+            if isinstance(r, np.ndarray) and r.dtype.kind == "i":
+                np.testing.assert_array_equal(g, r, err_msg=f"L={L}")
+            elif isinstance(r, np.ndarray):
+                np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5, err_msg=f"L={L}")
 
 
 def test_wrapping_sums_are_checked():
