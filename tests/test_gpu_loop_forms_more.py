@@ -11,6 +11,7 @@ first element is set before its time loop from 1 (`seq_lb1`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from scanweaver.cli import main
 from scanweaver.dtypes import NUMPY_DTYPES
 from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
+from scanweaver.runtime.cuda_artifact_schema import check_document
 from scanweaver.ir import parse_ir
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
 from test_gpu_loop_forms import lower_forms
@@ -162,7 +164,7 @@ def test_every_form_assembles_without_spills(chip):
 
 
 CLI_FORMS = ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain", "seq_both", "seq_lb1",
-             "two_nest_shared_value"]
+             "two_nest_shared_value", "chan_lb1", "chan_lb2_step3", "final_only"]
 
 
 @pytest.mark.parametrize("name", CLI_FORMS)
@@ -170,4 +172,5 @@ def test_command_line_writes_ptx(name, tmp_path, capsys):
     out = tmp_path / f"{name}.ptx"
     assert main(["compile", str(FORMS / f"{name}.mlir"), "--target", "ptx", "-o", str(out)]) == 0
     assert ".entry" in out.read_text()
-    assert (tmp_path / f"{name}.ptx.launch.json").exists()
+    launch = tmp_path / f"{name}.ptx.launch.json"
+    check_document(json.loads(launch.read_text()), str(launch))  # what `scanweaver.load` checks
