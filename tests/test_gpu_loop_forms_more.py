@@ -36,7 +36,7 @@ FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 ROLES = {
     "cond_emit": "CL s CL", "masked_if": "CL CL s CL", "seq_lb1": "L L L", "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL",
     "chan_step2": "CL CL CL", "final_only": "CL CL C", "chan_lb1": "CL s CL",
-    "chan_lb2_step3": "CL s CL",
+    "chan_lb2_step3": "CL s CL", "mixed_types": "CL s CL CL", "mixed_mask": "CL s CL CL",
     "emit_prev_index": "CL CL CL", "per_chan_a": "C CL CL", "two_nest_shared_value": "C CL CL CL",
     "add_then_mul": "CL s CL", "max_and_ema": "CL s CL CL", "cascade_two_loops": "CL s s CL CL",
     "affine_emit": "CL CL s s CL", "cascade": "CL s s CL", "chain": "CL CL CL CL",
@@ -128,7 +128,7 @@ def test_sign_extended_input_on_the_cpu():
     assert x.min() < -100 and x.max() > 100
 
 
-@pytest.mark.parametrize("name", ["final_only"])
+@pytest.mark.parametrize("name", ["final_only", "mixed_types", "mixed_mask"])
 def test_cpu_build_runs_like_the_loops(name):
     """The forms the raise newly takes also run through the CPU build like the loops."""
     import scanweaver
@@ -164,7 +164,7 @@ def test_every_form_assembles_without_spills(chip):
 
 
 CLI_FORMS = ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain", "seq_both", "seq_lb1",
-             "two_nest_shared_value", "chan_lb1", "chan_lb2_step3", "final_only"]
+             "two_nest_shared_value", "chan_lb1", "chan_lb2_step3", "final_only", "mixed_types", "mixed_mask"]
 
 
 @pytest.mark.parametrize("name", CLI_FORMS)

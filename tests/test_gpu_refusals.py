@@ -22,8 +22,9 @@ REASONS = {
     "carried": "the GPU lowering left scan.recurrence: an enclosing scf.for carries values",
     # an f16 state in an f16 loop: not raised, so nothing reaches the GPU lowering
     "f16_scalar": "no scan op was left there, so the raise did not turn that loop into a recurrence",
-    # an f32 state and an i32 counter in one loop: the raise takes carried values of one type
-    "mixed_types": "no scan op was left there, so the raise did not turn that loop into a recurrence",
+    # an f32 state that adds an i32 counter it carries beside it: the values depend on
+    # each other, so the loop cannot split into one scan op per type
+    "mixed_coupled": "no scan op was left there, so the raise did not turn that loop into a recurrence",
     # y[c, 1] = h0 before a time loop from 1 whose emit writes y[c, t]: that element is
     # written twice, so the store cannot move after the recurrence
     "lb1_overlap": "the GPU lowering left scan.recurrence: the prologue writes %y (not one of its allocas) and "

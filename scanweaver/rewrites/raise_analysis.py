@@ -200,7 +200,12 @@ def _plan_iter_args(loop: scf.ForOp, kind: str) -> RaisePlan:
         if not is_supported_state_type(arg.type):
             raise _Reject(_state_type_reason(f"carried value #{k}", arg.type), kind)
     if len(types) != 1:
-        raise _Reject("carried values have different types", kind)
+        raise _Reject(
+            f"carried values have different types ({', '.join(str(a.type) for a in loop.iter_args)}): a scan "
+            "op carries one type, and the loop splits into one loop per group only when values of different "
+            "types do not depend on each other and no part accesses a memref another part writes",
+            kind,
+        )
     sources = {arg: k for k, arg in enumerate(body.args[1:])}
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
