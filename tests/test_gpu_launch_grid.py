@@ -151,3 +151,24 @@ def test_channel_loop_from_a_constant_with_a_step(form, lb, step, channels):
         assert desc.resolve_grid({a[0]: x.shape for a in desc.args if a[1] != "scalar"})[0] == 0
         simulate_launch(m, form, x, np.float32(0.75), got)
     np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("channels,L", [(3, 37), (6, 37), (9, 1)])
+def test_channel_loop_with_a_step_in_time_blocks(channels, L):
+    """The same loop in time blocks: the `span` term times the chunk count, per launch."""
+    from pathlib import Path
+
+    from scanweaver.interp.run import run_function
+    from scanweaver.rewrites.raise_affine import RaiseRecurrences
+
+    text = (Path(__file__).parent / "gpu_loop_forms_more" / "chan_lb2_step3.mlir").read_text()
+    m = parse_ir(text)
+    RaiseRecurrences().apply(Context(), m)
+    ScanToGpu(block_size=4, items_per_thread=2, time_blocks="always", chunk_tiles=2).apply(Context(), m)
+    x = np.random.default_rng(channels).uniform(-1, 1, (channels, L)).astype(np.float32)
+    want, got = np.full_like(x, np.nan), np.full_like(x, np.nan)
+    run_function(parse_ir(text), "chan_lb2_step3", x, np.float32(0.75), want)
+    rows, chunks = (channels - 2 + 2) // 3, max(1, -(-L // 16))
+    assert _grids_agree(m, [x, np.float32(0.75), got]) == [(rows * chunks, 1, 1), (rows, 1, 1),
+                                                           (rows * chunks, 1, 1)]
+    np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
