@@ -172,3 +172,15 @@ def test_channel_loop_with_a_step_in_time_blocks(channels, L):
     assert _grids_agree(m, [x, np.float32(0.75), got]) == [(rows * chunks, 1, 1), (rows, 1, 1),
                                                            (rows * chunks, 1, 1)]
     np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+
+
+def test_span_term_counts_loop_iterations():
+    """`span(h.shape[0],lb,step)` is the iteration count of `for i = lb to size step s`
+    (0, never negative, below lb); a zero step does not parse."""
+    from scanweaver.errors import ScanWeaverValueError
+    from scanweaver.runtime.cuda_launch import eval_grid_entry
+
+    for size in range(9):
+        assert eval_grid_entry("span(h.shape[0],3,2)*2", {"h": (size,)}) == 2 * len(range(3, size, 2))
+    with pytest.raises(ScanWeaverValueError, match="cannot parse launch size term"):
+        eval_grid_entry("span(h.shape[0],1,0)", {"h": (4,)})
