@@ -572,6 +572,13 @@ def channel_indices(e: Emitter, ref: SSAValue, axis: int, bid: SSAValue) -> list
     return channel
 
 
+def loop_trip_value(e: Emitter, size: SSAValue, lb: int, step: int) -> SSAValue:
+    """max(0, ceil((size - lb) / step)) in index arithmetic (`span` in launch sizes):
+    the signed max keeps a size below `lb` from wrapping to a huge unsigned count."""
+    span = e.val(arith.MaxSIOp(e.sub(size, e.index(lb)), e.index(0))) if lb else size
+    return span if step == 1 else e.val(arith.CeilDivUIOp(span, e.index(step)))
+
+
 def emit_grid_size(host: Emitter, expr: int | str, values: dict[str, SSAValue]) -> SSAValue:
     """The host IR value of one launch-description grid entry, built from the same
     terms the runtime evaluates (`grid_terms`): one formula for the IR's
@@ -585,6 +592,8 @@ def emit_grid_size(host: Emitter, expr: int | str, values: dict[str, SSAValue]) 
             if len(term) == 3:  # cdiv(size, n), at least 1
                 n = term[2]  # type: ignore[misc]
                 v = host.divu(host.add(host.val(arith.MaxUIOp(v, host.index(1))), host.index(n - 1)), host.index(n))
+            elif len(term) == 4:  # span(size, lb, step): a loop's trip count, 0 when size <= lb
+                v = loop_trip_value(host, v, term[2], term[3])  # type: ignore[misc]
         acc = v if acc is None else host.mul(acc, v)
     assert acc is not None
     return acc
