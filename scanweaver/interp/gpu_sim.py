@@ -171,7 +171,7 @@ _VECTOR_OPS = (vector.LoadOp, vector.StoreOp, vector.ExtractOp, vector.InsertOp,
 
 
 def _element_bytes(op: Operation) -> int:
-    store = isinstance(op, (memref.StoreOp, vector.StoreOp))
+    store = isinstance(op, (memref.StoreOp, vector.StoreOp, memref.AtomicRMWOp))
     el = (op.operands[1] if store else op.operands[0]).type.element_type  # type: ignore[attr-defined]
     width = getattr(el, "bitwidth", None) or getattr(getattr(el, "width", None), "data", 64)
     return max(1, width // 8)
@@ -270,6 +270,7 @@ class _Thread:
             elif kind is scf.WhileOp:
                 vals = [env[v] for v in op.operands]
                 while True:
+                    yield op  # a switch point per iteration: a spin loop cannot starve the others
                     cond, *vals = yield from self.exec_block(op.before_region.block, vals)
                     if not cond:
                         break
@@ -287,8 +288,9 @@ class _Thread:
                 env[op.results[0]], env[op.results[1]] = self.shuffle_out
                 self.shuffle_in = self.shuffle_out = None
             elif kind is memref.AtomicRMWOp:
-                yield op  # a switch point: other blocks of the launch may run first
+                yield op  # switch points before and after: other blocks may run in between
                 self._atomic(op, [env[v] for v in op.operands])
+                yield op
             elif kind is gpu.LaneIdOp:
                 env[op.results[0]] = self.linear % WARP
             elif kind is memref.LoadOp or kind is memref.StoreOp:
@@ -418,22 +420,27 @@ def _warps(live: list) -> list[list]:
     return list(groups.values())
 
 
+#: ops a thread yields to the grid scheduler (not barriers or shuffles of its block)
+_SWITCH_POINTS = (memref.AtomicRMWOp, scf.WhileOp)
+
+
 def _next_stop(gen: Generator[Operation, None, None]) -> Generator[Operation, None, Operation | None]:
     """Run one thread to its next barrier or shuffle (None: it returned), yielding each
-    atomic it meets to the grid scheduler before the thread executes it."""
+    switch point it meets (before and after an atomic, each `scf.while` iteration) to
+    the grid scheduler."""
     while True:
         try:
             op = next(gen)
         except StopIteration:
             return None
-        if not isinstance(op, memref.AtomicRMWOp):
+        if not isinstance(op, _SWITCH_POINTS):
             return op
         yield op
 
 
 def _run_warp_to_barrier(blk: _Block, warp: list, waiting: list, finished: list) -> Generator[Operation, None, None]:
     """Advance the lanes of one warp together through their shuffles up to their next
-    barrier (appended to `waiting`) or their end (`finished`); yields at atomics."""
+    barrier (appended to `waiting`) or their end (`finished`); yields at switch points."""
     while True:
         stops: list[tuple[Any, Any, Operation | None]] = []
         for th, gen in warp:
@@ -484,8 +491,8 @@ def _exchange(blk: _Block, op: ShuffleOp, lanes: list[_Thread]) -> None:
 
 
 def _run_block(blk: _Block, threads: list) -> Generator[Operation, None, None]:
-    """Run the threads of one block barrier round by barrier round; yields each atomic
-    (a point where the grid scheduler may switch to another block)."""
+    """Run the threads of one block barrier round by barrier round; yields at each
+    switch point (where the grid scheduler may run another block)."""
     live = threads
     while live:
         waiting: list[tuple[_Thread, Generator[Operation, None, None], Operation]] = []
@@ -523,17 +530,19 @@ def _start_order(grid: tuple[int, int, int], block_order: str | int) -> list[tup
 
 
 class _Scheduler:
-    """Which started block runs next, up to its next atomic. Blocks start in
-    `block_order`, at most `resident` at a time (a block's slot frees when it returns).
+    """Which started block runs next, up to its next switch point (`_SWITCH_POINTS`).
+    Blocks start in `block_order`, at most `resident` at a time (a slot frees when its
+    block returns).
 
     `interleave`: None runs each block to its end (one resident block); an int seeds a
-    random pick at every atomic; "latest-first" is the adversary of a look-back: the
-    block started last runs until it spins (reaches an atomic with no memory written
-    since its previous one), then the next latest, and so on.
+    random pick at every switch point; "round-robin" switches to the next block at each
+    (so a flag published before its value is seen before the value is written);
+    "latest-first" is the adversary of a look-back: the block started last runs until
+    it spins (a quantum writing no memory), then the next latest, and so on.
     A run of `spin_limit` quanta per started block writing no memory is a deadlock."""
 
     def __init__(self, interleave: str | int | None, resident: int | None, spin_limit: int):
-        if interleave not in (None, "latest-first") and (not isinstance(interleave, int) or isinstance(interleave, bool)):
+        if interleave not in (None, "latest-first", "round-robin") and (not isinstance(interleave, int) or isinstance(interleave, bool)):
             raise GpuSimError(f"gpu simulator: unknown interleave {interleave!r}")
         if resident is not None and resident < 1:
             raise GpuSimError(f"gpu simulator: resident must be >= 1, got {resident}")
@@ -541,7 +550,8 @@ class _Scheduler:
         self.resident = 1 if interleave is None and resident is None else resident
         self.spin_limit = spin_limit
         self.rng = random.Random(interleave) if isinstance(interleave, int) else None
-        self.stalled: set[int] = set()  # positions (in `active`) of blocks seen spinning
+        self.stalled: set[int] = set()  # ids of blocks seen spinning
+        self.turn = 0  # round-robin position
 
     def has_room(self, active: list) -> bool:
         return self.resident is None or len(active) < self.resident
@@ -551,6 +561,9 @@ class _Scheduler:
             return self.rng.randrange(len(active))
         if self.interleave is None:
             return 0
+        if self.interleave == "round-robin":
+            self.turn = (self.turn + 1) % len(active)
+            return self.turn
         fresh = [i for i in range(len(active)) if id(active[i][0]) not in self.stalled]
         if not fresh:  # everyone spins: a round latest first, each once
             self.stalled.clear()
