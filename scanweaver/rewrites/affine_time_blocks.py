@@ -342,6 +342,7 @@ class _AffineTimeBlocks:
 
         self.agg_a, self.agg_b, self.carries = (alloc(agg_mt, dyn_sizes) for _ in range(3))
         self.chan_final = alloc(fin_mt, dyn_sizes[: len([d for d in agg_shape[:-1] if d == DYNAMIC_INDEX])])
+        self.scratch = [self.agg_a, self.agg_b, self.carries, self.chan_final]  # in scratch-number order
 
     def _number_scratch(self) -> None:
         """The host function and its scratch numbering (-2 - j in host_args)."""
@@ -353,8 +354,8 @@ class _AffineTimeBlocks:
         if fn is not None:
             from xdsl.dialects.builtin import IntegerAttr, i64
 
-            fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + 4, i64)
-        self.scratch_pos = {self.agg_a: -2 - j0, self.agg_b: -3 - j0, self.carries: -4 - j0, self.chan_final: -5 - j0}
+            fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + len(self.scratch), i64)
+        self.scratch_pos = {buf: -2 - j0 - j for j, buf in enumerate(self.scratch)}
 
     # -- launch descriptions ------------------------------------------------------------------
     def host_args(self, values: Sequence[SSAValue]) -> tuple[int, ...]:
@@ -501,7 +502,7 @@ class _AffineTimeBlocks:
         else:
             nch = bg.emit_grid_size(host, self.grid("h", False), {"h": op.h})
             host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
-        for buf in (self.agg_a, self.agg_b, self.carries, self.chan_final):
+        for buf in self.scratch:
             host.op(memref.DeallocOp.get(buf))
         for (_kname, _, _, _, desc), kf in zip(self.descs, kernels):
             kf.attributes["scanweaver.launch"] = replace(desc, func_name=func_name).to_attr()
