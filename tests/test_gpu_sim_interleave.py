@@ -47,6 +47,7 @@ module attributes {gpu.container_module} {
         scf.yield %s2 : i32
       }
       memref.store %agg, %aggs[%t] : memref<GGxi32>
+      llvm.fence syncscope("device") acq_rel
       %f1 = memref.atomic_rmw assign %one, %flags[%t] : (i32, memref<GGxi32>) -> i32
       %last:2 = scf.while (%p = %t, %acc = %zero) : (index, i32) -> (index, i32) {
         %more = arith.cmpi ugt, %p, %c0 : index
@@ -55,6 +56,7 @@ module attributes {gpu.container_module} {
       ^bb0(%p: index, %acc: i32):
         %q = arith.subi %p, %c1 : index
         %fl = memref.atomic_rmw ori %zero, %flags[%q] : (i32, memref<GGxi32>) -> i32
+        llvm.fence syncscope("device") acq_rel
         %ready = arith.cmpi ne, %fl, %zero : i32
         %np, %nacc = scf.if %ready -> (index, i32) {
           %done = arith.cmpi eq, %fl, %two : i32
@@ -75,6 +77,7 @@ module attributes {gpu.container_module} {
       }
       %inc = arith.addi %last#1, %agg : i32
       memref.store %inc, %incl[%t] : memref<GGxi32>
+      llvm.fence syncscope("device") acq_rel
       %f2 = memref.atomic_rmw assign %two, %flags[%t] : (i32, memref<GGxi32>) -> i32
       %out = scf.for %i = %lo to %hi step %c1 iter_args(%s = %last#1) -> (i32) {
         %v = memref.load %x[%i] : memref<NNxi32>
@@ -89,21 +92,29 @@ module attributes {gpu.container_module} {
 """
 
 _PUBLISH = """      memref.store %agg, %aggs[%t] : memref<GGxi32>
+      llvm.fence syncscope("device") acq_rel
       %f1 = memref.atomic_rmw assign %one, %flags[%t] : (i32, memref<GGxi32>) -> i32
 """
 _TICKET = "%ticket = memref.atomic_rmw addi %one, %counter[%c0] : (i32, memref<1xi32>) -> i32"
 _POLL = "%fl = memref.atomic_rmw ori %zero, %flags[%q] : (i32, memref<GGxi32>) -> i32"
+_FENCE = '''      llvm.fence syncscope("device") acq_rel
+'''
 
+# sequentially every predecessor is complete (flag 2) and its aggregate is never read:
+# a publication bug of the aggregate shows only where blocks interleave
 _BROKEN = {
     # the aggregate's flag goes up before the aggregate is stored
-    "flag_before_value": (_PUBLISH, """      %f1 = memref.atomic_rmw assign %one, %flags[%t] : (i32, memref<GGxi32>) -> i32
+    "flag_before_value": (_PUBLISH, """      llvm.fence syncscope("device") acq_rel
+      %f1 = memref.atomic_rmw assign %one, %flags[%t] : (i32, memref<GGxi32>) -> i32
       memref.store %agg, %aggs[%t] : memref<GGxi32>
 """),
+    # no release fence: the relaxed atomic does not order the store before it
+    "no_release_fence": (_PUBLISH, _PUBLISH.replace(_FENCE, "")),
+    # no acquire fence after the poll: the loads after it are not ordered
+    "no_acquire_fence": (_POLL + "\n  " + _FENCE, _POLL + "\n"),
     # the flag is polled with a plain load: nothing orders the value read after it
     "plain_flag_load": (_POLL, "%fl = memref.load %flags[%q] : memref<GGxi32>"),
 }
-# sequentially every predecessor is complete (flag 2) and its aggregate is never read:
-# a publication bug of the aggregate shows only where blocks interleave
 # the chunk index from the block id: a block may wait on a block that has not started
 _STATIC = (_TICKET, """%bid = gpu.block_id x
       %ticket = arith.index_cast %bid : index to i32

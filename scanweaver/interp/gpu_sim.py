@@ -20,10 +20,10 @@
   between two barriers where at least one of them writes.
 * Cross-block races in global memory (`race_check`): within one launch, a block that
   reads or writes an element of a memref kernel argument that another block wrote (or writes
-  one another block read) is an error unless a release/acquire chain of
-  `memref.atomic_rmw` ops (acq_rel, as upstream lowers them) orders the two accesses
-  (`_GlobalAccesses`): blocks of a launch run in any order and concurrently, so data
-  passes between blocks of one launch only behind a flag published after the data.
+  one another block read) is an error unless `llvm.fence`s around relaxed
+  `memref.atomic_rmw`s order the two accesses (`_GlobalAccesses`): blocks of a launch
+  run in any order and concurrently, so data passes between blocks of one launch only
+  behind a flag published (after a fence) after the data.
 * Blocks of one launch may run interleaved (`interleave`, `resident`: `_Scheduler`):
   every `memref.atomic_rmw` is a point where the scheduler may switch blocks (random,
   or "latest-first": later-started blocks run until they spin); `scf.while` runs, so
@@ -81,6 +81,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
 from scanweaver.dialects.gpu_shuffle import ShuffleOp
+from scanweaver.dialects.llvm_fence import FenceOp
 from scanweaver.errors import ScanWeaverError
 from scanweaver.interp.run import run_function
 
@@ -180,13 +181,15 @@ def _element_bytes(op: Operation) -> int:
 class _GlobalAccesses:
     """Cross-block race check of one launch's global memory, by happens-before.
 
-    Every block has a vector clock; a `memref.atomic_rmw` (acq_rel, as upstream lowers
-    it) on a global element first acquires what earlier atomics on that element
-    released, then releases the block's clock there. A plain access of an element that
-    another block wrote (or a write of one another block read) is a race unless that
-    access is ordered after it through such a release/acquire chain: so a status flag
-    published before its value, or a value read without acquiring its flag, is an
-    error whatever the schedule."""
+    Every block has a vector clock. `memref.atomic_rmw` is relaxed, as the PTX that
+    NVPTX emits for it is (`atom` without ordering, `dialects/llvm_fence.py`); ordering
+    comes from `llvm.fence` as in C++: an atomic releases at its element the block's
+    clock as of the block's last fence, and what an atomic reads there is acquired at
+    the block's next fence. A plain access of an element that another block wrote (or a
+    write of one another block read) is a race unless ordered after it through such a
+    fence-atomic-atomic-fence chain: so a status flag published before its value, a
+    missing fence, or a value read without acquiring its flag is an error whatever the
+    schedule."""
 
     def __init__(self, tracked: set[int]) -> None:
         self.tracked = tracked  # ids of the kernel's memref arguments (alive all launch long)
@@ -194,6 +197,8 @@ class _GlobalAccesses:
         self.readers: dict[tuple[int, tuple[int, ...]], dict[tuple[int, int, int], int]] = {}
         self.clocks: dict[tuple[int, int, int], dict[tuple[int, int, int], int]] = {}
         self.released: dict[tuple[int, tuple[int, ...]], dict[tuple[int, int, int], int]] = {}
+        self.fenced: dict[tuple[int, int, int], dict[tuple[int, int, int], int]] = {}  # clock at last fence
+        self.seen: dict[tuple[int, int, int], dict[tuple[int, int, int], int]] = {}  # read since last fence
 
     def _clock(self, blk: tuple[int, int, int]) -> dict[tuple[int, int, int], int]:
         return self.clocks.setdefault(blk, {blk: 1})
@@ -202,10 +207,14 @@ class _GlobalAccesses:
         return other == blk or self._clock(blk).get(other, 0) >= epoch
 
     def atomic(self, buf: Any, idx: tuple[int, ...], blk: tuple[int, int, int]) -> None:
-        clock, loc = self._clock(blk), self.released.setdefault((id(buf), idx), {})
-        for b, t in loc.items():  # acquire
-            clock[b] = max(clock.get(b, 0), t)
-        loc.update(clock)  # release (the location's clock is now <= the block's, entry-wise)
+        loc = self.released.setdefault((id(buf), idx), {})
+        _join(self.seen.setdefault(blk, {}), loc)  # acquired at the next fence
+        _join(loc, self.fenced.get(blk, {}))  # what the last fence released
+
+    def fence(self, blk: tuple[int, int, int]) -> None:
+        clock = self._clock(blk)
+        _join(clock, self.seen.pop(blk, {}))
+        self.fenced[blk] = dict(clock)
         clock[blk] += 1
 
     def check(self, buf: Any, idx: tuple[int, ...], blk: tuple[int, int, int], write: bool, op: Operation) -> None:
@@ -229,6 +238,12 @@ class _GlobalAccesses:
             self.writer[key] = (blk, epoch)
         else:
             self.readers.setdefault(key, {})[blk] = epoch
+
+
+def _join(into: dict, other: dict) -> None:
+    for b, t in other.items():
+        if into.get(b, 0) < t:
+            into[b] = t
 
 
 class _Thread:
@@ -291,6 +306,10 @@ class _Thread:
                 yield op  # switch points before and after: other blocks may run in between
                 self._atomic(op, [env[v] for v in op.operands])
                 yield op
+            elif kind is FenceOp:
+                yield op  # a switch point, like an atomic
+                if self.blk.glob is not None:
+                    self.blk.glob.fence(self.blk.block_id)
             elif kind is gpu.LaneIdOp:
                 env[op.results[0]] = self.linear % WARP
             elif kind is memref.LoadOp or kind is memref.StoreOp:
@@ -421,7 +440,7 @@ def _warps(live: list) -> list[list]:
 
 
 #: ops a thread yields to the grid scheduler (not barriers or shuffles of its block)
-_SWITCH_POINTS = (memref.AtomicRMWOp, scf.WhileOp)
+_SWITCH_POINTS = (memref.AtomicRMWOp, scf.WhileOp, FenceOp)
 
 
 def _next_stop(gen: Generator[Operation, None, None]) -> Generator[Operation, None, Operation | None]:

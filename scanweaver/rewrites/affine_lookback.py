@@ -13,16 +13,15 @@ Opt-in (`scan-to-gpu{time-blocks=lookback}`) alternative to the reduce-then-scan
      the protocol needs no co-residency of blocks (forward progress on any GPU);
    * loads its tile once and folds it into the chunk aggregate `(A, B)` (warp-shuffle
      scans, f64 for float states); thread 0 stores it, then raises the chunk's flag to
-     AGGREGATE (`memref.atomic_rmw assign`: upstream lowers every atomic_rmw to an
-     acq_rel `llvm.atomicrmw`, so the stores before it are visible to whoever reads the
-     flag with an atomic);
-   * look-back (thread 0): walks the predecessors' flags (`atomic_rmw ori 0`, an
-     acquire read), spinning on INVALID, folding AGGREGATE chunks into the suffix
+     AGGREGATE: a release fence (`llvm.fence acq_rel`, `fence.acq_rel.gpu`), then
+     `memref.atomic_rmw assign` (a relaxed `atom` in the PTX: the fence orders it);
+   * look-back (thread 0): walks the predecessors' flags (`atomic_rmw ori 0`, then an
+     acquire fence before reading what they publish), spinning on INVALID, folding AGGREGATE chunks into the suffix
      aggregate, stopping at the first INCLUSIVE chunk (or at `init` before chunk 0);
    * scans its tile from that carry with the chained-tile code of the one-block kernel
      (state type, its overflow guard and underflow poison) on the registers it loaded,
      writes `h`, and thread 0 publishes the tile's last state as the chunk's INCLUSIVE
-     prefix (value, then flag); the last chunk's block writes `final`.
+     prefix (value, fence, flag); the last chunk's block writes `final`.
 
 Numerics (the bar of `affine_time_blocks.py`). Aggregates and the carry are f64 for
 float states. The INCLUSIVE value is the exact state the chunk ended with, not an
@@ -47,6 +46,7 @@ from xdsl.ir import Attribute, Block, SSAValue
 from xdsl.rewriter import Rewriter
 
 from scanweaver.dialects import scan
+from scanweaver.dialects.llvm_fence import FenceOp
 from scanweaver.rewrites import affine_time_blocks as atb
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
@@ -77,8 +77,17 @@ def _while(e: Emitter, inits: Sequence[SSAValue], cond, body) -> Sequence[SSAVal
 
 
 def _poll(e: Emitter, flags: SSAValue, idx: Sequence[SSAValue]) -> SSAValue:
-    """The flag at `idx`, read with an acquire (an atomic or of 0)."""
-    return _atomic(e, _ORI, e.const(0, i32), flags, idx)
+    """The flag at `idx` (an atomic or of 0), then an acquire fence: loads after it see
+    what the flag's writer stored before its release fence."""
+    flag = _atomic(e, _ORI, e.const(0, i32), flags, idx)
+    e.op(FenceOp())
+    return flag
+
+
+def _raise_flag(e: Emitter, status: int, flags: SSAValue, idx: Sequence[SSAValue]) -> None:
+    """A release fence (the stores before it become visible first), then the flag."""
+    e.op(FenceOp())
+    _atomic(e, _ASSIGN, e.const(status, i32), flags, idx)
 
 
 def _look_back(
@@ -90,7 +99,7 @@ def _look_back(
     at_k = [*channel, k]
     e.store(agg[0], args["agg_a"], at_k)
     e.store(agg[1], args["agg_b"], at_k)
-    _atomic(e, _ASSIGN, e.const(AGGREGATE, i32), args["flags"], at_k)
+    _raise_flag(e, AGGREGATE, args["flags"], at_k)
     types = [k.type, agg_t, agg_t, agg_t, IntegerType(1)]
     yes, no = e.const(1, IntegerType(1)), e.const(0, IntegerType(1))
 
@@ -294,7 +303,7 @@ def _emit_lookback(e: Emitter, args: dict[str, SSAValue], name: str, lb: _Affine
     def publish(ie: Emitter) -> None:
         at_k = [*channel, k]
         ie.store(atb._to(ie, last, agg_t), args["incl"], at_k)
-        _atomic(ie, _ASSIGN, ie.const(INCLUSIVE, i32), args["flags"], at_k)
+        _raise_flag(ie, INCLUSIVE, args["flags"], at_k)
         if "final" in args:
             is_last = ie.cmp("eq", k, ie.sub(n, ie.index(1)))
             ie.if_(is_last, [], lambda je: je.store(last, args["final"], channel))
