@@ -38,10 +38,9 @@ words per chunk. State types `gpu.shuffle` cannot move take the reduce-then-scan
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from xdsl.dialects import arith, gpu, memref, scf
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, IntegerType, MemRefType, UnitAttr, i32, i64
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, MemRefType, i32, i64
 from xdsl.ir import Attribute, Block, SSAValue
 from xdsl.rewriter import Rewriter
 
@@ -50,7 +49,6 @@ from scanweaver.dialects.llvm_fence import FenceOp
 from scanweaver.rewrites import affine_time_blocks as atb
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
-from scanweaver.rewrites.launch import KernelLaunch
 
 #: chunk status words
 AGGREGATE, INCLUSIVE = 1, 2
@@ -188,23 +186,16 @@ class _AffineLookback(atb._AffineTimeBlocks):
         e.op(gpu.ReturnOp([]))
         flag_entries = tuple([self.entry("a", i) for i in self.channel_dims] + [self.chunk_count("a")])
         grid = self.grid("a", False)
-        self.descs.append((name, grid, {"a": self.op.a}, values, KernelLaunch(
-            kernel_name=name, module_name=bg.KERNEL_MODULE, func_name="", grid=(grid, 1, 1), block=(bs, 1, 1),
-            shared_bytes=0, args=self.arg_desc(names, ["in", "out", "out"], values),
-            host_args=self.host_args(values), scratch=(("counter", (1,)), ("flags", flag_entries)),
-            notes="scan.affine look-back 1/2: zero the ticket counter and chunk flags",
-        )))
-        kmod.body.block.add_op(kf)
-        return kf
+        return self.describe(kf, grid, {"a": self.op.a}, names, ["in", "out", "out"], values, 0,
+                      "scan.affine look-back 1/2: zero the ticket counter and chunk flags",
+                      scratch=(("counter", (1,)), ("flags", flag_entries)))
 
     def _lookback_kernel(self) -> gpu.FuncOp:
         """Kernel 2: one chunk per block, in ticket order (module doc)."""
         op, kmod, bs, state_t, agg_t = self.op, self.kmod, self.bs, self.state_t, self.agg_t
         name = f"{self.base}_lookback"
         slots = bg.tile_slots(state_t, bs)
-        tiles_shared = (bg.shared_global(kmod, f"{name}_sA", state_t, max(slots, 1)),
-                        bg.shared_global(kmod, f"{name}_sB", state_t, max(slots, 1)),
-                        bg.shared_global(kmod, f"{name}_sC", state_t, 1))
+        tiles_shared = atb.tile_shared(kmod, name, state_t, slots)
         agg_slots = max(bg.tile_slots(agg_t, bs), 1)
         sh_agg = bg.shared_global(kmod, f"{name}_gA", agg_t, agg_slots)
         bg.shared_global(kmod, f"{name}_gB", agg_t, agg_slots)
@@ -221,21 +212,12 @@ class _AffineLookback(atb._AffineTimeBlocks):
         _emit_lookback(e, args, name, self, shared)
         e.op(gpu.ReturnOp([]))
         grid = self.grid("h", True)
-        rank = self.rank
-        self.descs.append((name, grid, {"h": op.h}, values, KernelLaunch(
-            kernel_name=name, module_name=bg.KERNEL_MODULE, func_name="", grid=(grid, 1, 1), block=(bs, 1, 1),
-            shared_bytes=_shared_bytes(state_t, agg_t, bs),
-            args=self.arg_desc(names, kinds, values), host_args=self.host_args(values),
-            equal_dims=tuple([(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
-                             + [(n, j, "h", i) for n in names if n in ("init", "final")
-                                for j, i in enumerate(self.channel_dims)]),
-            scratch=tuple((n, tuple(self.agg_shape_entries())) for n in ("agg_a", "agg_b", "incl")),
-            notes=(f"scan.affine look-back 2/2: axis {self.axis}{' reverse' if self.reverse else ''}; "
-                   f"{state_t} state, {agg_t} aggregates; block_size={bs} items_per_thread={self.ipt} "
-                   f"chunk={self.chunk}"),
-        )))
-        kmod.body.block.add_op(kf)
-        return kf
+        return self.describe(kf, grid, {"h": op.h}, names, kinds, values, _shared_bytes(state_t, agg_t, bs),
+                      (f"scan.affine look-back 2/2: axis {self.axis}{' reverse' if self.reverse else ''}; "
+                       f"{state_t} state, {agg_t} aggregates; block_size={bs} items_per_thread={self.ipt} "
+                       f"chunk={self.chunk}"),
+                      equal_dims=self.equal_to_h(names),
+                      scratch=tuple((n, tuple(self.agg_shape_entries())) for n in ("agg_a", "agg_b", "incl")))
 
     def agg_shape_entries(self) -> list[int | str]:
         return [self.entry("h", i) for i in self.channel_dims] + [self.chunk_count("h")]
