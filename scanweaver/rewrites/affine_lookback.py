@@ -257,7 +257,6 @@ def _emit_lookback(e: Emitter, args: dict[str, SSAValue], name: str, lb: _Affine
     n = atb._host_chunks(e, length, chunk)
     c_lin, k = e.divu(ticket, n), e.remu(ticket, n)
     channel = bg.channel_indices(e, args["h"], axis, c_lin)
-    init = e.load(args["init"], channel) if "init" in args else pairs.zero(e)
     t_begin = e.mul(k, e.index(chunk))
     t_end = e.val(arith.MinUIOp(length, e.add(t_begin, e.index(chunk))))
     s_ga = e.val(memref.GetGlobalOp(f"{name}_gA", shared["agg"]))
@@ -272,6 +271,7 @@ def _emit_lookback(e: Emitter, args: dict[str, SSAValue], name: str, lb: _Affine
         total = atb._warp_tile_total(le, agg_pairs, tid, le.index(0), agg, s_ga, s_gb, bs)
 
         def look_back(ie: Emitter) -> None:
+            init = ie.load(args["init"], channel) if "init" in args else pairs.zero(ie)  # thread 0 alone reads it
             carry = _look_back(ie, args, channel, k, total, atb._to(ie, init, agg_t), agg_pairs)
             ie.store(atb._to(ie, carry, state_t), s_carry, [ie.index(0)])
 
