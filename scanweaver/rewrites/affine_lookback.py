@@ -12,12 +12,14 @@ Opt-in (`scan-to-gpu{time-blocks=lookback}`) alternative to the reduce-then-scan
      on chunks whose tickets were taken before its own, by blocks that already run, so
      the protocol needs no co-residency of blocks (forward progress on any GPU);
    * loads its tile once and folds it into the chunk aggregate `(A, B)` (warp-shuffle
-     scans, f64 for float states); thread 0 stores it, then raises the chunk's flag to
+     scans, f64 for float states); lane 0 stores it, then raises the chunk's flag to
      AGGREGATE: a release fence (`llvm.fence acq_rel`, `fence.acq_rel.gpu`), then
      `memref.atomic_rmw assign` (a relaxed `atom` in the PTX: the fence orders it);
-   * look-back (thread 0): walks the predecessors' flags (`atomic_rmw ori 0`, then an
-     acquire fence before reading what they publish), spinning on INVALID, folding AGGREGATE chunks into the suffix
-     aggregate, stopping at the first INCLUSIVE chunk (or at `init` before chunk 0);
+   * look-back, by one warp (`_LookBack`): lane l reads the flag of chunk q-32+l
+     (`atomic_rmw ori 0`, then an acquire fence before reading what it publishes); the
+     window is read again while any flag is INVALID; else the lanes after the latest
+     INCLUSIVE chunk (or `init`, before chunk 0) fold their aggregates onto its state by
+     a warp scan, or, with none, onto the suffix aggregate and the window moves back;
    * scans its tile from that carry with the chained-tile code of the one-block kernel
      (state type, its overflow guard and underflow poison) on the registers it loaded,
      writes `h`, and thread 0 publishes the tile's last state as the chunk's INCLUSIVE
@@ -88,48 +90,93 @@ def _raise_flag(e: Emitter, status: int, flags: SSAValue, idx: Sequence[SSAValue
     _atomic(e, _ASSIGN, e.const(status, i32), flags, idx)
 
 
-def _look_back(
-    e: Emitter, args: dict[str, SSAValue], channel: list[SSAValue], k: SSAValue,
-    agg: tuple[SSAValue, SSAValue], init: SSAValue, pairs: PairArith,
-) -> SSAValue:
-    """Thread 0: publish this chunk's aggregate, then the carry entering it (module doc)."""
-    agg_t = pairs.state_type
-    at_k = [*channel, k]
-    e.store(agg[0], args["agg_a"], at_k)
-    e.store(agg[1], args["agg_b"], at_k)
-    _raise_flag(e, AGGREGATE, args["flags"], at_k)
-    types = [k.type, agg_t, agg_t, agg_t, IntegerType(1)]
-    yes, no = e.const(1, IntegerType(1)), e.const(0, IntegerType(1))
+def _warp_max(e: Emitter, v: SSAValue, width: int) -> SSAValue:
+    """i32 maximum over the lanes of each segment of `width` (xor butterfly)."""
+    d = 1
+    while d < width:
+        got, _ = bg.shuffle(e, "xor", v, d, width)
+        v = e.val(arith.MaxSIOp(v, got))
+        d *= 2
+    return v
 
-    def step(ie: Emitter, vals: list[SSAValue]) -> list[SSAValue]:
+
+class _LookBack:
+    """The warp of threads 0..width-1: publish the chunk's aggregate, then walk the
+    predecessors' status words `width` chunks at a time (module doc)."""
+
+    def __init__(self, args: dict[str, SSAValue], channel: list[SSAValue], k: SSAValue, init: SSAValue,
+                 pairs: PairArith, lane: SSAValue, width: int):
+        self.args, self.channel, self.k, self.init, self.pairs = args, channel, k, init, pairs
+        self.lane, self.width = lane, width
+        self.agg_t = pairs.state_type
+
+    def emit(self, e: Emitter, agg: tuple[SSAValue, SSAValue]) -> SSAValue:
+        """The carry entering chunk k (every lane), the aggregate published by lane 0."""
+        args, k = self.args, self.k
+        at_k = [*self.channel, k]
+
+        def publish(ie: Emitter) -> None:
+            ie.store(agg[0], args["agg_a"], at_k)
+            ie.store(agg[1], args["agg_b"], at_k)
+            _raise_flag(ie, AGGREGATE, args["flags"], at_k)
+
+        e.if_(e.cmp("eq", self.lane, e.index(0)), [], publish)
+        one, zero = self.pairs.identity(e)
+        no = e.const(0, IntegerType(1))
+        *_, carry, _ = _while(e, [k, one, zero, zero, no],
+                              lambda ce, v: ce.val(arith.XOrIOp(v[4], ce.const(1, IntegerType(1)))), self._window)
+        return carry
+
+    def _window(self, e: Emitter, vals: list[SSAValue]) -> list[SSAValue]:
+        """One look at chunks q-width .. q-1 (lane l: chunk q-width+l; the chunk before
+        0 is `init`, inclusive): again while any is INVALID, else fold them."""
+        q = vals[0]
+        pos = e.add(q, self.lane)
+        has_chunk = e.cmp("uge", pos, e.index(self.width))
+        j = e.sub(pos, e.index(self.width))
+        at_j = [*self.channel, j]
+        flag = e.if_(has_chunk, [i32], lambda ie: [_poll(ie, self.args["flags"], at_j)],
+                     lambda ie: [ie.const(INCLUSIVE, i32)])[0]
+        waiting = bg.warp_any(e, e.cmp("eq", flag, e.const(0, i32)), self.width)
+        types = [v.type for v in vals]
+        return list(e.if_(waiting, types, lambda ie: vals, lambda ie: self._fold(ie, vals, flag, has_chunk, at_j)))
+
+    def _fold(self, e: Emitter, vals: list[SSAValue], flag: SSAValue, has_chunk: SSAValue,
+              at_j: list[SSAValue]) -> list[SSAValue]:
+        """Lanes before the latest INCLUSIVE one are identity, it is (0, its state),
+        later lanes their aggregates; their composition in lane (time) order is the
+        window's: its b is the state after the window when an INCLUSIVE lane exists."""
         q, sa, sb, carry, _ = vals
+        args, pairs, agg_t, width = self.args, self.pairs, self.agg_t, self.width
+        lane32 = e.val(arith.IndexCastOp(self.lane, i32))
+        minus1 = e.const(-1, i32)
+        inclusive = e.cmp("eq", flag, e.const(INCLUSIVE, i32))
+        latest = _warp_max(e, e.val(arith.SelectOp(inclusive, lane32, minus1)), width)
 
-        def at_init(je: Emitter) -> list[SSAValue]:
-            return [q, sa, sb, pairs.apply(je, sa, init, sb), yes]
+        def state(ie: Emitter) -> list[SSAValue]:
+            s = ie.if_(has_chunk, [agg_t], lambda je: [je.load(args["incl"], at_j)], lambda je: [self.init])[0]
+            return [pairs.zero(ie), s]
 
-        def poll(je: Emitter) -> list[SSAValue]:
-            q1 = je.sub(q, je.index(1))
-            at_q1 = [*channel, q1]
-            flag = _poll(je, args["flags"], at_q1)
+        def aggregate_or_identity(ie: Emitter) -> list[SSAValue]:
+            later = ie.cmp("sgt", lane32, latest)
+            return list(ie.if_(later, [agg_t, agg_t],
+                               lambda je: [je.load(args["agg_a"], at_j), je.load(args["agg_b"], at_j)],
+                               lambda je: list(pairs.identity(je))))
 
-            def inclusive(ke: Emitter) -> list[SSAValue]:
-                return [q1, sa, sb, pairs.apply(ke, sa, ke.load(args["incl"], at_q1), sb), yes]
+        pair = e.if_(e.cmp("eq", lane32, latest), [agg_t, agg_t], state, aggregate_or_identity)
+        scanned = bg.warp_inclusive_scan(e, bg.pair_list_combine(pairs), list(pair), width)
+        wa, wb = (bg.shuffle(e, "idx", v, width - 1, width)[0] for v in scanned)
+        found = e.cmp("sge", latest, e.const(0, i32))
+        done = [q, sa, sb, pairs.apply(e, sa, wb, sb), e.const(1, IntegerType(1))]
+        further = [e.sub(q, e.index(width)), *pairs.combine(e, (wa, wb), (sa, sb)), carry, e.const(0, IntegerType(1))]
+        return [e.val(arith.SelectOp(found, x, y)) for x, y in zip(done, further)]
 
-            def fold(ke: Emitter) -> list[SSAValue]:
-                prev = (ke.load(args["agg_a"], at_q1), ke.load(args["agg_b"], at_q1))
-                return [q1, *pairs.combine(ke, prev, (sa, sb)), carry, no]
 
-            def aggregate_or_wait(ke: Emitter) -> list[SSAValue]:
-                return list(ke.if_(ke.cmp("eq", flag, ke.const(AGGREGATE, i32)), types, fold,
-                                   lambda le: [q, sa, sb, carry, no]))
-
-            return list(je.if_(je.cmp("eq", flag, je.const(INCLUSIVE, i32)), types, inclusive, aggregate_or_wait))
-
-        return list(ie.if_(ie.cmp("eq", q, ie.index(0)), types, at_init, poll))
-
-    one, zero = pairs.identity(e)
-    *_, carry, _ = _while(e, [k, one, zero, zero, no], lambda ce, v: ce.val(arith.XOrIOp(v[4], yes)), step)
-    if isinstance(agg_t, IntegerType):
+def _exact_fallback(e: Emitter, args: dict[str, SSAValue], channel: list[SSAValue], k: SSAValue,
+                    carry: SSAValue) -> SSAValue:
+    """A float carry composed from aggregates that is not finite: the predecessor's
+    exact last state instead, once it is published (chunk 0 keeps `init`)."""
+    if isinstance(carry.type, IntegerType):
         return carry
 
     def exact_predecessor(ie: Emitter) -> list[SSAValue]:
@@ -139,8 +186,7 @@ def _look_back(
         return [ie.load(args["incl"], at_prev)]
 
     fallback = e.val(arith.AndIOp(bg.any_not_finite(e, [carry]), e.cmp("ne", k, e.index(0))))
-    (carry,) = e.if_(fallback, [agg_t], exact_predecessor, lambda ie: [carry])
-    return carry
+    return e.if_(fallback, [carry.type], exact_predecessor, lambda ie: [carry])[0]
 
 
 class _AffineLookback(atb._AffineTimeBlocks):
@@ -271,11 +317,18 @@ def _emit_lookback(e: Emitter, args: dict[str, SSAValue], name: str, lb: _Affine
         total = atb._warp_tile_total(le, agg_pairs, tid, le.index(0), agg, s_ga, s_gb, bs)
 
         def look_back(ie: Emitter) -> None:
-            init = ie.load(args["init"], channel) if "init" in args else pairs.zero(ie)  # thread 0 alone reads it
-            carry = _look_back(ie, args, channel, k, total, atb._to(ie, init, agg_t), agg_pairs)
-            ie.store(atb._to(ie, carry, state_t), s_carry, [ie.index(0)])
+            init = ie.load(args["init"], channel) if "init" in args else pairs.zero(ie)  # one warp reads it
+            walk = _LookBack(args, channel, k, atb._to(ie, init, agg_t), agg_pairs, tid, width)
+            carry = walk.emit(ie, total)
 
-        le.if_(le.cmp("eq", tid, le.index(0)), [], look_back)
+            def broadcast(je: Emitter) -> None:
+                exact = _exact_fallback(je, args, channel, k, carry)
+                je.store(atb._to(je, exact, state_t), s_carry, [je.index(0)])
+
+            ie.if_(ie.cmp("eq", tid, ie.index(0)), [], broadcast)
+
+        width = min(bs, bg.WARP)
+        le.if_(le.cmp("ult", tid, le.index(width)), [], look_back)
         le.op(gpu.BarrierOp())
         return le.load(s_carry, [le.index(0)])
 
