@@ -230,3 +230,15 @@ def test_ptxas_2p26_no_spills_fences_and_atomics():
         descs = {d.kernel_name: d for d in launch_descriptions(m)}
         for kernel, info in out["ptxas"].items():
             assert info["shared_bytes"] == descs[kernel].shared_bytes, (chip, kernel, info)
+
+
+@pytest.mark.parametrize("schedule", [{"interleave": "round-robin"}, {"interleave": 3}, {"interleave": "latest-first"}],
+                         ids=str)
+def test_look_back_across_several_windows_bit_exact(schedule):
+    # 4-thread blocks look back 4 chunks at a time: 24 chunks interleaved leave windows
+    # of aggregates only, so the walk moves back over several windows
+    text = affine_scan_ir(("?", "?"), 1, "i32", "i32", init=True, final=True)
+    args = affine_args((1, 24 * CHUNK), np.int32, np.int32, True, 4)
+    (h_ref, f_ref), (h, f) = run_both(text, args, **schedule)
+    np.testing.assert_array_equal(h, h_ref)
+    np.testing.assert_array_equal(f, f_ref)
