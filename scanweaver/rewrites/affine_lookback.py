@@ -233,8 +233,8 @@ class _AffineLookback(atb._AffineTimeBlocks):
         flag_entries = tuple([self.entry("a", i) for i in self.channel_dims] + [self.chunk_count("a")])
         grid = self.grid("a", False)
         return self.describe(kf, grid, {"a": self.op.a}, names, ["in", "out", "out"], values, 0,
-                      "scan.affine look-back 1/2: zero the ticket counter and chunk flags",
-                      scratch=(("counter", (1,)), ("flags", flag_entries)))
+                             "scan.affine look-back 1/2: zero the ticket counter and chunk flags",
+                             scratch=(("counter", (1,)), ("flags", flag_entries)))
 
     def _lookback_kernel(self) -> gpu.FuncOp:
         """Kernel 2: one chunk per block, in ticket order (module doc)."""
@@ -252,18 +252,18 @@ class _AffineLookback(atb._AffineTimeBlocks):
             "counter", "flags", "agg_a", "agg_b", "incl"]
         values = [op.a, op.b] + init + [op.h] + final + self.scratch
         kinds = ["in", "in"] + (["in"] if init else []) + ["out"] + (["out"] if final else []) + [
-            "inout", "inout", "out", "out", "out"]
+            "inout", "inout", "inout", "inout", "inout"]  # status words: written, then read by later blocks
         kf, args, e = atb._new_kernel(kmod, name, names, [v.type for v in values])
         shared = {"tiles": tiles_shared, "agg": sh_agg, "ticket": sh_ticket, "carry": sh_carry}
         _emit_lookback(e, args, name, self, shared)
         e.op(gpu.ReturnOp([]))
         grid = self.grid("h", True)
         return self.describe(kf, grid, {"h": op.h}, names, kinds, values, _shared_bytes(state_t, agg_t, bs),
-                      (f"scan.affine look-back 2/2: axis {self.axis}{' reverse' if self.reverse else ''}; "
-                       f"{state_t} state, {agg_t} aggregates; block_size={bs} items_per_thread={self.ipt} "
-                       f"chunk={self.chunk}"),
-                      equal_dims=self.equal_to_h(names),
-                      scratch=tuple((n, tuple(self.agg_shape_entries())) for n in ("agg_a", "agg_b", "incl")))
+                             (f"scan.affine look-back 2/2: axis {self.axis}{' reverse' if self.reverse else ''}; "
+                              f"{state_t} state, {agg_t} aggregates; block_size={bs} items_per_thread={self.ipt} "
+                              f"chunk={self.chunk}"),
+                             equal_dims=self.equal_to_h(names),
+                             scratch=tuple((n, tuple(self.agg_shape_entries())) for n in ("agg_a", "agg_b", "incl")))
 
     def agg_shape_entries(self) -> list[int | str]:
         return [self.entry("h", i) for i in self.channel_dims] + [self.chunk_count("h")]

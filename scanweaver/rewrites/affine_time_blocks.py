@@ -431,9 +431,9 @@ class _AffineTimeBlocks:
         g1 = self.grid("a", True)
         equal_ab = [(n, i, "a", i) for n in ("b",) for i in range(rank)]
         return self.describe(kf1, g1, {"a": op.a}, n1, ["in", "in", "out", "out"], v1,
-                      bg.tile_shared_bytes(agg_t, slots1, carry_slot=False),
-                      f"scan.affine time blocks 1/3: aggregates of {chunk}-step chunks ({agg_t})",
-                      equal_dims=tuple(equal_ab), scratch=(("agg_a", agg_entries), ("agg_b", agg_entries)))
+                             bg.tile_shared_bytes(agg_t, slots1, carry_slot=False),
+                             f"scan.affine time blocks 1/3: aggregates of {chunk}-step chunks ({agg_t})",
+                             equal_dims=tuple(equal_ab), scratch=(("agg_a", agg_entries), ("agg_b", agg_entries)))
 
     def _carries_kernel(self) -> gpu.FuncOp:
         """Kernel 2: carries, one block per channel over the aggregates."""
@@ -466,8 +466,8 @@ class _AffineTimeBlocks:
         g2 = grid_product(carry_entries[:-1])
         kinds2 = ["in", "in"] + (["in"] if op.init else []) + ["out", "out"]
         return self.describe(kf2, g2, {"a": self.agg_a}, n2, kinds2, v2, bg.tile_shared_bytes(agg_t, slots2, bs=bs),
-                      f"scan.affine time blocks 2/3: carries between chunks ({agg_t}), one block per channel",
-                      scratch=(("h", carry_entries), ("final", carry_entries[:-1])))
+                             f"scan.affine time blocks 2/3: carries between chunks ({agg_t}), one block per channel",
+                             scratch=(("h", carry_entries), ("final", carry_entries[:-1])))
 
     def _chunks_kernel(self) -> gpu.FuncOp:
         """Kernel 3: the chunks from their carries."""
@@ -484,9 +484,9 @@ class _AffineTimeBlocks:
         e3.op(gpu.ReturnOp([]))
         g3 = self.grid("h", True)
         return self.describe(kf3, g3, {"h": op.h}, n3, kinds3, v3, bg.tile_shared_bytes(state_t, slots3, bs=bs),
-                      (f"scan.affine time blocks 3/3: axis {self.axis}{' reverse' if self.reverse else ''}; "
-                       f"{state_t} state; block_size={bs} items_per_thread={self.ipt} chunk={self.chunk}"),
-                      equal_dims=self.equal_to_h(n3))
+                             (f"scan.affine time blocks 3/3: axis {self.axis}{' reverse' if self.reverse else ''}; "
+                              f"{state_t} state; block_size={bs} items_per_thread={self.ipt} chunk={self.chunk}"),
+                             equal_dims=self.equal_to_h(n3))
 
     # -- host: the launches, in order (all skipped together when there are no channels) ----------
     def _launch(self, kernels: Sequence[gpu.FuncOp]) -> None:
