@@ -242,3 +242,41 @@ def test_look_back_across_several_windows_bit_exact(schedule):
     (h_ref, f_ref), (h, f) = run_both(text, args, **schedule)
     np.testing.assert_array_equal(h, h_ref)
     np.testing.assert_array_equal(f, f_ref)
+
+
+def test_cuda_runtime_with_garbage_scratch_twice(monkeypatch):
+    # the runtime allocates scratch uninitialised: here filled with 0xA5 bytes (flags
+    # that look published); the reset launch must make every call right. Blocks run
+    # randomly interleaved, so that some read flags of chunks not yet published (without
+    # the reset's flag stores this fails)
+    import functools
+
+    import test_gpu_time_blocks
+    from test_gpu_time_blocks import SimulatorDriver
+
+    from scanweaver.interp.gpu_sim import run_kernel
+
+    monkeypatch.setattr(test_gpu_time_blocks, "run_kernel", functools.partial(run_kernel, interleave=1))
+
+    from scanweaver.runtime.cuda import CudaFunction, CudaModule
+    from scanweaver.runtime.cuda_driver import DeviceBuffer
+
+    class GarbageDriver(SimulatorDriver):
+        def alloc(self, nbytes):
+            buf = np.full(nbytes, 0xA5, np.uint8)
+            self.buffers[buf.ctypes.data] = buf
+            return DeviceBuffer(buf.ctypes.data, nbytes, buf)
+
+    text = affine_scan_ir(("?", "?"), 1, "i32", "i32", init=True, final=True, reverse=True)
+    m = lower(text)
+    driver = GarbageDriver(m)
+    fn = CudaFunction(CudaModule("ptx", driver=driver), "f", launch_descriptions(m), 5)
+    for seed in (1, 2):
+        args = affine_args((2, 12 * CHUNK + 1), np.int32, np.int32, True, seed)
+        ref = [x.copy() for x in args]
+        run_function(parse_ir(text), "f", *ref)
+        fn(*args)
+        np.testing.assert_array_equal(args[-2], ref[-2])
+        np.testing.assert_array_equal(args[-1], ref[-1])
+    assert [name.rsplit("_", 1)[-1] for name, _ in driver.launches] == ["reset", "lookback"] * 2
+    assert [g for _, g in driver.launches][:2] == [(2, 1, 1), (26, 1, 1)]
