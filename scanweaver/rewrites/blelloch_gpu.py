@@ -793,20 +793,23 @@ def emit_chained_tiles(
     ipt: int,
     t_begin: SSAValue,
     t_end: SSAValue,
-    carry0: SSAValue | Callable[[Emitter], SSAValue],
+    carry0: SSAValue | Callable[[Emitter], SSAValue] | None,
     tid: SSAValue | None = None,
     length: SSAValue | None = None,
     prefetch: bool = False,
+    entry: Callable[[Emitter, list[SSAValue]], SSAValue] | None = None,
 ) -> SSAValue:
     """The tiles of logical time steps [t_begin, t_end) of one channel, one after the
     other, entering with the state `carry0` (or what `carry0(e)` emits, after the shared
     buffers); returns (in every thread) the state after the last step. Stores h[t] for
     every step; block-uniform control flow only. `tid` and `length` (the scan axis size)
     are reused when given. `prefetch`: warp-shuffle tiles load the next tile's pairs
-    first (module doc, "Prefetch")."""
+    first (module doc, "Prefetch"). `entry` (with `prefetch`, carry0 None): emits the
+    entering state from tile 0's pairs (flat [a_0, b_0, ...], state type), so a caller
+    that needs them first (the look-back's chunk aggregate) reads its inputs once."""
     tiles = _ChainedTiles(e, pairs, args, name, channel, axis, shared, reverse, bs, ipt, t_end, tid, length)
     tiles.prefetch = prefetch
-    return tiles.emit(e, t_begin, carry0)
+    return tiles.emit(e, t_begin, carry0, entry)
 
 
 class _ChainedTiles:
@@ -840,11 +843,14 @@ class _ChainedTiles:
         self.s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
         self.prefetch = False
 
-    def emit(self, e: Emitter, t_begin: SSAValue, carry0: SSAValue | Callable[[Emitter], SSAValue]) -> SSAValue:
-        """The tile loop from `carry0`; returns the state after the last step."""
+    def emit(
+        self, e: Emitter, t_begin: SSAValue, carry0: SSAValue | Callable[[Emitter], SSAValue] | None,
+        entry: Callable[[Emitter, list[SSAValue]], SSAValue] | None = None,
+    ) -> SSAValue:
+        """The tile loop from `carry0` (or `entry`); returns the state after the last step."""
         if callable(carry0):
             carry0 = carry0(e)
-        self.state_t = carry0.type
+        self.state_t = carry0.type if carry0 is not None else self.pairs.state_type
         self.t_begin = t_begin
         bs, ipt = self.bs, self.ipt
         self.tile = e.index(bs * ipt)
@@ -862,8 +868,13 @@ class _ChainedTiles:
             self.lane, self.warp_id = lane_and_warp(e, self.tid)
             # prefetch: tile 0's pairs before the loop, tile k+1's at the top of tile k
             first = self._tile_values(e, e.index(0)) if self.prefetch else []
+            if entry is not None:
+                assert self.prefetch and carry0 is None
+                carry0 = entry(e, first)
+            assert carry0 is not None
             carry, *_ = e.for_(e.index(0), ntiles, self.one, [carry0, *first], self._warp_tile_body)
             return carry
+        assert carry0 is not None and entry is None
         (carry,) = e.for_(e.index(0), ntiles, self.one, [carry0], body)
         return carry
 
