@@ -280,3 +280,21 @@ def test_cuda_runtime_with_garbage_scratch_twice(monkeypatch):
         np.testing.assert_array_equal(args[-1], ref[-1])
     assert [name.rsplit("_", 1)[-1] for name, _ in driver.launches] == ["reset", "lookback"] * 2
     assert [g for _, g in driver.launches][:2] == [(2, 1, 1), (26, 1, 1)]
+
+
+def test_the_op_attribute_asks_for_the_look_back_under_auto():
+    """`ask_time_blocks(..., "lookback")` (the GPU check bundle's look-back cases) marks
+    the scan.affine: the default `time-blocks=auto` then takes the look-back for it, and
+    the result equals the interpreter's, bit for bit for i32."""
+    from scanweaver.rewrites.affine_time_blocks import ask_time_blocks
+
+    text = affine_scan_ir(("?", "?"), 1, "i32", "i32", final=True, reverse=True)
+    m = parse_ir(ask_time_blocks(text, "lookback"))
+    ScanToGpu(block_size=BS, items_per_thread=IPT).apply(Context(), m)
+    assert [d.kernel_name.rsplit("_", 1)[-1] for d in launch_descriptions(m)] == ["reset", "lookback"]
+    args = affine_args((2, 29), np.int32, np.int32, False, seed=3)
+    ref, got = run_both(text, args, module=m, interleave=1)
+    for r, g in zip(ref, got):
+        np.testing.assert_array_equal(g, r)
+    with pytest.raises(ValueError, match="strategy"):
+        ask_time_blocks(text, "fast")

@@ -51,6 +51,7 @@ from scanweaver.dialects.llvm_fence import FenceOp
 from scanweaver.rewrites import affine_time_blocks as atb
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
+from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR
 
 #: chunk status words
 AGGREGATE, INCLUSIVE = 1, 2
@@ -344,6 +345,13 @@ def _emit_lookback(e: Emitter, args: dict[str, SSAValue], name: str, lb: _Affine
             ie.if_(is_last, [], lambda je: je.store(last, args["final"], channel))
 
     e.if_(thread0, [], publish)
+
+
+def asks_lookback(op: scan.AffineOp) -> bool:
+    """The op's `scanweaver.gpu_strategy` attribute asks for this strategy
+    (`affine_time_blocks.ask_time_blocks(..., "lookback")`)."""
+    choice = op.attributes.get(TIME_BLOCKS_ATTR)
+    return getattr(choice, "data", "") == "lookback"
 
 
 def lower_affine_lookback(op: scan.AffineOp, kmod: gpu.ModuleOp, bs: int, ipt: int) -> None:

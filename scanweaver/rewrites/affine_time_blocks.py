@@ -89,18 +89,22 @@ def static_prefers_time_blocks(shape: Sequence[int], axis: int, chunk: int) -> b
     return prefer_time_blocks(channels, shape[axis], chunk)
 
 
-def ask_time_blocks(ir_text: str) -> str:
+def ask_time_blocks(ir_text: str, strategy: str = "time_blocks") -> str:
     """`ir_text` with every `scan.affine`, `scan.scan` and `scan.recurrence` marked for
     the time blocks (the `scanweaver.gpu_strategy` attribute; drivers that know the sizes
-    use it; `recurrence_time_blocks.py` takes the recurrences)."""
+    use it; `recurrence_time_blocks.py` takes the recurrences); `strategy="lookback"`
+    marks the `scan.affine`s for the single-pass look-back (`affine_lookback.py`)."""
     from xdsl.dialects.builtin import StringAttr
 
     from scanweaver.ir import parse_ir, print_ir
 
+    if strategy not in ("time_blocks", "lookback"):
+        raise ValueError(f"strategy must be 'time_blocks' or 'lookback', got {strategy!r}")
+    kinds = (scan.AffineOp,) if strategy == "lookback" else (scan.AffineOp, scan.ScanOp, scan.RecurrenceOp)
     module = parse_ir(ir_text)
     for o in module.walk():
-        if isinstance(o, (scan.AffineOp, scan.ScanOp, scan.RecurrenceOp)):
-            o.attributes[TIME_BLOCKS_ATTR] = StringAttr("time_blocks")
+        if isinstance(o, kinds):
+            o.attributes[TIME_BLOCKS_ATTR] = StringAttr(strategy)
     return print_ir(module)
 
 

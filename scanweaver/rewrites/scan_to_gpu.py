@@ -25,7 +25,7 @@ from xdsl.passes import ModulePass
 
 from scanweaver.dialects import scan
 from scanweaver.errors import ScanWeaverError
-from scanweaver.rewrites.affine_lookback import lower_affine_lookback
+from scanweaver.rewrites.affine_lookback import asks_lookback, lower_affine_lookback
 from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
 from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
 from scanweaver.rewrites.gpu_channel_program import buffers_to_scratch, lower_channel_programs, lower_loop_stages
@@ -53,7 +53,7 @@ class ScanToGpu(ModulePass):
     # scan.affine in time across blocks (affine_time_blocks.py): "auto" (few static
     # channels and long rows, or the op's scanweaver.gpu_strategy attribute), "always",
     # "never"; "lookback": every scan.affine in one pass with a decoupled look-back
-    # (affine_lookback.py; opt-in), the other scans as "auto"
+    # (affine_lookback.py; opt-in, also per op by the attribute), the other scans as "auto"
     time_blocks: str = "auto"
     chunk_tiles: int = 16  # tiles per time chunk of a multi-block scan
 
@@ -77,7 +77,7 @@ class ScanToGpu(ModulePass):
             kmod = get_kernel_module(op)
             chunk = bs * ipt * self.chunk_tiles
             for aff in affines:
-                if self.time_blocks == "lookback":
+                if self.time_blocks == "lookback" or (self.time_blocks == "auto" and asks_lookback(aff)):
                     lower_affine_lookback(aff, kmod, bs, ipt)
                 elif self.time_blocks == "always" or (self.time_blocks == "auto" and wants_time_blocks(aff, chunk)):
                     lower_affine_time_blocks(aff, kmod, bs, ipt, self.chunk_tiles)
