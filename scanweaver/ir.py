@@ -30,6 +30,7 @@ def _dialect_loaders():
 
     loaders["scan"] = lambda: Scan
     loaders["gpu"] = _gpu_with_shuffle  # (loaded where IR uses it: a CPU build never does)
+    loaders["llvm"] = _llvm_with_fence
     return loaders
 
 
@@ -37,6 +38,12 @@ def _gpu_with_shuffle():
     from scanweaver.dialects.gpu_shuffle import GPU_WITH_SHUFFLE
 
     return GPU_WITH_SHUFFLE  # xDSL's gpu plus gpu.shuffle
+
+
+def _llvm_with_fence():
+    from scanweaver.dialects.llvm_fence import LLVM_WITH_FENCE
+
+    return LLVM_WITH_FENCE  # xDSL's llvm plus llvm.fence
 
 
 def make_context() -> Context:

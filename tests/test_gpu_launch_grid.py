@@ -124,3 +124,63 @@ def test_selective_scan_one_build_dynamic_shapes(batch, D, L):
             rng.uniform(-1, 1, (D, n)).astype(np.float32), rng.uniform(-1, 1, (batch, D, n)).astype(np.float32),
             np.zeros((batch, D, L), np.float32), np.zeros((batch, D, n), np.float32)]
     assert _grids_agree(m, args) == [(batch * D, 1, 1)]
+
+
+@pytest.mark.parametrize("form,lb,step", [("chan_lb1", 1, 1), ("chan_lb2_step3", 2, 3)])
+@pytest.mark.parametrize("channels", [0, 1, 2, 3, 5, 8])
+def test_channel_loop_from_a_constant_with_a_step(form, lb, step, channels):
+    """`for c = lb to x.shape[0] step s`: the grid is the loop's trip count, the `span`
+    term max(0, ceil((C - lb) / s)), in the IR and the description alike; never
+    negative when C < lb (then no block runs), and the kernel writes what the loops do."""
+    from pathlib import Path
+
+    from scanweaver import compiler
+    from scanweaver.interp.run import run_function
+
+    text = (Path(__file__).parent / "gpu_loop_forms_more" / f"{form}.mlir").read_text()
+    m = compiler.lower(text, "gpu", keep_stages=False).module
+    (desc,) = launch_descriptions(m)
+    assert str(desc.grid[0]).startswith("span(")
+    x = np.random.default_rng(channels).uniform(-1, 1, (channels, 5)).astype(np.float32)
+    want, got = np.full_like(x, np.nan), np.full_like(x, np.nan)
+    run_function(parse_ir(text), form, x, np.float32(0.75), want)
+    trip = max(0, -(-(channels - lb) // step))
+    if trip:
+        assert _grids_agree(m, [x, np.float32(0.75), got]) == [(trip, 1, 1)]
+    else:  # nothing to launch: the description says so too
+        assert desc.resolve_grid({a[0]: x.shape for a in desc.args if a[1] != "scalar"})[0] == 0
+        simulate_launch(m, form, x, np.float32(0.75), got)
+    np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("channels,L", [(3, 37), (6, 37), (9, 1)])
+def test_channel_loop_with_a_step_in_time_blocks(channels, L):
+    """The same loop in time blocks: the `span` term times the chunk count, per launch."""
+    from pathlib import Path
+
+    from scanweaver.interp.run import run_function
+    from scanweaver.rewrites.raise_affine import RaiseRecurrences
+
+    text = (Path(__file__).parent / "gpu_loop_forms_more" / "chan_lb2_step3.mlir").read_text()
+    m = parse_ir(text)
+    RaiseRecurrences().apply(Context(), m)
+    ScanToGpu(block_size=4, items_per_thread=2, time_blocks="always", chunk_tiles=2).apply(Context(), m)
+    x = np.random.default_rng(channels).uniform(-1, 1, (channels, L)).astype(np.float32)
+    want, got = np.full_like(x, np.nan), np.full_like(x, np.nan)
+    run_function(parse_ir(text), "chan_lb2_step3", x, np.float32(0.75), want)
+    rows, chunks = (channels - 2 + 2) // 3, max(1, -(-L // 16))
+    assert _grids_agree(m, [x, np.float32(0.75), got]) == [(rows * chunks, 1, 1), (rows, 1, 1),
+                                                           (rows * chunks, 1, 1)]
+    np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+
+
+def test_span_term_counts_loop_iterations():
+    """`span(h.shape[0],lb,step)` is the iteration count of `for i = lb to size step s`
+    (0, never negative, below lb); a zero step does not parse."""
+    from scanweaver.errors import ScanWeaverValueError
+    from scanweaver.runtime.cuda_launch import eval_grid_entry
+
+    for size in range(9):
+        assert eval_grid_entry("span(h.shape[0],3,2)*2", {"h": (size,)}) == 2 * len(range(3, size, 2))
+    with pytest.raises(ScanWeaverValueError, match="cannot parse launch size term"):
+        eval_grid_entry("span(h.shape[0],1,0)", {"h": (4,)})

@@ -11,6 +11,7 @@ first element is set before its time loop from 1 (`seq_lb1`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from scanweaver.cli import main
 from scanweaver.dtypes import NUMPY_DTYPES
 from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
+from scanweaver.runtime.cuda_artifact_schema import check_document
 from scanweaver.ir import parse_ir
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
 from test_gpu_loop_forms import lower_forms
@@ -33,7 +35,8 @@ FORMS = Path(__file__).parent / "gpu_loop_forms_more"
 # element), s (a scalar), n (the length as an index)
 ROLES = {
     "cond_emit": "CL s CL", "masked_if": "CL CL s CL", "seq_lb1": "L L L", "lb2_step3": "CL CL CL", "ub_lm5": "CL CL CL", "chan_const_sub": "CL CL CL",
-    "chan_step2": "CL CL CL",
+    "chan_step2": "CL CL CL", "final_only": "CL CL C", "chan_lb1": "CL s CL",
+    "chan_lb2_step3": "CL s CL", "mixed_types": "CL s CL CL", "mixed_mask": "CL s CL CL",
     "emit_prev_index": "CL CL CL", "per_chan_a": "C CL CL", "two_nest_shared_value": "C CL CL CL",
     "add_then_mul": "CL s CL", "max_and_ema": "CL s CL CL", "cascade_two_loops": "CL s s CL CL",
     "affine_emit": "CL CL s s CL", "cascade": "CL s s CL", "chain": "CL CL CL CL",
@@ -125,6 +128,25 @@ def test_sign_extended_input_on_the_cpu():
     assert x.min() < -100 and x.max() > 100
 
 
+@pytest.mark.parametrize("name", ["final_only", "mixed_types", "mixed_mask"])
+def test_cpu_build_runs_like_the_loops(name):
+    """The forms the raise newly takes also run through the CPU build like the loops."""
+    import scanweaver
+
+    text = (FORMS / f"{name}.mlir").read_text()
+    program = getattr(scanweaver.compile(text, "cpu"), name)
+    for L in (*LENGTHS, 300):
+        ref = _args(name, L)
+        got = [a.copy() if isinstance(a, np.ndarray) else a for a in ref]
+        run_function(parse_ir(text), name, *ref)
+        program(*got)
+        for r, g in zip(ref, got):
+            if isinstance(r, np.ndarray) and r.dtype.kind == "i":
+                np.testing.assert_array_equal(g, r, err_msg=f"L={L}")
+            elif isinstance(r, np.ndarray):
+                np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5, err_msg=f"L={L}")
+
+
 def test_wrapping_sums_are_checked():
     """The i32 cumsum's inputs are wide enough that its sums wrap (the test covers it)."""
     x = _args("cumsum_i32", 19)[0]
@@ -142,7 +164,7 @@ def test_every_form_assembles_without_spills(chip):
 
 
 CLI_FORMS = ["lb1", "lb1_rev", "two_in_one_nest", "two_in_nest_3d", "i8_ext_i32", "chain", "seq_both", "seq_lb1",
-             "two_nest_shared_value"]
+             "two_nest_shared_value", "chan_lb1", "chan_lb2_step3", "final_only", "mixed_types", "mixed_mask"]
 
 
 @pytest.mark.parametrize("name", CLI_FORMS)
@@ -150,4 +172,5 @@ def test_command_line_writes_ptx(name, tmp_path, capsys):
     out = tmp_path / f"{name}.ptx"
     assert main(["compile", str(FORMS / f"{name}.mlir"), "--target", "ptx", "-o", str(out)]) == 0
     assert ".entry" in out.read_text()
-    assert (tmp_path / f"{name}.ptx.launch.json").exists()
+    launch = tmp_path / f"{name}.ptx.launch.json"
+    check_document(json.loads(launch.read_text()), str(launch))  # what `scanweaver.load` checks

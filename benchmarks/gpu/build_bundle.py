@@ -145,9 +145,10 @@ func.func @masked(%x: memref<?x?xf32>, %a: memref<?x?xf32>, %mask: memref<?x?xi3
 """
 
 
-def _time_blocks(ir: str, on: bool) -> str:
-    """Ask for the multi-block strategy in time (few long channels; `affine_time_blocks.py`)."""
-    return ask_time_blocks(ir) if on else ir
+def _time_blocks(ir: str, on: bool | str) -> str:
+    """Ask for the multi-block strategy in time (few long channels; `affine_time_blocks.py`),
+    or, with on="lookback", the single-pass look-back (`affine_lookback.py`)."""
+    return ask_time_blocks(ir, "lookback" if on == "lookback" else "time_blocks") if on else ir
 
 
 def affine_case(name, shape, el, *, init=False, final=False, reverse=False, time=False, check_rows=None,
@@ -180,6 +181,11 @@ def cases() -> list[dict]:
                     time_blocks=True),
         affine_case("affine_time_blocks_i32_4x2p20", (4, 1 << 20), "i32", final=True, reverse=True, time=True,
                     time_blocks=True),
+        # the same shapes in one pass with a decoupled look-back (opt-in; timed beside them)
+        affine_case("affine_lookback_f32_1x2p24", (1, 1 << 24), "f32", init=True, final=True, time=True,
+                    time_blocks="lookback"),
+        affine_case("affine_lookback_i32_4x2p20", (4, 1 << 20), "i32", final=True, reverse=True, time=True,
+                    time_blocks="lookback"),
     ]
     # device views off a 16-byte boundary (1 f32, 1 f64 element in): the scalar path, timed
     # against the aligned cases above

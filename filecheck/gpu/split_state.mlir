@@ -27,8 +27,10 @@ func.func @ema(%x: memref<?x?xf32>, %a: memref<?xf32>, %h: memref<?xf32>, %y: me
 
 // CHECK:      func.func @ema(
 // CHECK:        %[[D:[0-9]+]] = memref.dim %h, %{{.*}} : memref<?xf32>
+// CHECK-NEXT:   %[[ANY:[0-9]+]] = arith.cmpi sgt, %[[D]], %{{.*}} : index
 // CHECK-NEXT:   %{{[0-9]+}} = arith.constant 1 : index
 // CHECK-NEXT:   %{{[0-9]+}} = arith.constant 4 : index
+// CHECK-NEXT:   scf.if %[[ANY]] {
 // CHECK-NEXT:   "gpu.launch_func"(%[[D]], {{.*}}, %x, %a, %h, %y)
 // CHECK-SAME:     @scanweaver_kernels::@scan_recurrence_0
 // CHECK-NOT:    scan.recurrence

@@ -44,6 +44,7 @@ func.func @retnet(%q: memref<?x?xf32>, %k: memref<?x?xf32>, %v: memref<?x?xf32>,
 // CHECK-NOT:     scan.recurrence
 // CHECK:         %[[E:[0-9]+]] = memref.dim %S, %{{.*}} : memref<?x?xf32>
 // CHECK:         %[[ANY:.*]] = arith.cmpi sgt, %[[E]], %{{.*}} : index
+// CHECK-NEXT:    %{{[0-9]+}} = arith.constant 64 : index
 // CHECK-NEXT:    scf.if %[[ANY]] {
 // CHECK-NEXT:      "gpu.launch_func"(%[[E]], {{.*}}, %q, %k, %v, %g, %S, %out) <{kernel = @scanweaver_kernels::@state_matrix_0
 // CHECK:       "memref.global"() <{sym_name = "state_matrix_0_p", type = memref<2080xf32, 3 : i64>

@@ -20,8 +20,16 @@
   between two barriers where at least one of them writes.
 * Cross-block races in global memory (`race_check`): within one launch, a block that
   reads or writes an element of a memref kernel argument that another block wrote (or writes
-  one another block read) is an error: blocks of a launch run in any order and
-  concurrently, so only separate launches may pass data between blocks.
+  one another block read) is an error unless `llvm.fence`s around relaxed
+  `memref.atomic_rmw`s order the two accesses (`_GlobalAccesses`): blocks of a launch
+  run in any order and concurrently, so data passes between blocks of one launch only
+  behind a flag published (after a fence) after the data.
+* Blocks of one launch may run interleaved (`interleave`, `resident`: `_Scheduler`):
+  every `memref.atomic_rmw` is a point where the scheduler may switch blocks (random,
+  or "latest-first": later-started blocks run until they spin); `scf.while` runs, so
+  a kernel can spin on a status flag, and a schedule where no block writes memory for
+  long is reported as a deadlock (`GpuSimError`) instead of hanging. By default blocks
+  run one at a time to their end, as before.
 * `gpu.shuffle` is warp-synchronous: the lanes of a warp (32 consecutive linear
   thread ids) run to their next shuffle, barrier or return together; at a shuffle
   every lane of the warp must wait at that same op (else `GpuSimError`: warp
@@ -73,6 +81,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
 from scanweaver.dialects.gpu_shuffle import ShuffleOp
+from scanweaver.dialects.llvm_fence import FenceOp
 from scanweaver.errors import ScanWeaverError
 from scanweaver.interp.run import run_function
 
@@ -96,8 +105,11 @@ class _Block:
     """State shared by the threads of one block."""
 
     def __init__(self, block_id: tuple[int, int, int], block_dim, grid_dim, race_check: bool, glob=None,
-                 bases: dict[int, int] | None = None):
+                 bases: dict[int, int] | None = None, progress: list[int] | None = None):
         self.block_id = block_id
+        # memory writes of the whole launch so far (shared with the other blocks): the
+        # scheduler's spin detection, a block that writes nothing between atomics spins
+        self.progress = [0] if progress is None else progress
         self.bases = bases or {}  # id(buffer) -> byte offset of its base past a 256-byte boundary
         self.glob = glob  # _GlobalAccesses of the launch (cross-block race check), or None
         self.barriers = 0  # barrier releases of this block
@@ -160,38 +172,78 @@ _VECTOR_OPS = (vector.LoadOp, vector.StoreOp, vector.ExtractOp, vector.InsertOp,
 
 
 def _element_bytes(op: Operation) -> int:
-    store = isinstance(op, (memref.StoreOp, vector.StoreOp))
+    store = isinstance(op, (memref.StoreOp, vector.StoreOp, memref.AtomicRMWOp))
     el = (op.operands[1] if store else op.operands[0]).type.element_type  # type: ignore[attr-defined]
     width = getattr(el, "bitwidth", None) or getattr(getattr(el, "width", None), "data", 64)
     return max(1, width // 8)
 
 
 class _GlobalAccesses:
-    """Which block wrote / read each element of global memory during one launch."""
+    """Cross-block race check of one launch's global memory, by happens-before.
+
+    Every block has a vector clock. `memref.atomic_rmw` is relaxed, as the PTX that
+    NVPTX emits for it is (`atom` without ordering, `dialects/llvm_fence.py`); ordering
+    comes from `llvm.fence` as in C++: an atomic releases at its element the block's
+    clock as of the block's last fence, and what an atomic reads there is acquired at
+    the block's next fence. A plain access of an element that another block wrote (or a
+    write of one another block read) is a race unless ordered after it through such a
+    fence-atomic-atomic-fence chain: so a status flag published before its value, a
+    missing fence, or a value read without acquiring its flag is an error whatever the
+    schedule."""
 
     def __init__(self, tracked: set[int]) -> None:
         self.tracked = tracked  # ids of the kernel's memref arguments (alive all launch long)
-        self.writer: dict[tuple[int, tuple[int, ...]], tuple[int, int, int]] = {}
-        self.readers: dict[tuple[int, tuple[int, ...]], set[tuple[int, int, int]]] = {}
+        self.writer: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, int, int], int]] = {}
+        self.readers: dict[tuple[int, tuple[int, ...]], dict[tuple[int, int, int], int]] = {}
+        self.clocks: dict[tuple[int, int, int], dict[tuple[int, int, int], int]] = {}
+        self.released: dict[tuple[int, tuple[int, ...]], dict[tuple[int, int, int], int]] = {}
+        self.fenced: dict[tuple[int, int, int], dict[tuple[int, int, int], int]] = {}  # clock at last fence
+        self.seen: dict[tuple[int, int, int], dict[tuple[int, int, int], int]] = {}  # read since last fence
+
+    def _clock(self, blk: tuple[int, int, int]) -> dict[tuple[int, int, int], int]:
+        return self.clocks.setdefault(blk, {blk: 1})
+
+    def _ordered(self, blk: tuple[int, int, int], other: tuple[int, int, int], epoch: int) -> bool:
+        return other == blk or self._clock(blk).get(other, 0) >= epoch
+
+    def atomic(self, buf: Any, idx: tuple[int, ...], blk: tuple[int, int, int]) -> None:
+        loc = self.released.setdefault((id(buf), idx), {})
+        _join(self.seen.setdefault(blk, {}), loc)  # acquired at the next fence
+        _join(loc, self.fenced.get(blk, {}))  # what the last fence released
+
+    def fence(self, blk: tuple[int, int, int]) -> None:
+        clock = self._clock(blk)
+        _join(clock, self.seen.pop(blk, {}))
+        self.fenced[blk] = dict(clock)
+        clock[blk] += 1
 
     def check(self, buf: Any, idx: tuple[int, ...], blk: tuple[int, int, int], write: bool, op: Operation) -> None:
         key = (id(buf), idx)
+        epoch = self._clock(blk)[blk]
         w = self.writer.get(key)
-        if w is not None and w != blk:
+        if w is not None and not self._ordered(blk, *w):
             raise GpuSimError(
                 f"cross-block race in global memory: block {blk} {'writes' if write else 'reads'} element "
-                f"{list(idx)} that block {w} wrote in the same launch ({op.name})"
+                f"{list(idx)} that block {w[0]} wrote in the same launch with no release/acquire "
+                f"(memref.atomic_rmw) ordering the two ({op.name})"
             )
         if write:
-            others = self.readers.get(key, set()) - {blk}
+            others = [b for b, e in self.readers.get(key, {}).items() if not self._ordered(blk, b, e)]
             if others:
                 raise GpuSimError(
                     f"cross-block race in global memory: block {blk} writes element {list(idx)} "
-                    f"that block {min(others)} read in the same launch ({op.name})"
+                    f"that block {min(others)} read in the same launch with no release/acquire ordering "
+                    f"the two ({op.name}): a value published after its flag?"
                 )
-            self.writer[key] = blk
+            self.writer[key] = (blk, epoch)
         else:
-            self.readers.setdefault(key, set()).add(blk)
+            self.readers.setdefault(key, {})[blk] = epoch
+
+
+def _join(into: dict, other: dict) -> None:
+    for b, t in other.items():
+        if into.get(b, 0) < t:
+            into[b] = t
 
 
 class _Thread:
@@ -230,7 +282,17 @@ class _Thread:
                     vals = yield from self.exec_block(region.block, ())
                 for r, v in zip(op.results, vals):
                     env[r] = v
-            elif kind is scf.YieldOp or kind is gpu.ReturnOp:
+            elif kind is scf.WhileOp:
+                vals = [env[v] for v in op.operands]
+                while True:
+                    yield op  # a switch point per iteration: a spin loop cannot starve the others
+                    cond, *vals = yield from self.exec_block(op.before_region.block, vals)
+                    if not cond:
+                        break
+                    vals = list((yield from self.exec_block(op.after_region.block, vals)))
+                for r, v in zip(op.results, vals):
+                    env[r] = v
+            elif kind is scf.YieldOp or kind is gpu.ReturnOp or kind is scf.ConditionOp:
                 return tuple(env[v] for v in op.operands)
             elif kind is gpu.BarrierOp:
                 yield op
@@ -240,6 +302,14 @@ class _Thread:
                 assert self.shuffle_out is not None
                 env[op.results[0]], env[op.results[1]] = self.shuffle_out
                 self.shuffle_in = self.shuffle_out = None
+            elif kind is memref.AtomicRMWOp:
+                yield op  # switch points before and after: other blocks may run in between
+                self._atomic(op, [env[v] for v in op.operands])
+                yield op
+            elif kind is FenceOp:
+                yield op  # a switch point, like an atomic
+                if self.blk.glob is not None:
+                    self.blk.glob.fence(self.blk.block_id)
             elif kind is gpu.LaneIdOp:
                 env[op.results[0]] = self.linear % WARP
             elif kind is memref.LoadOp or kind is memref.StoreOp:
@@ -258,6 +328,7 @@ class _Thread:
                 if id(buf) not in self.blk.shared_ids and (glob is None or id(buf) in glob.tracked):
                     self.blk.global_bytes[kind is memref.StoreOp] += _element_bytes(op)
                 self._bounds_check(op, inputs, kind is memref.StoreOp)
+                self.blk.progress[0] += kind is memref.StoreOp
                 results = self.interp.run_op(op, tuple(inputs))
                 for r, v in zip(op.results, results):
                     env[r] = v
@@ -287,6 +358,19 @@ class _Thread:
                 for r, v in zip(op.results, results):
                     env[r] = v
         return ()
+
+    def _atomic(self, op: memref.AtomicRMWOp, inputs: list[Any]) -> None:
+        _, buf, *idx = inputs
+        self._bounds_check(op, [buf, *idx], False)
+        glob = self.blk.glob
+        if id(buf) not in self.blk.shared_ids and (glob is None or id(buf) in glob.tracked):
+            self.blk.global_bytes[0] += _element_bytes(op)
+            self.blk.global_bytes[1] += _element_bytes(op)
+            if glob is not None:
+                glob.atomic(buf, tuple(idx), self.blk.block_id)
+        (old,) = self.interp.run_op(op, tuple(inputs))
+        self.blk.progress[0] += buf.load(tuple(idx)) != old  # a flag poll that changes nothing is no progress
+        self.env[op.results[0]] = old
 
     def _vector_op(self, op: Operation, inputs: list[Any]) -> None:
         env = self.env
@@ -320,6 +404,7 @@ class _Thread:
                 if id(buf) not in self.blk.shared_ids and (glob is None or id(buf) in glob.tracked):
                     self.blk.global_bytes[is_store] += el_bytes
                 if is_store:
+                    self.blk.progress[0] += 1
                     buf.store(at, values[lane])
                 else:
                     values.append(buf.load(at))
@@ -354,16 +439,31 @@ def _warps(live: list) -> list[list]:
     return list(groups.values())
 
 
-def _run_warp_to_barrier(blk: _Block, warp: list, waiting: list, finished: list) -> None:
+#: ops a thread yields to the grid scheduler (not barriers or shuffles of its block)
+_SWITCH_POINTS = (memref.AtomicRMWOp, scf.WhileOp, FenceOp)
+
+
+def _next_stop(gen: Generator[Operation, None, None]) -> Generator[Operation, None, Operation | None]:
+    """Run one thread to its next barrier or shuffle (None: it returned), yielding each
+    switch point it meets (before and after an atomic, each `scf.while` iteration) to
+    the grid scheduler."""
+    while True:
+        try:
+            op = next(gen)
+        except StopIteration:
+            return None
+        if not isinstance(op, _SWITCH_POINTS):
+            return op
+        yield op
+
+
+def _run_warp_to_barrier(blk: _Block, warp: list, waiting: list, finished: list) -> Generator[Operation, None, None]:
     """Advance the lanes of one warp together through their shuffles up to their next
-    barrier (appended to `waiting`) or their end (`finished`)."""
+    barrier (appended to `waiting`) or their end (`finished`); yields at switch points."""
     while True:
         stops: list[tuple[Any, Any, Operation | None]] = []
         for th, gen in warp:
-            try:
-                stops.append((th, gen, next(gen)))
-            except StopIteration:
-                stops.append((th, gen, None))
+            stops.append((th, gen, (yield from _next_stop(gen))))
         shuffles = [s for s in stops if isinstance(s[2], ShuffleOp)]
         if not shuffles:
             for th, gen, op in stops:
@@ -409,6 +509,101 @@ def _exchange(blk: _Block, op: ShuffleOp, lanes: list[_Thread]) -> None:
             th.shuffle_out = (garbage, False)
 
 
+def _run_block(blk: _Block, threads: list) -> Generator[Operation, None, None]:
+    """Run the threads of one block barrier round by barrier round; yields at each
+    switch point (where the grid scheduler may run another block)."""
+    live = threads
+    while live:
+        waiting: list[tuple[_Thread, Generator[Operation, None, None], Operation]] = []
+        finished: list[_Thread] = []
+        for warp in _warps(live):
+            yield from _run_warp_to_barrier(blk, warp, waiting, finished)
+        if waiting and finished:
+            raise GpuSimError(
+                f"barrier divergence in block {blk.block_id}: thread {finished[0].tid} "
+                f"returned while thread {waiting[0][0].tid} waits at a gpu.barrier"
+            )
+        barriers = {id(b) for _, _, b in waiting}
+        if len(barriers) > 1:
+            first = waiting[0]
+            other = next(w for w in waiting if w[2] is not first[2])
+            raise GpuSimError(
+                f"barrier divergence in block {blk.block_id}: threads {first[0].tid} "
+                f"and {other[0].tid} wait at different gpu.barrier ops"
+            )
+        blk.new_epoch()
+        if waiting:
+            blk.barriers += 1
+        live = [(th, gen) for th, gen, _ in waiting]
+
+
+def _start_order(grid: tuple[int, int, int], block_order: str | int) -> list[tuple[int, int, int]]:
+    order = [(bx, by, bz) for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))]
+    if block_order == "reverse":
+        order.reverse()
+    elif isinstance(block_order, int) and not isinstance(block_order, bool):
+        random.Random(block_order).shuffle(order)
+    elif block_order != "forward":
+        raise GpuSimError(f"gpu simulator: unknown block order {block_order!r}")
+    return order
+
+
+class _Scheduler:
+    """Which started block runs next, up to its next switch point (`_SWITCH_POINTS`).
+    Blocks start in `block_order`, at most `resident` at a time (a slot frees when its
+    block returns).
+
+    `interleave`: None runs each block to its end (one resident block); an int seeds a
+    random pick at every switch point; "round-robin" switches to the next block at each
+    (so a flag published before its value is seen before the value is written);
+    "latest-first" is the adversary of a look-back: the block started last runs until
+    it spins (a quantum writing no memory), then the next latest, and so on.
+    A run of `spin_limit` quanta per started block writing no memory is a deadlock."""
+
+    def __init__(self, interleave: str | int | None, resident: int | None, spin_limit: int):
+        if interleave not in (None, "latest-first", "round-robin") and (not isinstance(interleave, int) or isinstance(interleave, bool)):
+            raise GpuSimError(f"gpu simulator: unknown interleave {interleave!r}")
+        if resident is not None and resident < 1:
+            raise GpuSimError(f"gpu simulator: resident must be >= 1, got {resident}")
+        self.interleave = interleave
+        self.resident = 1 if interleave is None and resident is None else resident
+        self.spin_limit = spin_limit
+        self.rng = random.Random(interleave) if isinstance(interleave, int) else None
+        self.stalled: set[int] = set()  # ids of blocks seen spinning
+        self.turn = 0  # round-robin position
+
+    def has_room(self, active: list) -> bool:
+        return self.resident is None or len(active) < self.resident
+
+    def pick(self, active: list) -> int:
+        if self.rng is not None:
+            return self.rng.randrange(len(active))
+        if self.interleave is None:
+            return 0
+        if self.interleave == "round-robin":
+            self.turn = (self.turn + 1) % len(active)
+            return self.turn
+        fresh = [i for i in range(len(active)) if id(active[i][0]) not in self.stalled]
+        if not fresh:  # everyone spins: a round latest first, each once
+            self.stalled.clear()
+            fresh = list(range(len(active)))
+        return fresh[-1]
+
+    def ran(self, blk: _Block, wrote: bool) -> None:
+        if wrote:
+            self.stalled.discard(id(blk))
+        else:
+            self.stalled.add(id(blk))
+
+
+def _record(stats: dict, blk: _Block) -> None:
+    stats["blocks"] = stats.get("blocks", 0) + 1
+    stats["max_barriers"] = max(stats.get("max_barriers", 0), blk.barriers)
+    stats["load_bytes"] = stats.get("load_bytes", 0) + blk.global_bytes[0]
+    stats["store_bytes"] = stats.get("store_bytes", 0) + blk.global_bytes[1]
+    stats["vector_accesses"] = stats.get("vector_accesses", 0) + blk.vector_accesses
+
+
 def run_kernel(
     interp: Interpreter,
     kernel: gpu.FuncOp,
@@ -419,57 +614,53 @@ def run_kernel(
     block_order: str | int = "forward",
     stats: dict | None = None,
     bases: dict[int, int] | None = None,
+    interleave: str | int | None = None,
+    resident: int | None = None,
+    spin_limit: int = 2000,
 ) -> None:
     """Execute `kernel` over the whole grid; `args` are interpreter values (ShapedArrays).
     `bases`: id(buffer) -> its base's byte offset past a 256-byte boundary (default 0).
-    `block_order`: "forward", "reverse" or an int seed of a random permutation. `stats`
+    `block_order`: the order blocks start in: "forward", "reverse" or an int seed of a
+    random permutation. `interleave`, `resident`, `spin_limit`: see `_Scheduler`. `stats`
     (a dict) receives `blocks`, `max_barriers` (per block), `load_bytes`, `store_bytes`
     (global memory, summed over the grid), `vector_accesses` (vector loads and stores)."""
     if any(g < 1 for g in grid) or any(b < 1 for b in block):
         raise GpuSimError(f"invalid launch configuration grid={grid} block={block}")
-    order = [(bx, by, bz) for bz, by, bx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))]
-    if block_order == "reverse":
-        order.reverse()
-    elif isinstance(block_order, int) and not isinstance(block_order, bool):
-        random.Random(block_order).shuffle(order)
-    elif block_order != "forward":
-        raise GpuSimError(f"gpu simulator: unknown block order {block_order!r}")
+    pending = _start_order(grid, block_order)
+    pending.reverse()  # popped from the end
+    sched = _Scheduler(interleave, resident, spin_limit)
     glob = _GlobalAccesses({id(a) for a in args if isinstance(a, ShapedArray)}) if race_check else None
-    for bx, by, bz in order:
-        blk = _Block((bx, by, bz), block, grid, race_check, glob, bases)
-        threads = []
-        for tz, ty, tx in itertools.product(range(block[2]), range(block[1]), range(block[0])):
-            th = _Thread(interp, blk, (tx, ty, tz))
-            threads.append((th, th.run(kernel, args)))
-        live = threads
-        while live:
-            waiting: list[tuple[_Thread, Generator[Operation, None, None], Operation]] = []
-            finished: list[_Thread] = []
-            for warp in _warps(live):
-                _run_warp_to_barrier(blk, warp, waiting, finished)
-            if waiting and finished:
-                raise GpuSimError(
-                    f"barrier divergence in block {blk.block_id}: thread {finished[0].tid} "
-                    f"returned while thread {waiting[0][0].tid} waits at a gpu.barrier"
-                )
-            barriers = {id(b) for _, _, b in waiting}
-            if len(barriers) > 1:
-                first = waiting[0]
-                other = next(w for w in waiting if w[2] is not first[2])
-                raise GpuSimError(
-                    f"barrier divergence in block {blk.block_id}: threads {first[0].tid} "
-                    f"and {other[0].tid} wait at different gpu.barrier ops"
-                )
-            blk.new_epoch()
-            if waiting:
-                blk.barriers += 1
-            live = [(th, gen) for th, gen, _ in waiting]
-        if stats is not None:
-            stats["blocks"] = stats.get("blocks", 0) + 1
-            stats["max_barriers"] = max(stats.get("max_barriers", 0), blk.barriers)
-            stats["load_bytes"] = stats.get("load_bytes", 0) + blk.global_bytes[0]
-            stats["store_bytes"] = stats.get("store_bytes", 0) + blk.global_bytes[1]
-            stats["vector_accesses"] = stats.get("vector_accesses", 0) + blk.vector_accesses
+    progress = [0]
+    active: list[tuple[_Block, Generator[Operation, None, None], list]] = []  # (block, run, [last atomic])
+    quiet = 0  # consecutive quanta that wrote no memory
+    while pending or active:
+        while pending and sched.has_room(active):
+            blk = _Block(pending.pop(), block, grid, race_check, glob, bases, progress)
+            threads = []
+            for tz, ty, tx in itertools.product(range(block[2]), range(block[1]), range(block[0])):
+                th = _Thread(interp, blk, (tx, ty, tz))
+                threads.append((th, th.run(kernel, args)))
+            active.append((blk, _run_block(blk, threads), [None]))
+        i = sched.pick(active)
+        blk, run, last = active[i]
+        before = progress[0]
+        try:
+            last[0] = next(run)
+        except StopIteration:
+            del active[i]
+            sched.stalled.discard(id(blk))
+            if stats is not None:
+                _record(stats, blk)
+            quiet = 0
+            continue
+        sched.ran(blk, progress[0] != before)
+        quiet = 0 if progress[0] != before else quiet + 1
+        if quiet > spin_limit * len(active):
+            where = ", ".join(f"block {b.block_id} at {op.name if op else 'start'}" for b, _, (op,) in active)
+            raise GpuSimError(
+                f"deadlock in the inter-block protocol: no block wrote memory in {quiet} scheduling steps "
+                f"({where}; {len(pending)} blocks not started, {sched.resident or 'all'} resident)"
+            )
 
 
 def _lookup_kernel(module: ModuleOp, ref) -> gpu.FuncOp:
@@ -489,6 +680,8 @@ class GpuLaunchFunctions(InterpreterFunctions):
 
     race_check: bool = True
     block_order: str | int = "forward"
+    interleave: str | int | None = None  # see `_Scheduler`
+    resident: int | None = None
     on_launch: Any = None  # called as on_launch(kernel name, grid, block, kernel args)
     stats: Any = None  # a list: one `run_kernel` stats dict per launch, with "kernel"
     base_offsets: Any = None  # host argument position -> byte offset of its base
@@ -509,7 +702,8 @@ class GpuLaunchFunctions(InterpreterFunctions):
         for v, a in zip(op.kernelOperands, kargs):
             if self.base_offsets and isinstance(v, BlockArgument) and isinstance(v.block.parent_op(), func.FuncOp):
                 bases[id(a)] = self.base_offsets.get(v.index, 0)
-        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check, self.block_order, st, bases)
+        run_kernel(interpreter, kernel, grid, block, kargs, self.race_check, self.block_order, st, bases,
+                   self.interleave, self.resident)
         if st is not None:
             self.stats.append(st)
         return ()
@@ -520,12 +714,15 @@ def simulate_launch(
     block_order: str | int = "forward",
     stats: list | None = None,
     base_offsets: dict[int, int] | None = None,
+    interleave: str | int | None = None,
+    resident: int | None = None,
 ) -> tuple[Any, ...]:
     """Run host `func.func @name` on numpy arrays (updated in place), kernels simulated.
     `on_launch(kernel name, grid, block, kernel args)` sees each launch before it runs;
     `block_order` as in `run_kernel`; `stats` (a list) gets one dict per launch;
     `base_offsets` (argument position -> bytes, each below 256) places that argument's
-    base off a 16-byte boundary, as a device view would be."""
+    base off a 16-byte boundary, as a device view would be. `interleave` / `resident`:
+    how blocks of one launch run concurrently (`_Scheduler`)."""
     if isinstance(module, str):
         from scanweaver.ir import parse_ir
 
@@ -536,4 +733,6 @@ def simulate_launch(
     launcher.block_order = block_order
     launcher.stats = stats
     launcher.base_offsets = base_offsets
+    launcher.interleave = interleave
+    launcher.resident = resident
     return run_function(module, name, *args, extra_impls=[launcher])

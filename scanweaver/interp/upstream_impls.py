@@ -138,16 +138,42 @@ def _divf(x: float, y: float) -> float:
     return x / y
 
 
+def _unsigned(x: int, width: int) -> int:
+    return x & ((1 << width) - 1)
+
+
+#: arith::AtomicRMWKind number -> (old, value, width) -> new, for integer memref.atomic_rmw
+_INT_ATOMICS = {
+    1: lambda a, b, w: a + b,  # addi
+    2: lambda a, b, w: a & b,  # andi
+    3: lambda a, b, w: b,  # assign
+    6: lambda a, b, w: max(a, b),  # maxs
+    7: lambda a, b, w: max(_unsigned(a, w), _unsigned(b, w)),  # maxu
+    10: lambda a, b, w: min(a, b),  # mins
+    11: lambda a, b, w: min(_unsigned(a, w), _unsigned(b, w)),  # minu
+    13: lambda a, b, w: a * b,  # muli
+    14: lambda a, b, w: a | b,  # ori
+    15: lambda a, b, w: a ^ b,  # xori
+}
+
+
 class UpstreamFunctions(InterpreterFunctions):
-    # -- memref.atomic_rmw addf (channel-program kernels' gradient accumulation); the
-    # interpreter and the GPU simulator run one op at a time, so it is a plain add
+    # -- memref.atomic_rmw: addf (channel-program gradients) and the integer kinds a
+    # multi-block protocol uses (ticket counters, status flags); the interpreter and the
+    # GPU simulator run one op at a time, so each is a plain read-modify-write
     @impl(memref.AtomicRMWOp)
     def run_atomic_rmw(self, interpreter: Interpreter, op: memref.AtomicRMWOp, args: PythonValues):
-        if op.kind.value.data != 0:
-            raise NotImplementedError(f"memref.atomic_rmw kind {op.kind.value.data} (only addf)")
         value, buf, *idx = args
         old = buf.load(tuple(idx))
-        buf.store(tuple(idx), round_to(op.result.type, old + value))
+        kind = op.kind.value.data
+        if kind == 0:
+            new = round_to(op.result.type, old + value)
+        elif kind in _INT_ATOMICS:
+            width = op.result.type.width.data  # type: ignore[attr-defined]
+            new = wrap_int(_INT_ATOMICS[kind](old, value, width), width)
+        else:
+            raise NotImplementedError(f"memref.atomic_rmw kind {kind} (addf and integer kinds only)")
+        buf.store(tuple(idx), new)
         return (old,)
 
     # -- float arithmetic, rounded to the result type -------------------------------

@@ -89,18 +89,22 @@ def static_prefers_time_blocks(shape: Sequence[int], axis: int, chunk: int) -> b
     return prefer_time_blocks(channels, shape[axis], chunk)
 
 
-def ask_time_blocks(ir_text: str) -> str:
+def ask_time_blocks(ir_text: str, strategy: str = "time_blocks") -> str:
     """`ir_text` with every `scan.affine`, `scan.scan` and `scan.recurrence` marked for
     the time blocks (the `scanweaver.gpu_strategy` attribute; drivers that know the sizes
-    use it; `recurrence_time_blocks.py` takes the recurrences)."""
+    use it; `recurrence_time_blocks.py` takes the recurrences); `strategy="lookback"`
+    marks the `scan.affine`s for the single-pass look-back (`affine_lookback.py`)."""
     from xdsl.dialects.builtin import StringAttr
 
     from scanweaver.ir import parse_ir, print_ir
 
+    if strategy not in ("time_blocks", "lookback"):
+        raise ValueError(f"strategy must be 'time_blocks' or 'lookback', got {strategy!r}")
+    kinds = (scan.AffineOp,) if strategy == "lookback" else (scan.AffineOp, scan.ScanOp, scan.RecurrenceOp)
     module = parse_ir(ir_text)
     for o in module.walk():
-        if isinstance(o, (scan.AffineOp, scan.ScanOp, scan.RecurrenceOp)):
-            o.attributes[TIME_BLOCKS_ATTR] = StringAttr("time_blocks")
+        if isinstance(o, kinds):
+            o.attributes[TIME_BLOCKS_ATTR] = StringAttr(strategy)
     return print_ir(module)
 
 
@@ -135,6 +139,13 @@ def grid_product(entries: Sequence[int | str]) -> int | str:
 
 def _host_chunks(host: Emitter, length: SSAValue, chunk: int) -> SSAValue:
     return host.divu(host.add(host.val(arith.MaxUIOp(length, host.index(1))), host.index(chunk - 1)), host.index(chunk))
+
+
+def tile_shared(kmod: gpu.ModuleOp, kname: str, el: Attribute, slots: int) -> tuple[MemRefType, MemRefType, MemRefType]:
+    """The sA, sB (`slots` each) and sC shared globals of kernel `kname`'s chained tiles."""
+    return (bg.shared_global(kmod, f"{kname}_sA", el, max(slots, 1)),
+            bg.shared_global(kmod, f"{kname}_sB", el, max(slots, 1)),
+            bg.shared_global(kmod, f"{kname}_sC", el, 1))
 
 
 def _new_kernel(kmod: gpu.ModuleOp, name: str, names: Sequence[str], types: Sequence[Attribute]):
@@ -342,6 +353,7 @@ class _AffineTimeBlocks:
 
         self.agg_a, self.agg_b, self.carries = (alloc(agg_mt, dyn_sizes) for _ in range(3))
         self.chan_final = alloc(fin_mt, dyn_sizes[: len([d for d in agg_shape[:-1] if d == DYNAMIC_INDEX])])
+        self.scratch = [self.agg_a, self.agg_b, self.carries, self.chan_final]  # in scratch-number order
 
     def _number_scratch(self) -> None:
         """The host function and its scratch numbering (-2 - j in host_args)."""
@@ -353,8 +365,8 @@ class _AffineTimeBlocks:
         if fn is not None:
             from xdsl.dialects.builtin import IntegerAttr, i64
 
-            fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + 4, i64)
-        self.scratch_pos = {self.agg_a: -2 - j0, self.agg_b: -3 - j0, self.carries: -4 - j0, self.chan_final: -5 - j0}
+            fn.attributes[_SCRATCH_BASE_ATTR] = IntegerAttr(j0 + len(self.scratch), i64)
+        self.scratch_pos = {buf: -2 - j0 - j for j, buf in enumerate(self.scratch)}
 
     # -- launch descriptions ------------------------------------------------------------------
     def host_args(self, values: Sequence[SSAValue]) -> tuple[int, ...]:
@@ -380,6 +392,25 @@ class _AffineTimeBlocks:
             terms.append(self.chunk_count(arg))
         return grid_product(terms)
 
+    def describe(self, kfunc: gpu.FuncOp, grid: int | str, refs: dict[str, SSAValue], names: Sequence[str],
+                 kinds: Sequence[str], values: Sequence[SSAValue], shared_bytes: int, notes: str,
+                 **fields) -> gpu.FuncOp:
+        """Add kernel `kfunc` to the kernel module and record its launch, in host order:
+        its grid over `refs` and its description."""
+        kname = kfunc.sym_name.data
+        self.kmod.body.block.add_op(kfunc)
+        self.descs.append((kname, grid, refs, list(values), KernelLaunch(
+            kernel_name=kname, module_name=bg.KERNEL_MODULE, func_name="", grid=(grid, 1, 1), block=(self.bs, 1, 1),
+            shared_bytes=shared_bytes, args=self.arg_desc(names, kinds, values), host_args=self.host_args(values),
+            notes=notes, **fields,
+        )))
+        return kfunc
+
+    def equal_to_h(self, names: Sequence[str]) -> tuple[tuple[str, int, str, int], ...]:
+        """a, b have h's shape; init, final its channel dims."""
+        return tuple([(n, i, "h", i) for n in ("a", "b") for i in range(self.rank)]
+                     + [(n, j, "h", i) for n in names if n in ("init", "final") for j, i in enumerate(self.channel_dims)])
+
     @staticmethod
     def arg_desc(names, kinds, values):
         return [
@@ -403,24 +434,17 @@ class _AffineTimeBlocks:
         agg_entries = tuple([self.entry("a", i) for i in self.channel_dims] + [self.chunk_count("a")])
         g1 = self.grid("a", True)
         equal_ab = [(n, i, "a", i) for n in ("b",) for i in range(rank)]
-        self.descs.append((k1, g1, {"a": op.a}, v1, KernelLaunch(
-            kernel_name=k1, module_name=bg.KERNEL_MODULE, func_name="", grid=(g1, 1, 1), block=(bs, 1, 1),
-            shared_bytes=bg.tile_shared_bytes(agg_t, slots1, carry_slot=False), args=self.arg_desc(n1, ["in", "in", "out", "out"], v1),
-            host_args=self.host_args(v1), equal_dims=tuple(equal_ab),
-            scratch=(("agg_a", agg_entries), ("agg_b", agg_entries)),
-            notes=f"scan.affine time blocks 1/3: aggregates of {chunk}-step chunks ({agg_t})",
-        )))
-        kmod.body.block.add_op(kf1)
-        return kf1
+        return self.describe(kf1, g1, {"a": op.a}, n1, ["in", "in", "out", "out"], v1,
+                             bg.tile_shared_bytes(agg_t, slots1, carry_slot=False),
+                             f"scan.affine time blocks 1/3: aggregates of {chunk}-step chunks ({agg_t})",
+                             equal_dims=tuple(equal_ab), scratch=(("agg_a", agg_entries), ("agg_b", agg_entries)))
 
     def _carries_kernel(self) -> gpu.FuncOp:
         """Kernel 2: carries, one block per channel over the aggregates."""
         op, kmod, bs, agg_t, rank = self.op, self.kmod, self.bs, self.agg_t, self.rank
         k2 = f"{self.base}_carries"
         slots2 = bg.tile_slots(agg_t, bs)
-        sh2 = (bg.shared_global(kmod, f"{k2}_sA", agg_t, max(slots2, 1)),
-               bg.shared_global(kmod, f"{k2}_sB", agg_t, max(slots2, 1)),
-               bg.shared_global(kmod, f"{k2}_sC", agg_t, 1))
+        sh2 = tile_shared(kmod, k2, agg_t, slots2)
         init_agg = None
         n2 = ["a", "b"] + (["init"] if op.init else []) + ["h", "final"]
         v2 = [self.agg_a, self.agg_b] + ([op.init] if op.init else []) + [self.carries, self.chan_final]
@@ -445,23 +469,16 @@ class _AffineTimeBlocks:
         # not `h.shape[i]` of the scan's channel dims, which name another array here
         g2 = grid_product(carry_entries[:-1])
         kinds2 = ["in", "in"] + (["in"] if op.init else []) + ["out", "out"]
-        self.descs.append((k2, g2, {"a": self.agg_a}, v2, KernelLaunch(
-            kernel_name=k2, module_name=bg.KERNEL_MODULE, func_name="", grid=(g2, 1, 1), block=(bs, 1, 1),
-            shared_bytes=bg.tile_shared_bytes(agg_t, slots2, bs=bs), args=self.arg_desc(n2, kinds2, v2),
-            host_args=self.host_args(v2), scratch=(("h", carry_entries), ("final", carry_entries[:-1])),
-            notes=f"scan.affine time blocks 2/3: carries between chunks ({agg_t}), one block per channel",
-        )))
-        kmod.body.block.add_op(kf2)
-        return kf2
+        return self.describe(kf2, g2, {"a": self.agg_a}, n2, kinds2, v2, bg.tile_shared_bytes(agg_t, slots2, bs=bs),
+                             f"scan.affine time blocks 2/3: carries between chunks ({agg_t}), one block per channel",
+                             scratch=(("h", carry_entries), ("final", carry_entries[:-1])))
 
     def _chunks_kernel(self) -> gpu.FuncOp:
         """Kernel 3: the chunks from their carries."""
-        op, kmod, bs, state_t, rank = self.op, self.kmod, self.bs, self.state_t, self.rank
+        op, kmod, bs, state_t = self.op, self.kmod, self.bs, self.state_t
         k3 = f"{self.base}_chunks"
         slots3 = bg.tile_slots(state_t, bs)
-        sh3 = (bg.shared_global(kmod, f"{k3}_sA", state_t, max(slots3, 1)),
-               bg.shared_global(kmod, f"{k3}_sB", state_t, max(slots3, 1)),
-               bg.shared_global(kmod, f"{k3}_sC", state_t, 1))
+        sh3 = tile_shared(kmod, k3, state_t, slots3)
         init, final = ([op.init] if op.init else []), ([op.final] if op.final else [])
         n3 = ["a", "b"] + (["init"] if init else []) + ["carries", "chan_final", "h"] + (["final"] if final else [])
         v3 = [op.a, op.b] + init + [self.carries, self.chan_final, op.h] + final
@@ -470,18 +487,10 @@ class _AffineTimeBlocks:
         _emit_chunks(e3, a3, k3, self.axis, state_t, self.reverse, bs, self.ipt, self.chunk, sh3)
         e3.op(gpu.ReturnOp([]))
         g3 = self.grid("h", True)
-        self.descs.append((k3, g3, {"h": op.h}, v3, KernelLaunch(
-            kernel_name=k3, module_name=bg.KERNEL_MODULE, func_name="", grid=(g3, 1, 1), block=(bs, 1, 1),
-            shared_bytes=bg.tile_shared_bytes(state_t, slots3, bs=bs), args=self.arg_desc(n3, kinds3, v3),
-            host_args=self.host_args(v3),
-            equal_dims=tuple([(n, i, "h", i) for n in ("a", "b") for i in range(rank)]
-                             + [(n, j, "h", i) for n in n3 if n in ("init", "final")
-                                for j, i in enumerate(self.channel_dims)]),
-            notes=(f"scan.affine time blocks 3/3: axis {self.axis}{' reverse' if self.reverse else ''}; "
-                   f"{state_t} state; block_size={bs} items_per_thread={self.ipt} chunk={self.chunk}"),
-        )))
-        kmod.body.block.add_op(kf3)
-        return kf3
+        return self.describe(kf3, g3, {"h": op.h}, n3, kinds3, v3, bg.tile_shared_bytes(state_t, slots3, bs=bs),
+                             (f"scan.affine time blocks 3/3: axis {self.axis}{' reverse' if self.reverse else ''}; "
+                              f"{state_t} state; block_size={bs} items_per_thread={self.ipt} chunk={self.chunk}"),
+                             equal_dims=self.equal_to_h(n3))
 
     # -- host: the launches, in order (all skipped together when there are no channels) ----------
     def _launch(self, kernels: Sequence[gpu.FuncOp]) -> None:
@@ -501,7 +510,7 @@ class _AffineTimeBlocks:
         else:
             nch = bg.emit_grid_size(host, self.grid("h", False), {"h": op.h})
             host.if_(host.cmp("sgt", nch, host.index(0)), [], launches)
-        for buf in (self.agg_a, self.agg_b, self.carries, self.chan_final):
+        for buf in self.scratch:
             host.op(memref.DeallocOp.get(buf))
         for (_kname, _, _, _, desc), kf in zip(self.descs, kernels):
             kf.attributes["scanweaver.launch"] = replace(desc, func_name=func_name).to_attr()

@@ -572,6 +572,13 @@ def channel_indices(e: Emitter, ref: SSAValue, axis: int, bid: SSAValue) -> list
     return channel
 
 
+def loop_trip_value(e: Emitter, size: SSAValue, lb: int, step: int) -> SSAValue:
+    """max(0, ceil((size - lb) / step)) in index arithmetic (`span` in launch sizes):
+    the signed max keeps a size below `lb` from wrapping to a huge unsigned count."""
+    span = e.val(arith.MaxSIOp(e.sub(size, e.index(lb)), e.index(0))) if lb else size
+    return span if step == 1 else e.val(arith.CeilDivUIOp(span, e.index(step)))
+
+
 def emit_grid_size(host: Emitter, expr: int | str, values: dict[str, SSAValue]) -> SSAValue:
     """The host IR value of one launch-description grid entry, built from the same
     terms the runtime evaluates (`grid_terms`): one formula for the IR's
@@ -585,6 +592,8 @@ def emit_grid_size(host: Emitter, expr: int | str, values: dict[str, SSAValue]) 
             if len(term) == 3:  # cdiv(size, n), at least 1
                 n = term[2]  # type: ignore[misc]
                 v = host.divu(host.add(host.val(arith.MaxUIOp(v, host.index(1))), host.index(n - 1)), host.index(n))
+            elif len(term) == 4:  # span(size, lb, step): a loop's trip count, 0 when size <= lb
+                v = loop_trip_value(host, v, term[2], term[3])  # type: ignore[misc]
         acc = v if acc is None else host.mul(acc, v)
     assert acc is not None
     return acc
@@ -784,20 +793,23 @@ def emit_chained_tiles(
     ipt: int,
     t_begin: SSAValue,
     t_end: SSAValue,
-    carry0: SSAValue | Callable[[Emitter], SSAValue],
+    carry0: SSAValue | Callable[[Emitter], SSAValue] | None,
     tid: SSAValue | None = None,
     length: SSAValue | None = None,
     prefetch: bool = False,
+    entry: Callable[[Emitter, list[SSAValue]], SSAValue] | None = None,
 ) -> SSAValue:
     """The tiles of logical time steps [t_begin, t_end) of one channel, one after the
     other, entering with the state `carry0` (or what `carry0(e)` emits, after the shared
     buffers); returns (in every thread) the state after the last step. Stores h[t] for
     every step; block-uniform control flow only. `tid` and `length` (the scan axis size)
     are reused when given. `prefetch`: warp-shuffle tiles load the next tile's pairs
-    first (module doc, "Prefetch")."""
+    first (module doc, "Prefetch"). `entry` (with `prefetch`, carry0 None): emits the
+    entering state from tile 0's pairs (flat [a_0, b_0, ...], state type), so a caller
+    that needs them first (the look-back's chunk aggregate) reads its inputs once."""
     tiles = _ChainedTiles(e, pairs, args, name, channel, axis, shared, reverse, bs, ipt, t_end, tid, length)
     tiles.prefetch = prefetch
-    return tiles.emit(e, t_begin, carry0)
+    return tiles.emit(e, t_begin, carry0, entry)
 
 
 class _ChainedTiles:
@@ -831,11 +843,14 @@ class _ChainedTiles:
         self.s_c = e.val(memref.GetGlobalOp(f"{name}_sC", shared[2]))
         self.prefetch = False
 
-    def emit(self, e: Emitter, t_begin: SSAValue, carry0: SSAValue | Callable[[Emitter], SSAValue]) -> SSAValue:
-        """The tile loop from `carry0`; returns the state after the last step."""
+    def emit(
+        self, e: Emitter, t_begin: SSAValue, carry0: SSAValue | Callable[[Emitter], SSAValue] | None,
+        entry: Callable[[Emitter, list[SSAValue]], SSAValue] | None = None,
+    ) -> SSAValue:
+        """The tile loop from `carry0` (or `entry`); returns the state after the last step."""
         if callable(carry0):
             carry0 = carry0(e)
-        self.state_t = carry0.type
+        self.state_t = carry0.type if carry0 is not None else self.pairs.state_type
         self.t_begin = t_begin
         bs, ipt = self.bs, self.ipt
         self.tile = e.index(bs * ipt)
@@ -853,8 +868,13 @@ class _ChainedTiles:
             self.lane, self.warp_id = lane_and_warp(e, self.tid)
             # prefetch: tile 0's pairs before the loop, tile k+1's at the top of tile k
             first = self._tile_values(e, e.index(0)) if self.prefetch else []
+            if entry is not None:
+                assert self.prefetch and carry0 is None
+                carry0 = entry(e, first)
+            assert carry0 is not None
             carry, *_ = e.for_(e.index(0), ntiles, self.one, [carry0, *first], self._warp_tile_body)
             return carry
+        assert carry0 is not None and entry is None
         (carry,) = e.for_(e.index(0), ntiles, self.one, [carry0], body)
         return carry
 

@@ -201,6 +201,11 @@ class _EmitStores:
 # ---------------------------------------------------------------------------
 
 
+#: a channel loop's trip count: static, (argument, dim) for 0 to its size step 1, or
+#: (argument, dim, lb, step) for a constant lb to its size with a constant step
+Trip = int | tuple[BlockArgument, int] | tuple[BlockArgument, int, int, int]
+
+
 @dataclass
 class Nest:
     fn: func.FuncOp
@@ -210,7 +215,7 @@ class Nest:
     prologue: list[Operation]
     epilogue: list[Operation]
     state_arg: BlockArgument | None  # depth 0: the function argument holding the state
-    trips: list[int | tuple[BlockArgument, int]]  # static trip, or (argument, dim)
+    trips: list[Trip]
     last_stores: set[Operation]
     kernel_args: list[BlockArgument] = field(default_factory=list)
     stored_args: set[SSAValue] = field(default_factory=set)
@@ -252,7 +257,7 @@ def _arg_dim(v: SSAValue, fn_args: set[SSAValue]) -> tuple[BlockArgument, int] |
     return None
 
 
-def _trip(loop: scf.ForOp, fn_args: set[SSAValue]) -> int | tuple[BlockArgument, int]:
+def _trip(loop: scf.ForOp, fn_args: set[SSAValue]) -> Trip:
     if not isinstance(loop.lb.type, IndexType):
         raise Unsupported("channel loops must iterate over index values")
     lb, ub, st = const_int(loop.lb), const_int(loop.ub), const_int(loop.step)
@@ -261,9 +266,12 @@ def _trip(loop: scf.ForOp, fn_args: set[SSAValue]) -> int | tuple[BlockArgument,
     if lb is not None and ub is not None and st is not None:
         return max(0, -(-(ub - lb) // st))
     d = _arg_dim(loop.ub, fn_args)
-    if lb == 0 and st == 1 and d is not None:
-        return d
-    raise Unsupported("channel loop bounds must be constants, or 0 to memref.dim(%arg, c) step 1")
+    if d is not None and lb is not None and lb >= 0 and st is not None:
+        # from a constant to a size: (arg, dim), or (arg, dim, lb, step) for the
+        # launch size `span(...)`, max(0, ceil((size - lb) / step)) iterations
+        return d if lb == 0 and st == 1 else (*d, lb, st)
+    raise Unsupported("channel loop bounds must be constants, or a constant >= 0 to memref.dim(%arg, c) "
+                      "with a constant step")
 
 
 def _channel_loops(rec: scan.LoopRecurrence) -> tuple[list[scf.ForOp], func.FuncOp]:
@@ -413,7 +421,7 @@ def _check_emit_memory(
     return last_stores
 
 
-def _channel_trips(loops: list[scf.ForOp], fn_args: set[SSAValue]) -> list[int | tuple[BlockArgument, int]]:
+def _channel_trips(loops: list[scf.ForOp], fn_args: set[SSAValue]) -> list[Trip]:
     trips = [_trip(loop, fn_args) for loop in loops]
     if all(isinstance(t, int) for t in trips) and math.prod(trips) > 2**31 - 1:  # type: ignore[arg-type]
         raise Unsupported("more than 2^31 - 1 channel iterations (the blockIdx.x limit)")
@@ -421,7 +429,7 @@ def _channel_trips(loops: list[scf.ForOp], fn_args: set[SSAValue]) -> list[int |
 
 
 def _check_channels_disjoint(
-    loops: list[scf.ForOp], trips: Sequence[int | tuple[BlockArgument, int]], fn_args: set[SSAValue]
+    loops: list[scf.ForOp], trips: Sequence[Trip], fn_args: set[SSAValue]
 ) -> None:
     """Channels run in parallel: every written argument is indexed, at some dimension, by
     each channel variable (of a loop with more than one iteration)."""
@@ -934,12 +942,26 @@ def _capture_outside_values(e: Emitter, nest: Nest, vmap: dict[SSAValue, SSAValu
         capture(v)
 
 
+def trip_value(e: Emitter, trip: Trip, value_of: dict[SSAValue, SSAValue]) -> SSAValue:
+    """A channel loop's trip count as an index value (the same formula as the grid's)."""
+    if isinstance(trip, int):
+        return e.index(trip)
+    size = e.dim(value_of[trip[0]], trip[1])
+    return size if len(trip) == 2 else bg.loop_trip_value(e, size, trip[2], trip[3])
+
+
+def trip_formula(trip: Trip, name_of: dict[SSAValue, str]) -> int | str:
+    """A channel loop's trip count as a launch-size factor (`rewrites/launch.py`)."""
+    if isinstance(trip, int):
+        return trip
+    size = f"{name_of[trip[0]]}.shape[{trip[1]}]"
+    return size if len(trip) == 2 else f"span({size},{trip[2]},{trip[3]})"
+
+
 def _channel_variables(e: Emitter, nest: Nest, vmap: dict[SSAValue, SSAValue], bid: SSAValue) -> None:
     """Map each channel loop's induction variable to its value for this block: the
     block id delinearised row-major over the trip counts, then scaled and offset."""
-    trips: list[SSAValue] = [
-        e.index(t) if isinstance(t, int) else e.dim(vmap[t[0]], t[1]) for t in nest.trips
-    ]
+    trips: list[SSAValue] = [trip_value(e, t, vmap) for t in nest.trips]
     rest = bid
     ks: list[SSAValue] = [bid] * len(trips)
     for i in range(len(trips) - 1, -1, -1):
@@ -1048,8 +1070,8 @@ def _index_ranges(nest: Nest, fn_args: set[SSAValue]) -> dict[tuple[Operation, S
     `other.shape[dim']` (see `_covered_sizes`)."""
     loops: dict[SSAValue, tuple[BlockArgument, int]] = {}
     for loop, trip in zip(nest.loops, nest.trips):
-        if not isinstance(trip, int):
-            loops[loop.body.block.args[0]] = trip
+        if not isinstance(trip, int):  # the variable stays below the size, from any lb and step
+            loops[loop.body.block.args[0]] = trip[:2]
     rec = nest.rec
     bound = _arg_dim(rec.ub, fn_args)
     step = const_int(rec.step)
@@ -1104,21 +1126,19 @@ def launch_nest_kernel(nest: Nest, kfunc: gpu.FuncOp, block_size: int, shared_by
     if static:
         grid0: int | str = math.prod(nest.trips)  # type: ignore[arg-type]
     else:
-        grid0 = "*".join(
-            str(t) if isinstance(t, int) else f"{names[args.index(t[0])]}.shape[{t[1]}]" for t in nest.trips
-        )
+        grid0 = "*".join(str(trip_formula(t, dict(zip(args, names)))) for t in nest.trips)
     # the host IR's grid comes from the description's formula (one formula for both)
     nblocks = bg.emit_grid_size(host, grid0, dict(zip(names, args))) if grid0 != 0 else None
-    if nblocks is not None:
-        one = host.index(1)
-        host.op(
-            gpu.LaunchFuncOp(
-                SymbolRefAttr(bg.KERNEL_MODULE, [name]),
-                [nblocks, one, one],
-                [host.index(block_size), one, one],
-                kernelOperands=list(args),
-            )
-        )
+
+    def launch(le: Emitter) -> None:
+        one = le.index(1)
+        le.op(gpu.LaunchFuncOp(SymbolRefAttr(bg.KERNEL_MODULE, [name]), [nblocks, one, one],
+                               [le.index(block_size), one, one], kernelOperands=list(args)))
+
+    if nblocks is not None and static:
+        launch(host)
+    elif nblocks is not None:  # no channels for these sizes: a grid of 0 blocks is not a launch
+        host.if_(host.cmp("sgt", nblocks, host.index(0)), [], launch)
 
     def kind(a: SSAValue) -> str:
         w, r = a in nest.stored_args, a in nest.loaded_args

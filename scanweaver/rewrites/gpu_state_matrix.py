@@ -41,8 +41,7 @@ from dataclasses import dataclass
 
 from xdsl.dialects import arith, gpu, memref, scf
 from xdsl.dialects.builtin import Float32Type, Float64Type, IntegerType, MemRefType, ModuleOp
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.traits import is_side_effect_free
 
 from scanweaver.dialects import scan
@@ -344,21 +343,6 @@ def lower_state_matrix(rec: scan.RecurrenceOp, top: ModuleOp, bs: int) -> None:
     desc = launch_from_attr(kfunc.attributes[LAUNCH_ATTR])  # type: ignore[arg-type]
     kfunc.attributes[LAUNCH_ATTR] = dataclasses.replace(
         desc, covers_dims=tuple(sorted(set(desc.covers_dims) | set(covers)))).to_attr()
-    _guard_empty_grid(nest.fn, name)
-
-
-def _guard_empty_grid(fn, name: str) -> None:
-    """A dynamic column count may be 0: launch only `if columns > 0` (a zero-sized grid
-    is a CUDA error; the runtime skips it too, from the description)."""
-    for launch in [o for o in fn.walk() if isinstance(o, gpu.LaunchFuncOp)]:
-        if launch.kernel.nested_references.data[-1].data != name or const_int(launch.gridSizeX) is not None:
-            continue
-        host = Emitter(InsertPoint.before(launch))
-        cond = host.cmp("sgt", launch.gridSizeX, host.index(0))
-        guard = scf.IfOp(cond, [], Region(Block()))
-        Rewriter.insert_op(guard, InsertPoint.before(launch))
-        launch.detach()
-        guard.true_region.block.add_ops([launch, scf.YieldOp()])
 
 
 def _covered_by_state(sm: StateMatrix, nest) -> list[tuple[str, int, str, int]]:

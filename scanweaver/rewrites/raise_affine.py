@@ -50,6 +50,7 @@ from scanweaver.rewrites.raise_analysis import (
     analyze_loop,
     const_index_value,
 )
+from scanweaver.rewrites.raise_split import split_carried_values
 from scanweaver.rewrites.raise_reshape import (
     interchange_channel_loop,
     interchange_then_promote,
@@ -419,6 +420,8 @@ _RESHAPES = (
     ("escapes the update", interchange_then_promote,
      "after moving the channel loop outside the time loop and carrying the state in "
      "memory as iter_args"),
+    ("carried values have different types", split_carried_values,
+     "after splitting the loop into one loop per independent carried value"),
 )
 
 
@@ -441,6 +444,7 @@ def _try_reshapes(
                 for inner in op.walk():
                     if isinstance(inner, scf.ForOp):
                         labels[inner] = labels.get(loop, "<unknown>")
+            done.commit()
             loop.detach()
             loop.erase()
             return new, f", {how}"

@@ -200,16 +200,21 @@ def _plan_iter_args(loop: scf.ForOp, kind: str) -> RaisePlan:
         if not is_supported_state_type(arg.type):
             raise _Reject(_state_type_reason(f"carried value #{k}", arg.type), kind)
     if len(types) != 1:
-        raise _Reject("carried values have different types", kind)
+        raise _Reject(
+            f"carried values have different types ({', '.join(str(a.type) for a in loop.iter_args)}): a scan "
+            "op carries one type, and the loop splits into one loop per group only when values of different "
+            "types do not depend on each other and no part accesses a memref another part writes",
+            kind,
+        )
     sources = {arg: k for k, arg in enumerate(body.args[1:])}
     yield_op = body.last_op
     assert isinstance(yield_op, scf.YieldOp)
     new = list(yield_op.arguments)
-    if _is_nested_reduction(loop):
+    if _is_nested_reduction(loop) and all(_is_plain_reduction(v, a) for v, a in zip(new, body.args[1:])):
         raise _Reject(
-            "a reduction nested in another loop whose running values are never used "
-            "(a sum over a channel index, e.g. a readout) is left as a loop: a scan "
-            "would only add work",
+            "a reduction nested in another loop (`acc = acc op x`, e.g. a readout sum) "
+            "whose running values are never used is left as a loop: a scan would only "
+            "add work",
             kind,
         )
     if all(_is_reassoc_sum(v, [a]) for v, a in zip(new, body.args[1:])):
@@ -306,6 +311,21 @@ def _is_reassoc_sum(new: SSAValue, prev: list[SSAValue]) -> bool:
     if len(list(new.uses)) != 1 or any(u.operation is not op for p in prev for u in p.uses):
         return False
     return any(x is p for x in (op.lhs, op.rhs) for p in prev)
+
+
+#: combining ops of a reduction `acc = acc op x` (one op, `acc` used by nothing else)
+_REDUCTION_OPS = (arith.AddfOp, arith.AddiOp, arith.MulfOp, arith.MuliOp, arith.MaximumfOp,
+                  arith.MinimumfOp, arith.MaxSIOp, arith.MinSIOp, arith.MaxUIOp, arith.MinUIOp)
+
+
+def _is_plain_reduction(new: SSAValue, prev: SSAValue) -> bool:
+    """`new = prev op x` by one associative op that is `prev`'s only use: a reduction,
+    which the loop already runs well.  A final state that feeds back through a
+    coefficient (`h = a[t] * h + b[t]`) is a recurrence: its scan is the parallel form."""
+    op = new.owner
+    if not isinstance(op, _REDUCTION_OPS) or len(list(prev.uses)) != 1:
+        return False
+    return prev in (op.lhs, op.rhs)
 
 
 def _is_nested_reduction(loop: scf.ForOp) -> bool:

@@ -27,6 +27,7 @@ SSA values do not alias.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.builder import Builder
@@ -319,6 +320,8 @@ class Reshaped:
 
     loop: scf.ForOp
     inserted: list[Operation]
+    # run before the original is erased: points its results' uses at the new loops'
+    commit: Callable[[], None] = lambda: None
 
     def undo(self) -> None:
         for op in reversed(self.inserted):

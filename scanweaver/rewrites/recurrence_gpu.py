@@ -21,7 +21,8 @@ entry, exit and launch.)
     } } }
 
 * Channel loop bounds: constants, or `0 to memref.dim(%arg, c) step 1` (a dynamic grid
-  term `arg.shape[c]` in the launch description). The state is a static-shape
+  term `arg.shape[c]` in the launch description), or a constant `lb >= 0` to that size
+  with a constant step (the term `span(arg.shape[c],lb,step)`, never negative). The state is a static-shape
   `memref.alloca` of the innermost body (per channel iteration), at most 64 elements
   (beyond 32, one item per thread and the emit's loops over the state unrolled here:
   the selective scan at N = 64 then assembles without spills); a state of dynamic

@@ -106,10 +106,11 @@ from scanweaver.rewrites.gpu_nest import (
     _state_buffer,
     _trip_and_step_index,
     arg_name,
+    trip_formula,
 )
 from scanweaver.rewrites.launch import KernelLaunch
 from scanweaver.rewrites.recurrence_gpu import STAGE_MAX_ELEMENTS, SWEEP_SHARED_BUDGET, UNROLL_BY_LLVM, _KernelGen
-from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, prefer_time_blocks
+from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, loop_trip, prefer_time_blocks
 
 #: scratch arguments of the kernels, in host-function scratch order
 SCRATCH = ("tb_agg_a", "tb_agg_b", "tb_init", "tb_carries", "tb_final")
@@ -207,12 +208,13 @@ def wants_time_blocks(nest: Nest, chunk: int, mode: str) -> bool:
 
 
 def _static_size(term) -> int | None:
-    """A trip count: an int, or (argument, dim) of a static size."""
+    """A trip count (an int, or `gpu_nest.Trip` over a size) when it is static."""
     if isinstance(term, int) or term is None:
         return term
-    arg, d = term
-    size = arg.type.get_shape()[d]  # type: ignore[attr-defined]
-    return None if size == DYNAMIC_INDEX else size
+    size = term[0].type.get_shape()[term[1]]  # type: ignore[attr-defined]
+    if size == DYNAMIC_INDEX:
+        return None
+    return size if len(term) == 2 else loop_trip(size, term[2], term[3])
 
 
 # ---------------------------------------------------------------------------
@@ -541,7 +543,7 @@ class _RecurrenceTimeBlocks:
 
     # -- sizes as launch formulas ----------------------------------------------------------
     def _term(self, t) -> int | str:
-        return t if isinstance(t, int) else f"{self.by_arg[t[0]]}.shape[{t[1]}]"
+        return trip_formula(t, self.by_arg)
 
     def rows_formula(self) -> int | str:
         return atb.grid_product([self._term(t) for t in self.nest.trips] + [self.n])

@@ -25,6 +25,7 @@ from xdsl.passes import ModulePass
 
 from scanweaver.dialects import scan
 from scanweaver.errors import ScanWeaverError
+from scanweaver.rewrites.affine_lookback import asks_lookback, lower_affine_lookback
 from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wants_time_blocks
 from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
 from scanweaver.rewrites.gpu_channel_program import buffers_to_scratch, lower_channel_programs, lower_loop_stages
@@ -50,7 +51,9 @@ class ScanToGpu(ModulePass):
     items_per_thread: int = 4
     diagnose: bool = False
     # scan.affine in time across blocks (affine_time_blocks.py): "auto" (few static
-    # channels and long rows, or the op's scanweaver.gpu_strategy attribute), "always", "never"
+    # channels and long rows, or the op's scanweaver.gpu_strategy attribute), "always",
+    # "never"; "lookback": every scan.affine in one pass with a decoupled look-back
+    # (affine_lookback.py; opt-in, also per op by the attribute), the other scans as "auto"
     time_blocks: str = "auto"
     chunk_tiles: int = 16  # tiles per time chunk of a multi-block scan
 
@@ -60,8 +63,10 @@ class ScanToGpu(ModulePass):
             raise ScanWeaverError(f"scan-to-gpu: block-size must be a power of two in [1, 1024], got {bs}")
         if ipt < 1 or ipt > 64:
             raise ScanWeaverError(f"scan-to-gpu: items-per-thread must be in [1, 64], got {ipt}")
-        if self.time_blocks not in ("auto", "always", "never"):
-            raise ScanWeaverError(f"scan-to-gpu: time-blocks must be auto, always or never, got {self.time_blocks!r}")
+        if self.time_blocks not in ("auto", "always", "never", "lookback"):
+            raise ScanWeaverError(
+                f"scan-to-gpu: time-blocks must be auto, always, never or lookback, got {self.time_blocks!r}")
+        others = "auto" if self.time_blocks == "lookback" else self.time_blocks
         if self.chunk_tiles < 1:
             raise ScanWeaverError(f"scan-to-gpu: chunk-tiles must be at least 1, got {self.chunk_tiles}")
         # per-channel sequential programs (VJPs): one thread per channel, whole body
@@ -72,7 +77,9 @@ class ScanToGpu(ModulePass):
             kmod = get_kernel_module(op)
             chunk = bs * ipt * self.chunk_tiles
             for aff in affines:
-                if self.time_blocks == "always" or (self.time_blocks == "auto" and wants_time_blocks(aff, chunk)):
+                if self.time_blocks == "lookback" or (self.time_blocks == "auto" and asks_lookback(aff)):
+                    lower_affine_lookback(aff, kmod, bs, ipt)
+                elif self.time_blocks == "always" or (self.time_blocks == "auto" and wants_time_blocks(aff, chunk)):
                     lower_affine_time_blocks(aff, kmod, bs, ipt, self.chunk_tiles)
                 else:
                     lower_affine(aff, kmod, bs, ipt)
@@ -80,7 +87,7 @@ class ScanToGpu(ModulePass):
         # state too large for registers whose emit sums over it: gpu_state_matrix.py.
         refused: dict[Operation, str] = lower_state_matrices(
             op,
-            dict(lower_recurrences(op, bs, ipt, time_blocks=self.time_blocks, chunk_tiles=self.chunk_tiles)),
+            dict(lower_recurrences(op, bs, ipt, time_blocks=others, chunk_tiles=self.chunk_tiles)),
             bs,
         )
         # Coupled (matrix-valued) recurrences, then generic combines.
@@ -88,7 +95,7 @@ class ScanToGpu(ModulePass):
         # generic scans with few long channels: in time across blocks (scan_time_blocks.py)
         scratch: dict = {}
         for s in [o for o in op.walk() if isinstance(o, scan.ScanOp)]:
-            if scan_wants_time_blocks(s, bs * ipt * self.chunk_tiles, self.time_blocks):
+            if scan_wants_time_blocks(s, bs * ipt * self.chunk_tiles, others):
                 try:
                     lower_scan_time_blocks(s, op, bs, ipt, self.chunk_tiles, scratch)
                 except Unsupported:

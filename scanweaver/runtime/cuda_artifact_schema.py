@@ -173,9 +173,11 @@ def _check_size_formula(entry: _Field, dummy_shapes: dict[str, tuple[int, ...]],
         value = eval_grid_entry(formula, dummy_shapes)
     except ScanWeaverValueError as e:
         entry.fail(f"is not a launch size formula: {e}")
-    # A product of sizes is 0 only for an empty array: a constant 0 factor would skip
-    # the launch for every input and leave its outputs unwritten.
-    if not formula.startswith("expr:") and value < 1:
+    # A product of sizes is 0 only for small arrays (empty, or below a `span` loop's
+    # start): a constant 0 factor would skip the launch for every input and leave its
+    # outputs unwritten.  Sizes of 2^20 tell the two apart.
+    large = {name: (2**20,) * len(shape) for name, shape in dummy_shapes.items()}
+    if not formula.startswith("expr:") and value < 1 and eval_grid_entry(formula, large) < 1:
         entry.fail(f"{formula!r} is 0 for arrays of any size: no block would ever run")
 
 

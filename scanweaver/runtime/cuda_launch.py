@@ -12,7 +12,9 @@ Conventions
   parses it, which is also what the lowering builds the host IR's grid from, so the
   runtime and the `gpu.launch_func` in the IR use one formula).  A factor may also be
   `cdiv(h.shape[1],8192)`: ceil(size / 8192), at least 1 (the time chunks of a
-  multi-block scan; one block still runs for an empty axis, to write `final`).
+  multi-block scan; one block still runs for an empty axis, to write `final`), or
+  `span(h.shape[0],1,2)`: max(0, ceil((size - 1) / 2)), the trip count of a channel
+  loop `for c = 1 to h.shape[0] step 2` (never negative when the size is below 1).
   An entry `"expr:..."` is a prefix formula (`add`, `sub`, `mul`, `divu`, `ceildivu`,
   `mins`, `maxs`, ... over ints and sizes, `eval_size_expr`): the index arithmetic of
   a channel-program kernel's grid and scratch sizes (`rewrites/gpu_channel_program.py`).
@@ -69,14 +71,29 @@ def prefer_time_blocks(channels: int, length: int, chunk: int) -> bool:
 
 _DIM = re.compile(r"^(\w+)\.shape\[(\d+)\]$")
 _CDIV = re.compile(r"^cdiv\((\w+)\.shape\[(\d+)\],(\d+)\)$")
+_SPAN = re.compile(r"^span\((\w+)\.shape\[(\d+)\],(\d+),(\d+)\)$")
 
-#: one factor of a grid entry: an int, (arg, dim) for a size, or (arg, dim, n) for
-#: max(1, ceil(size / n))
-GridTerm = int | tuple[str, int] | tuple[str, int, int]
+#: one factor of a grid entry: an int, (arg, dim) for a size, (arg, dim, n) for
+#: max(1, ceil(size / n)), or (arg, dim, lb, step) for max(0, ceil((size - lb) / step))
+GridTerm = int | tuple[str, int] | tuple[str, int, int] | tuple[str, int, int, int]
 
 
 def cdiv_at_least_1(size: int, n: int) -> int:
     return max(1, -(-size // n))
+
+
+def loop_trip(size: int, lb: int, step: int) -> int:
+    """Iterations of `for i = lb to size step step`: 0 when size <= lb."""
+    return max(0, -(-(size - lb) // step))
+
+
+def _size_factor(size: int, term: GridTerm) -> int:
+    """The value of a (arg, dim, ...) factor for `size` = arg.shape[dim]."""
+    if len(term) == 3:
+        return cdiv_at_least_1(size, term[2])  # type: ignore[misc]
+    if len(term) == 4:
+        return loop_trip(size, term[2], term[3])  # type: ignore[misc]
+    return size
 
 
 def grid_terms(expr: ShapeEntry) -> list[GridTerm]:
@@ -93,6 +110,10 @@ def grid_terms(expr: ShapeEntry) -> list[GridTerm]:
         c = _CDIV.match(term.replace(" ", ""))
         if c and int(c.group(3)) > 0:
             terms.append((c.group(1), int(c.group(2)), int(c.group(3))))
+            continue
+        sp = _SPAN.match(term.replace(" ", ""))
+        if sp and int(sp.group(4)) > 0:
+            terms.append((sp.group(1), int(sp.group(2)), int(sp.group(3)), int(sp.group(4))))
             continue
         m = _DIM.match(term)
         if not m:
@@ -161,8 +182,7 @@ def eval_grid_entry(expr: ShapeEntry, shapes: dict[str, tuple[int, ...]]) -> int
         name, dim = t[0], t[1]
         if name not in shapes or dim >= len(shapes[name]):
             raise ScanWeaverValueError(f"cannot evaluate launch size {expr!r}: no size {name}.shape[{dim}]")
-        size = shapes[name][dim]
-        factors.append(cdiv_at_least_1(size, t[2]) if len(t) == 3 else size)
+        factors.append(_size_factor(shapes[name][dim], t))
     return math.prod(factors)
 
 
@@ -282,4 +302,4 @@ class KernelLaunch:
         return launch_from_attr(attr)
 
 
-__all__ = ["KernelLaunch", "SCALAR_BYTES", "SHARED_PER_BLOCK_LIMIT", "TIME_BLOCKS_ATTR", "TIME_BLOCKS_MAX_CHANNELS", "cdiv_at_least_1", "prefer_time_blocks", "eval_grid_entry", "eval_size_expr", "grid_terms"]
+__all__ = ["KernelLaunch", "SCALAR_BYTES", "SHARED_PER_BLOCK_LIMIT", "TIME_BLOCKS_ATTR", "TIME_BLOCKS_MAX_CHANNELS", "cdiv_at_least_1", "loop_trip", "prefer_time_blocks", "eval_grid_entry", "eval_size_expr", "grid_terms"]

@@ -430,6 +430,8 @@ def _within_width(e: _Expr, t: Any) -> _Expr:
     bits = 64 if isinstance(t, IndexType) else t.width.data if isinstance(t, IntegerType) else None
     if bits is None or (e.tree[0] == "const" and -(1 << (bits - 1)) <= e.tree[1] < 1 << (bits - 1)):
         return e
+    if bits == 64 and e.tree[0] in ("dim", "iv", "wrap"):
+        return e  # a size, or a loop variable between wrapped bounds, always fits 64 bits
     return _Expr(["wrap", bits, e.tree], e.text, e.sources, e.ivs, e.correlated)
 
 
