@@ -15,6 +15,7 @@ from scanweaver.rewrites.raise_affine import RaiseRecurrences
 
 FORMS = Path(__file__).parent / "gpu_refused"
 
+_UNPROVEN = "may access %x out of bounds: the shape contract does not follow its index, so nothing checks it before the launch"
 REASONS = {
     # emit reads y[t-1], written by the step before: a true dependence between steps
     "prev": "the GPU lowering left scan.recurrence: emit reads %y, which it writes (a dependence between steps)",
@@ -38,6 +39,15 @@ REASONS = {
     "two_in_nest_handoff": "the GPU lowering left scan.recurrence: its channel loop also runs another scan op and "
                            "cannot be split into one nest per scan op: the later scan op uses a value the earlier "
                            "part computes (e.g. its final state)",
+    # an index loaded from memory: nothing bounds it before the launch (issue 12)
+    "gather": f"the GPU lowering left scan.recurrence: '%xv = memref.load %x[%c, %i] : memref<?x?xf32>' {_UNPROVEN}",
+    # `if t != 0 { y[c, t - 1] }`: a guard on an index that the shape contract does not read
+    "unread_guard_prev": "the GPU lowering left scan.recurrence: 'memref.store %hn, %y[%c, %t1] : memref<?x?xf32>' "
+                         + _UNPROVEN.replace("%x", "%y"),
+    # the gather in a nest with a buffer between its channel loops: the channel program
+    # (one thread per channel) that takes such nests refuses it too
+    "channel_program_gather": "channel program (one thread per channel): '%xv = memref.load %x[%b, %c, %i] : "
+                              f"memref<?x?x?xf32>' {_UNPROVEN}",
 }
 
 

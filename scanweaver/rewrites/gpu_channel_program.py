@@ -49,7 +49,14 @@ from xdsl.traits import is_side_effect_free
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
-from scanweaver.rewrites.gpu_kernel import Unsupported, check_closed, kernel_name, shape_entries
+from scanweaver.rewrites.gpu_kernel import (
+    Unsupported,
+    check_closed,
+    kernel_name,
+    shape_entries,
+    unproven_accesses,
+    unproven_refusal,
+)
 from scanweaver.rewrites.launch import KernelLaunch
 
 #: threads per block of a channel-program kernel
@@ -655,9 +662,22 @@ def lower_channel_program(fn: func.FuncOp, nest: list[scf.ForOp], top: ModuleOp,
     _emit_kernel(_Kernel(fn, nest, kernel_name(top, f"{fn.sym_name.data}_channels"), block), top)
 
 
+def check_in_bounds(k: _Kernel) -> None:
+    """Every access of a memref argument the threads run must be one the shape contract
+    follows (checked before the launch; the device checks nothing), else `Unsupported`
+    naming it.  A VJP of the gradient pass is taken on its word (`GENERATED_VJP_ATTR`)."""
+    from scanweaver.rewrites.grad import GENERATED_VJP_ATTR
+
+    if GENERATED_VJP_ATTR in k.fn.attributes:
+        return
+    for o, ref in unproven_accesses(k.fn, [*k.prologue, k.nest[0]]):
+        raise unproven_refusal(o, ref)
+
+
 def _emit_kernel(k: _Kernel, top: ModuleOp) -> None:
     """Build `k`'s kernel (scans as loops, buffers as scratch slices, shared stores as
     atomics), add it to the kernel module and replace the nest by its launch."""
+    check_in_bounds(k)
     kfunc = k.build()
     _lower_scans_to_loops(kfunc)
     totals = _to_scratch(k)

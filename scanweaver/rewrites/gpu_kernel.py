@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, IntegerType, MemRefType, ModuleOp, StringAttr
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.transforms.scf_for_loop_unroll import UnrollLoopPattern
 
@@ -101,6 +101,41 @@ def note_on_function(fn: func.FuncOp, line: str) -> None:
     old = fn.attributes.get(bg.REFUSED_ATTR)
     lines = [*(old.data if isinstance(old, ArrayAttr) else ()), StringAttr(line)]
     fn.attributes[bg.REFUSED_ATTR] = ArrayAttr(lines)
+
+
+def unproven_accesses(fn: func.FuncOp, ops: Iterable[Operation]) -> list[tuple[Operation, SSAValue]]:
+    """(access, memref argument of `fn`) in `ops` that `fn`'s shape contract does not
+    follow: nothing checks them before a launch, and the device checks nothing."""
+    from scanweaver.runtime.shape_contract import derive_contract
+
+    unchecked = set(derive_contract(fn).unchecked_ops)
+    args = set(fn.body.block.args)
+    out = []
+    for top in ops:
+        for o in top.walk():
+            ref = _state_of_view(getattr(o, "memref", None)) if o in unchecked else None
+            if ref in args:
+                out.append((o, ref))
+    return out
+
+
+def _state_of_view(ref: SSAValue | None) -> SSAValue | None:
+    """emit's memref block argument is its recurrence's state: the state itself."""
+    from scanweaver.dialects import scan
+
+    owner = ref.owner.parent_op() if isinstance(ref, BlockArgument) else None
+    if isinstance(owner, scan.LoopRecurrence) and ref.owner is owner.emit.block and ref.index == 1:
+        return owner.state
+    return ref
+
+
+def unproven_refusal(o: Operation, ref: SSAValue) -> Unsupported:
+    """The refusal of an access that nothing proves in bounds (see `unproven_accesses`)."""
+    from scanweaver.runtime.shape_contract import op_text
+
+    name = f"%{ref.name_hint}" if ref.name_hint else "a memref"
+    return Unsupported(f"'{op_text(o)}' may access {name} out of bounds: the shape contract does not follow "
+                       "its index, so nothing checks it before the launch")
 
 
 def refuse_i1_memrefs(values: Iterable[SSAValue]) -> None:

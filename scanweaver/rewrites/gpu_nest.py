@@ -48,6 +48,8 @@ from scanweaver.rewrites.gpu_kernel import (
     free_values,
     shape_entries,
     thread_id,
+    unproven_accesses,
+    unproven_refusal,
 )
 from scanweaver.rewrites.launch import KernelLaunch
 
@@ -581,6 +583,7 @@ def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
     if loops:
         _check_channels_disjoint(loops, trips, fn_args)
     nest = Nest(fn, rec, loops, outer_pre, prologue, epilogue, state_arg, trips, last_stores)
+    check_proven_in_bounds(nest)
     _collect_outside_values(nest, fn_args)
     _note_memory_roles(nest)
     return nest
@@ -1057,25 +1060,45 @@ def _covered_sizes(nest: Nest, names: dict[SSAValue, str]) -> tuple[tuple[str, i
     channel loop, or the recurrence from 0 with any positive step) indexes `arg` at
     `dim` directly, or backwards (`other.shape[dim'] - 1 - i`), `arg` must be at least
     that large, or the kernel would read or write past it."""
+    out = {(names[ref], pos, names[other], d) for (_, ref, pos), (other, d) in _index_ranges(nest, set(names)).items()
+           if (ref, pos) != (other, d)}
+    return tuple(sorted(out))
+
+
+def _index_ranges(nest: Nest, fn_args: set[SSAValue]) -> dict[tuple[Operation, SSAValue, int], tuple[BlockArgument, int]]:
+    """(access, memref argument, index position) -> (other, dim'): the index runs over
+    `other.shape[dim']` (see `_covered_sizes`)."""
     loops: dict[SSAValue, tuple[BlockArgument, int]] = {}
     for loop, trip in zip(nest.loops, nest.trips):
         if not isinstance(trip, int):  # the variable stays below the size, from any lb and step
             loops[loop.body.block.args[0]] = trip[:2]
     rec = nest.rec
-    bound = _arg_dim(rec.ub, set(names))
+    bound = _arg_dim(rec.ub, fn_args)
     step = const_int(rec.step)
     if bound is not None and const_int(rec.lb) == 0 and step is not None and step >= 1:
         for region in (rec.coeffs, rec.emit):  # the time index stays below the bound
             loops[region.block.args[0]] = bound
-    out: set[tuple[str, int, str, int]] = set()
-    for _, ref, idx, _ in _accesses([nest.root]):
-        if ref not in names:
+    out = {}
+    for o, ref, idx, _ in _accesses([nest.root]):
+        if ref not in fn_args:
             continue
         for pos, x in enumerate(idx):
-            covered = loops.get(x) or _backwards_index(x, loops, set(names))
-            if covered is not None and (ref, pos) != covered:
-                out.add((names[ref], pos, names[covered[0]], covered[1]))
-    return tuple(sorted(out))
+            covered = loops.get(x) or _backwards_index(x, loops, fn_args)
+            if covered is not None:
+                out[(o, ref, pos)] = covered
+    return out
+
+
+def check_proven_in_bounds(nest: Nest) -> None:
+    """Every access of a memref argument in the kernel must be proven in bounds before
+    the launch: the shape contract follows it, or each of its indices runs over a size
+    the launch checks (`covers_dims`).  The device checks nothing, so anything else
+    (a loaded index, a guard the contract does not read) is refused; the CPU build
+    checks it at run time."""
+    ranges = _index_ranges(nest, set(nest.fn.body.block.args))
+    for o, ref in unproven_accesses(nest.fn, [nest.root]):
+        if any((o, ref, pos) not in ranges for pos in range(len(o.indices))):  # type: ignore[attr-defined]
+            raise unproven_refusal(o, ref)
 
 
 def _backwards_index(
@@ -1167,6 +1190,7 @@ def match_state_matrix_nest(rec: scan.LoopRecurrence, column_dim: int) -> Nest:
     assert isinstance(state, BlockArgument)
     n = rec.state_type.get_shape()[column_dim]
     nest = Nest(fn, rec, [], [], [], [], state, [n if n >= 0 else (state, column_dim)], set())
+    check_proven_in_bounds(nest)
     _collect_outside_values(nest, fn_args)
     _note_memory_roles(nest)
     return nest

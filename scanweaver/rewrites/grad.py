@@ -56,6 +56,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     ModuleOp,
+    UnitAttr,
 )
 from xdsl.ir import Attribute, Block, BlockArgument, OpResult, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -64,6 +65,11 @@ from scanweaver.dialects import scan
 from scanweaver.errors import ScanWeaverError
 from scanweaver.rewrites.grad_rules import INACTIVE, RULES
 
+#: unit attribute on each `@f_vjp` this pass writes: its chunk loops (`t0 + i` for
+#: `i < min(chunk, L - t0)`) stay inside the primal's index ranges by construction, which
+#: the shape contract's intervals cannot show, so the GPU channel programs take its
+#: accesses on this pass's word (`gpu_channel_program.check_in_bounds`)
+GENERATED_VJP_ATTR = "scanweaver.generated_vjp"
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
 SCAN_OPS = (scan.RecurrenceOp, scan.LinearRecurrenceOp, scan.AffineOp)
 
@@ -388,6 +394,7 @@ class VjpBuilder:
             block.insert_op_before(op, block.first_op)
         _reassociate_sums(block)
         vjp = func.FuncOp(self.name + "_vjp", (list(block.arg_types), []), Region(block))
+        vjp.attributes[GENERATED_VJP_ATTR] = UnitAttr()
         return vjp
 
     # -- blocks: recompute forward, then reverse ----------------------------------

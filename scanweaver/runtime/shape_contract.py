@@ -13,9 +13,14 @@ index scalar arguments, +, -, * and division by constants, min/max); before each
 (ScanWeaverValueError naming both arguments and dimensions) when an index could leave
 its array.  scan ops in the input add their own relations (a, b, h of one shape).
 
-Accesses whose index the analysis does not follow (a loaded index, an access under
-`scf.if`, an access through a view, a call or any other op that takes a memref) are
-listed in `unchecked`; `check` cannot vouch for them.  Local buffers of static shape
+Accesses under `scf.if` are judged too, where the condition says nothing about indices
+(a data guard, `if h > 0`: judged as if unguarded, since the data may take the branch
+anywhere), or where it is a conjunction of signed comparisons of index values (a bounds
+guard, `if t + 1 < L`: inside, `t + 1` is taken as at most `L - 1`).  Accesses whose
+index the analysis does not follow (a loaded index, an access under another `scf.if`,
+an access through a view, a call or any other op that takes a memref) are listed in
+`unchecked` (and their ops in `unchecked_ops`, for the GPU lowering, which refuses what
+nothing proves in bounds); `check` cannot vouch for them.  Local buffers of static shape
 (`memref.alloca`) are checked against that shape.
 """
 
@@ -91,6 +96,7 @@ class ShapeContract:
     accesses: list[_Access] = field(default_factory=list)
     same_shape: list[tuple[int, int, list[int], list[int]]] = field(default_factory=list)  # (i, j, dims i, dims j)
     unchecked: list[str] = field(default_factory=list)
+    unchecked_ops: list[Operation] = field(default_factory=list, repr=False, compare=False)
     _data: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def to_data(self) -> dict[str, Any]:
@@ -129,6 +135,7 @@ class _Analysis:
         self.exprs: dict[SSAValue, _Expr] = {}
         self.loops: dict[SSAValue, _Loop] = {}
         self.states: dict[SSAValue, SSAValue] = {}  # a recurrence's emit argument -> its `state` operand
+        self.bounds: list[tuple[SSAValue, str, _Expr]] = []  # what the bounds guards around say
 
     def arg_text(self, i: int) -> str:
         return f"argument '{self.contract.arg_names[i]}' (#{i})"
@@ -168,8 +175,7 @@ class _Analysis:
             d = dim.eval(())[0]
             if not 0 <= d < src.type.get_num_dims():
                 raise _Unknown  # undefined behaviour: left to the runtime checks
-            return _Expr(["dim", i, d], f"dim({self.contract.arg_names[i]}, {d})",
-                         frozenset({f"dim {d} of {self.arg_text(i)}"}))
+            return self.dim_expr(i, d)
         if isinstance(op, arith.IndexCastOp):
             return self.expr(op.input)
         sym = _BINARY.get(type(op))
@@ -195,6 +201,52 @@ class _Analysis:
         self.loops[iv] = loop
         return loop
 
+    def skip(self, op: Operation) -> None:
+        """An access (or an op taking a memref) the contract cannot vouch for."""
+        self.contract.unchecked.append(op_text(op))
+        self.contract.unchecked_ops.append(op)
+
+    def visit_if(self, op: scf.IfOp, loops: list[_Loop | None], guarded: bool) -> None:
+        """A data guard's branches are judged as if unguarded; a bounds guard's then-branch
+        with the compared index values bounded by the guard (and by the guards around it);
+        anything else is unchecked."""
+        bounds = None if guarded else self.guard(op.cond)
+        outer, around = self.exprs, self.bounds
+        for region, refine in ((op.true_region, bounds), (op.false_region, [] if bounds == [] else None)):
+            self.bounds = around + (refine or [])
+            # a fresh cache inside: values computed from a bounded one are bounded too
+            self.exprs = dict(outer) if not refine else {}
+            for v, kind, bound in self.bounds if refine else ():
+                e = self.exprs.get(v) or self.expr(v)
+                self.exprs[v] = _Expr([kind, e.tree, bound.tree], f"{kind}({e.text}, {bound.text})",
+                                      e.sources | bound.sources, e.ivs | bound.ivs, e.correlated)
+            for blk in region.blocks:
+                self.walk(blk, loops, guarded or refine is None)
+        self.exprs, self.bounds = outer, around
+
+    def guard(self, cond: SSAValue) -> list[tuple[SSAValue, str, _Expr]] | None:
+        """What `cond` being true bounds: [] for a data guard (its value depends on no index,
+        size or integer scalar), [(value, "min" | "max", bound)] for a conjunction of signed
+        comparisons of an index that moves with a loop against one that does not, else None."""
+        if not _mentions_indices(cond):
+            return []
+        op = cond.owner
+        if isinstance(op, arith.AndIOp):
+            lhs, rhs = self.guard(op.lhs), self.guard(op.rhs)
+            return None if lhs is None or rhs is None else lhs + rhs
+        if not isinstance(op, arith.CmpiOp) or op.predicate.value.data not in _SIGNED_BOUND:
+            return None
+        try:
+            a, b = self.expr(op.lhs), self.expr(op.rhs)
+        except _Unknown:
+            return None
+        below, shift = _SIGNED_BOUND[op.predicate.value.data]  # lhs < rhs + shift (or >)
+        if a.ivs and not b.ivs:
+            return [(op.lhs, "min" if below else "max", _plus(b, shift))]
+        if b.ivs and not a.ivs:
+            return [(op.rhs, "max" if below else "min", _plus(a, -shift))]
+        return None
+
     def walk(self, block: Block, loops: list[_Loop | None], guarded: bool) -> None:
         for op in block.ops:
             self.visit(op, loops, guarded)
@@ -205,6 +257,9 @@ class _Analysis:
             return
         from scanweaver.dialects import scan
 
+        if isinstance(op, scf.IfOp):
+            self.visit_if(op, loops, guarded)
+            return
         if isinstance(op, scf.ForOp):
             body = op.body.blocks[0]
             loop = self.loop_scope(body.args[0], op.lb, op.ub, op.step)
@@ -212,13 +267,12 @@ class _Analysis:
             return
         if isinstance(op, scan.RecurrenceOp | scan.LinearRecurrenceOp):
             shape = op.state.type.get_shape()
-            n = shape[0] if shape and shape[0] != DYNAMIC_INDEX else None
             for region in op.regions:
                 blk = region.blocks[0]
                 loop = self.loop_scope(blk.args[0], op.lb, op.ub, op.step)
-                if len(blk.args) > 1 and isinstance(blk.args[1].type, IndexType):
-                    # coeffs' state index k runs over the static state size
-                    self.loops[blk.args[1]] = _Loop(blk.args[1], _const(0), _const(n)) if n else None  # type: ignore[assignment]
+                for k, arg in enumerate(blk.args[1:]):
+                    if isinstance(arg.type, IndexType):  # coeffs' state indices run over the state's sizes
+                        self.loops[arg] = self.state_size(arg, op.state, k, shape)  # type: ignore[assignment]
                 if len(blk.args) > 1 and isinstance(blk.args[1].type, MemRefType):
                     self.states[blk.args[1]] = op.state  # emit's view of the state is the state itself
                 self.walk(blk, loops + [loop], guarded)
@@ -232,12 +286,26 @@ class _Analysis:
         if not isinstance(op, _MEMREF_SAFE_OPS) and any(isinstance(v.type, MemRefType) for v in op.operands):
             # A call, a view (subview, cast, ...), a copy or another dialect's access:
             # what it touches is not followed here, so the runtime bounds checks guard it.
-            self.contract.unchecked.append(_op_text(op))
+            self.skip(op)
         # Any other op with regions (scf.if, scf.while, scf.parallel, ...): its accesses
         # may be guarded or iterate in ways not followed here, so they are unchecked.
         for region in op.regions:
             for blk in region.blocks:
                 self.walk(blk, loops, True)
+
+    def state_size(self, iv: SSAValue, state: SSAValue, k: int, shape: Sequence[int]) -> _Loop | None:
+        """0 .. size k of a recurrence's state: static, or the dim of a state argument."""
+        i = self.arg_index(state)
+        if k < len(shape) and shape[k] != DYNAMIC_INDEX:
+            size = _const(shape[k])
+        elif i is not None:
+            size = self.dim_expr(i, k)
+        else:
+            return None
+        return _Loop(iv, _const(0), size)
+
+    def dim_expr(self, i: int, d: int) -> _Expr:
+        return _Expr(["dim", i, d], f"dim({self.contract.arg_names[i]}, {d})", frozenset({f"dim {d} of {self.arg_text(i)}"}))
 
     def arg_index(self, v: SSAValue) -> int | None:
         if isinstance(v, BlockArgument) and v.owner is self.fn.body.blocks[0]:
@@ -259,7 +327,7 @@ class _Analysis:
         """Every input and output of a `scan.scan` has one shape (the lowering walks the first's)."""
         operands = [self.arg_index(v) for v in (*op.inputs, *op.outputs)]
         if any(i is None for i in operands):
-            self.contract.unchecked.append(_op_text(op))
+            self.skip(op)
             return
         dims = list(range(op.outputs[0].type.get_num_dims()))
         for i in operands[1:]:
@@ -271,25 +339,25 @@ class _Analysis:
         ref = self.states.get(ref, ref)
         i = self.arg_index(ref)
         local_shape = _static_local_shape(ref) if i is None else ()
-        text = _op_text(op)
+        text = op_text(op)
         if i is None and local_shape is None:
-            self.contract.unchecked.append(text)  # a view, or a buffer of dynamic size
+            self.skip(op)  # a view, or a buffer of dynamic size
             return
         if guarded or any(loop is None for loop in loops):
-            self.contract.unchecked.append(text)
+            self.skip(op)
             return
         try:
             indices = [self.expr(x) for x in op.indices]  # type: ignore[attr-defined]
         except _Unknown:
-            self.contract.unchecked.append(text)
+            self.skip(op)
             return
         if any(self.loops.get(iv) is not None and self.loops[iv].dependent for e in indices for iv in e.ivs):
-            self.contract.unchecked.append(text)  # runtime bounds checks guard it instead
+            self.skip(op)  # runtime bounds checks guard it instead
             return
         if i is None and any(e.correlated for e in indices):
             # (a local buffer indexed within a chunk, as the gradient pass's are: intervals
             # would refuse calls that stay inside it)
-            self.contract.unchecked.append(text)
+            self.skip(op)
             return
         extents = [1] * len(indices)
         vt = op.result.type if isinstance(op, vector.LoadOp) else (op.vector.type if isinstance(op, vector.StoreOp) else None)
@@ -303,6 +371,38 @@ class _Analysis:
 
 #: Ops that take a memref without touching its elements, or whose accesses `visit` follows.
 _MEMREF_SAFE_OPS = (memref.DimOp, memref.DeallocOp, memref.LoadOp, memref.StoreOp, vector.LoadOp, vector.StoreOp)
+
+
+#: cmpi predicate -> (lhs below rhs, the bound's offset from rhs): slt, sle, sgt, sge
+_SIGNED_BOUND = {2: (True, -1), 3: (True, 0), 4: (False, 1), 5: (False, 0)}
+
+
+def _plus(e: _Expr, k: int) -> _Expr:
+    return e if k == 0 else _Expr(["+", e.tree, ["const", k]], f"({e.text} + {k})", e.sources, e.ivs, e.correlated)
+
+
+def _mentions_indices(v: SSAValue) -> bool:
+    """Whether `v` is computed from an index, size or integer scalar (a loop variable,
+    `memref.dim`, an integer argument or carried value), looking through pure ops but
+    not through loads: a loaded value is data, whatever its index."""
+    seen: set[SSAValue] = set()
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if isinstance(x, BlockArgument):
+            if isinstance(x.type, IndexType | IntegerType):
+                return True
+            continue
+        op = x.owner
+        if isinstance(op, memref.LoadOp | vector.LoadOp):
+            continue
+        if isinstance(op, memref.DimOp) or op.regions:
+            return True  # a size, or a value a region computes (not followed)
+        todo.extend(op.operands)
+    return False
 
 
 def _static_local_shape(ref: SSAValue) -> tuple[int, ...] | None:
@@ -335,7 +435,7 @@ def _within_width(e: _Expr, t: Any) -> _Expr:
     return _Expr(["wrap", bits, e.tree], e.text, e.sources, e.ivs, e.correlated)
 
 
-def _op_text(op: Operation) -> str:
+def op_text(op: Operation) -> str:
     from scanweaver.ir import print_ir
 
     try:
