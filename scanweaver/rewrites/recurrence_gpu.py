@@ -157,8 +157,8 @@ import math
 from collections.abc import Callable, Sequence
 
 from xdsl.dialects import arith, gpu, memref
-from xdsl.dialects.builtin import MemRefType, ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import MemRefType, ModuleOp, f32
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
@@ -186,7 +186,7 @@ from scanweaver.rewrites.gpu_nest import (
     unwrap_depth0,
     wrap_depth0,
 )
-from scanweaver.rewrites.complex_gpu import state_words
+from scanweaver.rewrites.complex_gpu import component_words, state_words
 from scanweaver.rewrites.gpu_split_state import needs_split, split_state
 
 #: States up to this size are indexed by constants after LLVM's own full unroll.
@@ -267,16 +267,17 @@ class _KernelGen:
         self.el = st.element_type
         self.shape = tuple(st.get_shape())
         self.n = math.prod(self.shape)
+        self.words = self.n * state_words(self.el)  # 32-bit registers of one state
         self.pairs = PairArith(self.el)
         size = bg.byte_size(self.el)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
-        self.keep = (2 * self.n * ipt <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
+        self.keep = (2 * self.words * ipt <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
         # warp shuffles for the state types `gpu.shuffle` moves, up to 32 registers of
-        # state; the sweep for the others, and beyond (its aggregates staged in shared
-        # memory: ptxas, selective scan N = 64, one item per thread: 12 spill bytes with
-        # shuffles, none with the sweep)
-        words = self.n * max(1, size // 4)
-        self.warp = WARP_SHUFFLE_SCANS and bg.shuffles(self.el) and words <= UNROLL_BY_LLVM
+        # state (16 with 64-bit math, `state_word_limit`); the sweep for the others, and
+        # beyond (its aggregates staged in shared memory: ptxas, selective scan N = 64,
+        # one item per thread: 12 spill bytes with shuffles, none with the sweep; N = 16
+        # f64, sm_90: 28 with shuffles, none with the sweep)
+        self.warp = WARP_SHUFFLE_SCANS and bg.shuffles(self.el) and self.words <= state_word_limit(self.el)
         self.nw = bs // bg.WARP if bs > bg.WARP else 0  # warps posting totals (0: one warp)
         if self.warp:
             self.sweep_rows = self.nw * self.n  # the warp totals, component-major
@@ -321,7 +322,7 @@ class _KernelGen:
         self.load_runs, self.emit_runs, self.store_runs = (
             vio.find_step_runs(self.nest, self.cs.per_step, self.cs.per_both, self.es.per_step, self.t_c,
                                self.t_e, self.ipt)
-            if VECTOR_STEP_IO and self.n <= VECTOR_STEP_IO_MAX_STATE else ([], [], [])
+            if VECTOR_STEP_IO and self.words <= VECTOR_STEP_IO_MAX_STATE else ([], [], [])
         )
         self.pre: list[dict] | None = None  # this tile's preloaded step values, per item
         self.b_runs: list[vio.StepRun] = []
@@ -361,7 +362,7 @@ class _KernelGen:
         room = (STAGE_ELEMENT_LOADS_BUDGET - shared_layout_bytes([self.shared_bytes, 0])) // (per_run * bg.byte_size(el))
         runs = runs[: max(0, room)]
         top = STAGE_MAX_ELEMENTS if self.elem_el is None else self.stage_max_shared_copy
-        if len({r.el for r in self.b_runs}) != 1 or self.keep or not STAGE_MIN_ELEMENTS <= self.n <= top:
+        if len({r.el for r in self.b_runs}) != 1 or self.keep or not STAGE_MIN_ELEMENTS <= self.words <= top:
             runs = []
         self.load_runs = [r for r in self.load_runs if r.elem is None] + runs
         self.b_runs = runs
@@ -901,12 +902,22 @@ class _KernelGen:
 # ---------------------------------------------------------------------------
 
 
-def items_for_state(n: int, items_per_thread: int) -> int:
-    """Items per thread for a state of `n` elements: each thread holds n states, n
-    aggregate pairs and the per-item values, so beyond `UNROLL_BY_LLVM` elements one item
-    per thread keeps within the 255 registers (ptxas, selective scan N = 64: 4 items
-    spill 1392 stores, 2 items 96, 1 item none)."""
-    return items_per_thread if n <= UNROLL_BY_LLVM else 1
+def items_for_state(n: int, items_per_thread: int, el: Attribute = f32) -> int:
+    """Items per thread for a state of `n` elements of type `el`: each thread holds n
+    states, n aggregate pairs and the per-item values, so beyond `UNROLL_BY_LLVM`
+    32-bit words of state one item per thread keeps within the 255 registers (ptxas,
+    selective scan N = 64: 4 items spill 1392 stores, 2 items 96, 1 item none). With
+    64-bit components (f64, i64, complex<f64>) the limit is half the words
+    (`state_word_limit`; ptxas sm_90, selective scan N = 16 f64: 4 items spill 580
+    stores, 2 items 20 to 140, 1 item none)."""
+    return items_per_thread if n * state_words(el) <= state_word_limit(el) else 1
+
+
+def state_word_limit(el: Attribute) -> int:
+    """The most 32-bit words of state of type `el` a thread runs several items of, and
+    scans by warp shuffles: `UNROLL_BY_LLVM`, halved for 64-bit components, whose
+    per-item values (pairs, exp's temporaries) take two registers each too."""
+    return UNROLL_BY_LLVM // component_words(el)
 
 
 def lower_recurrence(
@@ -927,7 +938,7 @@ def lower_recurrence(
         nest = match_recurrence(rec)
         refuse_i1_memrefs(nest.kernel_args)
         n_state = math.prod(rec.state_type.get_shape())
-        ipt = items_for_state(n_state * state_words(rec.state_type.element_type), items_per_thread)
+        ipt = items_for_state(n_state, items_per_thread, rec.state_type.element_type)
         if time_blocks != "never":
             # imported here: it builds on this module's kernel generator
             from scanweaver.rewrites import recurrence_time_blocks as rtb
