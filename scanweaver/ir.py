@@ -6,14 +6,21 @@ from functools import cache
 from io import StringIO
 
 from xdsl.context import Context
-from xdsl.dialects import get_all_dialects
+from xdsl.dialects import arith, get_all_dialects
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
+from xdsl.traits import Pure, is_side_effect_free
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
 from scanweaver.errors import ScanWeaverValueError
+
+# xDSL's arith.extsi lacks the Pure trait its siblings (extui, extf, trunci) have, so
+# every purity check (the raise, the GPU nest matching) took a sign extension of a
+# loaded i8/i16 value for an op with unknown side effects: give it the trait MLIR gives it.
+if not is_side_effect_free(arith.ExtSIOp.create(operands=[], result_types=[])):
+    arith.ExtSIOp.traits.add_trait(Pure())
 
 
 @cache

@@ -16,7 +16,6 @@ import pytest
 from xdsl.dialects import func
 
 from scanweaver import compiler
-from scanweaver.dialects import scan
 from scanweaver.interp.gpu_sim import simulate_launch
 from scanweaver.interp.run import run_function
 from scanweaver.ir import make_context, parse_ir
@@ -61,18 +60,27 @@ NAMES = ["ema", "seq", "acc", "step2", "gae", "two_emas", "ema_f16", "ema_bias",
          "outside_load", "mamba2"]
 
 
-@pytest.fixture(scope="module")
-def lowered():
-    m = parse_ir(TEXT)
+def lower_forms(text: str):
+    """`text` raised, through scan-to-gpu (tiles of 4 threads x 2 items) and
+    scan-to-loops: (module, the functions the raise found a scan op in, the scan ops
+    left for the sequential lowering by function)."""
+    m = parse_ir(text)
     ctx = make_context()
     RaiseRecurrences().apply(ctx, m)
-    raised = {op.sym_name.data for op in m.ops if isinstance(op, func.FuncOp)
-              and any(isinstance(o, (scan.RecurrenceOp, scan.LinearRecurrenceOp)) for o in op.walk())}
-    assert raised == set(NAMES), "the raise must find every loop of the forms"
+    fns = [op for op in m.ops if isinstance(op, func.FuncOp)]
+    raised = {fn.sym_name.data for fn in fns if any(o.name.startswith("scan.") for o in fn.walk())}
     ScanToGpu(block_size=4, items_per_thread=2).apply(ctx, m)
-    left = [o.name for o in m.walk() if o.name.startswith("scan.") and o.name != "scan.yield"]
-    assert left == [], f"left for the sequential lowering: {left}"
+    left = {fn.sym_name.data: [o.name for o in fn.walk() if o.name.startswith("scan.") and o.name != "scan.yield"]
+            for fn in fns}
     ScanToLoops().apply(ctx, m)
+    return m, raised, {n: ops for n, ops in left.items() if ops}
+
+
+@pytest.fixture(scope="module")
+def lowered():
+    m, raised, left = lower_forms(TEXT)
+    assert raised == set(NAMES), "the raise must find every loop of the forms"
+    assert left == {}, f"left for the sequential lowering: {left}"
     launches, _ = _host_launches(m)  # host functions hold launches and index math only
     assert all(launches[n] for n in NAMES)
     return m

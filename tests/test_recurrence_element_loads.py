@@ -43,7 +43,8 @@ CASES = [(9, L) for L in LENGTHS] + [(N, L) for N in (1, 4, 16) for L in (0, TIL
 @pytest.mark.parametrize("N,L", CASES)
 def test_selective_scan_element_loads_lengths(N, L):
     """Lengths 0, 1, tile - 1, tile, tile + 1 and several tiles (the last partial: its
-    guarded scalar loads, also staged); N = 9 is odd; N = 1, 4 keep B's scalar loads."""
+    guarded scalar loads, also staged); N = 9 is odd; N = 4 is staged too; N = 1 keeps
+    its pairs (B not needed after phase 1)."""
     module, args = _selective(N, L)
     m = check(module, "selective_scan", args, **VEC)
     (desc,) = launch_descriptions(m)

@@ -134,3 +134,41 @@ def test_stage_filecheck_passes_on_the_kernel():
 def test_stage_filecheck_fails_on_a_broken_kernel(monkeypatch, name):
     STAGE_BROKEN[name](monkeypatch)
     assert _stage_filecheck_rc() != 0, name
+
+
+# -- small states: N = 4 to 6 staged (`STAGE_MIN_ELEMENTS`), N = 3 and 7 not -------------------
+
+
+@pytest.mark.parametrize("N,staged", [(3, False), (4, True), (5, True), (6, True), (7, False)])
+def test_small_states_read_b_once_where_staged(monkeypatch, N, staged):
+    """The simulator against the interpreter (a partial last tile), then the bytes read:
+    staged, each element of B leaves global memory once per step (4 N bytes saved per
+    step against no stage); N = 3 and 7 keep B's second read (registers)."""
+    L = 2 * TILE + 4
+    module, args = _selective(N, L)
+    check(module, "selective_scan", args, **VEC)
+    got, _ = _load_bytes(module, args, **VEC)
+    monkeypatch.setattr(rg, "STAGE_ELEMENT_LOADS_BUDGET", 0)
+    again, _ = _load_bytes(module, args, **VEC)
+    assert again - got == (4 * N * L if staged else 0)
+
+
+def test_small_state_overflowing_tile_replays_from_the_stage():
+    check_overflowing_tile(4, TILE)
+
+
+@pytest.mark.parametrize("chip", ["sm_80", "sm_90"])
+def test_ptxas_selective_n4_staged_within_64_registers(chip):
+    """The benchmark's N = 4 kernel (128 x 4) with B staged: at most 64 registers (8
+    resident blocks, occupancy 0.50, as unstaged), no spill, the stage in shared memory
+    (4 runs x 4 items x 128 threads x 4 bytes)."""
+    from scanweaver.bench import gpu_kernels as gk
+    from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
+
+    if not ptxas_available():
+        pytest.skip("ptxas not found on PATH (install the CUDA toolkit): registers/spills not checked")
+    out = export_gpu(gk._lower(gk.case_ir("selective_N4_8x1536x2048", "big"), small=False), chip=chip)
+    (info,) = out["ptxas"].values()
+    assert info["spill_stores"] == 0 and info["spill_loads"] == 0 and info["stack_bytes"] == 0, info
+    assert info["registers"] <= 64, info
+    assert info["shared_bytes"] >= 4 * 4 * 128 * 4, info

@@ -3,11 +3,14 @@
 // Mamba's selective scan at N = 8 with B and C shared across the channels, (batch, N, L):
 // each thread owns 4 consecutive steps, so B[b, n, t0 .. t0 + 3] and C[b, n, t0 .. t0 + 3]
 // are one 16-byte vector per element n. In a full tile B is read by 8 vectors, each lane
-// stored to this thread's own slot of the shared stage sS ((run * 4 + item) * 8 + tid:
-// 8 runs x 4 items x 8 threads = 256 floats), which phase 1, the overflow fallback and
-// the replay read: B is read from global memory once per tile. C, read only by the emit,
-// is read by 8 vectors just before the replay, the emit's dot product over the state
-// unrolled so each term takes its lane. A partial tile takes guarded scalar loads.
+// taken out just before its store to this thread's own slot of the shared stage sS
+// ((run * 4 + item) * 8 + tid: 8 runs x 4 items x 8 threads = 256 floats), which phase 1,
+// the overflow fallback and the replay read: B is read from global memory once per tile.
+// C, read only by the emit, is read by 8 vectors just before the replay; they leave their
+// branch whole and are taken apart after it, the emit's dot product over the state
+// unrolled so each term takes its lane. A partial tile takes guarded scalar loads. (No
+// lane is extracted next to its load: LLVM would split such a load into scalar loads
+// without its !invariant.load, toolchain/readonly_params.py.)
 
 // CHECK:       "memref.global"() <{sym_name = "scan_recurrence_0_sS", type = memref<256xf32, 3 : i64>
 // CHECK:       "gpu.func"
@@ -19,10 +22,13 @@
 // CHECK:           %[[VB:.*]] = arith.andi %[[FULL:.*]], %bases_aligned : i1
 // CHECK-NEXT:      scf.if %[[VB]] {
 // CHECK-NEXT:        %[[V0:.*]] = vector.load %B[%[[BB:.*]], %{{.*}}, %[[P:.*]]] {alignment = 16 : i64} : memref<1x8x64xf32>, vector<4xf32>
-// CHECK-NEXT:        %[[L0:.*]] = vector.extract %[[V0]][0] : f32 from vector<4xf32>
 // CHECK-COUNT-7:     vector.load %B[%[[BB]], %{{.*}}, %[[P]]] {alignment = 16 : i64} : memref<1x8x64xf32>, vector<4xf32>
-// CHECK:             memref.store %[[L0]], %[[SS]][%[[TID]]] : memref<256xf32, 3 : i64>
-// CHECK-COUNT-31:    memref.store %{{.*}}, %[[SS]][%{{.*}}] : memref<256xf32, 3 : i64>
+// CHECK-NEXT:        %[[L0:.*]] = vector.extract %[[V0]][0] : f32 from vector<4xf32>
+// CHECK-NEXT:        memref.store %[[L0]], %[[SS]][%[[TID]]] : memref<256xf32, 3 : i64>
+// CHECK-NEXT:        %[[L1:.*]] = vector.extract %[[V0]][1] : f32 from vector<4xf32>
+// CHECK-NEXT:        %[[SLOT1:.*]] = arith.addi %[[TID]], %{{.*}} : index
+// CHECK-NEXT:        memref.store %[[L1]], %[[SS]][%[[SLOT1]]] : memref<256xf32, 3 : i64>
+// CHECK-COUNT-30:    memref.store %{{.*}}, %[[SS]][%{{.*}}] : memref<256xf32, 3 : i64>
 // CHECK-NEXT:      } else {
 // CHECK-COUNT-32:    memref.load %B[%[[BB]], %{{.*}}, %{{.*}}] : memref<1x8x64xf32>
 // CHECK-COUNT-32:    memref.store %{{.*}}, %[[SS]][%{{.*}}] : memref<256xf32, 3 : i64>
@@ -30,11 +36,15 @@
 // CHECK-NOT:       memref.load %B
 // CHECK-NOT:       vector.load %B
 // CHECK:           %[[VC:.*]] = arith.andi %[[FULL]], %bases_aligned : i1
-// CHECK-NEXT:      scf.if %[[VC]] -> (f32
+// CHECK-NEXT:      {{^ *}}%[[C0:[0-9]+]], %{{[^=]*}} = scf.if %[[VC]] -> (vector<4xf32>
 // CHECK-NEXT:        vector.load %C[%[[BB]], %{{.*}}, %[[P]]] {alignment = 16 : i64} : memref<1x8x64xf32>, vector<4xf32>
 // CHECK-COUNT-7:     vector.load %C[%[[BB]], %{{.*}}, %[[P]]] {alignment = 16 : i64} : memref<1x8x64xf32>, vector<4xf32>
-// CHECK:           } else {
+// CHECK-NEXT:        scf.yield
+// CHECK-NEXT:      } else {
 // CHECK-COUNT-32:    memref.load %C[%[[BB]], %{{.*}}, %{{.*}}] : memref<1x8x64xf32>
+// CHECK:             vector.broadcast
+// CHECK:           }
+// CHECK-NEXT:      vector.extract %[[C0]]{{\[}}0] : f32 from vector<4xf32>
 // CHECK-NOT:       memref.load %C
 // CHECK-NOT:       memref.load %B
 // CHECK:           memref.load %[[SS]][%[[TID]]] : memref<256xf32, 3 : i64>

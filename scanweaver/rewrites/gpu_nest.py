@@ -38,6 +38,7 @@ from xdsl.traits import is_side_effect_free
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites.affine_to_pairs import Emitter
+from scanweaver.rewrites.gpu_fission import holds_scan_op, split_refusal
 from scanweaver.rewrites.gpu_kernel import (
     Unsupported,
     check_closed,
@@ -313,12 +314,24 @@ def _split_loop_bodies(
                     or any(isinstance(r.type, MemRefType) for r in o.results)
                 ):
                     raise Unsupported(f"'{o.name}' between channel loops")
+            _check_one_scan_op(loop, post)
             if len(post) != 1:
                 raise Unsupported("ops after an inner channel loop")
             outer_pre.append(pre)
         else:
+            _check_one_scan_op(loop, pre + post)
             prologue, epilogue = pre, post[:-1]
     return outer_pre, prologue, epilogue
+
+
+def _check_one_scan_op(loop: scf.ForOp, others: list[Operation]) -> None:
+    """A channel loop left holding another scan op beside the recurrence's (fission,
+    `gpu_fission.py`, could not split it): say why."""
+    if any(holds_scan_op(o) for o in others):
+        raise Unsupported(
+            "its channel loop also runs another scan op and cannot be split into one nest per scan op: "
+            + split_refusal(loop)
+        )
 
 
 def _state_arg(
@@ -350,7 +363,10 @@ def _check_steps_parallel(
     pro_allocas = _allocas(prologue)
     for _, ref, _, is_store in _accesses(prologue):
         if is_store and ref not in pro_allocas:
-            raise Unsupported("the prologue writes a memref other than its own allocas")
+            raise Unsupported(
+                f"the prologue writes {_name_of(ref)} (not one of its allocas) and that store cannot move "
+                "after the recurrence: something after it reads that memref, or emit may write the same element"
+            )
     return _check_emit_memory(rec, emit_ops, coeffs_ops, pro_allocas)
 
 
@@ -480,10 +496,74 @@ def _note_memory_roles(nest: Nest) -> None:
         nest.loaded_args.add(nest.state_arg)
 
 
+def _misses_every_step(st: memref.StoreOp, es: memref.StoreOp, rec: scan.LoopRecurrence, emit: _EmitStores) -> bool:
+    """Whether emit's store `es` provably never writes the element that `st` (before the
+    recurrence) writes: at the dimension where `es` moves with the step index `t`
+    (`k * t + c + terms`), `st`'s index is `c0 + terms` and `k * t == c0 - c` has no
+    solution among the loop's indices (below a constant lower bound, off the step
+    grid, or at or past a constant upper bound)."""
+    kind = emit.kind(es)
+    if kind is None or kind[0] != "inj" or es.memref != st.memref:
+        return False
+    _, p, (k, c, terms) = kind
+    mine = emit.lin(st.indices[p])
+    if mine is None or mine[0] != 0 or mine[2] != terms:
+        return False
+    d = mine[1] - c
+    if d % k:
+        return True
+    t = d // k
+    lb, ub, step = const_int(rec.lb), const_int(rec.ub), const_int(rec.step)
+    return (
+        (lb is not None and t < lb)
+        or (ub is not None and t >= ub)
+        or (lb is not None and step is not None and (t - lb) % step != 0)
+    )
+
+
+def _defer_prologue_stores(loops: list[scf.ForOp], rec: scan.LoopRecurrence) -> None:
+    """`y[c, 0] = h0` before a time loop from 1 (the first element set before the loop):
+    a store of the innermost channel body before `rec` to a memref that is not one of
+    its allocas moves to just after `rec` when nothing after it in the body reads that
+    memref and each of emit's stores to it provably misses its element.  Sequential
+    semantics is unchanged (nothing in between observes or overwrites the element),
+    and the kernel then runs the store with the epilogue (thread 0, after the sweeps)
+    instead of in every thread before them.  Other stores stay (the prologue check
+    names them)."""
+    if not loops:
+        return
+    body = list(loops[-1].body.block.ops)
+    pro = body[: body.index(rec)]
+    local = _allocas(pro)
+    emit = _EmitStores(rec.emit.block)
+    emit_stores = [o for o in rec.emit.block.walk() if isinstance(o, memref.StoreOp)]
+    movable = []
+    for i, st in enumerate(pro):
+        if not isinstance(st, memref.StoreOp) or st.memref in local:
+            continue
+        later = _accesses([*pro[i + 1 :], rec])
+        if any(ref == st.memref and not is_store for _, ref, _, is_store in later):
+            continue
+        if all(_misses_every_step(st, es, rec, emit) for es in emit_stores if es.memref == st.memref):
+            movable.append(st)
+    # a memref's stores move all together or not at all (their order is kept)
+    staying = {ref for o, ref, _, is_store in _accesses(pro) if is_store and o not in movable}
+    after: Operation = rec
+    for st in movable:
+        if st.memref in staying:
+            continue
+        st.detach()
+        Rewriter.insert_op(st, InsertPoint.after(after))
+        after = st
+
+
 def match_recurrence(rec: scan.LoopRecurrence) -> Nest:
     """The loop nest of `rec` if the kernel design applies, else `Unsupported(reason)`.
-    The checks run in a fixed order, so the first reason given stays the same."""
+    The checks run in a fixed order, so the first reason given stays the same.
+    Stores that set elements before the recurrence may move after it first
+    (`_defer_prologue_stores`: the same result)."""
     loops, fn = _channel_loops(rec)
+    _defer_prologue_stores(loops, rec)
     fn_args: set[SSAValue] = set(fn.body.block.args)
     _check_state_type(rec)
     outer_pre, prologue, epilogue = _split_loop_bodies(loops, rec)
@@ -561,6 +641,7 @@ def wrap_depth0(rec: scan.LoopRecurrence) -> scf.ForOp | None:
     d0 = _Depth0(rec, block, set(fn.body.block.args))
     moved = d0.state_uses(alloca)
     d0.add_needed_ops(moved)
+    d0.absorb_setup_stores(moved)
     d0.check_used_only_inside(moved)
     return d0.wrap(d0.span(moved), moved)
 
@@ -599,24 +680,31 @@ class _Depth0:
         return moved
 
     def _final_stores(self, load: memref.LoadOp) -> list[Operation]:
-        """The stores of a final state value to function arguments (its only uses)."""
-        stores = []
-        for u in load.res.uses:
-            st = u.operation
-            if not (
-                isinstance(st, memref.StoreOp)
-                and st.parent_block() is self.block
-                and st.value == load.res
-                and st.memref in self.fn_args
-            ):
-                if _reaches_return(load.res):
+        """The stores of a final state value, or of pure arith on it (`last[0] = 2 * h`),
+        to function arguments (its only uses), with that arith."""
+        found: list[Operation] = []
+        work = [load.res]
+        while work:
+            v = work.pop()
+            for u in v.uses:
+                op = u.operation
+                if op in found:
+                    continue
+                if isinstance(op, memref.StoreOp) and op.value == v and op.memref in self.fn_args:
+                    pass
+                elif op.dialect_name() == "arith" and not op.regions and is_side_effect_free(op):
+                    work.extend(op.results)
+                elif _reaches_return(load.res):
                     raise Unsupported(
                         "the function returns a final value of the state: GPU kernels only write "
                         "memref arguments (store it to one instead)"
                     )
-                raise Unsupported("a final value of the state is used other than stored to an argument")
-            stores.append(st)
-        return stores
+                else:
+                    raise Unsupported("a final value of the state is used other than stored to an argument")
+                if op.parent_block() is not self.block:
+                    raise Unsupported("a final value of the state is used inside another op")
+                found.append(op)
+        return found
 
     def add_needed_ops(self, moved: set[Operation]) -> None:
         """Values the moved ops need from the block: capturable ones stay, the rest
@@ -636,6 +724,29 @@ class _Depth0:
                 raise Unsupported(f"the recurrence needs '{op.name}' from the function body")
             moved.add(op)
             work.extend(free_values([op]))
+
+    def absorb_setup_stores(self, moved: set[Operation]) -> None:
+        """Stores before the recurrence of moved values to function arguments (`y[0] = h0`
+        before a time loop from 1) move along, when nothing left between them and the
+        recurrence reads that memref: in the one-trip loop they are prologue stores,
+        which `_defer_prologue_stores` may then move after the recurrence."""
+        for o in list(moved):
+            for res in o.results:
+                for u in res.uses:
+                    st = u.operation
+                    if (
+                        st not in moved
+                        and isinstance(st, memref.StoreOp)
+                        and st.parent_block() is self.block
+                        and st.memref in self.fn_args
+                        and self.pos[st] < self.r
+                        and not self._read_before_recurrence(st)
+                    ):
+                        moved.add(st)
+
+    def _read_before_recurrence(self, st: memref.StoreOp) -> bool:
+        between = self.ops[self.pos[st] + 1 : self.r]
+        return any(ref == st.memref and not is_store for _, ref, _, is_store in _accesses(between))
 
     def check_used_only_inside(self, moved: set[Operation]) -> None:
         """Nothing left behind may use what moves."""

@@ -46,7 +46,10 @@ entry, exit and launch.)
   be conditional), or is step-invariant and unconditional (e.g. the write-through
   `g[c] = state` of the discounted return, or a fixed-bound emit loop over c writing
   m[c]): then only the last step performs it, which leaves memory exactly as the
-  sequential loop does. The prologue writes only its own allocas.
+  sequential loop does. The prologue writes only its own allocas, apart from stores
+  that set an element before the loop (`y[c, 0] = h0` with the time loop from 1): those
+  move after the recurrence, into the epilogue, when nothing after them reads that
+  memref and emit provably never writes that element (`_defer_prologue_stores`).
 * Values from outside the nest: function memref arguments (kernel arguments), scalar
   function arguments (integers, index, f32, f64: kernel parameters), constants,
   `memref.dim` of arguments, pure arith on those, and loads from argument memrefs in the
@@ -111,7 +114,7 @@ Kernel design
   64: no spills that way). Full tiles read the per-step operands (u, delta, z) with
   16-byte vector loads and write the emit's step outputs with vector stores, for
   states of at most `VECTOR_STEP_IO_MAX_STATE` elements (`recurrence_vector_io.py`).
-* B and C once per tile (`VECTOR_ELEMENT_IO`, states of 8 to 32 elements): the
+* B and C once per tile (`VECTOR_ELEMENT_IO`, states of 4 to 32 elements): the
   per-element step operands (Mamba's B[b, n, t] in coeffs, C[b, n, t] in the emit's
   dot product over the state) are one 16-byte vector per element and thread in a full
   tile (coalesced: a warp reads 512 consecutive bytes of a row), guarded scalars in the
@@ -124,7 +127,8 @@ Kernel design
   registers). Where the whole stage would pass 48 KiB of static shared memory (N = 24,
   32 at 128 x 4; 256 threads at N = 16) the elements that fit are staged (N = 24: 23
   of 24, N = 32: 23 of 32), the others keep their scalar loads, read again by the
-  replay. Not staged below `STAGE_MIN_ELEMENTS` (N = 4: 12 more registers) or above
+  replay. Not staged below `STAGE_MIN_ELEMENTS` (N = 3: 7 more registers), at N = 7 (the
+  same), or above
   `STAGE_MAX_ELEMENTS` (N = 64, one item per thread: 37 more registers) unless the
   element-only values (A) are in the block's shared copy (`STAGE_MAX_ELEMENTS_SHARED_COPY`,
   N = 64: 31 of 64 staged, no more registers): elsewhere B keeps
@@ -225,8 +229,13 @@ VECTOR_ELEMENT_IO_MAX_STATE = 16
 #: overflow fallback, instead of loading them from global memory again, when the block's
 #: static shared memory stays within this many bytes.
 STAGE_ELEMENT_LOADS_BUDGET = 48 * 1024
-#: ... for states of at least this many elements (module doc, `_stage_element_loads`).
-STAGE_MIN_ELEMENTS = 8
+#: ... for states of at least this many elements (module doc, `_stage_element_loads`;
+#: ptxas, selective scan 128 x 4, sm_80 / sm_90: N = 4 65 / 64 registers to 64 / 64, N = 5
+#: 56 / 56 to 56 / 48, N = 6 64 to 56, 0 spills; N = 3 50 to 57 on sm_90, 9 resident
+#: blocks to 8) ...
+STAGE_MIN_ELEMENTS = 4
+#: ... except these (ptxas sm_90, N = 7: 64 to 71 registers, 8 resident blocks to 7).
+STAGE_SKIP_ELEMENTS = frozenset({7})
 #: ... and at most this many (ptxas sm_90, selective scan N = 64, one item per thread:
 #: staging the 31 elements that fit costs 168 to 205 registers, 3 resident blocks to 2,
 #: while A is loaded from global memory at every step) ...
@@ -259,6 +268,8 @@ class _KernelGen:
     elements_in_shared = True
     #: B staged up to this many elements where those values are in shared memory
     stage_max_shared_copy = STAGE_MAX_ELEMENTS_SHARED_COPY
+    #: B staged from this many elements (`_stage_element_loads`)
+    stage_min = STAGE_MIN_ELEMENTS
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs: bool | None):
         self.nest, self.name, self.bs, self.ipt = nest, name, bs, ipt
@@ -347,11 +358,14 @@ class _KernelGen:
         written from inside the load branches (not all the tile's values live at once)
         and read by phase 1, the replay and the overflow fallback. Where not all runs
         fit, the first ones that do (element order; N = 24, 32); outside
-        `STAGE_MIN_ELEMENTS`..`STAGE_MAX_ELEMENTS` elements none, and B keeps its
-        scalar loads, read again by the replay: vectors whose values flow out of the
-        load branch spill (ptxas, N = 32: 124 spill stores), kept in registers or staged
-        they cost registers at N = 4 (56 to 72 / 68). With kept pairs B is not needed
-        after phase 1: its vectors are used there directly."""
+        `STAGE_MIN_ELEMENTS`..`STAGE_MAX_ELEMENTS` elements (and at
+        `STAGE_SKIP_ELEMENTS`) none, and B keeps its scalar loads, read again by the
+        replay: vectors whose values flow out of the load branch spill (ptxas, N = 32:
+        124 spill stores), kept in registers they cost registers at N = 4 (56 to 72).
+        Staged, N = 4 needs no more registers since each lane is taken out of its
+        vector just before its store (`recurrence_vector_io.load_runs`; 68 before).
+        With kept pairs B is not needed after phase 1: its vectors are used there
+        directly."""
         runs = self.b_runs
         if not runs or (self.keep and self.keep_b_vectors):
             return
@@ -362,7 +376,8 @@ class _KernelGen:
         room = (STAGE_ELEMENT_LOADS_BUDGET - shared_layout_bytes([self.shared_bytes, 0])) // (per_run * bg.byte_size(el))
         runs = runs[: max(0, room)]
         top = STAGE_MAX_ELEMENTS if self.elem_el is None else self.stage_max_shared_copy
-        if len({r.el for r in self.b_runs}) != 1 or self.keep or not STAGE_MIN_ELEMENTS <= self.words <= top:
+        if (len({r.el for r in self.b_runs}) != 1 or self.keep or not self.stage_min <= self.words <= top
+                or self.words in STAGE_SKIP_ELEMENTS):  # in 32-bit words (`state_words`)
             runs = []
         self.load_runs = [r for r in self.load_runs if r.elem is None] + runs
         self.b_runs = runs

@@ -460,6 +460,9 @@ class _ChunkGen(_KernelGen):
     # B staged up to N = 32 only: at N = 64 the stage costs this kernel 168 to 254
     # registers on sm_90 (ptxas; 168 on sm_80, and in the fused kernel on both)
     stage_max_shared_copy = STAGE_MAX_ELEMENTS
+    # ... and from N = 8 only: below, the stage costs this kernel registers (ptxas, 128 x 4,
+    # sm_80 / sm_90: N = 4 70 / 64 to 71 / 70, N = 5 and 6 56-64 to 128 on sm_80)
+    stage_min = 8
 
     def __init__(self, nest: Nest, name: str, bs: int, ipt: int, keep_pairs, length, chunk: int, scratch_types):
         super().__init__(nest, name, bs, ipt, keep_pairs)

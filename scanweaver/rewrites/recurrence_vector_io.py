@@ -41,7 +41,7 @@ nest matcher does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, memref, scf, vector
@@ -260,55 +260,92 @@ def full_tile(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValu
 def load_runs(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValue], full: SSAValue,
               p_start: SSAValue, steps: Sequence[tuple[SSAValue, SSAValue]], ipt: int,
               sink: Callable[[Emitter, int, int, SSAValue], None] | None = None) -> list[dict]:
-    """Per item j of the thread: {load op (`StepRun.key`): its value at step j}. `p_start`: the loop index
-    of the thread's first step; `steps`: (loop index, in range) of each item. With `sink`,
-    each value is handed to `sink(emitter, run, item, value)` inside the branch that loads
-    it instead (none flows out: the whole tile's values are not live at once)."""
-    types = [] if sink is not None else [r.el for r in runs for _ in range(ipt)]
+    """Per item j of the thread: {load op (`StepRun.key`): its value at step j}. `p_start`:
+    the loop index of the thread's first step; `steps`: (loop index, in range) of each item.
+    With `sink`, each value is handed to `sink(emitter, run, item, value)` inside the branch
+    that loads it instead (none flows out: the whole tile's values are not live at once).
+
+    No lane of a 16-byte vector is taken out next to its load: LLVM's VectorCombine
+    (`scalarizeLoadExtract`) would split a load whose users are all such extracts into
+    scalar loads without its `!invariant.load` mark, and the vector NVPTX rebuilds from
+    them may lose `ld.global.nc` (`toolchain/readonly_params.mark_readonly_loads_invariant`).
+    With `sink`, each lane is extracted just before its own store, so another lane's store
+    lies between the load and the later extracts; otherwise the vectors leave the branch
+    whole (the scalar branch packs its elements alike) and are taken apart after it."""
+    # per run: its values in the branches' results, `ipt // vec` vectors or `ipt` elements
+    types = [] if sink is not None else [t for r in runs for t in [_value_type(r)] * (ipt // r.vec)]
 
     def drain(ie: Emitter, out: list[SSAValue]) -> list[SSAValue]:
         if sink is None:
             return out
+        elements = _lanes(ie, out)  # each lane extracted just before its store
         for c in range(len(runs)):
             for j in range(ipt):
-                sink(ie, c, j, out[c * ipt + j])
+                sink(ie, c, j, next(elements))
         return []
 
     def vector_loads(ie: Emitter) -> list[SSAValue]:
         out: list[SSAValue] = []
         for r in runs:
             ref = vmap[r.ref]
-            vt = VectorType(r.el, [r.vec])
             if r.vec == 1:  # a run staged element by element (no vector divides the items)
                 out += [ie.load(ref, r.indices(ie, vmap, i)) for i, _ in steps]
                 continue
             for c in range(ipt // r.vec):
                 i = ie.add(p_start, ie.index(c * r.vec)) if c else p_start
-                op = vector.LoadOp(ref, r.indices(ie, vmap, i), vt)
+                op = vector.LoadOp(ref, r.indices(ie, vmap, i), _value_type(r))
                 op.attributes["alignment"] = IntegerAttr(16, i64)
-                v = ie.op(op).results[0]
-                out += [ie.val(vector.ExtractOp(v, [lane], r.el)) for lane in range(r.vec)]
+                out.append(ie.op(op).results[0])
         return drain(ie, out)
 
     def scalar_loads(ie: Emitter) -> list[SSAValue]:
         out: list[SSAValue] = []
         for r in runs:
             ref = vmap[r.ref]
+            elems = []
             for i, inside in steps:
                 (v,) = ie.if_(inside, [r.el], lambda x, i=i, ref=ref, r=r: [x.load(ref, r.indices(x, vmap, i))],
                               lambda x, r=r: [x.const(0, r.el)])
-                out.append(v)
+                elems.append(v)
+            if sink is None and r.vec > 1:  # the vector branch's types
+                elems = [_packed(ie, elems[c : c + r.vec]) for c in range(0, ipt, r.vec)]
+            out += elems
         return drain(ie, out)
 
     vals = list(le.if_(full, types, vector_loads, scalar_loads))
     if sink is not None:
         return [{} for _ in range(ipt)]
+    flat = list(_lanes(le, vals))
     per_item: list[dict] = [{} for _ in range(ipt)]
     for n, r in enumerate(runs):
         for j in range(ipt):
             for op in r.ops:
-                per_item[j][r.key(op)] = vals[n * ipt + j]
+                per_item[j][r.key(op)] = flat[n * ipt + j]
     return per_item
+
+
+def _value_type(r: StepRun) -> Attribute:
+    """What one load of run `r` in a full tile yields: a 16-byte vector, or an element."""
+    return VectorType(r.el, [r.vec]) if r.vec > 1 else r.el
+
+
+def _lanes(ie: Emitter, values: Sequence[SSAValue]) -> Iterator[SSAValue]:
+    """The elements of `values` in order, a vector's lanes each extracted when asked for."""
+    for v in values:
+        if not isinstance(v.type, VectorType):
+            yield v
+            continue
+        for lane in range(v.type.get_shape()[0]):
+            yield ie.val(vector.ExtractOp(v, [lane], v.type.element_type))
+
+
+def _packed(ie: Emitter, elems: Sequence[SSAValue]) -> SSAValue:
+    """One vector of `elems` (lane i = elems[i])."""
+    vt = VectorType(elems[0].type, [len(elems)])
+    v = ie.val(vector.BroadcastOp(elems[0], vt))
+    for lane in range(1, len(elems)):
+        v = ie.val(vector.InsertOp(elems[lane], v, [lane], vt))
+    return v
 
 
 def store_runs(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAValue], full: SSAValue,
@@ -320,11 +357,8 @@ def store_runs(le: Emitter, runs: Sequence[StepRun], vmap: dict[SSAValue, SSAVal
     def vector_stores(ie: Emitter) -> None:
         for r, vals in zip(runs, values):
             ref, others = vmap[r.ref], [vmap[v] for v in r.others]
-            vt = VectorType(r.el, [r.vec])
             for c in range(ipt // r.vec):
-                v = ie.val(vector.BroadcastOp(vals[c * r.vec], vt))
-                for lane in range(1, r.vec):
-                    v = ie.val(vector.InsertOp(vals[c * r.vec + lane], v, [lane], vt))
+                v = _packed(ie, vals[c * r.vec : (c + 1) * r.vec])
                 i = ie.add(p_start, ie.index(c * r.vec)) if c else p_start
                 op = vector.StoreOp(v, ref, [*others, i])
                 op.attributes["alignment"] = IntegerAttr(16, i64)

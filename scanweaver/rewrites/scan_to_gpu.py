@@ -6,7 +6,8 @@ across blocks, `affine_time_blocks.py`), `scan.recurrence` loop nests
 emit sums over: `gpu_state_matrix.py`), `scan.linear_recurrence` nests (`linear_gpu.py`) and generic
 `scan.scan` ops (`scan_gpu.py`, or `scan_time_blocks.py` for few long channels);
 first, channel nests whose body is a sequential program (VJPs) become one-thread-per-
-channel kernels (`gpu_channel_program.py`).
+channel kernels (`gpu_channel_program.py`), then channel loops holding several scan ops
+are split into one nest per scan op where that keeps the result (`gpu_fission.py`).
 Ops a lowering cannot take stay for the sequential lowering; why is noted on their
 function (`blelloch_gpu.record_refusals`).  Last, every kernel's 16-byte vector
 branches also test that the bases are 16-byte aligned (`gpu_aligned_bases.py`), so
@@ -28,6 +29,7 @@ from scanweaver.rewrites.affine_time_blocks import lower_affine_time_blocks, wan
 from scanweaver.rewrites.blelloch_gpu import get_kernel_module, lower_affine, record_refusals
 from scanweaver.rewrites.gpu_channel_program import buffers_to_scratch, lower_channel_programs, lower_loop_stages
 from scanweaver.rewrites.gpu_aligned_bases import guard_vector_paths
+from scanweaver.rewrites.gpu_fission import split_recurrence_nests
 from scanweaver.rewrites.gpu_kernel import Unsupported
 from scanweaver.rewrites.gpu_state_matrix import lower_state_matrices
 from scanweaver.rewrites.linear_gpu import lower_linear_recurrences
@@ -64,6 +66,7 @@ class ScanToGpu(ModulePass):
             raise ScanWeaverError(f"scan-to-gpu: chunk-tiles must be at least 1, got {self.chunk_tiles}")
         # per-channel sequential programs (VJPs): one thread per channel, whole body
         channel_refused = {**lower_channel_programs(op), **lower_loop_stages(op)}
+        split_recurrence_nests(op)  # one scan op per channel nest (gpu_fission.py)
         affines = [o for o in op.walk() if isinstance(o, scan.AffineOp)]
         if affines:
             kmod = get_kernel_module(op)

@@ -158,10 +158,15 @@ def mark_readonly_loads_invariant(llvm_text: str) -> str:
     LLVM builds the addresses of a kernel's consecutive rows (the selective scan's B and
     C) one from the previous: the last rows lost `.nc`.
 
-    Still plain (N = 16: 2 of 32 16-byte loads; N = 24, 32: 8): LLVM's VectorCombine
-    (`scalarizeLoadExtract`) splits each vector load into scalar loads without the mark,
-    the load-store vectorizer joins them again, and NVPTX's own tagging misses the rows
-    with the longest chains (`-print-after-all` on the second stage). `mlir-opt
-    -disable-vector-combine` keeps every mark, but costs the affine time-block reduce
-    kernel 32 to 40 registers (occupancy 1.0 to 0.75, ptxas sm_90), so it is not used."""
+    The mark lives only as long as the load: LLVM's VectorCombine (`scalarizeLoadExtract`)
+    splits a vector load whose users are all `extractelement`s in its own block, with no
+    write between, into scalar loads without it; the load-store vectorizer joins them
+    again, and NVPTX's own tagging misses the rows with the longest chains (the selective
+    scan's B and C at N = 16: 2 of 32 16-byte loads plain, N = 24 and 32: 8). So the
+    kernels never take a lane out next to its load (`recurrence_vector_io.load_runs`:
+    staged lanes each just before its store, other vectors whole out of their branch);
+    every read-only load of the benchmark's kernels is then `ld.global.nc`, with the same
+    registers (ptxas sm_80, sm_90; tests/test_readonly_invariant_loads.py). `mlir-opt
+    -disable-vector-combine` would keep the marks too, but costs the affine time-block
+    reduce kernel 32 to 40 registers (occupancy 1.0 to 0.75, ptxas sm_90)."""
     return mark_loads_on_chains(llvm_text, "invariant", lambda head, _body: set(_PARAM.findall(head)))

@@ -1,0 +1,21 @@
+func.func @lb1_step2(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %y: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %C = memref.dim %a, %c0 : memref<?x?xf32>
+  %L = memref.dim %a, %c1 : memref<?x?xf32>
+  scf.for %c = %c0 to %C step %c1 {
+    %h0 = memref.load %b[%c, %c0] : memref<?x?xf32>
+    memref.store %h0, %y[%c, %c0] : memref<?x?xf32>
+    memref.store %h0, %y[%c, %c1] : memref<?x?xf32>
+    %r = scf.for %t = %c2 to %L step %c2 iter_args(%h = %h0) -> (f32) {
+      %av = memref.load %a[%c, %t] : memref<?x?xf32>
+      %bv = memref.load %b[%c, %t] : memref<?x?xf32>
+      %p = arith.mulf %av, %h : f32
+      %hn = arith.addf %p, %bv : f32
+      memref.store %hn, %y[%c, %t] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+  }
+  func.return
+}

@@ -1,0 +1,18 @@
+func.func @time_outer_iter(%a: memref<?x?xf32>, %b: memref<?x?xf32>, %y: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %L = memref.dim %a, %c0 : memref<?x?xf32>
+  %C = memref.dim %a, %c1 : memref<?x?xf32>
+  scf.for %c = %c0 to %C step %c1 {
+    %r = scf.for %t = %c0 to %L step %c1 iter_args(%h = %zero) -> (f32) {
+      %av = memref.load %a[%t, %c] : memref<?x?xf32>
+      %bv = memref.load %b[%t, %c] : memref<?x?xf32>
+      %p = arith.mulf %av, %h : f32
+      %hn = arith.addf %p, %bv : f32
+      memref.store %hn, %y[%t, %c] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+  }
+  func.return
+}

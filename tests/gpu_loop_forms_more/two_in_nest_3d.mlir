@@ -1,0 +1,27 @@
+func.func @two_in_nest_3d(%x: memref<?x?x?xf32>, %k: f32, %y1: memref<?x?x?xf32>, %y2: memref<?x?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %B = memref.dim %x, %c0 : memref<?x?x?xf32>
+  %D = memref.dim %x, %c1 : memref<?x?x?xf32>
+  %L = memref.dim %x, %c2 : memref<?x?x?xf32>
+  scf.for %i = %c0 to %B step %c1 {
+    scf.for %d = %c0 to %D step %c1 {
+      %r1 = scf.for %t = %c0 to %L step %c1 iter_args(%h = %zero) -> (f32) {
+        %xv = memref.load %x[%i, %d, %t] : memref<?x?x?xf32>
+        %p = arith.mulf %k, %h : f32
+        %hn = arith.addf %p, %xv : f32
+        memref.store %hn, %y1[%i, %d, %t] : memref<?x?x?xf32>
+        scf.yield %hn : f32
+      }
+      %r2 = scf.for %t = %c0 to %L step %c1 iter_args(%h = %zero) -> (f32) {
+        %xv = memref.load %y1[%i, %d, %t] : memref<?x?x?xf32>
+        %hn = arith.addf %h, %xv : f32
+        memref.store %hn, %y2[%i, %d, %t] : memref<?x?x?xf32>
+        scf.yield %hn : f32
+      }
+    }
+  }
+  func.return
+}

@@ -1,0 +1,28 @@
+func.func @two_nest_shared_value(%g: memref<?xf32>, %x: memref<?x?xf32>, %y1: memref<?x?xf32>, %y2: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %C = memref.dim %x, %c0 : memref<?x?xf32>
+  %L = memref.dim %x, %c1 : memref<?x?xf32>
+  scf.for %c = %c0 to %C step %c1 {
+    %gv = memref.load %g[%c] : memref<?xf32>
+    %g2 = arith.mulf %gv, %gv : f32
+    %y0 = memref.load %x[%c, %c0] : memref<?x?xf32>
+    memref.store %y0, %y1[%c, %c0] : memref<?x?xf32>
+    %r1 = scf.for %t = %c1 to %L step %c1 iter_args(%h = %y0) -> (f32) {
+      %xv = memref.load %x[%c, %t] : memref<?x?xf32>
+      %p = arith.mulf %gv, %h : f32
+      %hn = arith.addf %p, %xv : f32
+      memref.store %hn, %y1[%c, %t] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+    %r2 = scf.for %t = %c0 to %L step %c1 iter_args(%h = %zero) -> (f32) {
+      %xv = memref.load %y1[%c, %t] : memref<?x?xf32>
+      %p = arith.mulf %g2, %h : f32
+      %hn = arith.addf %p, %xv : f32
+      memref.store %hn, %y2[%c, %t] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+  }
+  func.return
+}

@@ -1,0 +1,26 @@
+func.func @two_reads(%x: memref<?x?xf32>, %k1: f32, %k2: f32, %y1: memref<?x?xf32>, %y2: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %C = memref.dim %x, %c0 : memref<?x?xf32>
+  %L = memref.dim %x, %c1 : memref<?x?xf32>
+  scf.for %c = %c0 to %C step %c1 {
+    %r = scf.for %t = %c0 to %L step %c1 iter_args(%h = %zero) -> (f32) {
+      %xv = memref.load %x[%c, %t] : memref<?x?xf32>
+      %p = arith.mulf %k1, %h : f32
+      %hn = arith.addf %p, %xv : f32
+      memref.store %hn, %y1[%c, %t] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+  }
+  scf.for %c = %c0 to %C step %c1 {
+    %r = scf.for %t = %c0 to %L step %c1 iter_args(%h = %zero) -> (f32) {
+      %xv = memref.load %x[%c, %t] : memref<?x?xf32>
+      %p = arith.mulf %k2, %h : f32
+      %hn = arith.addf %p, %xv : f32
+      memref.store %hn, %y2[%c, %t] : memref<?x?xf32>
+      scf.yield %hn : f32
+    }
+  }
+  func.return
+}
