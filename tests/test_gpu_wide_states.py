@@ -18,6 +18,8 @@ from scanweaver.interp.run import run_function
 from scanweaver.ir import make_context, parse_ir, print_ir
 from scanweaver.rewrites.launch import launch_descriptions
 from scanweaver.rewrites.raise_affine import RaiseRecurrences
+from scanweaver.rewrites.recurrence_gpu import MAX_F64_STATE, lower_recurrences
+from scanweaver.rewrites.recurrence_time_blocks import TIME_BLOCKS_MAX_F64_STATE
 from scanweaver.rewrites.scan_to_gpu import ScanToGpu
 from scanweaver.toolchain.gpu_export import export_gpu, ptxas_available
 from scanweaver.workloads.loops import selective_scan_loops
@@ -95,13 +97,26 @@ def lower(m, time_blocks: str, **opts):
     return m
 
 
+def expected_kernels(dtype: str, N: int, time_blocks: str) -> int:
+    """1 per channel-block nest, 3 for the time blocks (f64 beyond 8 values: one block
+    per channel, `TIME_BLOCKS_MAX_F64_STATE`); 0 where f64 is refused (`MAX_F64_STATE`)."""
+    if dtype == "f64" and N > MAX_F64_STATE:
+        return 0
+    wide_f64 = dtype == "f64" and N > TIME_BLOCKS_MAX_F64_STATE
+    return 3 if time_blocks == "always" and not wide_f64 else 1
+
+
 def spills(dtype: str, N: int, chip: str) -> dict[str, tuple[int, int, int]]:
     """ptxas (registers, spill stores + loads, stack bytes) of every kernel of the three
     B/C forms, one block per channel and time blocks, those with spills or a stack only."""
     bad = {}
     for bc in BC_FORMS:
         for tb in ("never", "always"):
-            out = export_gpu(lower(module_for(dtype, N, bc), tb), chip)
+            m = lower(module_for(dtype, N, bc), tb)
+            assert len(launch_descriptions(m)) == expected_kernels(dtype, N, tb), (bc, tb)
+            if not launch_descriptions(m):
+                continue
+            out = export_gpu(m, chip)
             for kernel, info in out["ptxas"].items():
                 spilled = info["spill_stores"] + info["spill_loads"]
                 if spilled or info["stack_bytes"]:
@@ -123,7 +138,7 @@ def run_both(text: str, fname: str, args, time_blocks: str):
     run_function(parse_ir(text), fname, *ref)
     m = parse_ir(text)
     RaiseRecurrences().apply(make_context(), m)
-    lower(m, time_blocks, chunk_tiles=1)
+    lower(m, time_blocks, block_size=32, chunk_tiles=1)
     assert launch_descriptions(m), "no kernel"
     simulate_launch(m, fname, *got)
     return ref, got, m
@@ -134,7 +149,7 @@ def run_both(text: str, fname: str, args, time_blocks: str):
 def test_i64_state_bit_exact(bc, tb):
     """N = 24 i64 (48 words: one item per thread, the sweep): wrapping products, the
     simulator's bits are the loop's."""
-    batch, D, L, N = 1, 2, 300, 24
+    batch, D, L, N = 1, 2, 100, 24
     rng = np.random.default_rng(N)
     ints = lambda *s: rng.integers(-(2**40), 2**40, s, dtype=np.int64)  # noqa: E731
     args = [ints(batch, D, L), ints(D, N), ints(*bc_shape(bc, batch, D, N, L)),
@@ -149,7 +164,7 @@ def test_i64_state_bit_exact(bc, tb):
 def test_f64_selective_scan_runs_like_the_loops(bc, tb):
     """N = 16 f64: one item per thread and the sweep (`state_word_limit`), f64 to
     rounding."""
-    batch, D, L, N = 1, 2, 300, 16
+    batch, D, L, N = 1, 2, 100, 16
     module = selective_scan_loops(batch, D, L, N, bc=bc, groups=GROUPS, dtype="f64")
     rng = np.random.default_rng(7)
     bcs = bc_shape(bc, batch, D, N, L)
@@ -169,3 +184,19 @@ def test_f64_selective_scan_runs_like_the_loops(bc, tb):
     assert "f64" in notes and "items_per_thread=1" in notes
     assert np.all(np.isfinite(got[-1]))
     np.testing.assert_allclose(got[-1], ref[-1], rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("N", [24, 32, 64])
+def test_f64_states_beyond_16_values_are_refused(N):
+    """No spilling kernel: the recurrence is left for the CPU with the reason."""
+    m = module_for("f64", N, "shared", L=64)
+    (why,) = lower_recurrences(m, 128, 4, time_blocks="always").values()
+    assert why == f"a state of {N} f64 values: the recurrence kernel takes at most 16 (more spill registers in ptxas)"
+    assert not launch_descriptions(m)
+
+
+def test_f64_time_blocks_stop_at_8_values():
+    notes = [d.notes for d in launch_descriptions(lower(module_for("f64", 8, "shared", L=64), "always"))]
+    assert len(notes) == 3 and "time blocks" in notes[0]
+    (note,) = [d.notes for d in launch_descriptions(lower(module_for("f64", 16, "shared", L=64), "always"))]
+    assert "2 channel loop(s), state 16 f64" in note and "items_per_thread=1" in note
