@@ -200,3 +200,13 @@ def test_f64_time_blocks_stop_at_8_values():
     assert len(notes) == 3 and "time blocks" in notes[0]
     (note,) = [d.notes for d in launch_descriptions(lower(module_for("f64", 16, "shared", L=64), "always"))]
     assert "2 channel loop(s), state 16 f64" in note and "items_per_thread=1" in note
+
+
+def test_items_per_thread_count_register_words():
+    from xdsl.dialects.builtin import ComplexType, f32, f64, i64
+
+    from scanweaver.rewrites.recurrence_gpu import items_for_state
+
+    assert [items_for_state(n, 4, f32) for n in (8, 32, 33)] == [4, 4, 1]
+    assert [items_for_state(n, 4, t) for t in (f64, i64) for n in (8, 9)] == [4, 1, 4, 1]
+    assert [items_for_state(n, 4, ComplexType(f64)) for n in (4, 5)] == [4, 1]
