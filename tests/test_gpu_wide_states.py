@@ -100,7 +100,7 @@ def lower(m, time_blocks: str, **opts):
 def expected_kernels(dtype: str, N: int, time_blocks: str) -> int:
     """1 per channel-block nest, 3 for the time blocks (f64 beyond 8 values: one block
     per channel, `TIME_BLOCKS_MAX_F64_STATE`); 0 where f64 is refused (`MAX_F64_STATE`)."""
-    if dtype == "f64" and N > MAX_F64_STATE:
+    if (dtype == "f64" and N > MAX_F64_STATE) or (dtype == "i64" and N > 32):
         return 0
     wide_f64 = dtype == "f64" and N > TIME_BLOCKS_MAX_F64_STATE
     return 3 if time_blocks == "always" and not wide_f64 else 1
@@ -210,3 +210,11 @@ def test_items_per_thread_count_register_words():
     assert [items_for_state(n, 4, f32) for n in (8, 32, 33)] == [4, 4, 1]
     assert [items_for_state(n, 4, t) for t in (f64, i64) for n in (8, 9)] == [4, 1, 4, 1]
     assert [items_for_state(n, 4, ComplexType(f64)) for n in (4, 5)] == [4, 1]
+
+
+def test_i64_states_beyond_128_register_words_are_refused():
+    m = module_for("i64", 64, "constant", L=64)
+    (why,) = lower_recurrences(m, 128, 4, time_blocks="always").values()
+    assert why == ("a state of 64 i64 values (256 register words): the recurrence kernel takes at most 128 "
+                   "(more spill in ptxas)")
+    assert not launch_descriptions(m)

@@ -201,6 +201,10 @@ UNROLL_BY_LLVM = 32
 #: stores; N = 32: up to 808), the f64 `exp`, softplus and pairs taking two registers per
 #: value. Such a recurrence is refused (the function runs on the CPU).
 MAX_F64_STATE = 16
+#: ... and the most register words (`register_words`) of any state: 64 i64 values (256
+#: words) spill 96 to 260 bytes (ptxas sm_80 / sm_90, the selective scan's loop without
+#: exp); 32 i64 values, 64 f32 and 16 complex<f64> (128 words at most) do not.
+MAX_STATE_REGISTER_WORDS = 128
 #: Shared memory for the sweep arrays sA + sB (bytes); components go in groups beyond.
 SWEEP_SHARED_BUDGET = 32 * 1024
 #: Hoist element-only coefficient values (N copies each) when they fit in this many registers.
@@ -961,6 +965,10 @@ def lower_recurrence(
         if isinstance(rec.state_type.element_type, Float64Type) and n_state > MAX_F64_STATE:
             raise Unsupported(f"a state of {n_state} f64 values: the recurrence kernel takes at most "
                               f"{MAX_F64_STATE} (more spill registers in ptxas)")
+        words = n_state * register_words(rec.state_type.element_type)
+        if words > MAX_STATE_REGISTER_WORDS:
+            raise Unsupported(f"a state of {n_state} {rec.state_type.element_type} values ({words} register words): "
+                              f"the recurrence kernel takes at most {MAX_STATE_REGISTER_WORDS} (more spill in ptxas)")
         ipt = items_for_state(n_state, items_per_thread, rec.state_type.element_type)
         if time_blocks != "never":
             # imported here: it builds on this module's kernel generator
