@@ -162,8 +162,8 @@ import math
 from collections.abc import Callable, Sequence
 
 from xdsl.dialects import arith, gpu, memref
-from xdsl.dialects.builtin import MemRefType, ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import Float64Type, MemRefType, ModuleOp, f32
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from scanweaver.dialects import scan
 from scanweaver.rewrites import blelloch_gpu as bg
@@ -191,11 +191,21 @@ from scanweaver.rewrites.gpu_nest import (
     unwrap_depth0,
     wrap_depth0,
 )
-from scanweaver.rewrites.complex_gpu import state_words
+from scanweaver.rewrites.complex_gpu import component_words, state_words
 from scanweaver.rewrites.gpu_split_state import needs_split, split_state
 
 #: States up to this size are indexed by constants after LLVM's own full unroll.
 UNROLL_BY_LLVM = 32
+#: The most f64 values in a state the kernel takes: beyond, ptxas spills on sm_80 and
+#: sm_90 at every option tried (selective scan N = 24 f64, one item per thread, by the
+#: sweep, B staged or not, C by vectors or not, smaller sweep groups: 16 to 96 spill
+#: stores; N = 32: up to 808), the f64 `exp`, softplus and pairs taking two registers per
+#: value. Such a recurrence is refused (the function runs on the CPU).
+MAX_F64_STATE = 16
+#: ... and the most register words (`register_words`) of any state: 64 i64 values (256
+#: words) spill 96 to 260 bytes (ptxas sm_80 / sm_90, the selective scan's loop without
+#: exp); 32 i64 values, 64 f32 and 16 complex<f64> (128 words at most) do not.
+MAX_STATE_REGISTER_WORDS = 128
 #: Shared memory for the sweep arrays sA + sB (bytes); components go in groups beyond.
 SWEEP_SHARED_BUDGET = 32 * 1024
 #: Hoist element-only coefficient values (N copies each) when they fit in this many registers.
@@ -279,16 +289,17 @@ class _KernelGen:
         self.el = st.element_type
         self.shape = tuple(st.get_shape())
         self.n = math.prod(self.shape)
+        self.words = self.n * register_words(self.el)  # what the state costs in registers
         self.pairs = PairArith(self.el)
         size = bg.byte_size(self.el)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
-        self.keep = (2 * self.n * ipt <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
-        # warp shuffles for the state types `gpu.shuffle` moves, up to 32 registers of
-        # state; the sweep for the others, and beyond (its aggregates staged in shared
+        self.keep = (2 * self.words * ipt <= KEEP_PAIRS_REGISTERS) if keep_pairs is None else keep_pairs
+        # warp shuffles for the state types `gpu.shuffle` moves, up to 32 register words
+        # of state; the sweep for the others, and beyond (its aggregates staged in shared
         # memory: ptxas, selective scan N = 64, one item per thread: 12 spill bytes with
-        # shuffles, none with the sweep)
-        words = self.n * max(1, size // 4)
-        self.warp = WARP_SHUFFLE_SCANS and bg.shuffles(self.el) and words <= UNROLL_BY_LLVM
+        # shuffles, none with the sweep; N = 16 f64, sm_90: 28 with shuffles, none with
+        # the sweep)
+        self.warp = WARP_SHUFFLE_SCANS and bg.shuffles(self.el) and self.words <= UNROLL_BY_LLVM
         self.nw = bs // bg.WARP if bs > bg.WARP else 0  # warps posting totals (0: one warp)
         if self.warp:
             self.sweep_rows = self.nw * self.n  # the warp totals, component-major
@@ -333,7 +344,7 @@ class _KernelGen:
         self.load_runs, self.emit_runs, self.store_runs = (
             vio.find_step_runs(self.nest, self.cs.per_step, self.cs.per_both, self.es.per_step, self.t_c,
                                self.t_e, self.ipt)
-            if VECTOR_STEP_IO and self.n <= VECTOR_STEP_IO_MAX_STATE else ([], [], [])
+            if VECTOR_STEP_IO and self.words <= VECTOR_STEP_IO_MAX_STATE else ([], [], [])
         )
         self.pre: list[dict] | None = None  # this tile's preloaded step values, per item
         self.b_runs: list[vio.StepRun] = []
@@ -376,8 +387,8 @@ class _KernelGen:
         room = (STAGE_ELEMENT_LOADS_BUDGET - shared_layout_bytes([self.shared_bytes, 0])) // (per_run * bg.byte_size(el))
         runs = runs[: max(0, room)]
         top = STAGE_MAX_ELEMENTS if self.elem_el is None else self.stage_max_shared_copy
-        if (len({r.el for r in self.b_runs}) != 1 or self.keep or not self.stage_min <= self.n <= top
-                or self.n in STAGE_SKIP_ELEMENTS):
+        if (len({r.el for r in self.b_runs}) != 1 or self.keep or not self.stage_min <= self.words <= top
+                or self.words in STAGE_SKIP_ELEMENTS):  # in register words (`register_words`)
             runs = []
         self.load_runs = [r for r in self.load_runs if r.elem is None] + runs
         self.b_runs = runs
@@ -917,12 +928,21 @@ class _KernelGen:
 # ---------------------------------------------------------------------------
 
 
-def items_for_state(n: int, items_per_thread: int) -> int:
-    """Items per thread for a state of `n` elements: each thread holds n states, n
-    aggregate pairs and the per-item values, so beyond `UNROLL_BY_LLVM` elements one item
-    per thread keeps within the 255 registers (ptxas, selective scan N = 64: 4 items
-    spill 1392 stores, 2 items 96, 1 item none)."""
-    return items_per_thread if n <= UNROLL_BY_LLVM else 1
+def items_for_state(n: int, items_per_thread: int, el: Attribute = f32) -> int:
+    """Items per thread for a state of `n` elements of type `el`: each thread holds n
+    states, n aggregate pairs and the per-item values, so beyond `UNROLL_BY_LLVM`
+    register words (`register_words`) one item per thread keeps within the 255
+    registers (ptxas, selective scan N = 64: 4 items spill 1392 stores, 2 items 96, 1
+    item none; N = 16 f64, sm_90: 4 items 580, 2 items 20 to 140, 1 item none)."""
+    return items_per_thread if n * register_words(el) <= UNROLL_BY_LLVM else 1
+
+
+def register_words(el: Attribute) -> int:
+    """32-bit registers one state element of type `el` costs in the kernels' budgets
+    (items per thread, warp shuffles, kept pairs, vector loads, staging): its own words
+    (`state_words`), doubled for 64-bit components, whose per-item values (pairs,
+    exp's temporaries, loaded operands) take two registers each too. 1 for f32."""
+    return state_words(el) * component_words(el)
 
 
 def lower_recurrence(
@@ -943,7 +963,14 @@ def lower_recurrence(
         nest = match_recurrence(rec)
         refuse_i1_memrefs(nest.kernel_args)
         n_state = math.prod(rec.state_type.get_shape())
-        ipt = items_for_state(n_state * state_words(rec.state_type.element_type), items_per_thread)
+        if isinstance(rec.state_type.element_type, Float64Type) and n_state > MAX_F64_STATE:
+            raise Unsupported(f"a state of {n_state} f64 values: the recurrence kernel takes at most "
+                              f"{MAX_F64_STATE} (more spill registers in ptxas)")
+        words = n_state * register_words(rec.state_type.element_type)
+        if words > MAX_STATE_REGISTER_WORDS:
+            raise Unsupported(f"a state of {n_state} {rec.state_type.element_type} values ({words} register words): "
+                              f"the recurrence kernel takes at most {MAX_STATE_REGISTER_WORDS} (more spill in ptxas)")
+        ipt = items_for_state(n_state, items_per_thread, rec.state_type.element_type)
         if time_blocks != "never":
             # imported here: it builds on this module's kernel generator
             from scanweaver.rewrites import recurrence_time_blocks as rtb
@@ -957,7 +984,7 @@ def lower_recurrence(
         name = kernel_name(top, "scan_recurrence")
         gen = _KernelGen(nest, name, block_size, ipt, keep_pairs)
         kfunc = gen.build()
-        if gen.n > UNROLL_BY_LLVM:  # the emit's loops over the state: constant indices
+        if gen.words > UNROLL_BY_LLVM:  # the emit's loops over the state: constant indices
             unroll_loops_over(kfunc, gen.priv, MAX_STATE)
     except Unsupported:
         if wrapper is not None:

@@ -86,7 +86,6 @@ from scanweaver.rewrites import blelloch_gpu as bg
 from scanweaver.rewrites import affine_time_blocks as atb
 from scanweaver.rewrites.affine_time_blocks import _SCRATCH_BASE_ATTR, _new_kernel
 from scanweaver.rewrites.affine_to_pairs import Emitter, PairArith
-from scanweaver.rewrites.complex_gpu import state_words
 from scanweaver.rewrites.gpu_kernel import (
     Unsupported,
     block_id,
@@ -109,7 +108,13 @@ from scanweaver.rewrites.gpu_nest import (
     trip_formula,
 )
 from scanweaver.rewrites.launch import KernelLaunch
-from scanweaver.rewrites.recurrence_gpu import STAGE_MAX_ELEMENTS, SWEEP_SHARED_BUDGET, UNROLL_BY_LLVM, _KernelGen
+from scanweaver.rewrites.recurrence_gpu import (
+    STAGE_MAX_ELEMENTS,
+    SWEEP_SHARED_BUDGET,
+    UNROLL_BY_LLVM,
+    _KernelGen,
+    register_words,
+)
 from scanweaver.runtime.cuda_launch import TIME_BLOCKS_ATTR, loop_trip, prefer_time_blocks
 
 #: scratch arguments of the kernels, in host-function scratch order
@@ -171,6 +176,13 @@ def init_only_ops(nest: Nest) -> set[Operation]:
     return out
 
 
+#: The most f64 values in a state the time blocks take: their chunk kernel holds the
+#: carry and the redo flag beside the fused kernel's values (ptxas sm_90, selective scan
+#: N = 16 f64, constant B/C: 56 spill bytes at one item per thread, with or without
+#: staging, vectors or shuffles); larger f64 states take one block per channel.
+TIME_BLOCKS_MAX_F64_STATE = 8
+
+
 def why_not_time_blocks(nest: Nest) -> str | None:
     """Why this nest cannot take the time blocks (None: it can)."""
     el = nest.rec.state_type.element_type
@@ -178,6 +190,8 @@ def why_not_time_blocks(nest: Nest) -> str | None:
         pass  # complex<f32> / complex<f64>: aggregates in complex<f64>
     elif not isinstance(el, _REAL_OR_INT):
         return "time blocks take real, integer and complex<f32/f64> states only"
+    if isinstance(el, Float64Type) and math.prod(nest.rec.state_type.get_shape()) > TIME_BLOCKS_MAX_F64_STATE:
+        return f"time blocks take at most {TIME_BLOCKS_MAX_F64_STATE} f64 state values (the chunk kernel spills beyond)"
     if length_term(nest) is None:
         return "time blocks need constant bounds or 0 to memref.dim(%arg, d) step 1"
     fn_args = set(nest.fn.body.block.args)  # the nest's own allocas are per block
@@ -280,7 +294,7 @@ class _ReduceGen(_KernelGen):
         size = bg.byte_size(self.agg_t)
         self.group = max(1, min(self.n, SWEEP_SHARED_BUDGET // (2 * bs * size)))
         # beyond 16 registers of state: one group at a time (`_group_folds`), by the sweep
-        self.by_group = self.n * state_words(self.el) > REDUCE_ALL_PAIRS_WORDS
+        self.by_group = self.words > REDUCE_ALL_PAIRS_WORDS
         self.warp = self.warp and not self.by_group
         if self.warp:  # the warp totals only (`_warp_reduce`)
             self.sweep_rows = self.nw * self.n
@@ -571,12 +585,12 @@ class _RecurrenceTimeBlocks:
         }
         # the kernels first (Unsupported leaves the IR as it was)
         n1, n3 = f"{self.base}_reduce", f"{self.base}_chunks"
-        words = self.n * state_words(self.el)  # 32-bit registers per state
+        words = self.n * register_words(self.el)  # what the state costs in registers
         red = _ReduceGen(nest, n1, self.bs, reduce_items(words, self.ipt), self.length, self.chunk, types)
         k1 = red.build()
         chk = _ChunkGen(nest, n3, self.bs, chunk_items(words, self.ipt), self.keep, self.length, self.chunk, types)
         k3 = chk.build()
-        if chk.n > UNROLL_BY_LLVM:
+        if chk.words > UNROLL_BY_LLVM:
             from scanweaver.rewrites.gpu_kernel import unroll_loops_over
             from scanweaver.rewrites.gpu_nest import MAX_STATE
 
