@@ -346,7 +346,10 @@ def test_sigint_while_running_is_one_line(tmp_path, script):
         pytest.skip(f"console script {exe} not installed")
     args = ["compile", "-", "--target", "mlir", "-o", str(tmp_path / "o.mlir")] if script == "scanweaver" else []
     # Reading standard input that never ends: the signal comes while it loads or waits.
-    proc = subprocess.Popen([str(exe), *args], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # (A test run started in the background inherits SIGINT ignored, and Python then
+    # installs no handler: give the child the default disposition a terminal gives.)
+    proc = subprocess.Popen([str(exe), *args], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

@@ -116,9 +116,10 @@ def test_runner_dry_run_on_a_fake_driver(tmp_path):
     statuses = {c["name"]: c["check"]["status"] for c in result["cases"]}
     assert statuses.pop("affine_large_offsets_f32") == "skipped"
     assert set(statuses.values()) == {"dry-run"} and len(statuses) == len(_listing()["cases"]) - 1
-    # one launch per case, three for the time-block cases (several blocks per channel)
+    # one launch per case, three for the time-block cases (several blocks per channel),
+    # two for the look-back ones (the status words' reset, then the single pass)
     assert got["launches"] == sum(len(c.get("launches", [])) for c in result["cases"])
-    assert all(len(c["launches"]) == (3 if "time_blocks" in c["name"] else 1)
+    assert all(len(c["launches"]) == (3 if "time_blocks" in c["name"] else 2 if "lookback" in c["name"] else 1)
                for c in result["cases"] if c["name"] in statuses)
     by_name = {c["name"]: c for c in result["cases"]}
     assert by_name["affine_f32"]["launches"][0]["grid"] == [1024, 1, 1]

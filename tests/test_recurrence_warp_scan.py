@@ -162,14 +162,15 @@ def _vector_ops(m):
 
 @pytest.mark.parametrize("L", [0, 1, 31, 32, 33, 64, 68, 67])
 def test_selective_scan_vector_loads_full_tiles_scalar_last_tile(L):
-    """delta, u, z and C[b, n, :] (each of the 4 elements) read and out written by
-    vectors in full tiles; the last partial tile and rows whose length is no multiple of
-    4 (L = 67: every tile) take scalars. (B is not staged at N = 4: its scalar loads.)"""
+    """delta, u, z, C[b, n, :] and B[b, n, :] (each of the 4 elements; B into its shared
+    stage, read once per tile from N = 4) read and out written by vectors in full tiles;
+    the last partial tile and rows whose length is no multiple of 4 (L = 67: every tile)
+    take scalars."""
     opts = dict(bc="shared", return_last_state=True)
     args = ssm_args(np.random.default_rng(L), 1, 2, L, 4, **opts)
     original, m = lowered(loops.selective_scan_loops(1, 2, L, 4, **opts), **VEC)
     loads, stores = _vector_ops(m)
-    assert len(loads) == 8 and len(stores) == 1  # delta, u (coeffs); u, z, C x 4 (emit); out
+    assert len(loads) == 12 and len(stores) == 1  # delta, u (coeffs); u, z, C x 4 (emit); B x 4 (stage); out
     ref, got = [a.copy() for a in args], [a.copy() for a in args]
     run_function(original, "selective_scan", *ref)
     stats: list = []
@@ -177,8 +178,8 @@ def test_selective_scan_vector_loads_full_tiles_scalar_last_tile(L):
     for r, g in zip(ref, got):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
     full_tiles = L // 32 if L % 4 == 0 else 0
-    # 2 channels x full tiles x 8 threads x (8 loads + 1 store)
-    assert stats[0]["vector_accesses"] == 2 * full_tiles * 8 * 9
+    # 2 channels x full tiles x 8 threads x (12 loads + 1 store)
+    assert stats[0]["vector_accesses"] == 2 * full_tiles * 8 * 13
 
 
 @pytest.mark.parametrize("bc", ["constant", "grouped"])

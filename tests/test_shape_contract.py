@@ -457,3 +457,51 @@ def test_contracts_as_deployed_data_are_valid_and_judge_as_in_process(text):
         assert verdicts[0] == verdicts[1], args
         refused.add(verdicts[0] is not None)
     assert refused == {True, False}  # the cases reach both verdicts
+
+
+SIZE_GUARD = """
+func.func @f(%y: memref<?xf32>) {
+  %c3 = arith.constant 3 : index
+  %c5 = arith.constant 5 : index
+  %one = arith.constant 1.0 : f32
+  %n = memref.dim %y, %c3 : memref<?xf32>
+  %big = arith.cmpi slt, %c3, %n : index
+  scf.if %big {
+    memref.store %one, %y[%c5] : memref<?xf32>
+  }
+  func.return
+}
+""".replace("memref.dim %y, %c3", "memref.dim %y, %c0").replace(
+    "  %c3 = arith.constant 3 : index\n", "  %c0 = arith.constant 0 : index\n  %c3 = arith.constant 3 : index\n")
+
+
+def test_a_size_guard_skips_the_access_only_where_it_is_false():
+    """`if 3 < dim(y) { y[5] = 1 }`: followed, not unchecked (the GPU kernels take such
+    initial-state loads, the raised IIR filters'); sizes up to 3 skip it, 4 and 5 are
+    refused (the branch runs and writes past the array), 6 and more run; the same from
+    the deployed JSON."""
+    import json
+
+    from scanweaver.runtime.contract_check import check_contract
+
+    contract = derive_contracts(parse_ir(SIZE_GUARD))["f"]
+    assert not contract.unchecked
+    data = json.loads(json.dumps(contract.to_data()))
+    for n in range(9):
+        y = np.zeros(n, np.float32)
+        for check in (contract.check, lambda a: check_contract(data, a)):
+            if n in (4, 5):
+                with pytest.raises(ScanWeaverValueError, match="'y' \\(#0\\) has shape"):
+                    check([y])
+            else:
+                check([y])
+    guard = np.zeros(16, np.float32)
+    program = scanweaver.compile(SIZE_GUARD, target="cpu")
+    with pytest.raises(ScanWeaverValueError):
+        program.f(guard[4:8])
+    assert not guard.any()
+    program.f(guard[4:6])
+    assert not guard.any()
+    y = np.zeros(7, np.float32)
+    program.f(y)
+    assert y[5] == 1 and np.count_nonzero(y) == 1

@@ -9,10 +9,12 @@ in-process build and a deployed artifact (`OUT.launch.json` carries the data):
      "same_shape": [[i, j, dims of i, dims of j], ...],
      "accesses": [{"op": text, "arg": i, "local_shape": [int, ...], "indices": [index, ...],
                    "extents": [int, ...], "loops": [[lb, ub], ...], "write": bool,
-                   "index_texts": [text, ...]}, ...],
+                   "index_texts": [text, ...], "when": [[pred, lhs, rhs], ...]}, ...],
      "unchecked": [op text, ...]}
 
 An access's "arg" is null for a local buffer of static shape "local_shape" (else []).
+"when": the size guards around it (cmpi predicate slt 2, sle 3, sgt 4, sge 5, and two
+trees): sizes that make one false skip the access.
 An index (and a loop bound) is a tree: ["const", v], ["arg", i] (a scalar argument),
 ["dim", i, d] (size d of argument i), ["iv", lb, ub] (a loop variable: lb..ub-1),
 ["wrap", bits, x] (x as a `bits`-wide integer holds it: any value of that width where
@@ -101,6 +103,17 @@ def _combine(op: str, a: Interval, b: Interval) -> Interval:
     return (0, b[1] - 1) if a[0] >= 0 else (-(b[1] - 1), b[1] - 1)
 
 
+def _never(pred: int, a: Interval, b: Interval) -> bool:
+    """Whether `a <pred> b` (cmpi slt, sle, sgt, sge: 2..5) is false for every pair of values."""
+    if pred == 2:
+        return a[0] >= b[1]
+    if pred == 3:
+        return a[0] > b[1]
+    if pred == 4:
+        return a[1] <= b[0]
+    return a[1] < b[0]
+
+
 def _truncating_div(n: int, d: int) -> int:
     q = abs(n) // abs(d)
     return q if (n < 0) == (d < 0) else -q
@@ -118,7 +131,9 @@ def check_contract(contract: dict[str, Any], values: Sequence[Any]) -> None:
                 f"dimensions {di} of the first must equal dimensions {dj} of the second"
             )
     for acc in contract["accesses"]:
-        if any(interval(ub, values)[1] <= interval(lb, values)[0] for lb, ub in acc["loops"]):
+        if any(interval(ub, values)[1] <= interval(lb, values)[0] for lb, ub in acc["loops"]) or any(
+            _never(pred, interval(x, values), interval(y, values)) for pred, x, y in acc.get("when", [])
+        ):
             continue  # never executed with these sizes
         local = acc["arg"] is None
         sizes = tuple(acc["local_shape"]) if local else arg_shape(values[acc["arg"]])
@@ -171,7 +186,11 @@ def _validate(c: Any, n: int, ranks: dict[int, int]) -> None:
         if not (isinstance(acc["op"], str) and isinstance(acc["write"], bool) and _strings(acc["index_texts"], rank)
                 and all(_int(e, 1, 1 << 20) for e in acc["extents"])):
             raise ValueError(f"access {acc['op']!r} is malformed")
-        for tree in [*acc["indices"], *(t for loop in acc["loops"] for t in _pair(loop))]:
+        when = acc.get("when", [])
+        if not isinstance(when, list) or not all(isinstance(w, list) and len(w) == 3 and _int(w[0], 2, 5) for w in when):
+            raise ValueError(f"access {acc['op']!r} has a malformed size guard")
+        guards = [t for w in when for t in w[1:]]
+        for tree in [*acc["indices"], *(t for loop in acc["loops"] for t in _pair(loop)), *guards]:
             _tree(tree, n, ranks, 0)
     if not _strings(c.get("unchecked", []), None):
         raise ValueError("unchecked must be a list of op texts")

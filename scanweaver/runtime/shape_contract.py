@@ -87,6 +87,9 @@ class _Access:
     loops: list[_Loop]
     write: bool
     local_shape: tuple[int, ...] = ()
+    # size guards around it (`if 3 < dim(y)`): (cmpi predicate, lhs, rhs), none moving
+    # with a loop; the access is skipped for sizes that make one false
+    when: list[tuple[int, _Expr, _Expr]] = field(default_factory=list)
 
 
 @dataclass
@@ -109,7 +112,8 @@ class ShapeContract:
             "accesses": [
                 {"op": a.op_text, "arg": a.arg, "local_shape": list(a.local_shape), "indices": [x.tree for x in a.indices], "extents": list(a.extents),
                  "loops": [[lp.lb.tree, lp.ub.tree] for lp in a.loops], "write": a.write,
-                 "index_texts": [x.message_text() for x in a.indices]}
+                 "index_texts": [x.message_text() for x in a.indices],
+                 "when": [[pred, x.tree, y.tree] for pred, x, y in a.when]}
                 for a in self.accesses
             ],
             "unchecked": list(self.unchecked),
@@ -136,6 +140,7 @@ class _Analysis:
         self.loops: dict[SSAValue, _Loop] = {}
         self.states: dict[SSAValue, SSAValue] = {}  # a recurrence's emit argument -> its `state` operand
         self.bounds: list[tuple[SSAValue, str, _Expr]] = []  # what the bounds guards around say
+        self.when: list[tuple[int, _Expr, _Expr]] = []  # the size guards around
 
     def arg_text(self, i: int) -> str:
         return f"argument '{self.contract.arg_names[i]}' (#{i})"
@@ -210,10 +215,13 @@ class _Analysis:
         """A data guard's branches are judged as if unguarded; a bounds guard's then-branch
         with the compared index values bounded by the guard (and by the guards around it);
         anything else is unchecked."""
-        bounds = None if guarded else self.guard(op.cond)
-        outer, around = self.exprs, self.bounds
-        for region, refine in ((op.true_region, bounds), (op.false_region, [] if bounds == [] else None)):
+        guards = None if guarded else self.guard(op.cond)
+        bounds = None if guards is None else [g for g in guards if g[1] != "when"]
+        sizes = [g[2] for g in guards or () if g[1] == "when"]
+        outer, around, when = self.exprs, self.bounds, self.when
+        for region, refine in ((op.true_region, bounds), (op.false_region, [] if guards == [] else None)):
             self.bounds = around + (refine or [])
+            self.when = when + (sizes if region is op.true_region else [])
             # a fresh cache inside: values computed from a bounded one are bounded too
             self.exprs = dict(outer) if not refine else {}
             for v, kind, bound in self.bounds if refine else ():
@@ -222,7 +230,7 @@ class _Analysis:
                                       e.sources | bound.sources, e.ivs | bound.ivs, e.correlated)
             for blk in region.blocks:
                 self.walk(blk, loops, guarded or refine is None)
-        self.exprs, self.bounds = outer, around
+        self.exprs, self.bounds, self.when = outer, around, when
 
     def guard(self, cond: SSAValue) -> list[tuple[SSAValue, str, _Expr]] | None:
         """What `cond` being true bounds: [] for a data guard (its value depends on no index,
@@ -245,6 +253,8 @@ class _Analysis:
             return [(op.lhs, "min" if below else "max", _plus(b, shift))]
         if b.ivs and not a.ivs:
             return [(op.rhs, "max" if below else "min", _plus(a, -shift))]
+        if not a.ivs and not b.ivs:  # sizes and constants only: whether the branch runs at all
+            return [(op.lhs, "when", (op.predicate.value.data, a, b))]  # type: ignore[list-item]
         return None
 
     def walk(self, block: Block, loops: list[_Loop | None], guarded: bool) -> None:
@@ -365,7 +375,7 @@ class _Analysis:
             extents[-1] = vt.get_shape()[-1]
         write = isinstance(op, memref.StoreOp | vector.StoreOp)
         self.contract.accesses.append(
-            _Access(text, i, indices, extents, [lp for lp in loops if lp], write, local_shape or ())
+            _Access(text, i, indices, extents, [lp for lp in loops if lp], write, local_shape or (), list(self.when))
         )
 
 
