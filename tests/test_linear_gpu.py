@@ -188,17 +188,22 @@ func.func @iir1(%x: memref<?xi32>, %k: memref<2xi32>, %h0: memref<2xi32>, %y: me
 }"""
 
 
-@pytest.mark.parametrize("L", [0, 1, 19])
-def test_no_channel_loop_one_block(L):
-    """Depth 0: state alloca in the function body, initial state loaded from an
-    argument, final state stored to one: wrapped into a one-block kernel."""
+def single_sequence_args(L: int) -> list:
+    """x, k, h0 of SINGLE_SEQUENCE over all of i32 (the products wrap), y and last zeroed."""
     rng = np.random.default_rng(L)
     info = np.iinfo(np.int32)
 
     def ints(*shape):
         return rng.integers(info.min, info.max, size=shape, dtype=np.int32, endpoint=True)
 
-    args = [ints(L), ints(2), ints(2), np.zeros(L, np.int32), np.zeros(2, np.int32)]
+    return [ints(L), ints(2), ints(2), np.zeros(L, np.int32), np.zeros(2, np.int32)]
+
+
+@pytest.mark.parametrize("L", [0, 1, 19])
+def test_no_channel_loop_one_block(L):
+    """Depth 0: state alloca in the function body, initial state loaded from an
+    argument, final state stored to one: wrapped into a one-block kernel."""
+    args = single_sequence_args(L)
     m = check(SINGLE_SEQUENCE, "iir1", args, exact=True)
     (desc,) = launch_descriptions(m)
     assert desc.grid == (1, 1, 1) and "no channel loop (one block)" in desc.notes
@@ -212,13 +217,7 @@ def test_no_channel_loop_final_state_through_arith(L):
         "  memref.store %r1, %last[%c0] : memref<2xi32>\n",
         "  %w = arith.addi %r1, %r2 : i32\n  memref.store %w, %last[%c0] : memref<2xi32>\n",
     )
-    rng = np.random.default_rng(L)
-    info = np.iinfo(np.int32)
-
-    def ints(*shape):
-        return rng.integers(info.min, info.max, size=shape, dtype=np.int32, endpoint=True)
-
-    args = [ints(L), ints(2), ints(2), np.zeros(L, np.int32), np.zeros(2, np.int32)]
+    args = single_sequence_args(L)
     m = check(text, "iir1", args, exact=True)
     (desc,) = launch_descriptions(m)
     assert desc.grid == (1, 1, 1)
